@@ -1,0 +1,158 @@
+/* nextn.h — the public API of nextn, a CPU inference engine for the Qwen3.5
+ * model family with native multi-token-prediction speculative decoding.
+ *
+ * This header is the whole boundary: the CLI, the server and the tools use
+ * nothing else. Conventions, one promise each:
+ *   - Functions that can fail return nx_status and, when it is not NX_OK, write
+ *     a one-line message naming the file/tensor/field at fault into
+ *     `err` (at most errlen bytes, NUL-terminated). err may be NULL.
+ *   - An object created by nx_X_new / nx_X_load is freed by nx_X_free;
+ *     every nx_X_free accepts NULL as a harmless no-op.
+ *   - A failed call leaves its objects as they were before the call.
+ *   - Buffers passed in by the caller stay owned by the caller.
+ */
+#ifndef NEXTN_H
+#define NEXTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Status codes ----------------------------------------------------- */
+typedef enum {
+    NX_OK = 0,
+    NX_EINVAL,        /* bad argument, or an API used out of order            */
+    NX_EIO,           /* a file could not be opened, mapped, read or written  */
+    NX_EFORMAT,       /* a file's contents are malformed                      */
+    NX_EUNSUPPORTED,  /* well-formed input this build does not handle (yet)   */
+    NX_ENOMEM,        /* an allocation failed                                 */
+    NX_ESTATE,        /* the object is not in a state that allows this call   */
+    NX_ERANGE         /* a size limit was exceeded (e.g. context length)      */
+} nx_status;
+
+/* "ok", "invalid argument", ... — a static string. */
+const char *nx_status_str(nx_status s);
+
+/* ---- Model ------------------------------------------------------------- */
+
+/* A loaded target model: immutable config plus read-only weights mapped from
+ * the checkpoint files. Safe to share between threads for reading; each
+ * sequence gets its own nx_state. */
+typedef struct nx_model nx_model;
+
+typedef struct {
+    int n_threads;          /* worker threads for kernels; <= 0: one per core   */
+    int force_reference;    /* 1: route every kernel to its scalar reference    */
+} nx_load_opts;
+
+/* Loads a Qwen3.5 checkpoint directory: config.json plus model.safetensors or
+ * a sharded set (model.safetensors.index.json), in the raw Hugging Face layout
+ * or the mlx-community layout. Every tensor is checked against the config
+ * before this returns. opts may be NULL (defaults). Free with nx_model_free. */
+nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **out,
+                        char *err, size_t errlen);
+void nx_model_free(nx_model *m);
+
+/* Architecture facts, for `nextn inspect` and for sizing caller buffers.
+ * Strings point into the model and live as long as it does. */
+typedef struct {
+    const char *dir;
+    const char *model_type;          /* "qwen3_5" or "qwen3_5_text"            */
+    const char *layout;              /* "hf" (raw, norms +1) or "mlx" (baked)  */
+    const char *weight_dtype;        /* dtype of the big matrices, e.g. "BF16" */
+    int vocab_size, hidden_size, n_layers, intermediate_size;
+    int n_heads, n_kv_heads, head_dim, rotary_dim;
+    int linear_k_heads, linear_v_heads, linear_k_dim, linear_v_dim, conv_kernel;
+    int n_full_attention, n_linear_attention;
+    const char *layer_pattern;       /* one char per layer: 'L' GDN, 'A' attention */
+    double rope_theta, rms_norm_eps;
+    int tie_word_embeddings;
+    int has_mtp;                     /* mtp.* tensors present                   */
+    int n_mtp_tensors;
+    int n_eos;                       /* eos ids from config (+generation_config) */
+    const int32_t *eos_ids;
+    int64_t n_params;                /* main stack, lm_head counted once if tied */
+    int64_t weight_bytes;            /* bytes of all tensors in the files       */
+    int n_files, n_tensors;
+    const char *quantization;        /* "none" or a description                 */
+} nx_model_info;
+
+const nx_model_info *nx_model_get_info(const nx_model *m);
+
+/* ---- Sequence state ---------------------------------------------------- */
+
+/* Everything one sequence mutates: the KV cache of every attention layer,
+ * the conv and recurrent state of every Gated DeltaNet layer, and scratch.
+ * Holds at most max_ctx positions. Free with nx_state_free. */
+typedef struct nx_state nx_state;
+
+nx_status nx_state_new(const nx_model *m, int max_ctx, nx_state **out, char *err, size_t errlen);
+void nx_state_free(nx_state *s);
+/* Forget the sequence (position back to 0); keeps the allocation. */
+void nx_state_reset(nx_state *s);
+/* Number of tokens the state holds (the position of the next token). */
+int nx_state_pos(const nx_state *s);
+int nx_state_max_ctx(const nx_state *s);
+
+/* ---- Forward ----------------------------------------------------------- */
+
+/* Outputs of one forward call; every pointer may be NULL (not wanted). The
+ * caller owns the buffers. With all_rows = 1 each buffer holds one row per
+ * input token ([n, vocab] / [n, hidden]); with all_rows = 0 only the row of the
+ * last input token ([1, ...]). */
+typedef struct {
+    float *logits;    /* lm_head(final_norm(h))                      [.., vocab]  */
+    float *hidden;    /* post-final-norm hidden (what the MTP head reads) [.., hidden] */
+    float *prenorm;   /* last layer's output before the final norm   [.., hidden] */
+    int all_rows;
+} nx_forward_out;
+
+/* Runs tokens[0..n) at positions pos..pos+n-1 of state s and advances it.
+ * The result does not depend on how a sequence is split into calls: any
+ * split produces bit-identical rows (same kernels, same accumulation order).
+ * Errors: token id out of range (NX_EINVAL, names the id and index), context
+ * full (NX_ERANGE); on error the state is unchanged. */
+nx_status nx_forward(const nx_model *m, nx_state *s, const int32_t *tokens, int n,
+                     const nx_forward_out *out, char *err, size_t errlen);
+
+/* ---- Sampling ---------------------------------------------------------- */
+
+/* Logit processing and sampling parameters. temperature <= 0 means greedy
+ * (argmax, ties to the lowest id). top_k <= 0, top_p >= 1 and min_p <= 0
+ * disable those filters; penalties of 1 (repetition) and 0 (presence,
+ * frequency) disable those. */
+typedef struct {
+    float temperature;
+    int top_k;
+    float top_p;
+    float min_p;
+    float repetition_penalty;
+    float presence_penalty;
+    float frequency_penalty;
+    uint64_t seed;
+} nx_sampling;
+
+/* Greedy defaults (temperature 0, every filter off, seed 0). */
+nx_sampling nx_sampling_default(void);
+
+/* A sampler owns the scratch for one vocabulary size; one per sequence. */
+typedef struct nx_sampler nx_sampler;
+
+nx_status nx_sampler_new(int vocab_size, nx_sampler **out, char *err, size_t errlen);
+void nx_sampler_free(nx_sampler *s);
+
+/* Chooses the token at absolute sequence position `position` from `logits`
+ * ([vocab], modified in place by the processing). history[0..n_history) are
+ * the tokens seen so far (for penalties). The random draw is a pure function of
+ * (seed, position), so the choice does not depend on how decoding was batched.
+ * Returns the token id. */
+int32_t nx_sample(nx_sampler *s, const nx_sampling *p, float *logits,
+                  const int32_t *history, int n_history, int64_t position);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,149 @@
+/* pool.c — persistent worker threads for row-range kernels (see pool.h).
+ *
+ * Dispatch: the caller publishes a job and bumps `generation` under the mutex;
+ * workers wait on `wake` for a new generation, run their range, and the last
+ * one to finish signals `done`. A decode step issues a few hundred jobs, so
+ * each worker spins briefly on the generation counter before sleeping: that
+ * turns most hand-offs into a cache-line read instead of a futex wake-up. */
+#include "base/pool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+
+#define POOL_SPIN_ITERS 2000    /* a few microseconds of spinning before sleeping */
+
+typedef struct {
+    nx_pool *pool;
+    int tid;
+    pthread_t thread;
+} pool_worker;
+
+struct nx_pool {
+    int n_threads;                /* including the caller                      */
+    pool_worker *workers;         /* n_threads - 1 entries                     */
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    atomic_uint_fast64_t generation;
+    atomic_int pending;           /* workers still running the current job    */
+    atomic_int stop;
+    /* the current job */
+    nx_range_fn fn;
+    void *ctx;
+    int64_t n, chunk;
+};
+
+static void pool_range(const nx_pool *p, int tid, int64_t *i0, int64_t *i1) {
+    int64_t a = (int64_t)tid * p->chunk, b = a + p->chunk;
+    *i0 = a < p->n ? a : p->n;
+    *i1 = b < p->n ? b : p->n;
+}
+
+static void *pool_main(void *arg) {
+    pool_worker *w = arg;
+    nx_pool *p = w->pool;
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t g = atomic_load(&p->generation);
+        for (int spin = 0; g == seen && spin < POOL_SPIN_ITERS; spin++) {
+            __builtin_ia32_pause();
+            g = atomic_load(&p->generation);
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&p->mu);
+            while ((g = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->wake, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stop)) return NULL;
+        seen = g;
+        int64_t i0, i1;
+        pool_range(p, w->tid, &i0, &i1);
+        if (i0 < i1) p->fn(p->ctx, i0, i1, w->tid);
+        if (atomic_fetch_sub(&p->pending, 1) == 1) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+}
+
+nx_status nx_pool_new(int n_threads, nx_pool **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)n : 1;
+    }
+    if (n_threads > 256) return nx_fail(err, errlen, NX_EINVAL, "thread count %d is more than 256", n_threads);
+    nx_pool *p = nx_calloc(1, sizeof *p);
+    if (!p) return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the thread pool");
+    p->n_threads = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
+    if (n_threads > 1) {
+        p->workers = nx_calloc((size_t)n_threads - 1, sizeof *p->workers);
+        if (!p->workers) { nx_pool_free(p); return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the thread pool"); }
+        for (int i = 0; i < n_threads - 1; i++) {
+            p->workers[i].pool = p;
+            p->workers[i].tid = i + 1;
+            if (pthread_create(&p->workers[i].thread, NULL, pool_main, &p->workers[i]) != 0) {
+                p->n_threads = i + 1; /* only join the ones that started */
+                nx_pool_free(p);
+                return nx_fail(err, errlen, NX_ENOMEM, "cannot start worker thread %d", i + 1);
+            }
+        }
+    }
+    *out = p;
+    return NX_OK;
+}
+
+void nx_pool_free(nx_pool *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->stop, 1);
+    atomic_fetch_add(&p->generation, 1);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n_threads - 1 && p->workers; i++) pthread_join(p->workers[i].thread, NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->wake);
+    pthread_cond_destroy(&p->done);
+    nx_free(p->workers);
+    nx_free(p);
+}
+
+int nx_pool_size(const nx_pool *p) { return p ? p->n_threads : 1; }
+
+void nx_pool_run(nx_pool *p, nx_range_fn fn, void *ctx, int64_t n, int64_t grain) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    int64_t parts = p ? p->n_threads : 1;
+    if (parts > (n + grain - 1) / grain) parts = (n + grain - 1) / grain;
+    if (parts <= 1) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n = n;
+    p->chunk = (n + parts - 1) / parts;
+    atomic_store(&p->pending, p->n_threads - 1);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->generation, 1);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+
+    int64_t i0, i1;
+    pool_range(p, 0, &i0, &i1);
+    fn(ctx, i0, i1, 0);
+
+    for (int spin = 0; atomic_load(&p->pending) > 0 && spin < POOL_SPIN_ITERS; spin++) __builtin_ia32_pause();
+    if (atomic_load(&p->pending) > 0) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
+}

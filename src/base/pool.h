@@ -1,0 +1,28 @@
+/* pool.h — a persistent pthread pool that splits index ranges.
+ *
+ * Created once (per model) and reused for every kernel call: no thread is
+ * created per call. nx_pool_run(pool, fn, ctx, n) calls fn(ctx, i0, i1, tid)
+ * on disjoint contiguous ranges that cover [0, n), one per thread (the caller
+ * runs range 0 itself), and returns when all are done. The split only decides
+ * which thread computes which index; kernels compute each index the same way
+ * whatever the split, so results do not depend on the thread count.
+ * Calls must not be nested and one pool serves one caller thread at a time. */
+#ifndef NX_BASE_POOL_H
+#define NX_BASE_POOL_H
+
+#include <stdint.h>
+#include "nextn.h"
+
+typedef struct nx_pool nx_pool;
+typedef void (*nx_range_fn)(void *ctx, int64_t i0, int64_t i1, int tid);
+
+/* n_threads <= 0: the number of online CPUs. */
+nx_status nx_pool_new(int n_threads, nx_pool **out, char *err, size_t errlen);
+void nx_pool_free(nx_pool *p);
+int nx_pool_size(const nx_pool *p);
+
+/* Splits [0, n) into at most nx_pool_size() ranges of at least `grain`
+ * indices (grain >= 1) and runs them. n <= 0 returns at once. */
+void nx_pool_run(nx_pool *p, nx_range_fn fn, void *ctx, int64_t n, int64_t grain);
+
+#endif

@@ -1,0 +1,144 @@
+/* test.c — the harness behind test.h. */
+#include "test.h"
+
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int nx_test_failures;
+
+int nx_test_main(int argc, char **argv, const nx_test *tests, int n) {
+    if (argc > 1 && strcmp(argv[1], "--list") == 0) {
+        for (int i = 0; i < n; i++) printf("%-48s %s\n", tests[i].name, tests[i].desc);
+        return 0;
+    }
+    int passed = 0, failed = 0;
+    for (int i = 0; i < n; i++) {
+        if (argc > 1 && strcmp(argv[1], tests[i].name) != 0) continue;
+        nx_test_failures = 0;
+        tests[i].fn();
+        if (nx_test_failures == 0) {
+            passed++;
+            printf("ok   %s — %s\n", tests[i].name, tests[i].desc);
+        } else {
+            failed++;
+            printf("FAIL %s — %s (%d assertion%s)\n", tests[i].name, tests[i].desc,
+                   nx_test_failures, nx_test_failures == 1 ? "" : "s");
+        }
+        fflush(stdout);
+    }
+    if (passed + failed == 0) {
+        fprintf(stderr, "no test named %s\n", argc > 1 ? argv[1] : "(none)");
+        return 2;
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
+const char *nx_test_tmpdir(const char *name) {
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/tmp", NX_BUILD_DIR);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/tmp/%s.%d", NX_BUILD_DIR, name, (int)getpid());
+    nx_test_system("rm -rf '%s' && mkdir -p '%s'", path, path);
+    return path;
+}
+
+int nx_test_write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(data, 1, n, f);
+    return (fclose(f) == 0 && w == n) ? 0 : -1;
+}
+
+void *nx_test_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)len + 1);
+    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) { free(buf); buf = NULL; }
+    fclose(f);
+    if (buf) { buf[len] = 0; if (n) *n = (size_t)len; }
+    return buf;
+}
+
+int nx_test_system(const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    if (st == -1) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+float *nx_test_read_npy(const char *path, long *rows, long *cols) {
+    size_t n;
+    unsigned char *buf = nx_test_read_file(path, &n);
+    if (!buf) return NULL;
+    float *out = NULL;
+    if (n < 10 || memcmp(buf, "\x93NUMPY", 6) != 0) goto done;
+    size_t hl = buf[6] == 1 ? (size_t)(buf[8] | buf[9] << 8) : (size_t)(buf[8] | buf[9] << 8 | buf[10] << 16 | (size_t)buf[11] << 24);
+    size_t off = (buf[6] == 1 ? 10 : 12) + hl;
+    if (off > n) goto done;
+    char header[1024];
+    snprintf(header, sizeof header, "%.*s", (int)(hl < 1000 ? hl : 1000), (char *)buf + (buf[6] == 1 ? 10 : 12));
+    if (!strstr(header, "'<f4'") || strstr(header, "'fortran_order': True")) goto done;
+    char *shape = strstr(header, "'shape': (");
+    if (!shape) goto done;
+    long dims[3] = {1, 1, 1};
+    int nd = sscanf(shape, "'shape': (%ld, %ld, %ld", &dims[0], &dims[1], &dims[2]);
+    if (nd < 1) goto done;
+    long r = nd == 1 ? 1 : dims[0] * (nd == 3 ? dims[1] : 1), c = nd == 1 ? dims[0] : dims[nd - 1];
+    if ((size_t)(r * c) * 4 != n - off) goto done;
+    out = malloc((size_t)(r * c) * 4);
+    if (out) memcpy(out, buf + off, (size_t)(r * c) * 4);
+    *rows = r;
+    *cols = c;
+done:
+    free(buf);
+    return out;
+}
+
+int *nx_test_read_ids(const char *path, int *n) {
+    char *text = nx_test_read_file(path, NULL);
+    if (!text) return NULL;
+    int cap = 16, k = 0;
+    int *ids = malloc((size_t)cap * sizeof *ids);
+    for (char *p = text; *p;) {
+        if (*p == '#') break;
+        if (*p >= '0' && *p <= '9') {
+            if (k == cap) ids = realloc(ids, (size_t)(cap *= 2) * sizeof *ids);
+            ids[k++] = (int)strtol(p, &p, 10);
+        } else {
+            p++;
+        }
+    }
+    free(text);
+    *n = k;
+    return ids;
+}
+
+nx_test_diff nx_test_compare(const float *a, const float *ref, long n) {
+    nx_test_diff d = {0, 0};
+    double se = 0, ss = 0;
+    for (long i = 0; i < n; i++) {
+        double e = (double)a[i] - ref[i];
+        if (fabs(e) > d.max_abs || e != e) d.max_abs = e != e ? INFINITY : fabs(e);
+        se += e * e;
+        ss += (double)ref[i] * ref[i];
+    }
+    d.nmse = ss > 0 ? se / ss : se;
+    return d;
+}
+
+long nx_test_argmax(const float *v, long n) {
+    long best = 0;
+    for (long i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return best;
+}

@@ -1,0 +1,76 @@
+/* test.h — a tiny test harness shared by every test program.
+ *
+ * A test program defines a table of {name, description, fn} and calls
+ * nx_test_main(). Test names read as sentences. `prog --list` prints the
+ * table; `prog NAME` runs one test. Each test uses CHECK / CHECKF, which
+ * record a failure (with file:line and a message) and keep going, so a run
+ * shows every broken assertion. The program ends by printing
+ * "N passed, N failed" and exits non-zero on any failure.
+ *
+ * NX_TEST_DATA (tests/data) and NX_BUILD_DIR are compile-time paths. */
+#ifndef NX_TESTS_TEST_H
+#define NX_TESTS_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    const char *desc;
+    void (*fn)(void);
+} nx_test;
+
+extern int nx_test_failures;   /* failures in the current test */
+
+#define CHECK(cond)                                                               \
+    do {                                                                          \
+        if (!(cond)) {                                                            \
+            nx_test_failures++;                                                   \
+            fprintf(stderr, "  FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);     \
+        }                                                                         \
+    } while (0)
+
+#define CHECKF(cond, ...)                                                         \
+    do {                                                                          \
+        if (!(cond)) {                                                            \
+            nx_test_failures++;                                                   \
+            fprintf(stderr, "  FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
+            fprintf(stderr, __VA_ARGS__);                                         \
+            fputc('\n', stderr);                                                  \
+        }                                                                         \
+    } while (0)
+
+/* Runs the table; returns the process exit code. */
+int nx_test_main(int argc, char **argv, const nx_test *tests, int n);
+
+#define NX_TEST_MAIN(table)                                                       \
+    int main(int argc, char **argv) {                                             \
+        return nx_test_main(argc, argv, table, (int)(sizeof table / sizeof table[0])); \
+    }
+
+/* Helpers shared by tests (tests/test.c). */
+/* A fresh empty directory under the build tree: NX_BUILD_DIR/tmp/<name>.<pid>;
+ * returns a static buffer. */
+const char *nx_test_tmpdir(const char *name);
+/* Writes bytes to path; returns 0 on success. */
+int nx_test_write_file(const char *path, const void *data, size_t n);
+/* Reads a whole file (caller frees); NULL on error. */
+void *nx_test_read_file(const char *path, size_t *n);
+/* Runs a shell command, returns its exit status (0 = success). */
+int nx_test_system(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Reads a 2-D (or 1-D, as [1, n]) little-endian float32 .npy file; caller
+ * frees. NULL on any error. A 3-D file returns its first axis folded into rows. */
+float *nx_test_read_npy(const char *path, long *rows, long *cols);
+/* Reads token ids separated by commas and/or whitespace; caller frees. */
+int *nx_test_read_ids(const char *path, int *n);
+
+/* max |a-b| and normalised MSE sum((a-b)^2) / sum(b^2) over n values. */
+typedef struct { double max_abs, nmse; } nx_test_diff;
+nx_test_diff nx_test_compare(const float *a, const float *ref, long n);
+/* index of the largest value, ties to the lowest index */
+long nx_test_argmax(const float *v, long n);
+
+#endif
