@@ -1,0 +1,328 @@
+/* config.c — parse and validate a Qwen3.5 config.json (see config.h). */
+#include "io/config.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+
+/* Dimensions above this are rejected as malformed: it keeps every derived
+ * product (e.g. 2*Nh*hd*H) far from int64 overflow. */
+#define CFG_MAX_DIM (1 << 20)
+#define CFG_MAX_VOCAB (1 << 24)
+
+typedef struct {
+    const char *file;    /* for messages */
+    const char *scope;   /* "text_config." or "" */
+    char *err;
+    size_t errlen;
+} cfg_ctx;
+
+/* Reads an optional integer field: returns 1 and sets *out if present, 0 if
+ * absent (or null), -1 (error written) if present with the wrong type or out
+ * of [lo, hi]. */
+static int get_int(cfg_ctx *c, json_t *obj, const char *key, long long lo, long long hi, long long *out) {
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return 0;
+    long long x;
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+    } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9e15) {
+        x = (long long)json_real_value(v);
+    } else {
+        nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: %s%s must be an integer", c->file, c->scope, key);
+        return -1;
+    }
+    if (x < lo || x > hi) {
+        nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: %s%s = %lld is out of range [%lld, %lld]", c->file, c->scope, key, x, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+static int get_real(cfg_ctx *c, json_t *obj, const char *key, double *out) {
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) {
+        nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: %s%s must be a number", c->file, c->scope, key);
+        return -1;
+    }
+    *out = json_number_value(v);
+    if (!isfinite(*out)) {
+        nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: %s%s is not finite", c->file, c->scope, key);
+        return -1;
+    }
+    return 1;
+}
+
+static int get_bool(cfg_ctx *c, json_t *obj, const char *key, int *out) {
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) {
+        nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: %s%s must be true or false", c->file, c->scope, key);
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 1;
+}
+
+/* Required positive dimension. */
+static int need_dim(cfg_ctx *c, json_t *obj, const char *key, long long hi, int *out) {
+    long long x;
+    int r = get_int(c, obj, key, 1, hi, &x);
+    if (r == 0) {
+        nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: %s%s is missing", c->file, c->scope, key);
+        return -1;
+    }
+    if (r < 0) return -1;
+    *out = (int)x;
+    return 0;
+}
+
+static int opt_dim(cfg_ctx *c, json_t *obj, const char *key, long long lo, long long hi, int dflt, int *out) {
+    long long x;
+    int r = get_int(c, obj, key, lo, hi, &x);
+    if (r < 0) return -1;
+    *out = r ? (int)x : dflt;
+    return 0;
+}
+
+/* eos_token_id: an integer or a list of integers; merged into out (dedup). */
+static int add_eos(cfg_ctx *c, json_t *v, const char *key, cfg_model *out) {
+    if (!v || json_is_null(v)) return 0;
+    json_t *one = v;
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    for (size_t i = 0; i < n; i++) {
+        if (json_is_array(v)) one = json_array_get(v, i);
+        if (!json_is_integer(one) || json_integer_value(one) < 0 || json_integer_value(one) >= out->vocab_size) {
+            nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: %s%s must be token ids below vocab_size %d", c->file, c->scope,
+                    key, out->vocab_size);
+            return -1;
+        }
+        int32_t id = (int32_t)json_integer_value(one);
+        int dup = 0;
+        for (int k = 0; k < out->n_eos; k++) dup |= out->eos_ids[k] == id;
+        if (!dup && out->n_eos < CFG_MAX_EOS) out->eos_ids[out->n_eos++] = id;
+    }
+    return 0;
+}
+
+static nx_status parse_rope(cfg_ctx *c, json_t *tc, cfg_model *out) {
+    out->rope_theta = 1e7;            /* every Qwen3.5 checkpoint */
+    out->partial_rotary_factor = 0.25;
+    if (get_real(c, tc, "rope_theta", &out->rope_theta) < 0) return NX_EFORMAT;
+    if (get_real(c, tc, "partial_rotary_factor", &out->partial_rotary_factor) < 0) return NX_EFORMAT;
+    const char *rp_key = json_object_get(tc, "rope_parameters") ? "rope_parameters" : "rope_scaling";
+    json_t *rp = json_object_get(tc, rp_key);
+    if (rp && !json_is_null(rp)) {
+        if (!json_is_object(rp))
+            return nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: %s%s must be an object", c->file, c->scope, rp_key);
+        cfg_ctx sub = *c;
+        char scope[64];
+        snprintf(scope, sizeof scope, "%s%s.", c->scope, rp_key);
+        sub.scope = scope;
+        if (get_real(&sub, rp, "rope_theta", &out->rope_theta) < 0) return NX_EFORMAT;
+        if (get_real(&sub, rp, "partial_rotary_factor", &out->partial_rotary_factor) < 0) return NX_EFORMAT;
+        json_t *type = json_object_get(rp, "rope_type");
+        if (!type) type = json_object_get(rp, "type");
+        if (type && !json_is_null(type)) {
+            const char *t = json_string_value(type);
+            /* mRoPE with text-only positions (t = h = w = p) is plain partial
+             * RoPE, so "default" with an mrope_section is fine; scaled
+             * variants (yarn, linear, dynamic) change the frequencies. */
+            if (!t || (strcmp(t, "default") != 0 && strcmp(t, "mrope") != 0))
+                return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED, "%s: %srope_type '%s' is not supported yet (only default)",
+                               c->file, scope, t ? t : "?");
+        }
+    }
+    if (out->rope_theta <= 0)
+        return nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: rope_theta must be positive", c->file);
+    if (out->partial_rotary_factor <= 0 || out->partial_rotary_factor > 1)
+        return nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: partial_rotary_factor %g must be in (0, 1]", c->file,
+                       out->partial_rotary_factor);
+    out->rotary_dim = (int)(out->head_dim * out->partial_rotary_factor);
+    if (out->rotary_dim < 2 || out->rotary_dim % 2)
+        return nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: head_dim %d x partial_rotary_factor %g gives rotary dim %d (must be even, >= 2)",
+                       c->file, out->head_dim, out->partial_rotary_factor, out->rotary_dim);
+    return NX_OK;
+}
+
+static nx_status parse_layer_types(cfg_ctx *c, json_t *tc, cfg_model *out) {
+    json_t *lt = json_object_get(tc, "layer_types");
+    if (lt && !json_is_null(lt)) {
+        if (!json_is_array(lt) || json_array_size(lt) != (size_t)out->n_layers)
+            return nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: %slayer_types must be a list of num_hidden_layers (%d) strings",
+                           c->file, c->scope, out->n_layers);
+        for (int i = 0; i < out->n_layers; i++) {
+            const char *t = json_string_value(json_array_get(lt, (size_t)i));
+            if (t && strcmp(t, "full_attention") == 0) out->layer_full[i] = 1;
+            else if (t && strcmp(t, "linear_attention") == 0) out->layer_full[i] = 0;
+            else
+                return nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: %slayer_types[%d] = '%s' (expected full_attention or linear_attention)",
+                               c->file, c->scope, i, t ? t : "(not a string)");
+        }
+        return NX_OK;
+    }
+    int interval;
+    if (opt_dim(c, tc, "full_attention_interval", 1, CFG_MAX_LAYERS, 4, &interval) < 0) return NX_EFORMAT;
+    for (int i = 0; i < out->n_layers; i++) out->layer_full[i] = (i + 1) % interval == 0;
+    return NX_OK;
+}
+
+static nx_status parse_text(cfg_ctx *c, json_t *root, json_t *tc, cfg_model *out) {
+    if (need_dim(c, tc, "vocab_size", CFG_MAX_VOCAB, &out->vocab_size) || need_dim(c, tc, "hidden_size", CFG_MAX_DIM, &out->hidden_size) ||
+        need_dim(c, tc, "num_hidden_layers", CFG_MAX_LAYERS, &out->n_layers) ||
+        need_dim(c, tc, "intermediate_size", CFG_MAX_DIM, &out->intermediate_size) ||
+        need_dim(c, tc, "num_attention_heads", 4096, &out->n_heads) ||
+        need_dim(c, tc, "linear_num_key_heads", 4096, &out->linear_k_heads) ||
+        need_dim(c, tc, "linear_num_value_heads", 4096, &out->linear_v_heads) ||
+        need_dim(c, tc, "linear_key_head_dim", 65536, &out->linear_k_dim) ||
+        need_dim(c, tc, "linear_value_head_dim", 65536, &out->linear_v_dim))
+        return NX_EFORMAT;
+    if (opt_dim(c, tc, "num_key_value_heads", 1, 4096, out->n_heads, &out->n_kv_heads) ||
+        opt_dim(c, tc, "head_dim", 1, 65536, out->hidden_size / out->n_heads, &out->head_dim) ||
+        opt_dim(c, tc, "linear_conv_kernel_dim", 1, 64, 4, &out->conv_kernel) ||
+        opt_dim(c, tc, "max_position_embeddings", 1, 1 << 30, 262144, &out->max_position_embeddings) ||
+        opt_dim(c, tc, "mtp_num_hidden_layers", 0, 16, 0, &out->mtp_num_hidden_layers))
+        return NX_EFORMAT;
+    if (out->n_heads % out->n_kv_heads)
+        return nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                       c->file, out->n_heads, out->n_kv_heads);
+    if (out->linear_v_heads % out->linear_k_heads)
+        return nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d",
+                       c->file, out->linear_v_heads, out->linear_k_heads);
+
+    long long experts = 0;
+    if (get_int(c, tc, "num_experts", 0, 1 << 20, &experts) < 0) return NX_EFORMAT;
+    if (experts > 0)
+        return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED, "%s: MoE not supported yet (num_experts = %lld)", c->file, experts);
+
+    int b;
+    out->attn_output_gate = 1;
+    if (get_bool(c, tc, "attn_output_gate", &out->attn_output_gate) < 0) return NX_EFORMAT;
+    b = 0;
+    if (get_bool(c, tc, "attention_bias", &b) < 0) return NX_EFORMAT;
+    if (b) return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED, "%s: attention_bias = true is not supported", c->file);
+    json_t *act = json_object_get(tc, "hidden_act");
+    if (act && !json_is_null(act) && (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
+        return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED, "%s: hidden_act '%s' is not supported (only silu)", c->file,
+                       json_is_string(act) ? json_string_value(act) : "?");
+
+    out->rms_norm_eps = 1e-6;
+    if (get_real(c, tc, "rms_norm_eps", &out->rms_norm_eps) < 0) return NX_EFORMAT;
+    if (out->rms_norm_eps <= 0 || out->rms_norm_eps > 1)
+        return nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: rms_norm_eps %g must be in (0, 1]", c->file, out->rms_norm_eps);
+
+    nx_status st = parse_rope(c, tc, out);
+    if (st) return st;
+    st = parse_layer_types(c, tc, out);
+    if (st) return st;
+
+    /* tie_word_embeddings: text_config wins, top level is the fallback. */
+    out->tie_word_embeddings = 0;
+    cfg_ctx top = *c;
+    top.scope = "";
+    if (get_bool(&top, root, "tie_word_embeddings", &out->tie_word_embeddings) < 0) return NX_EFORMAT;
+    if (tc != root && get_bool(c, tc, "tie_word_embeddings", &out->tie_word_embeddings) < 0) return NX_EFORMAT;
+    out->mtp_use_dedicated_embeddings = 0;
+    if (get_bool(c, tc, "mtp_use_dedicated_embeddings", &out->mtp_use_dedicated_embeddings) < 0) return NX_EFORMAT;
+
+    out->n_eos = 0;
+    if (add_eos(c, json_object_get(tc, "eos_token_id"), "eos_token_id", out)) return NX_EFORMAT;
+    if (tc != root && add_eos(&top, json_object_get(root, "eos_token_id"), "eos_token_id", out)) return NX_EFORMAT;
+    return NX_OK;
+}
+
+nx_status cfg_parse(const char *text, size_t len, const char *name, cfg_model *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return nx_fail(err, errlen, NX_EFORMAT, "%s: invalid JSON at line %d column %d: %s", name, je.line, je.column, je.text);
+    nx_status st = NX_OK;
+    cfg_ctx c = {name, "", err, errlen};
+    if (!json_is_object(root)) {
+        st = nx_fail(err, errlen, NX_EFORMAT, "%s: not a JSON object", name);
+        goto done;
+    }
+    json_t *mt = json_object_get(root, "model_type");
+    json_t *tc = json_object_get(root, "text_config");
+    const char *type = json_string_value(mt);
+    if (!type && tc) type = json_string_value(json_object_get(tc, "model_type"));
+    if (!type) {
+        st = nx_fail(err, errlen, NX_EFORMAT, "%s: model_type is missing", name);
+        goto done;
+    }
+    snprintf(out->model_type, sizeof out->model_type, "%s", type);
+    if (strcmp(type, "qwen3_5_moe") == 0 || strcmp(type, "qwen3_5_moe_text") == 0) {
+        st = nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: MoE not supported yet (model_type %s)", name, type);
+        goto done;
+    }
+    if (strcmp(type, "qwen3_5") != 0 && strcmp(type, "qwen3_5_text") != 0) {
+        st = nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: unknown model_type '%s' (nextn runs qwen3_5 and qwen3_5_text)", name, type);
+        goto done;
+    }
+    if (tc && !json_is_null(tc)) {
+        if (!json_is_object(tc)) {
+            st = nx_fail(err, errlen, NX_EFORMAT, "%s: text_config must be an object", name);
+            goto done;
+        }
+        c.scope = "text_config.";
+    } else {
+        tc = root; /* flat layout */
+    }
+    st = parse_text(&c, root, tc, out);
+    if (st) goto done;
+    json_t *q = json_object_get(root, "quantization");
+    if (!q) q = json_object_get(root, "quantization_config");
+    out->has_quantization = q && !json_is_null(q);
+done:
+    json_decref(root);
+    return st;
+}
+
+static char *read_text(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n >= 0 && n < (64L << 20) && fseek(f, 0, SEEK_SET) == 0) {
+            buf = nx_alloc((size_t)n + 1);
+            if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { nx_free(buf); buf = NULL; }
+            if (buf) { buf[n] = 0; *len = (size_t)n; }
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+nx_status cfg_load_dir(const char *dir, cfg_model *out, char *err, size_t errlen) {
+    char path[4096];
+    size_t len;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = read_text(path, &len);
+    if (!text) return nx_fail(err, errlen, NX_EIO, "%s: cannot read (is %s a checkpoint directory?)", path, dir);
+    nx_status st = cfg_parse(text, len, path, out, err, errlen);
+    nx_free(text);
+    if (st) return st;
+
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    text = read_text(path, &len);
+    if (!text) return NX_OK; /* optional */
+    json_error_t je;
+    json_t *g = json_loadb(text, len, 0, &je);
+    nx_free(text);
+    if (!g || !json_is_object(g)) {
+        json_decref(g);
+        return nx_fail(err, errlen, NX_EFORMAT, "%s: invalid JSON at line %d: %s", path, je.line, je.text);
+    }
+    cfg_ctx c = {path, "", err, errlen};
+    int r = add_eos(&c, json_object_get(g, "eos_token_id"), "eos_token_id", out);
+    json_decref(g);
+    return r ? NX_EFORMAT : NX_OK;
+}

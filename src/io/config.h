@@ -1,0 +1,64 @@
+/* config.h — the Qwen3.5 text-model configuration (config.json).
+ *
+ * Accepts both layouts real checkpoints use: the vision-language wrapper with
+ * the language-model fields nested under "text_config", and the flat form
+ * with those fields at the top level. Field meanings and defaults follow the
+ * Hugging Face Qwen3_5TextConfig (spec §1.2):
+ *   - layer_types, or else full attention iff (i+1) % full_attention_interval == 0;
+ *   - rope settings from rope_parameters, else the legacy rope_scaling, else the
+ *     top-level rope_theta / partial_rotary_factor (defaults 1e7 and 0.25);
+ *   - tie_word_embeddings from text_config, else the top level (default false);
+ *   - eos_token_id as an integer or a list, merged with generation_config.json.
+ * MoE fields are parsed and rejected (NX_EUNSUPPORTED) until MoE lands; an
+ * unknown model_type is NX_EUNSUPPORTED naming it. Every error names the file
+ * and the field. The struct owns nothing: it can be copied freely. */
+#ifndef NX_IO_CONFIG_H
+#define NX_IO_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "nextn.h"
+
+#define CFG_MAX_LAYERS 512
+#define CFG_MAX_EOS 8
+
+typedef struct {
+    char model_type[32];          /* top-level model_type                     */
+    int vocab_size;               /* V                                         */
+    int hidden_size;              /* H                                         */
+    int n_layers;                 /* L (main stack; the MTP layer is extra)    */
+    int intermediate_size;        /* I                                         */
+    int n_heads, n_kv_heads;      /* Nh, Nkv                                   */
+    int head_dim;                 /* hd                                        */
+    int attn_output_gate;         /* q_proj emits [query | gate] per head      */
+    int linear_k_heads, linear_v_heads;   /* Hk, Hv                            */
+    int linear_k_dim, linear_v_dim;       /* Dk, Dv                            */
+    int conv_kernel;              /* Kc                                        */
+    uint8_t layer_full[CFG_MAX_LAYERS];   /* 1: full attention, 0: Gated DeltaNet */
+    double rope_theta;
+    double partial_rotary_factor;
+    int rotary_dim;               /* rd = int(hd * partial_rotary_factor), even */
+    double rms_norm_eps;
+    int tie_word_embeddings;
+    int max_position_embeddings;
+    int mtp_num_hidden_layers;
+    int mtp_use_dedicated_embeddings;
+    int n_eos;
+    int32_t eos_ids[CFG_MAX_EOS];
+    int has_quantization;         /* a "quantization" block is present (MLX)   */
+} cfg_model;
+
+/* Reads and validates config.json in dir, plus generation_config.json if it
+ * exists (only its eos_token_id is used). */
+nx_status cfg_load_dir(const char *dir, cfg_model *out, char *err, size_t errlen);
+
+/* Parses config text; `name` is used in error messages (e.g. the path). */
+nx_status cfg_parse(const char *text, size_t len, const char *name, cfg_model *out,
+                    char *err, size_t errlen);
+
+/* Derived sizes. */
+static inline int cfg_key_dim(const cfg_model *c) { return c->linear_k_heads * c->linear_k_dim; }
+static inline int cfg_value_dim(const cfg_model *c) { return c->linear_v_heads * c->linear_v_dim; }
+static inline int cfg_conv_dim(const cfg_model *c) { return 2 * cfg_key_dim(c) + cfg_value_dim(c); }
+
+#endif

@@ -1,0 +1,150 @@
+/* test_config.c — config.json parsing: both layouts, every derived field,
+ * and a clear error naming the field for each kind of bad input. */
+#include "test.h"
+
+#include "io/config.h"
+
+static const char *nested =
+    "{\"model_type\":\"qwen3_5\",\"tie_word_embeddings\":true,\"text_config\":{"
+    "\"model_type\":\"qwen3_5_text\",\"vocab_size\":1000,\"hidden_size\":64,\"num_hidden_layers\":8,"
+    "\"intermediate_size\":128,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,"
+    "\"linear_num_key_heads\":2,\"linear_num_value_heads\":4,\"linear_key_head_dim\":16,\"linear_value_head_dim\":8,"
+    "\"linear_conv_kernel_dim\":4,\"rms_norm_eps\":1e-6,\"full_attention_interval\":4,\"eos_token_id\":999,"
+    "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":10000000,\"partial_rotary_factor\":0.25,"
+    "\"mrope_section\":[11,11,10],\"mrope_interleaved\":true},\"mtp_num_hidden_layers\":1}}";
+
+static nx_status parse(const char *text, cfg_model *c, char *err) {
+    return cfg_parse(text, strlen(text), "config.json", c, err, 512);
+}
+
+/* nested with one substitution applied: replaces the first occurrence of
+ * `from` with `to` */
+static char *edited(const char *from, const char *to) {
+    static char buf[4096];
+    const char *p = strstr(nested, from);
+    if (!p) { fprintf(stderr, "test bug: '%s' not in config\n", from); abort(); }
+    snprintf(buf, sizeof buf, "%.*s%s%s", (int)(p - nested), nested, to, p + strlen(from));
+    return buf;
+}
+
+static void nested_layout_parses_every_field(void) {
+    cfg_model c;
+    char err[512];
+    CHECKF(parse(nested, &c, err) == NX_OK, "%s", err);
+    CHECK(c.vocab_size == 1000 && c.hidden_size == 64 && c.n_layers == 8 && c.intermediate_size == 128);
+    CHECK(c.n_heads == 4 && c.n_kv_heads == 2 && c.head_dim == 32 && c.attn_output_gate == 1);
+    CHECK(c.linear_k_heads == 2 && c.linear_v_heads == 4 && c.linear_k_dim == 16 && c.linear_v_dim == 8);
+    CHECK(cfg_key_dim(&c) == 32 && cfg_value_dim(&c) == 32 && cfg_conv_dim(&c) == 96 && c.conv_kernel == 4);
+    CHECK(c.rope_theta == 1e7 && c.partial_rotary_factor == 0.25 && c.rotary_dim == 8);
+    CHECK(c.tie_word_embeddings == 1 && c.mtp_num_hidden_layers == 1 && c.rms_norm_eps == 1e-6);
+    CHECK(c.n_eos == 1 && c.eos_ids[0] == 999);
+    static const uint8_t want[8] = {0, 0, 0, 1, 0, 0, 0, 1};
+    CHECK(memcmp(c.layer_full, want, 8) == 0);
+}
+
+static void flat_layout_equals_nested(void) {
+    const char *flat =
+        "{\"model_type\":\"qwen3_5_text\",\"tie_word_embeddings\":true,\"vocab_size\":1000,\"hidden_size\":64,"
+        "\"num_hidden_layers\":8,\"intermediate_size\":128,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+        "\"head_dim\":32,\"linear_num_key_heads\":2,\"linear_num_value_heads\":4,\"linear_key_head_dim\":16,"
+        "\"linear_value_head_dim\":8,\"eos_token_id\":[999],\"rope_theta\":10000000,\"partial_rotary_factor\":0.25,"
+        "\"mtp_num_hidden_layers\":1}";
+    cfg_model a, b;
+    char err[512];
+    CHECKF(parse(nested, &a, err) == NX_OK, "%s", err);
+    CHECKF(parse(flat, &b, err) == NX_OK, "%s", err);
+    memcpy(b.model_type, a.model_type, sizeof a.model_type); /* the only field that differs */
+    CHECK(memcmp(&a, &b, sizeof a) == 0);
+}
+
+static void layer_types_override_the_interval(void) {
+    cfg_model c;
+    char err[512];
+    const char *t = edited("\"full_attention_interval\":4",
+                           "\"layer_types\":[\"full_attention\",\"linear_attention\",\"linear_attention\",\"linear_attention\","
+                           "\"linear_attention\",\"full_attention\",\"linear_attention\",\"linear_attention\"]");
+    CHECKF(parse(t, &c, err) == NX_OK, "%s", err);
+    CHECK(c.layer_full[0] == 1 && c.layer_full[3] == 0 && c.layer_full[5] == 1);
+    t = edited("\"full_attention_interval\":4", "\"layer_types\":[\"full_attention\"]");
+    CHECK(parse(t, &c, err) == NX_EFORMAT && strstr(err, "layer_types"));
+    t = edited("\"full_attention_interval\":4", "\"full_attention_interval\":2");
+    CHECK(parse(t, &c, err) == NX_OK && c.layer_full[1] && !c.layer_full[2]);
+}
+
+static void legacy_rope_fields_are_read(void) {
+    cfg_model c;
+    char err[512];
+    const char *t = edited("\"rope_parameters\"", "\"rope_scaling\"");
+    CHECKF(parse(t, &c, err) == NX_OK, "%s", err);
+    CHECK(c.rope_theta == 1e7);
+    t = edited("\"rope_theta\":10000000", "\"rope_theta\":5000");
+    CHECK(parse(t, &c, err) == NX_OK && c.rope_theta == 5000);
+    t = edited("\"rope_type\":\"default\"", "\"rope_type\":\"yarn\"");
+    CHECK(parse(t, &c, err) == NX_EUNSUPPORTED && strstr(err, "yarn"));
+}
+
+static void moe_and_unknown_models_are_rejected_by_name(void) {
+    cfg_model c;
+    char err[512];
+    CHECK(parse(edited("\"model_type\":\"qwen3_5\"", "\"model_type\":\"qwen3_5_moe\""), &c, err) == NX_EUNSUPPORTED);
+    CHECKF(strstr(err, "MoE not supported yet"), "%s", err);
+    CHECK(parse(edited("\"mtp_num_hidden_layers\":1", "\"mtp_num_hidden_layers\":1,\"num_experts\":256"), &c, err) == NX_EUNSUPPORTED);
+    CHECKF(strstr(err, "MoE not supported yet") && strstr(err, "256"), "%s", err);
+    CHECK(parse(edited("\"model_type\":\"qwen3_5\"", "\"model_type\":\"llama\""), &c, err) == NX_EUNSUPPORTED);
+    CHECKF(strstr(err, "llama"), "%s", err);
+}
+
+static void bad_values_name_the_field(void) {
+    static const struct { const char *from, *to, *needle; } cases[] = {
+        {"\"hidden_size\":64", "\"hidden_size\":\"64\"", "text_config.hidden_size must be an integer"},
+        {"\"hidden_size\":64,", "", "text_config.hidden_size is missing"},
+        {"\"vocab_size\":1000", "\"vocab_size\":-3", "text_config.vocab_size = -3"},
+        {"\"num_key_value_heads\":2", "\"num_key_value_heads\":3", "num_key_value_heads"},
+        {"\"linear_num_value_heads\":4", "\"linear_num_value_heads\":3", "linear_num_value_heads"},
+        {"\"eos_token_id\":999", "\"eos_token_id\":5000", "eos_token_id"},
+        {"\"rms_norm_eps\":1e-6", "\"rms_norm_eps\":true", "rms_norm_eps must be a number"},
+        {"\"partial_rotary_factor\":0.25", "\"partial_rotary_factor\":0.1", "rotary dim"},
+        {"\"mtp_num_hidden_layers\":1", "\"mtp_num_hidden_layers\":1,\"hidden_act\":\"gelu\"", "gelu"},
+        {"\"mtp_num_hidden_layers\":1", "\"mtp_num_hidden_layers\":1,\"attention_bias\":true", "attention_bias"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cfg_model c;
+        char err[512] = "";
+        nx_status st = parse(edited(cases[i].from, cases[i].to), &c, err);
+        CHECKF(st != NX_OK && strstr(err, cases[i].needle) && strstr(err, "config.json"), "case %zu: status %d, '%s'", i, st, err);
+    }
+    cfg_model c;
+    char err[512];
+    CHECK(parse("{\"model_type\": ", &c, err) == NX_EFORMAT && strstr(err, "invalid JSON"));
+    CHECK(parse("[1,2]", &c, err) == NX_EFORMAT && strstr(err, "not a JSON object"));
+    CHECK(parse("{}", &c, err) == NX_EFORMAT && strstr(err, "model_type is missing"));
+}
+
+static void generation_config_adds_eos_ids(void) {
+    const char *dir = nx_test_tmpdir("cfg-gen");
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    nx_test_write_file(path, nested, strlen(nested));
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    const char *gen = "{\"eos_token_id\":[998,999]}";
+    nx_test_write_file(path, gen, strlen(gen));
+    cfg_model c;
+    char err[512];
+    CHECKF(cfg_load_dir(dir, &c, err, sizeof err) == NX_OK, "%s", err);
+    CHECK(c.n_eos == 2 && c.eos_ids[0] == 999 && c.eos_ids[1] == 998);
+    nx_test_write_file(path, "{oops", 5);
+    CHECK(cfg_load_dir(dir, &c, err, sizeof err) == NX_EFORMAT && strstr(err, "generation_config.json"));
+    CHECK(cfg_load_dir("/nonexistent", &c, err, sizeof err) == NX_EIO && strstr(err, "/nonexistent/config.json"));
+}
+
+static const nx_test tests[] = {
+    {"nested_layout_parses_every_field", "text_config layout: every field and derived size", nested_layout_parses_every_field},
+    {"flat_layout_equals_nested", "the flat layout parses to the same config", flat_layout_equals_nested},
+    {"layer_types_override_the_interval", "layer_types wins over full_attention_interval; length checked", layer_types_override_the_interval},
+    {"legacy_rope_fields_are_read", "rope_scaling and top-level rope fields; scaled rope refused", legacy_rope_fields_are_read},
+    {"moe_and_unknown_models_are_rejected_by_name", "MoE and unknown model types: clear unsupported errors", moe_and_unknown_models_are_rejected_by_name},
+    {"bad_values_name_the_field", "wrong types, missing fields and bad values name the field", bad_values_name_the_field},
+    {"generation_config_adds_eos_ids", "generation_config.json eos ids merge; bad file is named", generation_config_adds_eos_ids},
+};
+
+NX_TEST_MAIN(tests)
