@@ -1,0 +1,25 @@
+/* gdn.h — Gated DeltaNet primitives (spec §3.6): the causal depthwise
+ * convolution over a window, and one step of the gated delta rule.
+ *
+ * State layout: the recurrent state of one value head is S[Dv][Dk] f32 (the
+ * transpose of HF's [Dk, Dv]): each output channel v owns a contiguous row,
+ * so the whole step is row dot products and axpys over Dk. */
+#ifndef NX_KERNELS_GDN_H
+#define NX_KERNELS_GDN_H
+
+#include <stdint.h>
+
+/* Causal depthwise conv + SiLU for channels [c0, c1) of T tokens.
+ * window: [(kc-1) + T][ld] — the kc-1 previous pre-conv rows (the conv state)
+ * followed by this chunk's T pre-conv rows. w: [C][kc] taps, tap kc-1 on the
+ * current token. out: [T][ld]. out[t][c] = silu(sum_j w[c][j] * window[t+j][c]). */
+void kn_conv_silu(float *out, const float *window, int64_t ld, int T, const float *w, int kc,
+                  int64_t c0, int64_t c1);
+
+/* One token of the gated delta rule for one value head:
+ *   S <- alpha * S;  m = S k;  delta = beta * (v - m);  S <- S + delta k^T;  o = S q
+ * S: [dv][dk]; k, q: [dk] (already L2-normalised, q scaled); v, o: [dv]. */
+void kn_gated_delta_step(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
+                         float *o, int dk, int dv);
+
+#endif

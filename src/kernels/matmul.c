@@ -1,0 +1,377 @@
+/* matmul.c — dense matrix products over f32/bf16/f16 weights and the f32 vector
+ * primitives (see matmul.h).
+ *
+ * Every kernel exists twice: a scalar `_ref` twin, which is the definition, and
+ * an AVX2+FMA+F16C version compiled per function with a target attribute (the
+ * build stays portable; no -mavx2). kn_init() points one small table at either
+ * set, and the public kn_* entry points call through it.
+ *
+ * Loop order, and why: CPU decode is bound by memory bandwidth, so each weight
+ * row is streamed from DRAM once per call. kn_matmul_rows walks rows outer and
+ * the T activation rows inner; after the first activation the row sits in L1/L2,
+ * so verifying K drafted tokens costs about the weight traffic of decoding one.
+ *
+ * Bit-exactness (matmul.h): in both twins Y[t][r] is one function of (W row r,
+ * X row t, cols) alone. The scalar twin sums in double in index order. The SIMD
+ * twin fixes the lane, accumulator, combine order and tail of every product
+ * (see "Dot product layout" below); computing several activation rows at once
+ * only interleaves independent dot products and never changes the operations
+ * inside one. The SIMD code is all intrinsics, so neither the compiler's FMA
+ * contraction nor its register allocation can change a result. */
+#include "kernels/matmul.h"
+
+#include <assert.h>
+#include <string.h>
+
+#include "base/fp16.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define KN_HAVE_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
+#else
+#define KN_HAVE_X86 0
+#endif
+
+/* ---- Preconditions -----------------------------------------------------
+ * Shared by both twins so that force_reference catches the same misuse. */
+
+/* Marked unused: only assert() calls it, so it is dead under NDEBUG. */
+__attribute__((unused)) static int kn_dtype_ok(nx_dtype dt) {
+    return dt == NX_DT_F32 || dt == NX_DT_BF16 || dt == NX_DT_F16;
+}
+
+static void assert_matmul_args(const kn_mat *w, const float *x, int64_t ldx, int T, const float *y,
+                               int64_t ldy, int64_t r0, int64_t r1) {
+    assert(w != NULL && kn_dtype_ok(w->dtype));
+    assert(w->rows >= 0 && w->cols >= 0);
+    assert(0 <= r0 && r0 <= r1 && r1 <= w->rows);
+    assert(T >= 0);
+    /* Rows of X and Y must not overlap when there are several of them. */
+    assert(T <= 1 || (ldx >= w->cols && ldy >= r1));
+    assert(T == 0 || r0 == r1 || (y != NULL && (x != NULL || w->cols == 0) && w->data != NULL));
+    (void)w, (void)x, (void)ldx, (void)T, (void)y, (void)ldy, (void)r0, (void)r1;
+}
+
+/* ---- Scalar reference twins ----------------------------------------------
+ * Plain loops in index order. Dot products accumulate in double: a product of
+ * two floats is exact in double, so each term is exact and the only rounding
+ * is the sum's (and the final cast). That makes the reference more accurate
+ * than any f32 order, independent of FMA contraction, and a fixed definition
+ * for the SIMD twin to be measured against. */
+
+/* Dot product of n weights of type dt at w with x, in double. */
+static double dot_ref(const void *w, nx_dtype dt, const float *x, int64_t n) {
+    double acc = 0.0;
+    switch (dt) {
+    case NX_DT_F32: {
+        const float *p = w;
+        for (int64_t i = 0; i < n; i++) acc += (double)p[i] * (double)x[i];
+        break;
+    }
+    case NX_DT_BF16: {
+        const uint16_t *p = w;
+        for (int64_t i = 0; i < n; i++) acc += (double)nx_bf16_to_f32(p[i]) * (double)x[i];
+        break;
+    }
+    case NX_DT_F16: {
+        const uint16_t *p = w;
+        for (int64_t i = 0; i < n; i++) acc += (double)nx_f16_to_f32(p[i]) * (double)x[i];
+        break;
+    }
+    default:
+        assert(!"unsupported weight dtype");
+    }
+    return acc;
+}
+
+void kn_matmul_rows_ref(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
+                        int64_t r0, int64_t r1) {
+    assert_matmul_args(w, x, ldx, T, y, ldy, r0, r1);
+    const int64_t n = w->cols;
+    const size_t row_bytes = (size_t)n * nx_dtype_size(w->dtype);
+    for (int64_t r = r0; r < r1; r++) {
+        const void *wr = (const char *)w->data + (size_t)r * row_bytes;
+        for (int t = 0; t < T; t++) y[(int64_t)t * ldy + r] = (float)dot_ref(wr, w->dtype, x + (int64_t)t * ldx, n);
+    }
+}
+
+float kn_dot_f32_ref(const float *a, const float *b, int64_t n) {
+    assert(n >= 0 && (n == 0 || (a != NULL && b != NULL)));
+    return (float)dot_ref(a, NX_DT_F32, b, n);
+}
+
+/* Two roundings (multiply, then add), never a fused multiply-add: the SIMD twin
+ * does the same, so both modes agree bit for bit. This relies on the build's
+ * -ffp-contract=off (CMakeLists.txt), which keeps the compiler from fusing it. */
+void kn_axpy_f32_ref(float *y, float a, const float *x, int64_t n) {
+    assert(n >= 0 && (n == 0 || (y != NULL && x != NULL)));
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+void kn_scale_f32_ref(float *y, float a, int64_t n) {
+    assert(n >= 0 && (n == 0 || y != NULL));
+    for (int64_t i = 0; i < n; i++) y[i] *= a;
+}
+
+/* ---- Conversions ---------------------------------------------------------
+ * Exact widening of stored elements to f32 (bf16 and f16 fit in f32 without
+ * rounding). Used for embedding lookups, one row per token, so a scalar loop is
+ * enough. Reads go through memcpy because src may be unaligned. */
+
+void kn_to_f32(nx_dtype dt, const void *src, float *dst, int64_t n) {
+    assert(kn_dtype_ok(dt) && n >= 0 && (n == 0 || (src != NULL && dst != NULL)));
+    const unsigned char *s = src;
+    switch (dt) {
+    case NX_DT_F32:
+        if (n > 0) memcpy(dst, s, (size_t)n * sizeof(float));
+        break;
+    case NX_DT_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * i, 2);
+            dst[i] = nx_bf16_to_f32(h);
+        }
+        break;
+    case NX_DT_F16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * i, 2);
+            dst[i] = nx_f16_to_f32(h);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+void kn_mat_row_f32(const kn_mat *w, int64_t row, float *out) {
+    assert(w != NULL && kn_dtype_ok(w->dtype) && 0 <= row && row < w->rows);
+    const size_t row_bytes = (size_t)w->cols * nx_dtype_size(w->dtype);
+    kn_to_f32(w->dtype, (const char *)w->data + (size_t)row * row_bytes, out, w->cols);
+}
+
+/* ---- AVX2 + FMA + F16C twins ---------------------------------------------
+ * Dot product layout — the fixed sequence behind bit-exactness. For a row of
+ * n weights, with n32 = n & ~31 and n8 = n & ~7:
+ *   1. four accumulators of 8 f32 lanes; element i < n8 goes to accumulator
+ *      (i / 8) % 4, lane i % 8, by one FMA, in increasing i. The 32-wide loop
+ *      covers [0, n32); at most three 8-wide steps cover [n32, n8).
+ *   2. s = (acc0 + acc1) + (acc2 + acc3), then lanes are summed as
+ *      (lo128 + hi128), then the upper pair onto the lower, then lane 1 onto 0.
+ *   3. the tail [n8, n) is added one element at a time with a scalar FMA.
+ * Why four accumulators: an FMA has about 4 cycles of latency and two issue per
+ * cycle, so one chain would run far below the memory bandwidth at T = 1, while
+ * four 8-lane chains keep up with DRAM; more buys nothing when memory bound.
+ *
+ * For T > 1, KN_TBLOCK activation rows share each widened weight vector, so
+ * the bf16/f16 -> f32 widening is paid once per block. Three rows use 12
+ * accumulators, which with the weight vector fits the 16 ymm registers (four
+ * rows would spill). A 2-row x 3-token tile with two accumulators per product
+ * (to need fewer loads per FMA) was tried and measured slower from DRAM at
+ * T = 1..4. */
+
+#if KN_HAVE_X86
+
+#define KN_TBLOCK 3
+
+#define KN_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define KN_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+/* Weights w[i .. i+8) widened to f32. dt is a constant after inlining. */
+KN_AVX2_INLINE __m256 load8_avx2(const void *w, nx_dtype dt, int64_t i) {
+    if (dt == NX_DT_F32) return _mm256_loadu_ps((const float *)w + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
+    if (dt == NX_DT_F16) return _mm256_cvtph_ps(h);
+    /* bf16 is the top half of an f32: zero-extend to 32 bits, shift up 16. */
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* Weight w[i] as f32, for the tail; the same values load8_avx2 produces. */
+KN_AVX2_INLINE float load1_avx2(const void *w, nx_dtype dt, int64_t i) {
+    if (dt == NX_DT_F32) return ((const float *)w)[i];
+    uint16_t h = ((const uint16_t *)w)[i];
+    if (dt == NX_DT_F16) return _cvtsh_ss(h);
+    return nx_bf16_to_f32(h);
+}
+
+/* acc[t][acc_k] = fma(w[i..i+8), x_t[i..i+8), acc[t][acc_k]) for t < nt. A macro
+ * over dot_rows_avx2's locals (acc, nt, x, ldx) so that acc stays an array of
+ * registers; a helper taking acc by pointer would risk spilling it. */
+#define KN_FMA_ROWS(acc_k, wv, i)                                                       \
+    do {                                                                                \
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) acc[t][acc_k] =            \
+            _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (int64_t)t * ldx + (i)), acc[t][acc_k]); \
+    } while (0)
+
+/* y[t * ldy] = dot(w[0..n), x[t * ldx ..]) for t < nt (1 <= nt <= KN_TBLOCK),
+ * each in the layout above. nt and dt are constants after inlining. */
+KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, int64_t ldx, int nt,
+                                  int64_t n, float *y, int64_t ldy) {
+    __m256 acc[KN_TBLOCK][4];
+    for (int t = 0; t < nt; t++)
+        for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();
+    const int64_t n32 = n & ~(int64_t)31, n8 = n & ~(int64_t)7;
+    int64_t i = 0;
+    for (; i < n32; i += 32) {
+        __m256 w0 = load8_avx2(w, dt, i);
+        KN_FMA_ROWS(0, w0, i);
+        __m256 w1 = load8_avx2(w, dt, i + 8);
+        KN_FMA_ROWS(1, w1, i + 8);
+        __m256 w2 = load8_avx2(w, dt, i + 16);
+        KN_FMA_ROWS(2, w2, i + 16);
+        __m256 w3 = load8_avx2(w, dt, i + 24);
+        KN_FMA_ROWS(3, w3, i + 24);
+    }
+    /* Written out rather than indexed by (i / 8) % 4, so acc stays in registers. */
+    if (i < n8) { __m256 wv = load8_avx2(w, dt, i); KN_FMA_ROWS(0, wv, i); i += 8; }
+    if (i < n8) { __m256 wv = load8_avx2(w, dt, i); KN_FMA_ROWS(1, wv, i); i += 8; }
+    if (i < n8) { __m256 wv = load8_avx2(w, dt, i); KN_FMA_ROWS(2, wv, i); i += 8; }
+    for (int t = 0; t < nt; t++) {
+        __m256 v = _mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3]));
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        const float *xt = x + (int64_t)t * ldx;
+        for (int64_t j = n8; j < n; j++)
+            s = _mm_fmadd_ss(_mm_set_ss(load1_avx2(w, dt, j)), _mm_set_ss(xt[j]), s);
+        y[(int64_t)t * ldy] = _mm_cvtss_f32(s);
+    }
+}
+
+/* All rows [r0, r1) of one weight format; dt is a constant in each caller.
+ * Grouping several weight rows per block of activations (so X stays in L1 at
+ * large T) measured 10-20% faster at T = 16 but slower at T = 4 and T = 1 from
+ * DRAM, and decode and verify run at small T, so each row is finished here
+ * before the next one starts. */
+KN_AVX2_INLINE void matmul_rows_fmt_avx2(const kn_mat *w, nx_dtype dt, const float *x, int64_t ldx, int T,
+                                         float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    const int64_t n = w->cols;
+    const size_t row_bytes = (size_t)n * nx_dtype_size(dt);
+    for (int64_t r = r0; r < r1; r++) {
+        const void *wr = (const char *)w->data + (size_t)r * row_bytes;
+        int t = 0;
+        for (; t + KN_TBLOCK <= T; t += KN_TBLOCK)
+            dot_rows_avx2(wr, dt, x + (int64_t)t * ldx, ldx, KN_TBLOCK, n, y + (int64_t)t * ldy + r, ldy);
+        /* The T % KN_TBLOCK leftover rows, each block size its own inlined copy. */
+        switch (T - t) {
+        case 2: dot_rows_avx2(wr, dt, x + (int64_t)t * ldx, ldx, 2, n, y + (int64_t)t * ldy + r, ldy); break;
+        case 1: dot_rows_avx2(wr, dt, x + (int64_t)t * ldx, ldx, 1, n, y + (int64_t)t * ldy + r, ldy); break;
+        default: break;
+        }
+    }
+}
+
+static KN_AVX2 void matmul_rows_f32_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
+                                         int64_t ldy, int64_t r0, int64_t r1) {
+    matmul_rows_fmt_avx2(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1);
+}
+
+static KN_AVX2 void matmul_rows_bf16_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
+                                          int64_t ldy, int64_t r0, int64_t r1) {
+    matmul_rows_fmt_avx2(w, NX_DT_BF16, x, ldx, T, y, ldy, r0, r1);
+}
+
+static KN_AVX2 void matmul_rows_f16_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
+                                         int64_t ldy, int64_t r0, int64_t r1) {
+    matmul_rows_fmt_avx2(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1);
+}
+
+static void matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
+                             int64_t r0, int64_t r1) {
+    assert_matmul_args(w, x, ldx, T, y, ldy, r0, r1);
+    if (T == 0 || r0 == r1) return;
+    switch (w->dtype) {
+    case NX_DT_F32: matmul_rows_f32_avx2(w, x, ldx, T, y, ldy, r0, r1); break;
+    case NX_DT_BF16: matmul_rows_bf16_avx2(w, x, ldx, T, y, ldy, r0, r1); break;
+    case NX_DT_F16: matmul_rows_f16_avx2(w, x, ldx, T, y, ldy, r0, r1); break;
+    default: assert(!"unsupported weight dtype");
+    }
+}
+
+static KN_AVX2 float dot_f32_avx2(const float *a, const float *b, int64_t n) {
+    assert(n >= 0 && (n == 0 || (a != NULL && b != NULL)));
+    float out;
+    dot_rows_avx2(a, NX_DT_F32, b, 0, 1, n, &out, 0);
+    return out;
+}
+
+/* Multiply then add, as the scalar twin does (see kn_axpy_f32_ref): this is
+ * memory bound, so the fused form would buy no speed, only a mode-dependent
+ * last bit. */
+static KN_AVX2 void axpy_f32_avx2(float *y, float a, const float *x, int64_t n) {
+    assert(n >= 0 && (n == 0 || (y != NULL && x != NULL)));
+    const __m256 av = _mm256_set1_ps(a);
+    const int64_t n8 = n & ~(int64_t)7;
+    int64_t i = 0;
+    for (; i < n8; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(av, _mm256_loadu_ps(x + i))));
+    for (; i < n; i++)
+        _mm_store_ss(y + i, _mm_add_ss(_mm_load_ss(y + i), _mm_mul_ss(_mm_set_ss(a), _mm_load_ss(x + i))));
+}
+
+static KN_AVX2 void scale_f32_avx2(float *y, float a, int64_t n) {
+    assert(n >= 0 && (n == 0 || y != NULL));
+    const __m256 av = _mm256_set1_ps(a);
+    const int64_t n8 = n & ~(int64_t)7;
+    int64_t i = 0;
+    for (; i < n8; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), av));
+    for (; i < n; i++) y[i] *= a;
+}
+
+#endif /* KN_HAVE_X86 */
+
+/* ---- Dispatch ------------------------------------------------------------
+ * One table per implementation and one pointer to the active table: the only
+ * mutable global in the kernels. kn_init sets it once at startup, before any
+ * worker thread runs a kernel. It starts at the scalar table, so a kernel
+ * called before kn_init is correct, only slow. */
+
+typedef struct {
+    const char *name;
+    void (*matmul_rows)(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
+                        int64_t r0, int64_t r1);
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
+    void (*scale_f32)(float *y, float a, int64_t n);
+} kn_impl;
+
+static const kn_impl kn_impl_scalar = {"scalar", kn_matmul_rows_ref, kn_dot_f32_ref, kn_axpy_f32_ref,
+                                       kn_scale_f32_ref};
+#if KN_HAVE_X86
+static const kn_impl kn_impl_avx2 = {"avx2", matmul_rows_avx2, dot_f32_avx2, axpy_f32_avx2, scale_f32_avx2};
+#endif
+
+static const kn_impl *kn_active = &kn_impl_scalar;
+
+#if KN_HAVE_X86
+/* F16C is read from CPUID (leaf 1, ECX bit 29) rather than
+ * __builtin_cpu_supports("f16c"), which clang 14 rejects. Its registers are the
+ * AVX state, whose OS support the "avx2" check already covers. */
+static int kn_cpu_has_avx2(void) {
+    unsigned a, b, c, d;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
+int kn_init(int force_reference) {
+    kn_active = &kn_impl_scalar;
+#if KN_HAVE_X86
+    if (!force_reference && kn_cpu_has_avx2()) kn_active = &kn_impl_avx2;
+#endif
+    return kn_active != &kn_impl_scalar;
+}
+
+const char *kn_impl_name(void) { return kn_active->name; }
+
+void kn_matmul_rows(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
+                    int64_t r1) {
+    kn_active->matmul_rows(w, x, ldx, T, y, ldy, r0, r1);
+}
+
+float kn_dot_f32(const float *a, const float *b, int64_t n) { return kn_active->dot_f32(a, b, n); }
+
+void kn_axpy_f32(float *y, float a, const float *x, int64_t n) { kn_active->axpy_f32(y, a, x, n); }
+
+void kn_scale_f32(float *y, float a, int64_t n) { kn_active->scale_f32(y, a, n); }

@@ -1,0 +1,63 @@
+/* matmul.h — dense matrix-vector products over stored weight formats, and
+ * the small vector primitives the model ops are built from.
+ *
+ * Layout: a weight matrix W is row-major [rows, cols] exactly as stored in the
+ * checkpoint (PyTorch Linear: row o is the weight vector of output o), in
+ * f32, bf16 or f16. Activations are f32.
+ *
+ * Bit-exactness contract (speculative decoding relies on it): the value of
+ * Y[t][r] depends only on W row r and X row t — never on T, on the row range
+ * a call covers, or on which other rows are computed with it. Each dot product
+ * is one fixed instruction sequence for a given length.
+ *
+ * Every SIMD kernel has a scalar `_ref` twin with the same signature in the
+ * same file. kn_init() picks AVX2+FMA+F16C versions when the CPU has them,
+ * unless force_reference is set; the scalar twins are the definition and the
+ * tests compare the two. Kernels never see a model and never allocate. */
+#ifndef NX_KERNELS_MATMUL_H
+#define NX_KERNELS_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "base/dtype.h"
+
+/* A weight matrix view: data points into mapped checkpoint memory (not owned),
+ * aligned to its element size. */
+typedef struct {
+    const void *data;
+    nx_dtype dtype;        /* NX_DT_F32, NX_DT_BF16 or NX_DT_F16 */
+    int64_t rows, cols;
+} kn_mat;
+
+/* Selects the implementation of every kernel; call once at startup (more calls
+ * are harmless). Returns 1 if SIMD kernels are active, 0 for scalar. */
+int kn_init(int force_reference);
+/* "avx2" or "scalar". */
+const char *kn_impl_name(void);
+
+/* Y[t*ldy + r] = sum_c W[r][c] * X[t*ldx + c]   for t in [0,T), r in [r0,r1).
+ * A row-range worker: the caller splits [0, rows) across threads. */
+void kn_matmul_rows(const kn_mat *w, const float *x, int64_t ldx, int T,
+                    float *y, int64_t ldy, int64_t r0, int64_t r1);
+
+/* Converts row `row` of w to f32 (embedding lookup): out[0..cols). */
+void kn_mat_row_f32(const kn_mat *w, int64_t row, float *out);
+
+/* Converts n stored elements of type dt at src to f32 (src may be unaligned). */
+void kn_to_f32(nx_dtype dt, const void *src, float *dst, int64_t n);
+
+/* ---- vector primitives (f32) ------------------------------------------- */
+float kn_dot_f32(const float *a, const float *b, int64_t n);
+/* y[i] += a * x[i] */
+void kn_axpy_f32(float *y, float a, const float *x, int64_t n);
+/* y[i] *= a */
+void kn_scale_f32(float *y, float a, int64_t n);
+
+/* Scalar references (always available, used by tests and force_reference). */
+void kn_matmul_rows_ref(const kn_mat *w, const float *x, int64_t ldx, int T,
+                        float *y, int64_t ldy, int64_t r0, int64_t r1);
+float kn_dot_f32_ref(const float *a, const float *b, int64_t n);
+void kn_axpy_f32_ref(float *y, float a, const float *x, int64_t n);
+void kn_scale_f32_ref(float *y, float a, int64_t n);
+
+#endif

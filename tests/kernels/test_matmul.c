@@ -1,0 +1,409 @@
+/* test_matmul.c — the matmul kernels and vector primitives against their
+ * scalar twins, the bit-exactness contract of matmul.h, and exact conversions.
+ *
+ * Inputs come from the model's range: weights ~ N(0, 0.05) rounded to the
+ * stored format, activations ~ N(0, 1). A fixed-seed xorshift generator makes
+ * every run draw the same numbers. Tests that need the SIMD twin switch with
+ * kn_init(0) and fall back to comparing the scalar twin with itself (and say
+ * so) on a CPU without AVX2+FMA+F16C. */
+#include <stdint.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include "base/fp16.h"
+#include "kernels/matmul.h"
+#include "test.h"
+
+/* Tolerances of the SIMD matmul against the double-accumulating reference,
+ * relative to sum_c |w_c * x_c|. The SIMD dot sums in f32: each lane adds at
+ * most n/32 = 32 products (lengths here are <= 1024), then 2 + 3 levels combine
+ * accumulators and lanes, then at most 7 tail FMAs follow and the reference's
+ * final cast rounds once more: about 45 roundings of 2^-24 ≈ 2.7e-6 worst
+ * case. bf16 and f16 weights widen to f32 exactly, so they share the f32 bound;
+ * they are named apart so a lossy format gets its own. */
+#define KN_TOL_F32 4e-6
+#define KN_TOL_BF16 4e-6
+#define KN_TOL_F16 4e-6
+/* kn_dot_f32 runs the same f32 layout as an f32 weight row. */
+#define KN_TOL_DOT_F32 KN_TOL_F32
+
+#define WEIGHT_SIGMA 0.05f   /* model weights are ~N(0, 0.05)       */
+#define ACT_SIGMA 1.0f       /* activations after a norm are ~N(0, 1) */
+#define MAX_T 16             /* verify batches up to 16 tokens      */
+
+static const int64_t lengths[] = {1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 255, 1023, 1024};
+#define N_LENGTHS ((int)(sizeof lengths / sizeof lengths[0]))
+
+static const nx_dtype formats[] = {NX_DT_F32, NX_DT_BF16, NX_DT_F16};
+static double format_tol(nx_dtype dt) {
+    return dt == NX_DT_F32 ? KN_TOL_F32 : dt == NX_DT_BF16 ? KN_TOL_BF16 : KN_TOL_F16;
+}
+
+/* ---- Inputs ------------------------------------------------------------ */
+
+typedef struct { uint64_t s; } rng;
+
+static uint64_t rng_next(rng *r) {   /* xorshift64* */
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 0x2545F4914F6CDD1DULL;
+}
+
+/* A normal draw by Box-Muller; u1 is kept away from 0 for the log. */
+static float rng_normal(rng *r, float sigma) {
+    double u1 = ((double)(rng_next(r) >> 11) + 1.0) * 0x1p-53;
+    double u2 = (double)(rng_next(r) >> 11) * 0x1p-53;
+    return (float)(sigma * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* A [rows, cols] matrix of format dt with weights ~N(0, WEIGHT_SIGMA); free
+ * m->data with free(). */
+static kn_mat make_weights(rng *r, nx_dtype dt, int64_t rows, int64_t cols) {
+    size_t es = nx_dtype_size(dt), n = (size_t)(rows * cols);
+    void *data = malloc(n * es + 1);
+    for (size_t i = 0; i < n; i++) {
+        float v = rng_normal(r, WEIGHT_SIGMA);
+        if (dt == NX_DT_F32) ((float *)data)[i] = v;
+        else ((uint16_t *)data)[i] = dt == NX_DT_BF16 ? nx_f32_to_bf16(v) : nx_f32_to_f16(v);
+    }
+    return (kn_mat){data, dt, rows, cols};
+}
+
+static float *make_acts(rng *r, int64_t n) {
+    float *x = malloc((size_t)n * sizeof *x + 1);
+    for (int64_t i = 0; i < n; i++) x[i] = rng_normal(r, ACT_SIGMA);
+    return x;
+}
+
+/* Weight (r, c) widened exactly, for the error scale. */
+static double weight_at(const kn_mat *w, int64_t r, int64_t c) {
+    float v;
+    kn_to_f32(w->dtype, (const char *)w->data + (size_t)(r * w->cols + c) * nx_dtype_size(w->dtype), &v, 1);
+    return v;
+}
+
+/* Turns on the SIMD twin; returns 0 (and says so once) where the CPU lacks it. */
+static int use_simd(void) {
+    static int warned;
+    int on = kn_init(0);
+    if (!on && !warned++) fprintf(stderr, "  note: no AVX2+FMA+F16C here; SIMD checks compare scalar with scalar\n");
+    return on;
+}
+
+/* ---- Tests ---------------------------------------------------------------- */
+
+static void test_init_selects_avx2_or_scalar_and_force_reference_wins(void) {
+    CHECK(kn_init(1) == 0);
+    CHECK(strcmp(kn_impl_name(), "scalar") == 0);
+    int on = kn_init(0);
+    CHECK(strcmp(kn_impl_name(), on ? "avx2" : "scalar") == 0);
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;   /* F16C from CPUID leaf 1: clang 14 has no "f16c" builtin name */
+    int has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+              (c & bit_F16C) != 0;
+    CHECKF(on == has, "kn_init(0) = %d but the CPU %s AVX2+FMA+F16C", on, has ? "has" : "lacks");
+#endif
+}
+
+static void test_matmul_ref_computes_a_hand_checked_product(void) {
+    /* W = [[1, 2], [3, 4], [-1, 0.5]], X rows [5, 6] and [-2, 1]: every value
+     * and product is exact in each format. */
+    const float wf[6] = {1, 2, 3, 4, -1, 0.5f}, x[4] = {5, 6, -2, 1};
+    const float want[2][3] = {{17, 39, -2}, {0, -2, 2.5f}};
+    for (int f = 0; f < 3; f++) {
+        uint16_t wh[6];
+        for (int i = 0; i < 6; i++) wh[i] = formats[f] == NX_DT_BF16 ? nx_f32_to_bf16(wf[i]) : nx_f32_to_f16(wf[i]);
+        kn_mat w = {formats[f] == NX_DT_F32 ? (const void *)wf : (const void *)wh, formats[f], 3, 2};
+        for (int simd = 0; simd < 2; simd++) {
+            float y[2][3];
+            if (simd) { use_simd(); kn_matmul_rows(&w, x, 2, 2, &y[0][0], 3, 0, 3); }
+            else kn_matmul_rows_ref(&w, x, 2, 2, &y[0][0], 3, 0, 3);
+            for (int t = 0; t < 2; t++)
+                for (int r = 0; r < 3; r++)
+                    CHECKF(y[t][r] == want[t][r], "%s %s: y[%d][%d] = %g, want %g", nx_dtype_name(formats[f]),
+                           simd ? "simd" : "ref", t, r, y[t][r], want[t][r]);
+        }
+    }
+}
+
+static void test_matmul_simd_matches_reference_for_every_format_and_length(void) {
+    enum { ROWS = 13, T = 5 };   /* odd row count; T = 5 is a 3-row SIMD block plus a 2-row one */
+    rng r = {0x9E3779B97F4A7C15ULL};
+    use_simd();
+    for (int f = 0; f < 3; f++) {
+        for (int li = 0; li < N_LENGTHS; li++) {
+            int64_t n = lengths[li];
+            kn_mat w = make_weights(&r, formats[f], ROWS, n);
+            float *x = make_acts(&r, T * n);
+            float ys[T * ROWS], yr[T * ROWS];
+            kn_matmul_rows(&w, x, n, T, ys, ROWS, 0, ROWS);
+            kn_matmul_rows_ref(&w, x, n, T, yr, ROWS, 0, ROWS);
+            double worst = 0.0;
+            for (int t = 0; t < T; t++) {
+                for (int64_t row = 0; row < ROWS; row++) {
+                    double scale = 0.0;
+                    for (int64_t c = 0; c < n; c++) scale += fabs(weight_at(&w, row, c) * x[t * n + c]);
+                    double err = fabs((double)ys[t * ROWS + row] - yr[t * ROWS + row]) / scale;
+                    if (err > worst) worst = err;
+                }
+            }
+            CHECKF(worst <= format_tol(formats[f]), "%s n=%lld: error %.3g of sum|w*x| exceeds %.3g",
+                   nx_dtype_name(formats[f]), (long long)n, worst, format_tol(formats[f]));
+            free((void *)w.data);
+            free(x);
+        }
+    }
+}
+
+/* Y[t][r] from one call per (r, t) pair, against calls over every T and
+ * uneven row ranges; also checks no call writes outside its rows. */
+static void check_bit_exact(const kn_mat *w, const float *x, int64_t ldx, const char *what) {
+    enum { PAD = 5 };
+    const float canary = -12345.0f;
+    const int64_t rows = w->rows, ldy = rows + PAD;
+    float base[MAX_T][64], y[MAX_T * 64];
+    for (int t = 0; t < MAX_T; t++)
+        for (int64_t row = 0; row < rows; row++) kn_matmul_rows(w, x + t * ldx, ldx, 1, base[t], 0, row, row + 1);
+
+    /* Full range, every T. */
+    for (int T = 1; T <= MAX_T; T++) {
+        for (int i = 0; i < MAX_T * 64; i++) y[i] = canary;
+        kn_matmul_rows(w, x, ldx, T, y, ldy, 0, rows);
+        for (int t = 0; t < T; t++)
+            CHECKF(memcmp(&y[t * ldy], base[t], (size_t)rows * sizeof(float)) == 0, "%s: T=%d row t=%d differs",
+                   what, T, t);
+        for (int i = 0; i < MAX_T * 64; i++)
+            if (i >= T * ldy || i % ldy >= rows) CHECKF(y[i] == canary, "%s: T=%d wrote y[%d]", what, T, i);
+    }
+    /* Uneven row ranges: chunks of 1, 2, 3, 5, 7, ... rows, at two T values. */
+    static const int chunks[] = {1, 2, 3, 5, 7, 4, 6, 9};
+    for (int T = 5; T <= MAX_T; T += MAX_T - 5) {
+        for (int i = 0; i < MAX_T * 64; i++) y[i] = canary;
+        int64_t r0 = 0;
+        for (int k = 0; r0 < rows; k = (k + 1) % 8) {
+            int64_t r1 = r0 + chunks[k] < rows ? r0 + chunks[k] : rows;
+            kn_matmul_rows(w, x, ldx, T, y, ldy, r0, r1);
+            for (int t = 0; t < T; t++)
+                CHECKF(memcmp(&y[t * ldy + r0], &base[t][r0], (size_t)(r1 - r0) * sizeof(float)) == 0,
+                       "%s: T=%d rows [%lld,%lld) differ at t=%d", what, T, (long long)r0, (long long)r1, t);
+            r0 = r1;
+        }
+        for (int i = 0; i < MAX_T * 64; i++)
+            if (i >= T * ldy || i % ldy >= rows) CHECKF(y[i] == canary, "%s: T=%d ranges wrote y[%d]", what, T, i);
+    }
+}
+
+static void test_matmul_rows_are_bit_identical_whatever_t_and_row_range(void) {
+    enum { ROWS = 37 };   /* odd, and not a multiple of any chunk size */
+    static const int64_t cols[] = {1, 7, 33, 255, 1023};
+    rng r = {0xD1B54A32D192ED03ULL};
+    for (int f = 0; f < 3; f++) {
+        for (int ci = 0; ci < 5; ci++) {
+            int64_t n = cols[ci], ldx = n + 3;   /* odd stride: rows of X unaligned */
+            kn_mat w = make_weights(&r, formats[f], ROWS, n);
+            float *x = make_acts(&r, MAX_T * ldx);
+            for (int simd = 1; simd >= 0; simd--) {
+                if (simd) use_simd();
+                else kn_init(1);
+                char what[64];
+                snprintf(what, sizeof what, "%s %s cols=%lld", kn_impl_name(), nx_dtype_name(formats[f]),
+                         (long long)n);
+                check_bit_exact(&w, x, ldx, what);
+            }
+            free((void *)w.data);
+            free(x);
+        }
+    }
+    kn_init(0);
+}
+
+static void test_matmul_with_no_rows_or_no_tokens_writes_nothing(void) {
+    rng r = {7};
+    kn_mat w = make_weights(&r, NX_DT_BF16, 4, 16);
+    float *x = make_acts(&r, 16), y[4] = {1, 2, 3, 4};
+    for (int simd = 1; simd >= 0; simd--) {
+        if (simd) use_simd();
+        else kn_init(1);
+        kn_matmul_rows(&w, x, 16, 0, y, 4, 0, 4);
+        kn_matmul_rows(&w, x, 16, 1, y, 4, 2, 2);
+        CHECK(y[0] == 1 && y[1] == 2 && y[2] == 3 && y[3] == 4);
+    }
+    /* Zero columns: the empty sum is 0. */
+    kn_mat w0 = {w.data, NX_DT_F16, 4, 0};
+    kn_matmul_rows(&w0, x, 0, 1, y, 4, 0, 4);
+    CHECK(y[0] == 0 && y[3] == 0);
+    kn_init(0);
+    free((void *)w.data);
+    free(x);
+}
+
+/* Every 16-bit pattern as a weight, multiplied by 1: the SIMD widening
+ * (cvtph, and the bf16 shift) must give the exact value. Pattern p sits in
+ * lane p % 8 of an 8-column row, so every lane is covered. The sum adds +0s,
+ * so -0 comes out as +0; NaNs are compared as NaN (F16C quiets signalling
+ * NaNs, the scalar conversion keeps their payload). */
+static void test_matmul_reads_every_bf16_and_f16_pattern_exactly(void) {
+    enum { COLS = 8, ROWS = 65536 };
+    uint16_t *wd = calloc((size_t)ROWS * COLS, sizeof *wd);
+    float *y = malloc(ROWS * sizeof *y);
+    const float ones[COLS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    for (int p = 0; p < ROWS; p++) wd[p * COLS + p % COLS] = (uint16_t)p;
+    for (int f = 1; f < 3; f++) {
+        kn_mat w = {wd, formats[f], ROWS, COLS};
+        for (int simd = 1; simd >= 0; simd--) {
+            if (simd) use_simd();
+            else kn_init(1);
+            kn_matmul_rows(&w, ones, COLS, 1, y, ROWS, 0, ROWS);
+            int bad = 0;
+            for (int p = 0; p < ROWS; p++) {
+                float want = formats[f] == NX_DT_BF16 ? nx_bf16_to_f32((uint16_t)p) : nx_f16_to_f32((uint16_t)p);
+                if (want == 0.0f) want = 0.0f;   /* -0 + 0 = +0 */
+                int ok = isnan(want) ? isnan(y[p]) : memcmp(&want, &y[p], 4) == 0;
+                if (!ok && bad++ < 5)
+                    CHECKF(ok, "%s %s: pattern 0x%04x gives %a, want %a", kn_impl_name(), nx_dtype_name(formats[f]),
+                           p, y[p], want);
+            }
+            CHECKF(bad == 0, "%d patterns wrong", bad);
+        }
+    }
+    kn_init(0);
+    free(wd);
+    free(y);
+}
+
+static void test_row_and_buffer_conversions_are_exact_for_every_pattern(void) {
+    enum { N = 65536 };
+    uint16_t *pat = malloc(N * sizeof *pat);
+    unsigned char *unaligned = malloc(N * 2 + 1);
+    float *out = malloc(N * sizeof *out);
+    for (int p = 0; p < N; p++) pat[p] = (uint16_t)p;
+    memcpy(unaligned + 1, pat, N * 2);
+    for (int f = 1; f < 3; f++) {
+        nx_dtype dt = formats[f];
+        for (int via_row = 1; via_row >= 0; via_row--) {
+            kn_mat w = {pat, dt, 2, N / 2};   /* row 1 holds the upper half of the patterns */
+            memset(out, 0, N * sizeof *out);
+            if (via_row) {
+                kn_mat_row_f32(&w, 0, out);
+                kn_mat_row_f32(&w, 1, out + N / 2);
+            } else {
+                kn_to_f32(dt, unaligned + 1, out, N);
+            }
+            int bad = 0;
+            for (int p = 0; p < N; p++) {
+                float want = dt == NX_DT_BF16 ? nx_bf16_to_f32((uint16_t)p) : nx_f16_to_f32((uint16_t)p);
+                if (isnan(want) ? !isnan(out[p]) : memcmp(&want, &out[p], 4) != 0) bad++;
+            }
+            CHECKF(bad == 0, "%s via %s: %d of 65536 patterns wrong", nx_dtype_name(dt),
+                   via_row ? "kn_mat_row_f32" : "kn_to_f32 (unaligned)", bad);
+        }
+    }
+    /* f32 is a copy, bit for bit, from an unaligned source too. */
+    rng r = {11};
+    float *x = make_acts(&r, 1023);
+    memcpy(unaligned + 1, x, 1023 * sizeof(float));
+    kn_to_f32(NX_DT_F32, unaligned + 1, out, 1023);
+    CHECK(memcmp(out, x, 1023 * sizeof(float)) == 0);
+    free(x);
+    free(pat);
+    free(unaligned);
+    free(out);
+}
+
+static void test_dot_f32_simd_matches_double_reference(void) {
+    rng r = {0xA0761D6478BD642FULL};
+    use_simd();
+    for (int li = 0; li < N_LENGTHS; li++) {
+        int64_t n = lengths[li];
+        float *a = make_acts(&r, n + 1), *b = make_acts(&r, n);
+        for (int off = 0; off < 2; off++) {   /* off = 1: unaligned a */
+            double scale = 0.0;
+            for (int64_t i = 0; i < n; i++) scale += fabs((double)a[i + off] * b[i]);
+            float s = kn_dot_f32(a + off, b, n), ref = kn_dot_f32_ref(a + off, b, n);
+            double err = fabs((double)s - ref) / scale;
+            CHECKF(err <= KN_TOL_DOT_F32, "n=%lld off=%d: error %.3g of sum|a*b| exceeds %.3g", (long long)n, off, err,
+                   KN_TOL_DOT_F32);
+            CHECK(kn_dot_f32(a + off, b, n) == s);   /* deterministic */
+        }
+        free(a);
+        free(b);
+    }
+    CHECK(kn_dot_f32(NULL, NULL, 0) == 0.0f && kn_dot_f32_ref(NULL, NULL, 0) == 0.0f);
+}
+
+/* axpy multiplies then adds in both twins and scale is one multiply, so the
+ * twins agree bit for bit (no tolerance needed). */
+static void test_axpy_and_scale_simd_match_reference_bit_for_bit(void) {
+    rng r = {0xE7037ED1A0B428DBULL};
+    use_simd();
+    for (int li = 0; li < N_LENGTHS; li++) {
+        int64_t n = lengths[li];
+        float *x = make_acts(&r, n + 1), *y0 = make_acts(&r, n + 1);
+        float *ys = malloc((size_t)(n + 1) * sizeof *ys), *yr = malloc((size_t)(n + 1) * sizeof *yr);
+        float a = rng_normal(&r, ACT_SIGMA);
+        for (int off = 0; off < 2; off++) {   /* off = 1: unaligned x and y */
+            memcpy(ys, y0, (size_t)(n + 1) * sizeof *ys);
+            memcpy(yr, y0, (size_t)(n + 1) * sizeof *yr);
+            kn_axpy_f32(ys + off, a, x + off, n);
+            kn_axpy_f32_ref(yr + off, a, x + off, n);
+            CHECKF(memcmp(ys, yr, (size_t)(n + 1) * sizeof *ys) == 0, "axpy n=%lld off=%d", (long long)n, off);
+            kn_scale_f32(ys + off, a, n);
+            kn_scale_f32_ref(yr + off, a, n);
+            CHECKF(memcmp(ys, yr, (size_t)(n + 1) * sizeof *ys) == 0, "scale n=%lld off=%d", (long long)n, off);
+        }
+        free(x);
+        free(y0);
+        free(ys);
+        free(yr);
+    }
+}
+
+static void test_public_kernels_follow_force_reference(void) {
+    /* With force_reference the public names must give the _ref results
+     * exactly, including the dot product, whose SIMD order differs. */
+    rng r = {3};
+    float *a = make_acts(&r, 1023), *b = make_acts(&r, 1023);
+    kn_mat w = make_weights(&r, NX_DT_BF16, 3, 1023);
+    float y[3], yr[3];
+    kn_init(1);
+    CHECK(kn_dot_f32(a, b, 1023) == kn_dot_f32_ref(a, b, 1023));
+    kn_matmul_rows(&w, a, 1023, 1, y, 3, 0, 3);
+    kn_matmul_rows_ref(&w, a, 1023, 1, yr, 3, 0, 3);
+    CHECK(memcmp(y, yr, sizeof y) == 0);
+    kn_init(0);
+    free(a);
+    free(b);
+    free((void *)w.data);
+}
+
+static const nx_test tests[] = {
+    {"init_selects_avx2_or_scalar_and_force_reference_wins",
+     "kn_init picks avx2 exactly when the CPU has AVX2+FMA+F16C; force_reference picks scalar",
+     test_init_selects_avx2_or_scalar_and_force_reference_wins},
+    {"matmul_ref_computes_a_hand_checked_product", "a 3x2 product with exact values, every format, both twins",
+     test_matmul_ref_computes_a_hand_checked_product},
+    {"matmul_simd_matches_reference_for_every_format_and_length",
+     "f32/bf16/f16, cols 1..1024, 13 rows, within the named tolerance of sum|w*x|",
+     test_matmul_simd_matches_reference_for_every_format_and_length},
+    {"matmul_rows_are_bit_identical_whatever_t_and_row_range",
+     "Y[t][r] is the same bits for T=1..16 and uneven row ranges, each format, both twins",
+     test_matmul_rows_are_bit_identical_whatever_t_and_row_range},
+    {"matmul_with_no_rows_or_no_tokens_writes_nothing", "T=0 or r0=r1 is a no-op; zero columns give 0",
+     test_matmul_with_no_rows_or_no_tokens_writes_nothing},
+    {"matmul_reads_every_bf16_and_f16_pattern_exactly", "all 65536 weight patterns times 1, SIMD and scalar",
+     test_matmul_reads_every_bf16_and_f16_pattern_exactly},
+    {"row_and_buffer_conversions_are_exact_for_every_pattern",
+     "kn_mat_row_f32 and unaligned kn_to_f32 equal nx_bf16/f16_to_f32 on all 65536 patterns",
+     test_row_and_buffer_conversions_are_exact_for_every_pattern},
+    {"dot_f32_simd_matches_double_reference", "kn_dot_f32 within KN_TOL_DOT_F32 at every length, aligned or not",
+     test_dot_f32_simd_matches_double_reference},
+    {"axpy_and_scale_simd_match_reference_bit_for_bit", "kn_axpy_f32 and kn_scale_f32 equal their twins exactly",
+     test_axpy_and_scale_simd_match_reference_bit_for_bit},
+    {"public_kernels_follow_force_reference", "after kn_init(1) the public kernels return the _ref bits",
+     test_public_kernels_follow_force_reference},
+};
+
+NX_TEST_MAIN(tests)
