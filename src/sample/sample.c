@@ -1,0 +1,395 @@
+/* sample.c — logit processing and sampling (contract in sample.h).
+ *
+ * The file follows one call: the counter-based RNG, penalties, greedy, then
+ * the candidate selection that keeps sampling cheap on a 248320-token vocab,
+ * then the filters and the draw. Every path that builds a candidate list
+ * produces the same list a full sort of the vocabulary would: the fast paths
+ * only avoid sorting tokens that cannot survive. */
+#include "sample/sample.h"
+
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+
+/* Top-p without top-k first selects this many tokens by partial selection.
+ * With a real model's logits the nucleus almost always lies inside them; when
+ * it does not (a very flat distribution) we fall back to a full sort. */
+#define SMP_NUCLEUS_FAST 1024
+
+/* Scratch for one vocabulary size, allocated once; nothing is allocated per
+ * call. Every buffer has vocab entries. */
+struct nx_sampler {
+    int vocab;
+    int32_t *counts;   /* token counts of the history; all zero between calls   */
+    uint64_t *cand;    /* candidate ranks (see rank_of), sorted descending       */
+    uint64_t *tmp;     /* radix-sort ping-pong buffer                            */
+    int32_t *ids;      /* output: candidate ids in the fixed order               */
+    float *probs;      /* output: their weights, then their probabilities        */
+    float *weight;     /* weight[id] = expf(x - xmax), filled by collect_sorted  */
+};
+
+/* ---- Counter-based RNG --------------------------------------------------
+ * No state: the number for (seed, position, stream) is a hash of the three.
+ * Each input enters through its own full avalanche round of the splitmix64
+ * finalizer (Stafford's "mix13"), so nearby positions, streams and seeds give
+ * unrelated outputs; the top 53 bits become the mantissa of a double. */
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+double smp_uniform(uint64_t seed, int64_t position, uint32_t stream) {
+    uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ULL);         /* golden ratio */
+    h = mix64(h + (uint64_t)position * 0xd1b54a32d192ed03ULL); /* odd constants */
+    h = mix64(h + ((uint64_t)stream + 1) * 0xaef17502108ef2d9ULL);
+    return (double)(h >> 11) * 0x1.0p-53;
+}
+
+/* ---- Sampler ------------------------------------------------------------ */
+
+nx_sampling nx_sampling_default(void) {
+    nx_sampling p;
+    memset(&p, 0, sizeof p);
+    p.temperature = 0.0f;          /* greedy */
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.repetition_penalty = 1.0f;
+    p.presence_penalty = 0.0f;
+    p.frequency_penalty = 0.0f;
+    p.seed = 0;
+    return p;
+}
+
+void nx_sampler_free(nx_sampler *s) {
+    if (!s) return;
+    nx_free_aligned(s->counts);
+    nx_free_aligned(s->cand);
+    nx_free_aligned(s->tmp);
+    nx_free_aligned(s->ids);
+    nx_free_aligned(s->probs);
+    nx_free_aligned(s->weight);
+    nx_free(s);
+}
+
+nx_status nx_sampler_new(int vocab_size, nx_sampler **out, char *err, size_t errlen) {
+    if (vocab_size <= 0)
+        return nx_fail(err, errlen, NX_EINVAL, "sampler: vocab_size %d must be positive",
+                       vocab_size);
+    size_t v = (size_t)vocab_size;
+    nx_sampler *s = nx_calloc(1, sizeof *s);
+    if (!s) return nx_fail(err, errlen, NX_ENOMEM, "sampler: out of memory");
+    s->vocab = vocab_size;
+    /* Aligned blocks are zeroed at allocation (alloc.h): the pages are touched
+     * now rather than as first-touch faults in the first decode step, and
+     * counts starts at the all-zero state apply_penalties relies on. */
+    s->counts = nx_alloc_aligned(v * sizeof *s->counts);
+    s->cand = nx_alloc_aligned(v * sizeof *s->cand);
+    s->tmp = nx_alloc_aligned(v * sizeof *s->tmp);
+    s->ids = nx_alloc_aligned(v * sizeof *s->ids);
+    s->probs = nx_alloc_aligned(v * sizeof *s->probs);
+    s->weight = nx_alloc_aligned(v * sizeof *s->weight);
+    if (!s->counts || !s->cand || !s->tmp || !s->ids || !s->probs || !s->weight) {
+        nx_sampler_free(s);
+        return nx_fail(err, errlen, NX_ENOMEM, "sampler: out of memory for vocab %d",
+                       vocab_size);
+    }
+    *out = s;
+    return NX_OK;
+}
+
+int smp_vocab_size(const nx_sampler *s) { return s->vocab; }
+
+/* ---- Penalties ----------------------------------------------------------
+ * counts[] is all zero on entry and on exit, so the work is O(n_history),
+ * not O(vocab): the first pass counts, the second applies each distinct
+ * token's penalty once and zeroes its count, which also marks it done. */
+
+static void apply_penalties(nx_sampler *s, const nx_sampling *p, float *logits,
+                            const int32_t *history, int n_history) {
+    float rep = p->repetition_penalty;
+    int use_rep = rep > 0.0f && rep != 1.0f;
+    float pres = p->presence_penalty, freq = p->frequency_penalty;
+    if (!use_rep && pres == 0.0f && freq == 0.0f) return;
+    int32_t *counts = s->counts;
+    for (int i = 0; i < n_history; i++) {
+        int32_t t = history[i];
+        if (t >= 0 && t < s->vocab) counts[t]++;
+    }
+    for (int i = 0; i < n_history; i++) {
+        int32_t t = history[i];
+        if (t < 0 || t >= s->vocab || counts[t] == 0) continue;
+        int32_t c = counts[t];
+        counts[t] = 0;
+        float l = logits[t];
+        if (use_rep) l = l > 0.0f ? l / rep : l * rep;
+        l -= (float)c * freq + pres;
+        logits[t] = l;
+    }
+}
+
+/* Argmax, ties to the lowest id; NaN never wins. All NaN: id 0. */
+static int32_t argmax(const float *x, int n) {
+    int32_t best = -1;
+    float bv = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float v = x[i];
+        if (v != v) continue;
+        if (best < 0 || v > bv) { best = i; bv = v; }
+    }
+    return best < 0 ? 0 : best;
+}
+
+/* ---- The fixed order ----------------------------------------------------
+ * A candidate is one uint64 "rank": the high 32 bits map the float logit to
+ * an unsigned key with the same order (flip all bits of negatives, set the
+ * sign bit of positives; -0 is folded into +0), the low 32 bits are
+ * 0xffffffff - id so that, for equal logits, the lower id ranks higher.
+ * Ranks are distinct, so "descending rank" is exactly the fixed order and
+ * every comparison below is one integer compare. */
+
+static inline uint64_t rank_of(float x, int32_t id) {
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    if (b == 0x80000000u) b = 0;
+    uint32_t key = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return ((uint64_t)key << 32) | (uint32_t)(0xffffffffu - (uint32_t)id);
+}
+
+static inline int32_t rank_id(uint64_t r) { return (int32_t)(0xffffffffu - (uint32_t)r); }
+
+/* Min-heap on ranks: the root is the weakest of the kept candidates. */
+static void sift_down(uint64_t *h, int n, int i) {
+    uint64_t v = h[i];
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && h[c + 1] < h[c]) c++;
+        if (h[c] >= v) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+}
+
+/* The m best tokens of x[0..n) into h[0..m), sorted descending: a bounded
+ * heap (O(n log m), and after the first m tokens most are rejected by one
+ * compare with the root), then an in-place heapsort of the m. If mass is not
+ * NULL it receives sum_i expf(x_i - xmax) over all n in id order, computed in
+ * the same pass so the top-p fast path reads the vocabulary once. */
+static int select_top(const float *x, int n, int m, float xmax, uint64_t *h, double *mass) {
+    if (m > n) m = n;
+    double z = 0.0;
+    for (int i = 0; i < m; i++) {
+        h[i] = rank_of(x[i], i);
+        if (mass) z += expf(x[i] - xmax);
+    }
+    for (int i = m / 2 - 1; i >= 0; i--) sift_down(h, m, i);
+    /* thr is the root's logit: a token below it cannot enter, and this float
+     * compare rejects it without building a rank. */
+    float thr = x[rank_id(h[0])];
+    for (int i = m; i < n; i++) {
+        if (mass) z += expf(x[i] - xmax);
+        if (x[i] < thr) continue;
+        uint64_t r = rank_of(x[i], i);
+        if (r > h[0]) { h[0] = r; sift_down(h, m, 0); thr = x[rank_id(h[0])]; }
+    }
+    /* Popping the minimum to the end leaves the array in descending order. */
+    for (int end = m - 1; end > 0; end--) {
+        uint64_t t = h[0]; h[0] = h[end]; h[end] = t;
+        sift_down(h, end, 0);
+    }
+    if (mass) *mass = z;
+    return m;
+}
+
+/* Sorts a[0..n) (ranks built in ascending id order) into descending rank
+ * order: an LSD radix sort, 3 stable passes of 11, 11 and 10 bits over the
+ * inverted logit key (3 passes rather than 4 of 8 bits; a 2048-entry
+ * histogram still fits in L1). Stability keeps equal keys in ascending id
+ * order, which is the tie rule, so the low 32 bits never need a pass. O(n),
+ * and a pass whose digit is the same for every element is skipped. */
+static void radix_sort_desc(uint64_t *a, uint64_t *tmp, int n) {
+    enum { PASSES = 3, BITS = 11, BUCKETS = 1 << BITS };
+    if (n < 2) return;
+    uint32_t hist[PASSES][BUCKETS];
+    memset(hist, 0, sizeof hist);
+    for (int i = 0; i < n; i++) {
+        uint32_t k = ~(uint32_t)(a[i] >> 32);
+        hist[0][k & (BUCKETS - 1)]++;
+        hist[1][(k >> BITS) & (BUCKETS - 1)]++;
+        hist[2][k >> (2 * BITS)]++;
+    }
+    uint64_t *src = a, *dst = tmp;
+    for (int pass = 0; pass < PASSES; pass++) {
+        int shift = BITS * pass;
+        uint32_t first = (~(uint32_t)(src[0] >> 32) >> shift) & (BUCKETS - 1);
+        if (hist[pass][first] == (uint32_t)n) continue;
+        uint32_t *pos = hist[pass], sum = 0;
+        for (int d = 0; d < BUCKETS; d++) { uint32_t c = pos[d]; pos[d] = sum; sum += c; }
+        for (int i = 0; i < n; i++) {
+            uint32_t d = (~(uint32_t)(src[i] >> 32) >> shift) & (BUCKETS - 1);
+            dst[pos[d]++] = src[i];
+        }
+        uint64_t *t = src; src = dst; dst = t;
+    }
+    if (src != a) memcpy(a, src, (size_t)n * sizeof *a);
+}
+
+/* Full-vocabulary path: collects in id order every token whose weight
+ * w = expf(x - xmax) is > 0 and >= keep_min, and sorts them. Tokens it skips
+ * are ones steps g/h would drop anyway (min-p keeps a prefix of the fixed
+ * order, and zero weights are dropped), so the result equals sorting all of
+ * them. The weights are kept in s->weight so fill_weights need not recompute
+ * them. With min-p, tokens whose logit is SMP_MINP_MARGIN below the cut in
+ * exact (double) arithmetic are skipped without an expf: float rounding of
+ * x - xmax and of expf moves w by far less than that margin, so none of them
+ * could pass w >= keep_min, and the exact test still decides the rest. */
+#define SMP_MINP_MARGIN 0.01   /* natural-log units, i.e. a 1% weight margin */
+static int collect_sorted(nx_sampler *s, const float *x, float xmax, float keep_min) {
+    double cut = keep_min > 0.0f ? (double)xmax + log(keep_min) - SMP_MINP_MARGIN : -INFINITY;
+    int n = 0;
+    for (int i = 0; i < s->vocab; i++) {
+        if (!((double)x[i] >= cut)) continue;
+        float w = expf(x[i] - xmax);
+        s->weight[i] = w;
+        if (w > 0.0f && w >= keep_min) s->cand[n++] = rank_of(x[i], i);
+    }
+    radix_sort_desc(s->cand, s->tmp, n);
+    return n;
+}
+
+/* Expands cand[0..n) into ids[] and unnormalized weights probs[], taken from
+ * w_by_id when collect_sorted filled it, else computed (the same expf). */
+static void fill_weights(nx_sampler *s, const float *x, float xmax, const float *w_by_id,
+                         int n) {
+    for (int j = 0; j < n; j++) {
+        int32_t id = rank_id(s->cand[j]);
+        s->ids[j] = id;
+        s->probs[j] = w_by_id ? w_by_id[id] : expf(x[id] - xmax);
+    }
+}
+
+/* Top-p on weights w[0..n) in the fixed order with total mass z (which may
+ * include tokens beyond n): the length of the smallest prefix whose mass is
+ * >= top_p * z, or 0 if the n given do not reach it. Both the fast path and
+ * the full sort call this, so they cut at the same index. */
+static int top_p_find(const float *w, int n, float top_p, double z) {
+    double target = (double)top_p * z, cum = 0.0;
+    for (int j = 0; j < n; j++) {
+        cum += w[j];
+        if (cum >= target) return j + 1;
+    }
+    return 0;
+}
+
+/* ---- Processing and drawing --------------------------------------------- */
+
+int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
+                     const int32_t *history, int n_history,
+                     const int32_t **ids, const float **probs) {
+    assert(s && p && logits && ids && probs);
+    assert(n_history >= 0 && (history || n_history == 0));
+    const int V = s->vocab;
+    *ids = s->ids;
+    *probs = s->probs;
+
+    /* a. penalties; b. greedy. */
+    apply_penalties(s, p, logits, history, n_history);
+    float temp = p->temperature;
+    if (!(temp > 0.0f)) {
+        s->ids[0] = argmax(logits, V);
+        s->probs[0] = 1.0f;
+        return 1;
+    }
+
+    /* c. temperature, in place; NaN becomes -inf so it can never be drawn. */
+    float xmax = -INFINITY;
+    for (int i = 0; i < V; i++) {
+        float x = logits[i] / temp;
+        if (x != x) x = -INFINITY;
+        logits[i] = x;
+        if (x > xmax) xmax = x;
+    }
+    /* Everything masked (-inf), or a tiny temperature overflowed to +inf:
+     * softmax is undefined, and the limit is greedy. */
+    if (!(xmax > -INFINITY && xmax < INFINITY)) {
+        s->ids[0] = argmax(logits, V);
+        s->probs[0] = 1.0f;
+        return 1;
+    }
+    const float *x = logits;
+    int use_top_p = p->top_p < 1.0f;
+    /* min-p is relative to p_max, and the best token's weight is expf(0) = 1,
+     * so "p >= min_p * p_max" is "w >= min_p"; above 1 it would drop the best
+     * token too, so it is clamped (keeping exactly one token). */
+    float keep_min = p->min_p > 0.0f ? fminf(p->min_p, 1.0f) : 0.0f;
+
+    /* d-f. Candidates in the fixed order, with weights w = expf(x - xmax)
+     * (the softmax numerators; the max is in every candidate set) and z, the
+     * mass the top-p threshold is relative to. */
+    int n = 0;
+    double z = 0.0;
+    if (p->top_k > 0 && p->top_k < V) {
+        /* Softmax is over the top-k only, so z is their sum (in fixed order). */
+        n = select_top(x, V, p->top_k, xmax, s->cand, NULL);
+        fill_weights(s, x, xmax, NULL, n);
+        for (int j = 0; j < n; j++) z += s->probs[j];
+        if (use_top_p) {
+            int cut = top_p_find(s->probs, n, p->top_p, z);
+            if (cut > 0) n = cut;
+        }
+    } else {
+        int found = 0;
+        if (use_top_p) {
+            int m = select_top(x, V, SMP_NUCLEUS_FAST, xmax, s->cand, &z);
+            fill_weights(s, x, xmax, NULL, m);
+            int cut = top_p_find(s->probs, m, p->top_p, z);
+            if (cut > 0) { n = cut; found = 1; }
+        }
+        if (!found) {
+            /* Pure temperature sampling, min-p alone, or a nucleus wider than
+             * SMP_NUCLEUS_FAST tokens: sort every token that can survive. */
+            n = collect_sorted(s, x, xmax, keep_min);   /* z is from select_top */
+            fill_weights(s, x, xmax, s->weight, n);
+            if (use_top_p) {
+                int cut = top_p_find(s->probs, n, p->top_p, z);
+                if (cut > 0) n = cut;    /* not reached only through rounding */
+            }
+        }
+    }
+
+    /* g. min-p, and h. drop zero weights: both keep a prefix of the order,
+     * and probs[0] = 1 always survives. Then renormalize, summing in order. */
+    int keep = 1;
+    while (keep < n && s->probs[keep] > 0.0f && s->probs[keep] >= keep_min * s->probs[0])
+        keep++;
+    n = keep;
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) sum += s->probs[j];
+    for (int j = 0; j < n; j++) s->probs[j] = (float)(s->probs[j] / sum);
+    return n;
+}
+
+int32_t smp_draw(const int32_t *ids, const float *probs, int n, double u) {
+    assert(n >= 1);
+    double cum = 0.0;
+    for (int j = 0; j < n - 1; j++) {
+        cum += probs[j];
+        if (u < cum) return ids[j];
+    }
+    return ids[n - 1];
+}
+
+int32_t nx_sample(nx_sampler *s, const nx_sampling *p, float *logits,
+                  const int32_t *history, int n_history, int64_t position) {
+    const int32_t *ids;
+    const float *probs;
+    int n = smp_distribution(s, p, logits, history, n_history, &ids, &probs);
+    return smp_draw(ids, probs, n, smp_uniform(p->seed, position, SMP_STREAM_TARGET));
+}

@@ -1,0 +1,74 @@
+/* sample.h — logit processing and sampling: the internal API behind the
+ * "Sampling" section of nextn.h, for the speculative decoder.
+ *
+ * Determinism contract (speculative decoding depends on every line of it):
+ *   1. Randomness is counter-based. The number used at absolute sequence
+ *      position `pos` is smp_uniform(seed, pos, stream): a pure function with
+ *      no state, so verifying K positions in one batch draws exactly what plain
+ *      decoding draws one position at a time.
+ *   2. Processing is a pure function of (logits, history, nx_sampling). It runs
+ *      in this order (the Hugging Face warper order; llama.cpp differs by
+ *      applying temperature last):
+ *        a. penalties over the history, once per distinct token t with count c:
+ *             repetition: l = l > 0 ? l / r : l * r            (r == 1: off)
+ *             then        l -= c * frequency + presence
+ *           (llama.cpp's penalties sampler; r <= 0 is treated as off);
+ *        b. temperature <= 0: greedy, argmax with ties to the lowest id; stop;
+ *        c. x = l / temperature (NaN becomes -inf);
+ *        d. top-k (k <= 0 or k >= vocab: off);
+ *        e. softmax over what is left;
+ *        f. top-p: the smallest prefix, in the fixed order, whose cumulative
+ *           mass is >= top_p (at least one token; top_p >= 1: off);
+ *        g. min-p: drop tokens with p < min_p * p_max (min_p <= 0: off);
+ *        h. drop tokens of probability 0 and renormalize.
+ *   3. The fixed order: descending processed logit x (so descending
+ *      probability), ties to the lower id. Top-k and top-p select in this
+ *      order and smp_draw walks the candidates in it, so which token a given
+ *      u picks is part of the contract, not an implementation detail.
+ *   4. nx_sample(s, p, logits, ...) at position pos is exactly
+ *      smp_draw(ids, probs, n, smp_uniform(p->seed, pos, SMP_STREAM_TARGET))
+ *      over smp_distribution's output, so the two can never disagree.
+ *
+ * Nothing here allocates after nx_sampler_new; a sampler is not thread-safe
+ * (one per sequence). */
+#ifndef NX_SAMPLE_SAMPLE_H
+#define NX_SAMPLE_SAMPLE_H
+
+#include <stdint.h>
+#include "nextn.h"
+
+/* Independent random streams at one position. Only TARGET is used by
+ * nx_sample; the others are reserved for the speculative decoder so that its
+ * extra draws never shift or reuse the target's numbers. */
+typedef enum {
+    SMP_STREAM_TARGET   = 0,   /* the token emitted at this position            */
+    SMP_STREAM_ACCEPT   = 1,   /* rejection sampling: the acceptance coin       */
+    SMP_STREAM_RESIDUAL = 2,   /* rejection sampling: the draw from the residual */
+    SMP_STREAM_DRAFT    = 3    /* the drafter sampling its own token            */
+} smp_stream;
+
+/* A uniform double in [0, 1) with 53 random bits: a hash of
+ * (seed, position, stream). Pure, thread-safe, cannot fail. */
+double smp_uniform(uint64_t seed, int64_t position, uint32_t stream);
+
+/* Runs the processing of the contract above on logits ([vocab], modified in
+ * place: penalties, then division by the temperature) with history[0..
+ * n_history) for the penalties (ids outside [0, vocab) are ignored; history
+ * may be NULL when n_history is 0). Sets *ids and *probs to n candidates in the
+ * fixed order, every prob > 0, summing to 1 (within float rounding); greedy
+ * gives one id with prob 1. Returns n >= 1. The arrays belong to the sampler
+ * and are overwritten by its next call: copy what must outlive it. Cannot
+ * fail (arguments are checked with assert). */
+int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
+                     const int32_t *history, int n_history,
+                     const int32_t **ids, const float **probs);
+
+/* Walks ids[0..n) in the given order and returns the first id whose
+ * cumulative probability exceeds u (u in [0, 1)); if rounding leaves the total
+ * at or below u, the last id. n >= 1. Pure. */
+int32_t smp_draw(const int32_t *ids, const float *probs, int n, double u);
+
+/* The vocabulary size the sampler was created for. */
+int smp_vocab_size(const nx_sampler *s);
+
+#endif
