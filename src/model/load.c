@@ -1,0 +1,327 @@
+/* load.c — open a Qwen3.5 checkpoint, check every tensor against the config,
+ * and bind read-only weight views (nx_model_load / nx_model_free).
+ *
+ * Two file layouts hold the same model (spec §2.4):
+ *   raw Hugging Face: model.language_model.* (or model.* for text-only
+ *     checkpoints), conv1d [CD, 1, Kc], zero-centered norms store w;
+ *   mlx-community:    language_model.model.*, conv1d [CD, Kc, 1], the +1 of
+ *     zero-centered norms already baked in.
+ * The layout is decided once per checkpoint from the conv1d shape (the rule
+ * mlx-lm uses), falling back to the tensor naming. The norms affected are
+ * input_layernorm, post_attention_layernorm, q_norm, k_norm and the final norm;
+ * the GDN gated norm (linear_attn.norm) is a plain weight in both. */
+#include <stdio.h>
+#include <string.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "model/model.h"
+
+typedef struct {
+    nx_model *m;
+    char *err;
+    size_t errlen;
+} binder;
+
+static nx_status keep_owned(binder *b, void *p) {
+    void **grown = nx_realloc(b->m->copies, (size_t)(b->m->n_copies + 1) * sizeof *grown);
+    if (!grown) {
+        nx_free_aligned(p);
+        return nx_fail(b->err, b->errlen, NX_ENOMEM, "out of memory while loading %s", b->m->dir);
+    }
+    b->m->copies = grown;
+    b->m->copies[b->m->n_copies++] = p;
+    return NX_OK;
+}
+
+static void shape_str(char *buf, size_t n, const int64_t *shape, int ndim) {
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, n - o, "[");
+    for (int i = 0; i < ndim && o < n; i++) o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+static const st_tensor *need(binder *b, const char *name, nx_status *st) {
+    const st_tensor *t = st_find(b->m->st, name);
+    if (!t) *st = nx_fail(b->err, b->errlen, NX_EFORMAT, "%s: tensor '%s' is missing", b->m->dir, name);
+    return t;
+}
+
+static nx_status check_shape(binder *b, const st_tensor *t, int ndim, const int64_t *want, const char *why) {
+    int ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == want[i];
+    if (ok) return NX_OK;
+    char have[96], exp[96];
+    shape_str(have, sizeof have, t->shape, t->ndim);
+    shape_str(exp, sizeof exp, want, ndim);
+    return nx_fail(b->err, b->errlen, NX_EFORMAT, "%s: tensor '%s' has shape %s but the config needs %s (%s)", t->file,
+                   t->name, have, exp, why);
+}
+
+static int is_float_dtype(nx_dtype d) { return d == NX_DT_F32 || d == NX_DT_BF16 || d == NX_DT_F16; }
+
+static nx_status check_float(binder *b, const st_tensor *t) {
+    if (is_float_dtype(t->dtype)) return NX_OK;
+    if (t->dtype == NX_DT_U32)
+        return nx_fail(b->err, b->errlen, NX_EUNSUPPORTED, "%s: tensor '%s' is MLX-quantized (U32); quantized weights are not supported yet",
+                       t->file, t->name);
+    return nx_fail(b->err, b->errlen, NX_EUNSUPPORTED, "%s: tensor '%s' has dtype %s (expected F32, BF16 or F16)", t->file,
+                   t->name, nx_dtype_name(t->dtype));
+}
+
+/* A [rows, cols] matrix used in place; copied only if misaligned. */
+static nx_status bind_mat(binder *b, const char *name, int64_t rows, int64_t cols, const char *why, kn_mat *out) {
+    nx_status st = NX_OK;
+    const st_tensor *t = need(b, name, &st);
+    if (!t) return st;
+    int64_t want[2] = {rows, cols};
+    if ((st = check_shape(b, t, 2, want, why)) || (st = check_float(b, t))) return st;
+    out->data = t->data;
+    out->dtype = t->dtype;
+    out->rows = rows;
+    out->cols = cols;
+    if ((uintptr_t)t->data % nx_dtype_size(t->dtype)) {
+        /* safetensors does not promise alignment; kernels need it. */
+        void *copy = nx_alloc_aligned(t->nbytes);
+        if (!copy) return nx_fail(b->err, b->errlen, NX_ENOMEM, "out of memory copying misaligned tensor '%s'", name);
+        memcpy(copy, t->data, t->nbytes);
+        if ((st = keep_owned(b, copy))) return st;
+        out->data = copy;
+    }
+    return NX_OK;
+}
+
+/* A vector converted to f32; plus_one adds 1 (zero-centered norm, raw HF). */
+static nx_status bind_vec_shape(binder *b, const char *name, int ndim, const int64_t *shape, int64_t n, int plus_one,
+                                const char *why, float **out) {
+    nx_status st = NX_OK;
+    const st_tensor *t = need(b, name, &st);
+    if (!t) return st;
+    if ((st = check_shape(b, t, ndim, shape, why)) || (st = check_float(b, t))) return st;
+    float *v = nx_alloc_aligned((size_t)n * sizeof *v);
+    if (!v) return nx_fail(b->err, b->errlen, NX_ENOMEM, "out of memory for '%s'", name);
+    if ((st = keep_owned(b, v))) return st;
+    kn_to_f32(t->dtype, t->data, v, n);
+    if (plus_one)
+        for (int64_t i = 0; i < n; i++) v[i] += 1.0f;
+    *out = v;
+    return NX_OK;
+}
+
+static nx_status bind_vec(binder *b, const char *name, int64_t n, int plus_one, const char *why, float **out) {
+    return bind_vec_shape(b, name, 1, &n, n, plus_one, why, out);
+}
+
+/* Picks the name prefix of the language model's tensors. */
+static const char *find_prefix(const st_set *s) {
+    static const char *const prefixes[] = {"model.language_model.", "language_model.model.", "model."};
+    char name[256];
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+        snprintf(name, sizeof name, "%sembed_tokens.weight", prefixes[i]);
+        if (st_find(s, name)) return prefixes[i];
+    }
+    return NULL;
+}
+
+static nx_status bind_attention(binder *b, int i, mdl_layer *L) {
+    const cfg_model *c = &b->m->cfg;
+    const char *p = b->m->prefix;
+    int64_t H = c->hidden_size, hd = c->head_dim, qrows = (int64_t)c->n_heads * hd * (c->attn_output_gate ? 2 : 1);
+    int64_t kv = (int64_t)c->n_kv_heads * hd;
+    int plus = !b->m->layout_mlx;
+    char n[256];
+    nx_status st;
+#define NAME(suffix) (snprintf(n, sizeof n, "%slayers.%d.self_attn." suffix, p, i), n)
+    if ((st = bind_mat(b, NAME("q_proj.weight"), qrows, H, "2*num_attention_heads*head_dim x hidden_size", &L->q_proj)) ||
+        (st = bind_mat(b, NAME("k_proj.weight"), kv, H, "num_key_value_heads*head_dim x hidden_size", &L->k_proj)) ||
+        (st = bind_mat(b, NAME("v_proj.weight"), kv, H, "num_key_value_heads*head_dim x hidden_size", &L->v_proj)) ||
+        (st = bind_mat(b, NAME("o_proj.weight"), H, (int64_t)c->n_heads * hd, "hidden_size x num_attention_heads*head_dim", &L->o_proj)) ||
+        (st = bind_vec(b, NAME("q_norm.weight"), hd, plus, "head_dim", &L->q_norm)) ||
+        (st = bind_vec(b, NAME("k_norm.weight"), hd, plus, "head_dim", &L->k_norm)))
+        return st;
+#undef NAME
+    return NX_OK;
+}
+
+static nx_status bind_gdn(binder *b, int i, mdl_layer *L) {
+    const cfg_model *c = &b->m->cfg;
+    const char *p = b->m->prefix;
+    int64_t H = c->hidden_size, CD = cfg_conv_dim(c), VD = cfg_value_dim(c), Hv = c->linear_v_heads, Kc = c->conv_kernel;
+    char n[256];
+    nx_status st;
+#define NAME(suffix) (snprintf(n, sizeof n, "%slayers.%d.linear_attn." suffix, p, i), n)
+    if ((st = bind_mat(b, NAME("in_proj_qkv.weight"), CD, H, "2*key_dim+value_dim x hidden_size", &L->in_qkv)) ||
+        (st = bind_mat(b, NAME("in_proj_z.weight"), VD, H, "value_dim x hidden_size", &L->in_z)) ||
+        (st = bind_mat(b, NAME("in_proj_b.weight"), Hv, H, "linear_num_value_heads x hidden_size", &L->in_b)) ||
+        (st = bind_mat(b, NAME("in_proj_a.weight"), Hv, H, "linear_num_value_heads x hidden_size", &L->in_a)) ||
+        (st = bind_mat(b, NAME("out_proj.weight"), H, VD, "hidden_size x value_dim", &L->out_proj)))
+        return st;
+    /* conv1d: [CD, 1, Kc] (HF) and [CD, Kc, 1] (MLX) hold the same bytes. */
+    int64_t conv_shape[3] = {CD, b->m->layout_mlx ? Kc : 1, b->m->layout_mlx ? 1 : Kc};
+    if ((st = bind_vec_shape(b, NAME("conv1d.weight"), 3, conv_shape, CD * Kc, 0, "conv_dim x kernel", &L->conv_w)) ||
+        (st = bind_vec(b, NAME("dt_bias"), Hv, 0, "linear_num_value_heads", &L->dt_bias)) ||
+        (st = bind_vec(b, NAME("A_log"), Hv, 0, "linear_num_value_heads", &L->neg_exp_a)) ||
+        (st = bind_vec(b, NAME("norm.weight"), c->linear_v_dim, 0, "linear_value_head_dim", &L->gnorm)))
+        return st;
+#undef NAME
+    for (int64_t j = 0; j < Hv; j++) L->neg_exp_a[j] = -expf(L->neg_exp_a[j]);
+    return NX_OK;
+}
+
+static nx_status bind_layer(binder *b, int i) {
+    const cfg_model *c = &b->m->cfg;
+    mdl_layer *L = &b->m->layers[i];
+    int64_t H = c->hidden_size, I = c->intermediate_size;
+    int plus = !b->m->layout_mlx;
+    char n[256];
+    nx_status st;
+    L->is_full = c->layer_full[i];
+#define NAME(suffix) (snprintf(n, sizeof n, "%slayers.%d." suffix, b->m->prefix, i), n)
+    if ((st = bind_vec(b, NAME("input_layernorm.weight"), H, plus, "hidden_size", &L->input_norm)) ||
+        (st = bind_vec(b, NAME("post_attention_layernorm.weight"), H, plus, "hidden_size", &L->post_norm)) ||
+        (st = (L->is_full ? bind_attention(b, i, L) : bind_gdn(b, i, L))))
+        return st;
+    if (st_find(b->m->st, NAME("mlp.gate.weight")) || st_find(b->m->st, NAME("mlp.experts.down_proj")) ||
+        st_find(b->m->st, NAME("mlp.switch_mlp.down_proj.weight")))
+        return nx_fail(b->err, b->errlen, NX_EUNSUPPORTED, "%s: layer %d has MoE experts; MoE not supported yet", b->m->dir, i);
+    if ((st = bind_mat(b, NAME("mlp.gate_proj.weight"), I, H, "intermediate_size x hidden_size", &L->gate_proj)) ||
+        (st = bind_mat(b, NAME("mlp.up_proj.weight"), I, H, "intermediate_size x hidden_size", &L->up_proj)) ||
+        (st = bind_mat(b, NAME("mlp.down_proj.weight"), H, I, "hidden_size x intermediate_size", &L->down_proj)))
+        return st;
+#undef NAME
+    return NX_OK;
+}
+
+/* Raw HF vs mlx-community (see the file comment). */
+static int detect_mlx_layout(const nx_model *m) {
+    const cfg_model *c = &m->cfg;
+    char n[256];
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->layer_full[i]) continue;
+        snprintf(n, sizeof n, "%slayers.%d.linear_attn.conv1d.weight", m->prefix, i);
+        const st_tensor *t = st_find(m->st, n);
+        if (t && t->ndim == 3 && c->conv_kernel > 1) return t->shape[2] == 1;
+        break;
+    }
+    return strncmp(m->prefix, "language_model.", 15) == 0;
+}
+
+static void fill_info(nx_model *m) {
+    const cfg_model *c = &m->cfg;
+    nx_model_info *in = &m->info;
+    in->dir = m->dir;
+    in->model_type = c->model_type;
+    in->layout = m->layout_mlx ? "mlx" : "hf";
+    snprintf(m->weight_dtype, sizeof m->weight_dtype, "%s", nx_dtype_name(m->embed.dtype));
+    in->weight_dtype = m->weight_dtype;
+    in->vocab_size = c->vocab_size;
+    in->hidden_size = c->hidden_size;
+    in->n_layers = c->n_layers;
+    in->intermediate_size = c->intermediate_size;
+    in->n_heads = c->n_heads;
+    in->n_kv_heads = c->n_kv_heads;
+    in->head_dim = c->head_dim;
+    in->rotary_dim = c->rotary_dim;
+    in->linear_k_heads = c->linear_k_heads;
+    in->linear_v_heads = c->linear_v_heads;
+    in->linear_k_dim = c->linear_k_dim;
+    in->linear_v_dim = c->linear_v_dim;
+    in->conv_kernel = c->conv_kernel;
+    for (int i = 0; i < c->n_layers; i++) {
+        m->layer_pattern[i] = c->layer_full[i] ? 'A' : 'L';
+        if (c->layer_full[i]) in->n_full_attention++;
+        else in->n_linear_attention++;
+    }
+    m->layer_pattern[c->n_layers] = 0;
+    in->layer_pattern = m->layer_pattern;
+    in->rope_theta = c->rope_theta;
+    in->rms_norm_eps = c->rms_norm_eps;
+    in->tie_word_embeddings = c->tie_word_embeddings;
+    in->n_eos = c->n_eos;
+    in->eos_ids = c->eos_ids;
+    in->n_files = st_file_count(m->st);
+    in->n_tensors = st_count(m->st);
+    for (int i = 0; i < st_count(m->st); i++) {
+        const st_tensor *t = st_at(m->st, i);
+        in->weight_bytes += (int64_t)t->nbytes;
+        int is_mtp = strncmp(t->name, "mtp.", 4) == 0 || strstr(t->name, ".mtp.") != NULL;
+        int is_visual = strstr(t->name, "visual") != NULL || strncmp(t->name, "vision_tower", 12) == 0;
+        if (is_mtp) m->n_mtp_tensors++;
+        else if (!is_visual) in->n_params += t->numel;
+    }
+    in->has_mtp = m->n_mtp_tensors > 0;
+    in->n_mtp_tensors = m->n_mtp_tensors;
+    in->quantization = "none";
+}
+
+nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **out, char *err, size_t errlen) {
+    *out = NULL;
+    nx_load_opts defaults = {0, 0};
+    if (!opts) opts = &defaults;
+    kn_init(opts->force_reference);
+    nx_model *m = nx_calloc(1, sizeof *m);
+    if (!m || !(m->dir = nx_strdup(dir))) {
+        nx_free(m);
+        return nx_fail(err, errlen, NX_ENOMEM, "out of memory loading %s", dir);
+    }
+    binder b = {m, err, errlen};
+    const cfg_model *c = &m->cfg;
+    nx_status st;
+    if ((st = cfg_load_dir(dir, &m->cfg, err, errlen))) goto fail;
+    if ((st = st_open_dir(dir, &m->st, err, errlen))) goto fail;
+    for (int i = 0; i < st_count(m->st); i++) {
+        const char *name = st_at(m->st, i)->name;
+        size_t len = strlen(name);
+        if (len > 7 && strcmp(name + len - 7, ".scales") == 0 && strncmp(name, "mtp.", 4) != 0) {
+            st = nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: tensor '%s': MLX-quantized weights are not supported yet",
+                         st_at(m->st, i)->file, name);
+            goto fail;
+        }
+    }
+    if (!(m->prefix = find_prefix(m->st))) {
+        st = nx_fail(err, errlen, NX_EFORMAT,
+                     "%s: no embed_tokens.weight under model.language_model., language_model.model. or model. — not a Qwen3.5 checkpoint?",
+                     dir);
+        goto fail;
+    }
+    m->layout_mlx = detect_mlx_layout(m);
+    m->layers = nx_calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) { st = nx_fail(err, errlen, NX_ENOMEM, "out of memory"); goto fail; }
+
+    char n[256];
+    int64_t V = c->vocab_size, H = c->hidden_size;
+    snprintf(n, sizeof n, "%sembed_tokens.weight", m->prefix);
+    if ((st = bind_mat(&b, n, V, H, "vocab_size x hidden_size", &m->embed))) goto fail;
+    snprintf(n, sizeof n, "%snorm.weight", m->prefix);
+    if ((st = bind_vec(&b, n, H, !m->layout_mlx, "hidden_size", &m->final_norm))) goto fail;
+    if (c->tie_word_embeddings) {
+        m->lm_head = m->embed;
+    } else {
+        const char *head = strncmp(m->prefix, "language_model.", 15) == 0 ? "language_model.lm_head.weight" : "lm_head.weight";
+        if ((st = bind_mat(&b, head, V, H, "vocab_size x hidden_size", &m->lm_head))) goto fail;
+    }
+    for (int i = 0; i < c->n_layers; i++)
+        if ((st = bind_layer(&b, i))) goto fail;
+    if ((st = nx_pool_new(opts->n_threads, &m->pool, err, errlen))) goto fail;
+    fill_info(m);
+    *out = m;
+    return NX_OK;
+fail:
+    nx_model_free(m);
+    return st;
+}
+
+void nx_model_free(nx_model *m) {
+    if (!m) return;
+    nx_pool_free(m->pool);
+    for (int i = 0; i < m->n_copies; i++) nx_free_aligned(m->copies[i]);
+    nx_free(m->copies);
+    nx_free(m->layers);
+    st_close(m->st);
+    nx_free(m->dir);
+    nx_free(m);
+}
+
+const nx_model_info *nx_model_get_info(const nx_model *m) { return &m->info; }
