@@ -1,0 +1,60 @@
+/* cli.h — shared helpers of the `nextn` command-line tool.
+ *
+ * The CLI sees only the public API (nextn.h). Every subcommand returns its
+ * exit code: 0 success, 1 runtime failure (the library's message is printed),
+ * 2 bad usage (a one-line error naming the option). */
+#ifndef NX_CLI_CLI_H
+#define NX_CLI_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "nextn.h"
+
+int cmd_generate(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+
+/* Prints "nextn: <message>" to stderr and returns 2 (usage) — for option errors. */
+int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "nextn: <message>" to stderr and returns 1. */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Strict number parsing: the whole string must be a number in range. Return 0
+ * on success, -1 otherwise (nothing printed). */
+int cli_parse_int(const char *s, long lo, long hi, long *out);
+int cli_parse_u64(const char *s, uint64_t *out);
+int cli_parse_float(const char *s, double lo, double hi, double *out);
+/* "1,2,3" -> a malloc'd array (caller frees) of n ids in [0, INT32_MAX]. */
+int cli_parse_ids(const char *s, int32_t **ids, int *n);
+
+/* The option value after argv[*i], advancing *i; NULL (and an error printed)
+ * if missing. */
+const char *cli_value(int argc, char **argv, int *i);
+
+/* The model directory: -m DIR, else $NEXTN_MODEL, else the bundled default model. */
+const char *cli_default_model(void);
+
+/* Options every model-loading command takes: -m DIR, -t N, --ref. */
+typedef struct {
+    const char *dir;
+    nx_load_opts load;
+} cli_model_opts;
+
+#define CLI_MODEL_HELP                                                              \
+    "  -m, --model DIR    checkpoint directory (default: $NEXTN_MODEL, else the bundled model)\n" \
+    "  -t, --threads N    worker threads (default: one per CPU)\n"                  \
+    "  --ref              use the scalar reference kernels (slow; for checking)\n"
+
+/* If argv[*i] is one of the model options, consumes it (and its value) and
+ * returns 1; returns 0 if it is not; -1 (error printed) on a bad value. */
+int cli_model_option(int argc, char **argv, int *i, cli_model_opts *o);
+/* Loads the model, printing the library's error on failure. */
+nx_model *cli_load_model(const cli_model_opts *o);
+
+/* Writes a float32 little-endian .npy of shape [rows, cols]. 0 on success. */
+int cli_write_npy(const char *path, const float *data, int64_t rows, int64_t cols);
+
+/* Monotonic seconds. */
+double cli_now(void);
+
+#endif

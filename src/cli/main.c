@@ -1,0 +1,34 @@
+/* main.c — `nextn`: dispatch to subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *what;
+} commands[] = {
+    {"generate", cmd_generate, "generate tokens from a prompt"},
+    {"logits", cmd_logits, "write logits / hidden states for a token sequence as .npy"},
+    {"inspect", cmd_inspect, "describe a checkpoint: architecture, sizes, dtypes, MTP tensors"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: nextn <command> [options]   (nextn <command> --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].what);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
+    return cli_usage_error("unknown command '%s' (try nextn --help)", argv[1]);
+}

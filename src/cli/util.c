@@ -1,0 +1,163 @@
+/* util.c — argument parsing, .npy output and timing for the CLI. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void report(const char *fmt, va_list ap) {
+    fputs("nextn: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+int cli_usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report(fmt, ap);
+    va_end(ap);
+    return 2;
+}
+
+int cli_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    report(fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
+int cli_parse_int(const char *s, long lo, long hi, long *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_u64(const char *s, uint64_t *out) {
+    if (!s || !*s || *s == '-') return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_float(const char *s, double lo, double hi, double *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_ids(const char *s, int32_t **ids, int *n) {
+    *ids = NULL;
+    *n = 0;
+    if (!s || !*s) return -1;
+    int cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    if (!v) return -1;
+    char *copy = strdup(s), *save = NULL;
+    int k = 0, bad = !copy;
+    for (char *tok = copy ? strtok_r(copy, ",", &save) : NULL; tok && !bad; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ') tok++;
+        long x;
+        if (cli_parse_int(tok, 0, INT32_MAX, &x)) bad = 1;
+        else v[k++] = (int32_t)x;
+    }
+    free(copy);
+    if (bad || k == 0 || k != cap) {
+        free(v);
+        return -1;
+    }
+    *ids = v;
+    *n = k;
+    return 0;
+}
+
+const char *cli_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        cli_usage_error("option %s needs a value", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+const char *cli_default_model(void) {
+    const char *env = getenv("NEXTN_MODEL");
+    return env && *env ? env : NEXTN_DEFAULT_MODEL;
+}
+
+int cli_write_npy(const char *path, const float *data, int64_t rows, int64_t cols) {
+    char header[128];
+    int len = snprintf(header, sizeof header, "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld), }",
+                       (long long)rows, (long long)cols);
+    /* magic(6) + version(2) + header length(2) + header, padded with spaces
+     * and a final newline to a multiple of 64 bytes (npy format 1.0). */
+    int total = 10 + len + 1;
+    int pad = (64 - total % 64) % 64;
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0};
+    uint16_t hl = (uint16_t)(len + pad + 1);
+    pre[8] = (unsigned char)(hl & 0xff);
+    pre[9] = (unsigned char)(hl >> 8);
+    int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(header, 1, (size_t)len, f) == (size_t)len;
+    for (int i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;
+    ok = ok && fputc('\n', f) != EOF;
+    ok = ok && fwrite(data, sizeof(float), (size_t)(rows * cols), f) == (size_t)(rows * cols);
+    return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int cli_model_option(int argc, char **argv, int *i, cli_model_opts *o) {
+    const char *a = argv[*i];
+    if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+        if (!(o->dir = cli_value(argc, argv, i))) return -1;
+        return 1;
+    }
+    if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
+        const char *v = cli_value(argc, argv, i);
+        long n;
+        if (!v) return -1;
+        if (cli_parse_int(v, 1, 256, &n)) {
+            cli_usage_error("--threads wants an integer in [1, 256], got '%s'", v);
+            return -1;
+        }
+        o->load.n_threads = (int)n;
+        return 1;
+    }
+    if (strcmp(a, "--ref") == 0) {
+        o->load.force_reference = 1;
+        return 1;
+    }
+    return 0;
+}
+
+nx_model *cli_load_model(const cli_model_opts *o) {
+    char err[1024];
+    nx_model *m = NULL;
+    const char *dir = o->dir ? o->dir : cli_default_model();
+    if (nx_model_load(dir, &o->load, &m, err, sizeof err) != NX_OK) {
+        cli_fail("%s", err);
+        return NULL;
+    }
+    return m;
+}
