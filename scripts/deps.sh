@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the Debian packages nextn builds with, if any are missing.
+# Runs as root (or through sudo); a no-op when everything is present.
+set -euo pipefail
+pkgs=(gcc make cmake pkg-config libjansson-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+echo "nextn: installing ${missing[*]}" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
