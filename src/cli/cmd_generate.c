@@ -146,6 +146,7 @@ int cmd_generate(int argc, char **argv) {
     } else {
         printf("\n");
     }
+    fflush(stdout); /* keep the stats line after the streamed ids */
     if (g.stats)
         fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s)\n", n_prompt,
                 t1 - t0, prefill_tps, n_gen, t2 - t1, decode_tps);
