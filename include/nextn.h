@@ -152,6 +152,110 @@ void nx_sampler_free(nx_sampler *s);
 int32_t nx_sample(nx_sampler *s, const nx_sampling *p, float *logits,
                   const int32_t *history, int n_history, int64_t position);
 
+/* ---- Memory returned by the library ------------------------------------ */
+
+/* Frees a buffer a library call returned to the caller (token id arrays,
+ * rendered text). NULL is a no-op. */
+void nx_free(void *p);
+
+/* ---- Tokenizer --------------------------------------------------------- */
+
+/* A byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (the
+ * Qwen family): vocabulary and merges, added/special tokens, NFC normalizer,
+ * the Split pre-tokenizer regex read from the file, ByteLevel mapping and
+ * decoder. Immutable after loading except for an internal cache that is
+ * protected, so one tokenizer may serve several threads at once. */
+typedef struct nx_tokenizer nx_tokenizer;
+
+/* Loads dir/tokenizer.json, plus dir/tokenizer_config.json (chat template,
+ * eos token) when present. Anything in the file that is not supported is an
+ * NX_EUNSUPPORTED error naming it; malformed files are NX_EFORMAT naming the
+ * file and field. Free with nx_tokenizer_free. */
+nx_status nx_tokenizer_load(const char *dir, nx_tokenizer **out, char *err, size_t errlen);
+void nx_tokenizer_free(nx_tokenizer *t);
+
+/* How added tokens written in the text are treated by nx_tokenize. */
+typedef enum {
+    NX_SPECIAL_PARSE = 0,   /* every added token matches (HF default)               */
+    NX_SPECIAL_AS_TEXT = 1, /* only non-special added tokens (<think>, <tool_call>,
+                               ...) match; special ones (<|im_start|>, ...) are text
+                               (HF split_special_tokens=True, llama.cpp parse_special=false) */
+    NX_SPECIAL_NONE = 2     /* no added token matches: NFC, split, BPE over all text */
+} nx_special_mode;
+
+/* Encodes len bytes of UTF-8 text. *ids receives a buffer of *n ids that
+ * the caller frees with nx_free (NULL when *n is 0). Invalid UTF-8 in the
+ * input is NX_EINVAL naming the byte offset. No BOS/EOS is added. */
+nx_status nx_tokenize(nx_tokenizer *t, const char *text, size_t len, nx_special_mode mode,
+                      int32_t **ids, int *n, char *err, size_t errlen);
+
+/* Decodes ids to text (a NUL-terminated buffer the caller frees with nx_free;
+ * *len, if not NULL, gets its length). Byte sequences that are not valid
+ * UTF-8 become U+FFFD as in Hugging Face's decoder; unknown ids are skipped.
+ * skip_special drops special added tokens. */
+nx_status nx_detokenize(const nx_tokenizer *t, const int32_t *ids, int n, int skip_special,
+                        char **text, size_t *len, char *err, size_t errlen);
+
+/* Streaming decode: push ids one at a time; each push returns the text that
+ * became complete (never a partial UTF-8 sequence: an incomplete tail is held
+ * until its continuation arrives). The returned pointer is owned by the
+ * stream and valid until the next call. nx_detok_stream_flush returns what
+ * is still held (incomplete bytes become U+FFFD). */
+typedef struct nx_detok_stream nx_detok_stream;
+nx_status nx_detok_stream_new(const nx_tokenizer *t, int skip_special, nx_detok_stream **out,
+                              char *err, size_t errlen);
+void nx_detok_stream_free(nx_detok_stream *s);
+const char *nx_detok_stream_push(nx_detok_stream *s, int32_t id, size_t *len);
+const char *nx_detok_stream_flush(nx_detok_stream *s, size_t *len);
+
+/* Vocabulary size (largest id + 1, added tokens included). */
+int nx_tokenizer_vocab_size(const nx_tokenizer *t);
+/* The id of a token string (vocabulary or added token), or -1. */
+int32_t nx_tokenizer_token_id(const nx_tokenizer *t, const char *token);
+/* 1 if id is a special added token (special: true in tokenizer.json). */
+int nx_tokenizer_is_special(const nx_tokenizer *t, int32_t id);
+/* Stop ids known to the tokenizer files: tokenizer_config.json's eos_token
+ * and <|im_end|> / <|endoftext|> when they exist. Returns the count; *ids points
+ * into the tokenizer. */
+int nx_tokenizer_stop_ids(const nx_tokenizer *t, const int32_t **ids);
+/* The chat_template string from tokenizer_config.json (or dir/chat_template.jinja),
+ * or NULL. Owned by the tokenizer. */
+const char *nx_tokenizer_chat_template(const nx_tokenizer *t);
+
+/* ---- Chat template ----------------------------------------------------- */
+
+/* Renders conversations the way a checkpoint's Jinja chat template does, for
+ * the Qwen ChatML template family, implemented natively (no Jinja engine).
+ * The variant is detected from the template text; see docs/chat-templates.md. */
+typedef struct nx_chat_template nx_chat_template;
+
+/* Parses template text (a Jinja chat template of a known variant, or a file
+ * in the documented nextn format). Unknown → NX_EUNSUPPORTED with a message
+ * pointing to `--chat-template FILE` and the documented format. `name` is used
+ * in messages. Free with nx_chat_template_free. */
+nx_status nx_chat_template_new(const char *text, size_t len, const char *name, nx_chat_template **out,
+                               char *err, size_t errlen);
+void nx_chat_template_free(nx_chat_template *c);
+/* "qwen3", "qwen3.5", ... */
+const char *nx_chat_template_variant(const nx_chat_template *c);
+/* The template's default for enable_thinking when the caller does not set it
+ * (1: the generation prompt opens a <think> block). */
+int nx_chat_template_default_thinking(const nx_chat_template *c);
+
+typedef struct {
+    const char *messages_json;   /* a JSON array of OpenAI-style messages        */
+    const char *tools_json;      /* a JSON array of tools, or NULL (not passed)  */
+    int add_generation_prompt;
+    int enable_thinking;         /* -1: not passed (template default), 0, 1      */
+} nx_chat_request;
+
+/* Renders to a NUL-terminated buffer the caller frees with nx_free.
+ * Malformed JSON is NX_EFORMAT; a conversation the template rejects is
+ * NX_EINVAL with the template's own message (e.g. "No user query found in
+ * messages."). */
+nx_status nx_chat_render(const nx_chat_template *c, const nx_chat_request *req, char **out,
+                         char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif
