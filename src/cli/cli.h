@@ -8,11 +8,15 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "nextn.h"
 
 int cmd_generate(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int cmd_chat_template(int argc, char **argv);
 
 /* Prints "nextn: <message>" to stderr and returns 2 (usage) — for option errors. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -53,6 +57,21 @@ nx_model *cli_load_model(const cli_model_opts *o);
 
 /* Writes a float32 little-endian .npy of shape [rows, cols]. 0 on success. */
 int cli_write_npy(const char *path, const float *data, int64_t rows, int64_t cols);
+
+/* Reads a whole file into a malloc'd NUL-terminated buffer (caller frees);
+ * NULL (nothing printed) on error. *len may be NULL. */
+char *cli_read_file(const char *path, size_t *len);
+
+/* Loads the tokenizer of a model directory (-m DIR or the default), printing
+ * the library's error on failure. */
+nx_tokenizer *cli_load_tokenizer(const char *dir);
+
+/* Loads a chat template: from FILE if given, else the tokenizer's. Prints
+ * the error on failure. */
+nx_chat_template *cli_load_chat_template(const char *file, const nx_tokenizer *tok, const char *dir);
+
+/* Writes s as a JSON string literal (quotes, escapes) to f. */
+void cli_json_string(FILE *f, const char *s, size_t len);
 
 /* Monotonic seconds. */
 double cli_now(void);

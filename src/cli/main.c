@@ -12,11 +12,14 @@ static const struct {
     {"generate", cmd_generate, "generate tokens from a prompt"},
     {"logits", cmd_logits, "write logits / hidden states for a token sequence as .npy"},
     {"inspect", cmd_inspect, "describe a checkpoint: architecture, sizes, dtypes, MTP tensors"},
+    {"tokenize", cmd_tokenize, "encode text to token ids (JSON array)"},
+    {"detokenize", cmd_detokenize, "decode token ids to text"},
+    {"chat-template", cmd_chat_template, "render a conversation with the checkpoint's chat template"},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: nextn <command> [options]   (nextn <command> --help for its options)\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].what);
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].what);
 }
 
 int main(int argc, char **argv) {

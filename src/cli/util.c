@@ -161,3 +161,81 @@ nx_model *cli_load_model(const cli_model_opts *o) {
     }
     return m;
 }
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (cap - n < 65536) {
+            char *g = realloc(buf, cap = cap * 2 + 65536);
+            if (!g) { free(buf); fclose(f); return NULL; }
+            buf = g;
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) { free(buf); return NULL; }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+nx_tokenizer *cli_load_tokenizer(const char *dir) {
+    char err[1024];
+    nx_tokenizer *t = NULL;
+    if (nx_tokenizer_load(dir ? dir : cli_default_model(), &t, err, sizeof err) != NX_OK) {
+        cli_fail("%s", err);
+        return NULL;
+    }
+    return t;
+}
+
+nx_chat_template *cli_load_chat_template(const char *file, const nx_tokenizer *tok, const char *dir) {
+    char err[1024];
+    nx_chat_template *c = NULL;
+    size_t len = 0;
+    char *owned = NULL;
+    const char *text, *name;
+    if (file) {
+        if (!(owned = cli_read_file(file, &len))) {
+            cli_fail("%s: cannot read the chat template", file);
+            return NULL;
+        }
+        text = owned;
+        name = file;
+    } else {
+        text = tok ? nx_tokenizer_chat_template(tok) : NULL;
+        name = dir ? dir : cli_default_model();
+        if (!text) {
+            cli_fail("%s: the tokenizer files have no chat_template; pass --chat-template FILE (see docs/chat-templates.md)", name);
+            return NULL;
+        }
+        len = strlen(text);
+    }
+    if (nx_chat_template_new(text, len, name, &c, err, sizeof err) != NX_OK) cli_fail("%s", err);
+    free(owned);
+    return c;
+}
+
+void cli_json_string(FILE *f, const char *s, size_t len) {
+    fputc('"', f);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        switch (ch) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+            else fputc(ch, f);
+        }
+    }
+    fputc('"', f);
+}

@@ -99,14 +99,18 @@ static void generate_greedy_matches_llamacpp(void) {
         json_decref(j);
     }
     free(out);
-    /* streaming form: the same ids, space separated */
+    /* streaming form: this checkpoint has a tokenizer, so the output is the
+     * decoded text of the same ids (special tokens left out) */
+    snprintf(args, sizeof args, "detokenize -m '%s/hf' --skip-special --ids %d,%d,%d,%d,%d", GOLDEN, want[0], want[1], want[2],
+             want[3], want[4]);
+    CHECK(nextn(args) == 0);
+    char *expect = captured("stdout");
     snprintf(args, sizeof args, "generate -m '%s/hf' --prompt-ids %s -n 5 --stats", GOLDEN, prompt);
     CHECK(nextn(args) == 0);
     out = captured("stdout");
-    char expect[128];
-    snprintf(expect, sizeof expect, "%d %d %d %d %d\n", want[0], want[1], want[2], want[3], want[4]);
-    CHECKF(strcmp(out, expect) == 0, "got '%s'", out);
-    free(out);
+    size_t el = strlen(expect);
+    CHECKF(strncmp(out, expect, el) == 0 && strcmp(out + el, "\n") == 0, "got '%s', want '%s'", out, expect);
+    free(out), free(expect);
     out = captured("stderr");
     CHECK(strstr(out, "prefill:") && strstr(out, "tok/s"));
     free(out), free(want), free(prompt);
@@ -135,7 +139,13 @@ static void bad_use_exits_2_with_one_line(void) {
         {"generate -m x --prompt-ids 1 -n -4", 2, "-n"},
         {"generate -m x --prompt-ids 1 --temp hot", 2, "--temp"},
         {"generate -m x", 2, "exactly one of"},
-        {"generate -m x -p hello", 2, "tokenizer"},
+        {"generate -m x -p hello", 1, "no tokenizer.json"},
+        {"generate -m x --prompt-ids 1 --chat", 2, "need a text prompt"},
+        {"generate -m x -p hi --thinking maybe", 2, "--thinking"},
+        {"tokenize -m x", 2, "exactly one of --text, --file"},
+        {"detokenize -m x --ids 1,,2", 2, "--ids"},
+        {"chat-template -m x", 2, "--messages is required"},
+        {"chat-template -m x --messages /nonexistent.json", 1, "/nonexistent.json"},
         {"inspect --bogus", 2, "unknown option '--bogus'"},
         {"inspect -t 0 -m x", 2, "--threads"},
         {"inspect -m /nonexistent/model", 1, "/nonexistent/model"},
@@ -150,7 +160,9 @@ static void bad_use_exits_2_with_one_line(void) {
                cases[i].args, rc, err);
         free(err);
     }
-    for (const char *const *c = (const char *const[]){"--help", "generate --help", "logits --help", "inspect --help", NULL}; *c; c++) {
+    for (const char *const *c = (const char *const[]){"--help", "generate --help", "logits --help", "inspect --help", "tokenize --help",
+                                                       "detokenize --help", "chat-template --help", NULL};
+         *c; c++) {
         char args[64];
         snprintf(args, sizeof args, "%s", *c);
         CHECKF(nextn(args) == 0, "nextn %s", *c);
@@ -160,11 +172,121 @@ static void bad_use_exits_2_with_one_line(void) {
     }
 }
 
+
+#define TOKENIZER NX_TEST_DATA "/tokenizer"
+#define CHAT NX_TEST_DATA "/chat"
+
+static void tokenize_and_detokenize_round_trip(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-tokenize"));
+    /* golden ids from Hugging Face tokenizers for a text with special tokens */
+    const char *text = "<|im_start|>user\nHello, world! 123<|im_end|>";
+    char path[1200], args[2048];
+    snprintf(path, sizeof path, "%s/in.txt", out_dir);
+    nx_test_write_file(path, text, strlen(text));
+    snprintf(args, sizeof args, "tokenize -m '%s' --file '%s'", TOKENIZER, path);
+    CHECK(nextn(args) == 0);
+    char *ids = captured("stdout");
+    CHECKF(strcmp(ids, "[151644,872,198,9707,11,1879,0,220,16,17,18,151645]\n") == 0, "got %s", ids);
+    /* --no-special: the control-token strings are plain text */
+    snprintf(args, sizeof args, "tokenize -m '%s' --file '%s' --no-special", TOKENIZER, path);
+    CHECK(nextn(args) == 0);
+    char *plain = captured("stdout");
+    CHECKF(!strstr(plain, "151644") && !strstr(plain, "151645"), "got %s", plain);
+    /* detokenize gives the text back */
+    ids[strlen(ids) - 2] = 0; /* drop "]\n" */
+    snprintf(args, sizeof args, "detokenize -m '%s' --ids %s", TOKENIZER, ids + 1);
+    CHECK(nextn(args) == 0);
+    char *back = captured("stdout");
+    CHECKF(strcmp(back, text) == 0, "got '%s'", back);
+    free(ids), free(plain), free(back);
+}
+
+static void chat_template_command_is_byte_exact(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-chat"));
+    static const struct { const char *id, *tmpl, *file; } cases[] = {
+        {"chat-021-tools-system-user-gen", "qwen3.5", "Qwen3.5-4B.jinja"},
+        {"chat-025-tool-multi-step-reasoning", "qwen3", "Qwen-Qwen3-0.6B.jinja"},
+        {"chat-045-no-messages", "qwen3.5", "Qwen3.5-4B.jinja"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        json_t *line = NULL;
+        /* the golden file has one line per (id, template) */
+        char *text = nx_test_read_file(CHAT "/chat-golden.jsonl", NULL);
+        for (char *l = text, *next; l && *l && !line; l = next) {
+            next = strchr(l, '\n');
+            if (next) *next++ = 0;
+            json_t *j = json_loads(l, 0, NULL);
+            if (j && strcmp(json_string_value(json_object_get(j, "id")), cases[i].id) == 0 &&
+                strcmp(json_string_value(json_object_get(j, "template")), cases[i].tmpl) == 0)
+                line = j;
+            else
+                json_decref(j);
+        }
+        free(text);
+        CHECKF(line != NULL, "golden line %s/%s", cases[i].id, cases[i].tmpl);
+        if (!line) continue;
+        char mpath[1200], tpath[1200], args[4096];
+        snprintf(mpath, sizeof mpath, "%s/messages.json", out_dir);
+        snprintf(tpath, sizeof tpath, "%s/tools.json", out_dir);
+        json_dump_file(json_object_get(line, "messages"), mpath, JSON_ENCODE_ANY);
+        json_t *tools = json_object_get(line, "tools"), *think = json_object_get(line, "enable_thinking");
+        if (!json_is_null(tools)) json_dump_file(tools, tpath, JSON_ENCODE_ANY);
+        snprintf(args, sizeof args, "chat-template --template '%s/%s' --messages '%s'%s%s%s%s%s", CHAT, cases[i].file, mpath,
+                 json_is_null(tools) ? "" : " --tools '", json_is_null(tools) ? "" : tpath, json_is_null(tools) ? "" : "'",
+                 json_is_true(json_object_get(line, "add_generation_prompt")) ? " --add-generation-prompt" : "",
+                 json_is_null(think) ? "" : json_is_true(think) ? " --thinking on" : " --thinking off");
+        int rc = nextn(args);
+        const char *want = json_string_value(json_object_get(line, "rendered"));
+        if (want) {
+            char *out = captured("stdout");
+            CHECKF(rc == 0 && strcmp(out, want) == 0, "%s: rc %d, got '%s'", cases[i].id, rc, out);
+            free(out);
+        } else {
+            char *err = captured("stderr");
+            CHECKF(rc == 1 && strstr(err, "No messages provided."), "%s: rc %d, stderr '%s'", cases[i].id, rc, err);
+            free(err);
+        }
+        json_decref(line);
+    }
+}
+
+static void chat_prompt_reproduces_llamacpp_tokens(void) {
+    /* tokens.txt is a ChatML prompt tokenized by llama.cpp; its user text,
+     * rendered by our Qwen3 template and tokenized, must give the same ids */
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-chatgen"));
+    int n;
+    int *tok = nx_test_read_ids(GOLDEN "/tokens.txt", &n);
+    /* tokens: <|im_start|> user \n TEXT <|im_end|> \n <|im_start|> assistant \n,
+     * where "assistant" is three tokens in this truncated vocabulary */
+    char ids[1024] = "", args[4096];
+    for (int i = 3, o = 0; i < n - 7; i++) o += snprintf(ids + o, sizeof ids - (size_t)o, "%s%d", i > 3 ? "," : "", tok[i]);
+    snprintf(args, sizeof args, "detokenize -m '%s/hf' --ids %s", GOLDEN, ids);
+    CHECK(nextn(args) == 0);
+    char *user = captured("stdout");
+    char path[1200];
+    snprintf(path, sizeof path, "%s/user.txt", out_dir);
+    nx_test_write_file(path, user, strlen(user));
+    snprintf(args, sizeof args, "generate -m '%s/hf' -f '%s' --chat -n 4 --json", GOLDEN, path);
+    CHECK(nextn(args) == 0);
+    char *out = captured("stdout");
+    json_t *j = json_loads(out, 0, NULL);
+    CHECKF(j != NULL, "not JSON: %s", out);
+    json_t *p = json_object_get(j, "prompt_ids");
+    CHECKF(json_array_size(p) == (size_t)n, "prompt has %zu ids, llama.cpp %d", json_array_size(p), n);
+    for (int i = 0; i < n && i < (int)json_array_size(p); i++) CHECK(json_integer_value(json_array_get(p, (size_t)i)) == tok[i]);
+    CHECK(json_is_string(json_object_get(j, "text")));
+    json_decref(j);
+    free(out), free(user), free(tok);
+}
+
 static const nx_test tests[] = {
     {"logits_command_writes_golden_npy", "nextn logits writes [L,V] and [L,H] .npy files matching llama.cpp", logits_command_writes_golden_npy},
     {"inspect_json_describes_the_checkpoint", "nextn inspect --json reports dims, pattern, dtype, MTP, layout", inspect_json_describes_the_checkpoint},
     {"generate_greedy_matches_llamacpp", "nextn generate greedy ids equal llama.cpp's; --json and --stats", generate_greedy_matches_llamacpp},
     {"seeded_sampling_is_reproducible", "the same seed gives the same sample, another seed differs", seeded_sampling_is_reproducible},
+    {"tokenize_and_detokenize_round_trip", "tokenize matches Hugging Face ids, --no-special keeps text, detokenize inverts", tokenize_and_detokenize_round_trip},
+    {"chat_template_command_is_byte_exact", "chat-template renders golden conversations byte for byte; template errors exit 1", chat_template_command_is_byte_exact},
+    {"chat_prompt_reproduces_llamacpp_tokens", "generate --chat builds the same prompt ids llama.cpp tokenized", chat_prompt_reproduces_llamacpp_tokens},
     {"bad_use_exits_2_with_one_line", "bad options exit 2, runtime errors exit 1, each with one stderr line", bad_use_exits_2_with_one_line},
 };
 
