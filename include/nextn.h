@@ -102,12 +102,14 @@ int nx_state_max_ctx(const nx_state *s);
 /* Outputs of one forward call; every pointer may be NULL (not wanted). The
  * caller owns the buffers. With all_rows = 1 each buffer holds one row per
  * input token ([n, vocab] / [n, hidden]); with all_rows = 0 only the row of the
- * last input token ([1, ...]). */
+ * last input token ([1, ...]); all_hidden = 1 asks for every row of hidden and
+ * prenorm while logits stay last-row only (what the MTP head's prefill needs). */
 typedef struct {
     float *logits;    /* lm_head(final_norm(h))                      [.., vocab]  */
     float *hidden;    /* post-final-norm hidden (what the MTP head reads) [.., hidden] */
     float *prenorm;   /* last layer's output before the final norm   [.., hidden] */
-    int all_rows;
+    int all_rows;     /* every row of every output                               */
+    int all_hidden;   /* every row of hidden/prenorm only (logits: last row)     */
 } nx_forward_out;
 
 /* Runs tokens[0..n) at positions pos..pos+n-1 of state s and advances it.

@@ -52,7 +52,7 @@ int cmd_logits(int argc, char **argv) {
         cli_fail("out of memory for %d rows of output", n);
         goto done;
     }
-    nx_forward_out fo = {logits, hidden, prenorm, 1};
+    nx_forward_out fo = {.logits = logits, .hidden = hidden, .prenorm = prenorm, .all_rows = 1};
     if (nx_forward(m, s, ids, n, &fo, err, sizeof err)) { cli_fail("%s", err); goto done; }
     if (out && cli_write_npy(out, logits, n, (int64_t)V)) { cli_fail("%s: cannot write", out); goto done; }
     if (hidden_out && cli_write_npy(hidden_out, hidden, n, (int64_t)H)) { cli_fail("%s: cannot write", hidden_out); goto done; }

@@ -66,17 +66,10 @@ struct nx_model {
     int n_mtp_tensors;
 };
 
-struct nx_state {
-    const nx_model *m;
-    int pos;                      /* tokens held                               */
-    int max_ctx;
-    /* per full-attention layer l (indexed by layer; NULL for GDN layers) */
-    float **k_cache;              /* [max_ctx][Nkv*hd], post-norm post-RoPE K  */
-    float **v_cache;              /* [max_ctx][Nkv*hd]                         */
-    /* per GDN layer (NULL for attention layers) */
-    float **conv_state;           /* [Kc-1][CD] last pre-conv rows             */
-    float **recurrent;            /* [Hv][Dv][Dk]                              */
-    /* chunk scratch, MDL_CHUNK rows each */
+/* Scratch for one chunk of up to MDL_CHUNK rows, shared by every layer of a
+ * forward (the target's and the MTP head's). */
+typedef struct {
+    int max_ctx;                  /* positions the attention scores can cover  */
     float *x;                     /* [C][H] residual stream                    */
     float *xn;                    /* [C][H] normed input of a block            */
     float *proj;                  /* [C][max(2*Nh*hd, CD)] q/gate or qkv        */
@@ -91,6 +84,68 @@ struct nx_state {
     float *hfinal;                /* [C][H] post-final-norm                    */
     float *rope;                  /* [C][rd] cos/sin table per chunk row        */
     float *scores;                /* [n_threads][max_ctx] attention scratch     */
+} mdl_scratch;
+
+nx_status mdl_scratch_init(mdl_scratch *sc, const nx_model *m, int max_ctx);
+void mdl_scratch_free(mdl_scratch *sc);
+
+/* Rollback record of the last verify block (mdl_forward_verify): enough to
+ * put every Gated DeltaNet layer back to its state after any prefix of the
+ * block, without re-running it (spec §4, option 1). */
+typedef struct {
+    int max_block;                /* longest block that can be recorded        */
+    int T;                        /* tokens in the recorded block; 0: none     */
+    int pos;                      /* state position before the block           */
+    float **recurrent;            /* per GDN layer [max_block][Hv][Dv][Dk]: state after token t */
+    float **window;               /* per GDN layer [Kc-1 + max_block][CD]: conv input window   */
+} mdl_rollback;
+
+struct nx_state {
+    const nx_model *m;
+    int pos;                      /* tokens held                               */
+    int max_ctx;
+    /* per full-attention layer l (indexed by layer; NULL for GDN layers) */
+    float **k_cache;              /* [max_ctx][Nkv*hd], post-norm post-RoPE K  */
+    float **v_cache;              /* [max_ctx][Nkv*hd]                         */
+    /* per GDN layer (NULL for attention layers) */
+    float **conv_state;           /* [Kc-1][CD] last pre-conv rows             */
+    float **recurrent;            /* [Hv][Dv][Dk]                              */
+    mdl_scratch sc;
+    mdl_rollback rb;              /* allocated by mdl_state_enable_rollback    */
 };
+
+/* ---- decoder layers (layer.c), shared by the target and the MTP head ---- */
+
+/* y[T][w.rows] = x[T][w.cols] W^T, rows split across the model's pool. */
+void mdl_linear(const nx_model *m, const kn_mat *w, const float *x, int T, float *y);
+/* RoPE tables for positions pos..pos+T-1 into sc->rope. */
+void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int pos, int T);
+/* One pre-norm decoder layer with gated full attention over the T rows of
+ * sc->x (in place): x += Attn(rmsnorm0(x)); x += SwiGLU(rmsnorm0(x)).
+ * K/V of the rows are written at positions pos..pos+T-1 of k_cache/v_cache
+ * ([ctx][Nkv*hd]) and row t attends to positions 0..pos+t. Needs sc->rope. */
+void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache,
+                         int pos, int T);
+/* The same with a Gated DeltaNet mixer over conv_state / recurrent (advanced
+ * by T tokens). If snap_recurrent is not NULL, the recurrent state after each
+ * token t is copied to snap_recurrent[t] and the conv input window to
+ * snap_window (for rollback). */
+void mdl_gdn_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *conv_state, float *recurrent,
+                   int T, float *snap_recurrent, float *snap_window);
+
+/* ---- verify and rollback (forward.c), used by the speculative decoder ---- */
+
+/* Allocates the rollback record for blocks of up to max_block tokens
+ * (max_block <= MDL_CHUNK). Setup-time; idempotent for the same size. */
+nx_status mdl_state_enable_rollback(nx_state *s, int max_block, char *err, size_t errlen);
+/* nx_forward over one block of T <= max_block tokens that also records what
+ * mdl_rollback_to needs. Any later forward forgets the record. */
+nx_status mdl_forward_verify(const nx_model *m, nx_state *s, const int32_t *tokens, int T, const nx_forward_out *out,
+                             char *err, size_t errlen);
+/* Keeps only the first `keep` tokens (1 <= keep <= T) of the recorded block:
+ * attention KV is trimmed, every GDN layer's recurrent and conv state is set
+ * to its state after token keep-1. Bit-identical to having run only those
+ * tokens. NX_ESTATE without a record. Consumes the record. */
+nx_status mdl_rollback_to(nx_state *s, int keep, char *err, size_t errlen);
 
 #endif

@@ -1,6 +1,7 @@
-/* state.c — per-sequence state: caches, recurrent state and chunk scratch
- * (nx_state_new / nx_state_free / nx_state_reset). Everything a forward call
- * touches is allocated here, once, so decoding never allocates. */
+/* state.c — per-sequence state: caches, recurrent state, chunk scratch and
+ * the rollback record (nx_state_new / nx_state_free / nx_state_reset).
+ * Everything a forward call touches is allocated here, once, so decoding
+ * never allocates. */
 #include <stdint.h>
 #include <string.h>
 
@@ -9,6 +10,39 @@
 #include "model/model.h"
 
 static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
+
+nx_status mdl_scratch_init(mdl_scratch *sc, const nx_model *m, int max_ctx) {
+    const cfg_model *c = &m->cfg;
+    memset(sc, 0, sizeof *sc);
+    sc->max_ctx = max_ctx;
+    size_t C = MDL_CHUNK, F = sizeof(float);
+    size_t H = (size_t)c->hidden_size, kvd = (size_t)c->n_kv_heads * c->head_dim, CD = (size_t)cfg_conv_dim(c);
+    size_t VD = (size_t)cfg_value_dim(c), Hv = (size_t)c->linear_v_heads, I = (size_t)c->intermediate_size;
+    size_t qrows = (size_t)c->n_heads * c->head_dim * 2;
+    int ok = (sc->x = nx_alloc_aligned(C * H * F)) && (sc->xn = nx_alloc_aligned(C * H * F)) &&
+             (sc->proj = nx_alloc_aligned(C * max_z(qrows, CD) * F)) && (sc->kbuf = nx_alloc_aligned(C * kvd * F)) &&
+             (sc->vbuf = nx_alloc_aligned(C * kvd * F)) && (sc->zbuf = nx_alloc_aligned(C * VD * F)) &&
+             (sc->bbuf = nx_alloc_aligned(C * Hv * F)) && (sc->abuf = nx_alloc_aligned(C * Hv * F)) &&
+             (sc->window = nx_alloc_aligned((size_t)(c->conv_kernel - 1 + (int)C) * CD * F)) &&
+             (sc->conv_out = nx_alloc_aligned(C * CD * F)) &&
+             (sc->mix = nx_alloc_aligned(C * max_z((size_t)c->n_heads * c->head_dim, VD) * F)) &&
+             (sc->ff1 = nx_alloc_aligned(C * I * F)) && (sc->ff2 = nx_alloc_aligned(C * I * F)) &&
+             (sc->out = nx_alloc_aligned(C * H * F)) && (sc->hfinal = nx_alloc_aligned(C * H * F)) &&
+             (sc->rope = nx_alloc_aligned(C * (size_t)c->rotary_dim * F)) &&
+             (sc->scores = nx_alloc_aligned((size_t)nx_pool_size(m->pool) * (size_t)max_ctx * F));
+    if (!ok) {
+        mdl_scratch_free(sc);
+        return NX_ENOMEM;
+    }
+    return NX_OK;
+}
+
+void mdl_scratch_free(mdl_scratch *sc) {
+    float *all[] = {sc->x, sc->xn, sc->proj, sc->kbuf, sc->vbuf, sc->zbuf, sc->bbuf, sc->abuf, sc->window,
+                    sc->conv_out, sc->mix, sc->ff1, sc->ff2, sc->out, sc->hfinal, sc->rope, sc->scores};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) nx_free_aligned(all[i]);
+    memset(sc, 0, sizeof *sc);
+}
 
 nx_status nx_state_new(const nx_model *m, int max_ctx, nx_state **out, char *err, size_t errlen) {
     *out = NULL;
@@ -20,38 +54,58 @@ nx_status nx_state_new(const nx_model *m, int max_ctx, nx_state **out, char *err
     if (!s) return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the sequence state");
     s->m = m;
     s->max_ctx = max_ctx;
-    int L = c->n_layers, C = MDL_CHUNK;
-    size_t H = (size_t)c->hidden_size, kvd = (size_t)c->n_kv_heads * c->head_dim, CD = (size_t)cfg_conv_dim(c);
-    size_t VD = (size_t)cfg_value_dim(c), Hv = (size_t)c->linear_v_heads, I = (size_t)c->intermediate_size;
-    size_t qrows = (size_t)c->n_heads * c->head_dim * 2;
+    int L = c->n_layers;
+    size_t kvd = (size_t)c->n_kv_heads * c->head_dim, CD = (size_t)cfg_conv_dim(c);
+    size_t rec = (size_t)c->linear_v_heads * (size_t)c->linear_v_dim * (size_t)c->linear_k_dim;
     int ok = (s->k_cache = nx_calloc((size_t)L, sizeof(float *))) && (s->v_cache = nx_calloc((size_t)L, sizeof(float *))) &&
              (s->conv_state = nx_calloc((size_t)L, sizeof(float *))) && (s->recurrent = nx_calloc((size_t)L, sizeof(float *)));
     for (int l = 0; ok && l < L; l++) {
-        if (c->layer_full[l]) {
+        if (c->layer_full[l])
             ok = (s->k_cache[l] = nx_alloc_aligned((size_t)max_ctx * kvd * sizeof(float))) &&
                  (s->v_cache[l] = nx_alloc_aligned((size_t)max_ctx * kvd * sizeof(float)));
-        } else {
+        else
             ok = (s->conv_state[l] = nx_alloc_aligned((size_t)(c->conv_kernel - 1) * CD * sizeof(float))) &&
-                 (s->recurrent[l] = nx_alloc_aligned(Hv * (size_t)c->linear_v_dim * (size_t)c->linear_k_dim * sizeof(float)));
-        }
+                 (s->recurrent[l] = nx_alloc_aligned(rec * sizeof(float)));
     }
-    size_t F = sizeof(float);
-    ok = ok && (s->x = nx_alloc_aligned(C * H * F)) && (s->xn = nx_alloc_aligned(C * H * F)) &&
-         (s->proj = nx_alloc_aligned(C * max_z(qrows, CD) * F)) && (s->kbuf = nx_alloc_aligned(C * kvd * F)) &&
-         (s->vbuf = nx_alloc_aligned(C * kvd * F)) && (s->zbuf = nx_alloc_aligned(C * VD * F)) &&
-         (s->bbuf = nx_alloc_aligned(C * Hv * F)) && (s->abuf = nx_alloc_aligned(C * Hv * F)) &&
-         (s->window = nx_alloc_aligned((size_t)(c->conv_kernel - 1 + C) * CD * F)) &&
-         (s->conv_out = nx_alloc_aligned(C * CD * F)) &&
-         (s->mix = nx_alloc_aligned(C * max_z((size_t)c->n_heads * c->head_dim, VD) * F)) &&
-         (s->ff1 = nx_alloc_aligned(C * I * F)) && (s->ff2 = nx_alloc_aligned(C * I * F)) &&
-         (s->out = nx_alloc_aligned(C * H * F)) && (s->hfinal = nx_alloc_aligned(C * H * F)) &&
-         (s->rope = nx_alloc_aligned(C * (size_t)c->rotary_dim * F)) &&
-         (s->scores = nx_alloc_aligned((size_t)nx_pool_size(m->pool) * (size_t)max_ctx * F));
-    if (!ok) {
+    if (!ok || mdl_scratch_init(&s->sc, m, max_ctx) != NX_OK) {
         nx_state_free(s);
         return nx_fail(err, errlen, NX_ENOMEM, "out of memory for a sequence state of %d positions", max_ctx);
     }
     *out = s;
+    return NX_OK;
+}
+
+static void free_rollback(nx_state *s) {
+    mdl_rollback *rb = &s->rb;
+    for (int l = 0; l < s->m->cfg.n_layers; l++) {
+        if (rb->recurrent) nx_free_aligned(rb->recurrent[l]);
+        if (rb->window) nx_free_aligned(rb->window[l]);
+    }
+    nx_free(rb->recurrent);
+    nx_free(rb->window);
+    memset(rb, 0, sizeof *rb);
+}
+
+nx_status mdl_state_enable_rollback(nx_state *s, int max_block, char *err, size_t errlen) {
+    if (max_block < 1 || max_block > MDL_CHUNK)
+        return nx_fail(err, errlen, NX_EINVAL, "verify block of %d tokens: must be 1..%d", max_block, MDL_CHUNK);
+    if (s->rb.max_block >= max_block) return NX_OK;
+    free_rollback(s);
+    const cfg_model *c = &s->m->cfg;
+    size_t rec = (size_t)c->linear_v_heads * (size_t)c->linear_v_dim * (size_t)c->linear_k_dim;
+    size_t win = (size_t)(c->conv_kernel - 1 + max_block) * (size_t)cfg_conv_dim(c);
+    mdl_rollback *rb = &s->rb;
+    int ok = (rb->recurrent = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
+             (rb->window = nx_calloc((size_t)c->n_layers, sizeof(float *)));
+    for (int l = 0; ok && l < c->n_layers; l++)
+        if (!c->layer_full[l])
+            ok = (rb->recurrent[l] = nx_alloc_aligned((size_t)max_block * rec * sizeof(float))) &&
+                 (rb->window[l] = nx_alloc_aligned(win * sizeof(float)));
+    if (!ok) {
+        free_rollback(s);
+        return nx_fail(err, errlen, NX_ENOMEM, "out of memory for rollback snapshots of %d tokens", max_block);
+    }
+    rb->max_block = max_block;
     return NX_OK;
 }
 
@@ -68,9 +122,8 @@ void nx_state_free(nx_state *s) {
     nx_free(s->v_cache);
     nx_free(s->conv_state);
     nx_free(s->recurrent);
-    float *scratch[] = {s->x, s->xn, s->proj, s->kbuf, s->vbuf, s->zbuf, s->bbuf, s->abuf, s->window,
-                        s->conv_out, s->mix, s->ff1, s->ff2, s->out, s->hfinal, s->rope, s->scores};
-    for (size_t i = 0; i < sizeof scratch / sizeof *scratch; i++) nx_free_aligned(scratch[i]);
+    free_rollback(s);
+    mdl_scratch_free(&s->sc);
     nx_free(s);
 }
 
@@ -84,6 +137,7 @@ void nx_state_reset(nx_state *s) {
         memset(s->recurrent[l], 0, rec * sizeof(float));
     }
     s->pos = 0;
+    s->rb.T = 0;
 }
 
 int nx_state_pos(const nx_state *s) { return s->pos; }

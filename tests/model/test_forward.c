@@ -6,6 +6,7 @@
 #include "test.h"
 
 #include "base/alloc.h"
+#include "model/model.h"
 #include "nextn.h"
 
 static const char *golden_dir = NX_TEST_DATA "/golden/llamacpp-tiny-a-untied-bf16/hf";
@@ -49,7 +50,7 @@ static void run_split(nx_model *m, const int32_t *tok, int n, const int *sizes, 
     for (int done = 0, k = 0; done < n; k++) {
         int T = sizes[k % n_sizes];
         if (T > n - done) T = n - done;
-        nx_forward_out fo = {logits + (size_t)done * in->vocab_size, hidden + (size_t)done * in->hidden_size, NULL, 1};
+        nx_forward_out fo = {.logits = logits + (size_t)done * in->vocab_size, .hidden = hidden + (size_t)done * in->hidden_size, .all_rows = 1};
         nx_status st = nx_forward(m, s, tok + done, T, &fo, err, sizeof err);
         CHECKF(st == NX_OK, "%s", err);
         done += T;
@@ -238,8 +239,86 @@ static void broken_checkpoints_are_named_errors(void) {
     CHECKF(strstr(err, "/nonexistent/dir"), "message: %s", err);
 }
 
+
+/* Logits after feeding tok[0..n) to a fresh state then `more` tokens one by one. */
+static void plain_logits(nx_model *m, const int32_t *tok, int n, const int32_t *more, int n_more, float *out) {
+    char err[512];
+    nx_state *s = NULL;
+    CHECK(nx_state_new(m, 128, &s, err, sizeof err) == NX_OK);
+    size_t V = (size_t)nx_model_get_info(m)->vocab_size;
+    nx_forward_out fo = {.logits = out};
+    CHECK(nx_forward(m, s, tok, n, &fo, err, sizeof err) == NX_OK);
+    for (int i = 0; i < n_more; i++) {
+        fo.logits = out + (size_t)(i + 1) * V;
+        CHECK(nx_forward(m, s, &more[i], 1, &fo, err, sizeof err) == NX_OK);
+    }
+    nx_state_free(s);
+}
+
+static void rollback_equals_plain_decoding_of_the_kept_tokens(void) {
+    nx_model *m = load_t(golden_dir, 2);
+    if (!m) return;
+    char err[512];
+    size_t V = (size_t)nx_model_get_info(m)->vocab_size;
+    enum { P = 21, B = 5, MORE = 3 };
+    int32_t seq[P + B], more[MORE];
+    tokens(seq, P + B, (int)V, 17);
+    tokens(more, MORE, (int)V, 23);
+    float *want = malloc((MORE + 1) * V * 4), *got = malloc((MORE + 1) * V * 4), *block = malloc(B * V * 4);
+    for (int keep = 1; keep <= B; keep++) {
+        nx_state *s = NULL;
+        CHECK(nx_state_new(m, 128, &s, err, sizeof err) == NX_OK);
+        CHECK(mdl_state_enable_rollback(s, 8, err, sizeof err) == NX_OK);
+        nx_forward_out fo = {.logits = got};
+        CHECK(nx_forward(m, s, seq, P, &fo, err, sizeof err) == NX_OK);
+        nx_forward_out vo = {.logits = block, .all_rows = 1};
+        CHECK(mdl_forward_verify(m, s, seq + P, B, &vo, err, sizeof err) == NX_OK);
+        CHECK(mdl_rollback_to(s, keep, err, sizeof err) == NX_OK);
+        CHECK(nx_state_pos(s) == P + keep);
+        /* the verify rows themselves equal single steps */
+        plain_logits(m, seq, P + keep - 1, seq + P + keep - 1, 1, want);
+        CHECKF(memcmp(block + (size_t)(keep - 1) * V, want + V, V * 4) == 0, "verify row %d", keep - 1);
+        /* and decoding after the rollback equals decoding the kept tokens */
+        for (int i = 0; i < MORE; i++) {
+            fo.logits = got + (size_t)(i + 1) * V;
+            CHECK(nx_forward(m, s, &more[i], 1, &fo, err, sizeof err) == NX_OK);
+        }
+        plain_logits(m, seq, P + keep, more, MORE, want);
+        CHECKF(memcmp(got + V, want + V, MORE * V * 4) == 0, "keep %d: logits after rollback differ", keep);
+        nx_state_free(s);
+    }
+    free(want), free(got), free(block);
+    nx_model_free(m);
+}
+
+static void rollback_misuse_is_an_error(void) {
+    nx_model *m = load_t(golden_dir, 1);
+    if (!m) return;
+    char err[512];
+    nx_state *s = NULL;
+    CHECK(nx_state_new(m, 64, &s, err, sizeof err) == NX_OK);
+    int32_t t[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    CHECK(mdl_rollback_to(s, 1, err, sizeof err) == NX_ESTATE);
+    CHECK(mdl_forward_verify(m, s, t, 3, NULL, err, sizeof err) == NX_EINVAL); /* no rollback buffers */
+    CHECK(mdl_state_enable_rollback(s, 4, err, sizeof err) == NX_OK);
+    CHECK(mdl_state_enable_rollback(s, 0, err, sizeof err) == NX_EINVAL);
+    CHECK(mdl_forward_verify(m, s, t, 5, NULL, err, sizeof err) == NX_EINVAL && nx_state_pos(s) == 0);
+    CHECK(mdl_forward_verify(m, s, t, 4, NULL, err, sizeof err) == NX_OK && nx_state_pos(s) == 4);
+    CHECK(mdl_rollback_to(s, 5, err, sizeof err) == NX_EINVAL && nx_state_pos(s) == 4);
+    CHECK(mdl_rollback_to(s, 0, err, sizeof err) == NX_EINVAL);
+    CHECK(mdl_rollback_to(s, 4, err, sizeof err) == NX_OK && nx_state_pos(s) == 4);
+    CHECK(mdl_rollback_to(s, 1, err, sizeof err) == NX_ESTATE); /* the record was consumed */
+    CHECK(mdl_forward_verify(m, s, t, 2, NULL, err, sizeof err) == NX_OK);
+    CHECK(nx_forward(m, s, t, 1, NULL, err, sizeof err) == NX_OK);
+    CHECK(mdl_rollback_to(s, 1, err, sizeof err) == NX_ESTATE); /* a later forward forgets it */
+    nx_state_free(s);
+    nx_model_free(m);
+}
+
 static const nx_test tests[] = {
     {"any_split_is_bit_identical", "one call, single steps and verify-sized blocks give bit-identical rows", any_split_is_bit_identical},
+    {"rollback_equals_plain_decoding_of_the_kept_tokens", "after a verify block, rollback to any prefix decodes bit-identically", rollback_equals_plain_decoding_of_the_kept_tokens},
+    {"rollback_misuse_is_an_error", "rollback without a record, bad keep, oversized block: errors, state kept", rollback_misuse_is_an_error},
     {"thread_count_does_not_change_results", "1, 2 and 3 threads give bit-identical logits", thread_count_does_not_change_results},
     {"decode_does_not_allocate", "prefill and decode run under the no-allocation guard", decode_does_not_allocate},
     {"bad_calls_are_errors_that_keep_the_state", "bad token, full context, empty call: errors, state unchanged", bad_calls_are_errors_that_keep_the_state},

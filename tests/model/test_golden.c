@@ -66,7 +66,7 @@ static void run_all(nx_model *m, const int *ids_in, int n, float *logits, float 
     CHECK(nx_state_new(m, n, &s, err, sizeof err) == NX_OK);
     int32_t *ids = malloc((size_t)n * 4);
     for (int i = 0; i < n; i++) ids[i] = ids_in[i];
-    nx_forward_out fo = {logits, hidden, prenorm, 1};
+    nx_forward_out fo = {.logits = logits, .hidden = hidden, .prenorm = prenorm, .all_rows = 1};
     nx_status st = nx_forward(m, s, ids, n, &fo, err, sizeof err);
     CHECKF(st == NX_OK, "%s", err);
     free(ids);

@@ -1,0 +1,217 @@
+/* layer.c — the decoder layers of Qwen3.5 (spec §3.4-§3.7), shared by the
+ * target stack (forward.c) and the MTP head (spec/mtp.c).
+ *
+ *   u  = x + Mixer(rmsnorm0(x; input_layernorm))     gated attention or Gated DeltaNet
+ *   x' = u + SwiGLU(rmsnorm0(u; post_attention_layernorm))
+ *
+ * Every row is computed with the same kernels in the same order whatever T
+ * is: matmul rows are independent dot products, attention runs per query row
+ * over the cache, the GDN recurrence steps token by token. That is what makes
+ * a verify block of T tokens bit-identical to T single steps (spec §6.6).
+ * No SIMD and no allocation here: kernels do the math, the pool splits ranges. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/act.h"
+#include "kernels/attention.h"
+#include "kernels/gdn.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+#include "model/model.h"
+
+/* HF l2norm epsilon inside the square root (spec §3.2), independent of rms_norm_eps. */
+#define GDN_L2_EPS 1e-6f
+
+/* ---- threaded ops ------------------------------------------------------ */
+
+typedef struct {
+    const kn_mat *w;
+    const float *x;
+    int T;
+    float *y;
+} linear_job;
+
+static void linear_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
+    const linear_job *j = ctx;
+    kn_matmul_rows(j->w, j->x, j->w->cols, j->T, j->y, j->w->rows, r0, r1);
+}
+
+void mdl_linear(const nx_model *m, const kn_mat *w, const float *x, int T, float *y) {
+    linear_job j = {w, x, T, y};
+    nx_pool_run(m->pool, linear_rows, &j, w->rows, 16);
+}
+
+void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int pos, int T) {
+    for (int t = 0; t < T; t++) kn_rope_table(sc->rope + (int64_t)t * m->cfg.rotary_dim, pos + t, m->cfg.rotary_dim, m->cfg.rope_theta);
+}
+
+static void norm_rows(const nx_model *m, float *y, const float *x, const float *w, int T) {
+    int64_t H = m->cfg.hidden_size;
+    for (int t = 0; t < T; t++) kn_rmsnorm(y + t * H, x + t * H, w, H, (float)m->cfg.rms_norm_eps);
+}
+
+static void add_rows(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* ---- SwiGLU MLP (spec §3.7): sc->out = W_down(silu(W_gate xn) * W_up xn) -- */
+
+static void mlp_block(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, int T) {
+    int64_t n = (int64_t)T * m->cfg.intermediate_size;
+    mdl_linear(m, &L->gate_proj, sc->xn, T, sc->ff1);
+    mdl_linear(m, &L->up_proj, sc->xn, T, sc->ff2);
+    for (int64_t i = 0; i < n; i++) sc->ff1[i] = kn_silu(sc->ff1[i]) * sc->ff2[i];
+    mdl_linear(m, &L->down_proj, sc->ff1, T, sc->out);
+}
+
+/* The second half of every layer: x += SwiGLU(rmsnorm0(x)). */
+static void ffn_half(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, int T) {
+    norm_rows(m, sc->xn, sc->x, L->post_norm, T);
+    mlp_block(m, L, sc, T);
+    add_rows(sc->x, sc->out, (int64_t)T * m->cfg.hidden_size);
+}
+
+/* ---- gated full attention (spec §3.5) ---------------------------------- */
+
+typedef struct {
+    const nx_model *m;
+    mdl_scratch *sc;
+    const float *k_cache, *v_cache;
+    int pos;
+} attn_job;
+
+/* One (token, query head) pair per index: softmax attention over positions
+ * 0..pos+t, then the sigmoid output gate. */
+static void attention_rows(void *ctx, int64_t i0, int64_t i1, int tid) {
+    const attn_job *j = ctx;
+    const cfg_model *c = &j->m->cfg;
+    mdl_scratch *sc = j->sc;
+    int hd = c->head_dim, Nh = c->n_heads, group = c->n_heads / c->n_kv_heads, gated = c->attn_output_gate;
+    int64_t kvd = (int64_t)c->n_kv_heads * hd, qstride = (int64_t)Nh * hd * (gated ? 2 : 1);
+    float *scores = sc->scores + (int64_t)tid * sc->max_ctx;
+    for (int64_t i = i0; i < i1; i++) {
+        int t = (int)(i / Nh), h = (int)(i % Nh), kvh = h / group;
+        const float *q = sc->proj + t * qstride + (int64_t)h * hd * (gated ? 2 : 1);
+        float *o = sc->mix + (int64_t)t * Nh * hd + (int64_t)h * hd;
+        kn_attention_head(o, q, j->k_cache + (int64_t)kvh * hd, j->v_cache + (int64_t)kvh * hd, kvd, j->pos + t + 1, hd,
+                          1.0f / sqrtf((float)hd), scores);
+        if (gated) {
+            const float *gate = q + hd;
+            for (int d = 0; d < hd; d++) o[d] *= kn_sigmoid(gate[d]);
+        }
+    }
+}
+
+void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache,
+                         int pos, int T) {
+    const cfg_model *c = &m->cfg;
+    int hd = c->head_dim, rd = c->rotary_dim, Nh = c->n_heads, Nkv = c->n_kv_heads, gated = c->attn_output_gate;
+    int64_t kvd = (int64_t)Nkv * hd, qstride = (int64_t)Nh * hd * (gated ? 2 : 1);
+    float eps = (float)c->rms_norm_eps;
+
+    norm_rows(m, sc->xn, sc->x, L->input_norm, T);
+    mdl_linear(m, &L->q_proj, sc->xn, T, sc->proj);   /* [T][Nh * (query | gate)] */
+    mdl_linear(m, &L->k_proj, sc->xn, T, sc->kbuf);   /* [T][Nkv*hd]              */
+    mdl_linear(m, &L->v_proj, sc->xn, T, sc->vbuf);   /* [T][Nkv*hd]              */
+    for (int t = 0; t < T; t++) {
+        const float *cs = sc->rope + (int64_t)t * rd;
+        for (int h = 0; h < Nh; h++) {                 /* q: per-head norm, then RoPE */
+            float *q = sc->proj + t * qstride + (int64_t)h * hd * (gated ? 2 : 1);
+            kn_rmsnorm(q, q, L->q_norm, hd, eps);
+            kn_rope_apply(q, cs, rd);
+        }
+        float *kc = k_cache + (int64_t)(pos + t) * kvd, *vc = v_cache + (int64_t)(pos + t) * kvd;
+        for (int h = 0; h < Nkv; h++) {                /* k: per-head norm, RoPE, append */
+            kn_rmsnorm(kc + h * hd, sc->kbuf + t * kvd + h * hd, L->k_norm, hd, eps);
+            kn_rope_apply(kc + h * hd, cs, rd);
+        }
+        memcpy(vc, sc->vbuf + t * kvd, (size_t)kvd * sizeof(float));
+    }
+    attn_job j = {m, sc, k_cache, v_cache, pos};
+    nx_pool_run(m->pool, attention_rows, &j, (int64_t)T * Nh, 1);
+    mdl_linear(m, &L->o_proj, sc->mix, T, sc->out);
+    add_rows(sc->x, sc->out, (int64_t)T * c->hidden_size);
+    ffn_half(m, L, sc, T);
+}
+
+/* ---- Gated DeltaNet (spec §3.6) ---------------------------------------- */
+
+typedef struct {
+    const nx_model *m;
+    const mdl_layer *L;
+    mdl_scratch *sc;
+    float *recurrent, *snap;
+    int T;
+} gdn_job;
+
+static void conv_channels(void *ctx, int64_t c0, int64_t c1, int tid) {
+    const gdn_job *j = ctx;
+    const cfg_model *c = &j->m->cfg;
+    kn_conv_silu(j->sc->conv_out, j->sc->window, cfg_conv_dim(c), j->T, j->L->conv_w, c->conv_kernel, c0, c1);
+}
+
+/* One index per (token, key head): q <- l2n(q)/sqrt(Dk), k <- l2n(k). */
+static void qk_l2norm(void *ctx, int64_t i0, int64_t i1, int tid) {
+    const gdn_job *j = ctx;
+    const cfg_model *c = &j->m->cfg;
+    int Hk = c->linear_k_heads, Dk = c->linear_k_dim;
+    int64_t CD = cfg_conv_dim(c), KD = cfg_key_dim(c);
+    for (int64_t i = i0; i < i1; i++) {
+        float *row = j->sc->conv_out + (i / Hk) * CD;
+        int64_t h = i % Hk;
+        kn_l2norm_scaled(row + h * Dk, Dk, GDN_L2_EPS, 1.0f / sqrtf((float)Dk));
+        kn_l2norm_scaled(row + KD + h * Dk, Dk, GDN_L2_EPS, 1.0f);
+    }
+}
+
+/* One index per value head: that head's recurrence over the chunk's tokens in
+ * order, then the gated RMSNorm of each output. Heads are independent. */
+static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
+    const gdn_job *g = ctx;
+    const cfg_model *c = &g->m->cfg;
+    const mdl_layer *L = g->L;
+    mdl_scratch *sc = g->sc;
+    int Hv = c->linear_v_heads, Dk = c->linear_k_dim, Dv = c->linear_v_dim, r = c->linear_v_heads / c->linear_k_heads;
+    int64_t CD = cfg_conv_dim(c), KD = cfg_key_dim(c), VD = cfg_value_dim(c), head = (int64_t)Dv * Dk;
+    float eps = (float)c->rms_norm_eps;
+    for (int64_t jh = j0; jh < j1; jh++) {
+        float *S = g->recurrent + jh * head;
+        int64_t kh = jh / r; /* value head j reads key head j // r (HF grouped order) */
+        for (int t = 0; t < g->T; t++) {
+            const float *row = sc->conv_out + t * CD;
+            float beta = kn_sigmoid(sc->bbuf[t * Hv + jh]);
+            float alpha = expf(L->neg_exp_a[jh] * kn_softplus(sc->abuf[t * Hv + jh] + L->dt_bias[jh]));
+            float *o = sc->mix + t * VD + jh * Dv;
+            kn_gated_delta_step(S, row + kh * Dk, row + KD + kh * Dk, row + 2 * KD + jh * Dv, alpha, beta, o, Dk, Dv);
+            kn_rmsnorm_gated(o, o, sc->zbuf + t * VD + jh * Dv, L->gnorm, Dv, eps);
+            if (g->snap) memcpy(g->snap + (t * Hv + jh) * head, S, (size_t)head * sizeof(float));
+        }
+    }
+}
+
+void mdl_gdn_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *conv_state, float *recurrent,
+                   int T, float *snap_recurrent, float *snap_window) {
+    const cfg_model *c = &m->cfg;
+    int64_t CD = cfg_conv_dim(c), keep = c->conv_kernel - 1;
+
+    norm_rows(m, sc->xn, sc->x, L->input_norm, T);
+    mdl_linear(m, &L->in_qkv, sc->xn, T, sc->proj);   /* [T][CD] pre-conv q|k|v */
+    mdl_linear(m, &L->in_z, sc->xn, T, sc->zbuf);     /* [T][VD] output gate    */
+    mdl_linear(m, &L->in_b, sc->xn, T, sc->bbuf);     /* [T][Hv] beta logits    */
+    mdl_linear(m, &L->in_a, sc->xn, T, sc->abuf);     /* [T][Hv] decay logits   */
+
+    /* Conv window = [conv state (Kc-1 rows) | this chunk's T rows]; the new
+     * conv state is its last Kc-1 rows. */
+    memcpy(sc->window, conv_state, (size_t)(keep * CD) * sizeof(float));
+    memcpy(sc->window + keep * CD, sc->proj, (size_t)T * (size_t)CD * sizeof(float));
+    if (snap_window) memcpy(snap_window, sc->window, (size_t)((keep + T) * CD) * sizeof(float));
+    gdn_job j = {m, L, sc, recurrent, snap_recurrent, T};
+    nx_pool_run(m->pool, conv_channels, &j, CD, 256);
+    memcpy(conv_state, sc->window + (int64_t)T * CD, (size_t)(keep * CD) * sizeof(float));
+
+    nx_pool_run(m->pool, qk_l2norm, &j, (int64_t)T * c->linear_k_heads, 1);
+    nx_pool_run(m->pool, delta_heads, &j, c->linear_v_heads, 1);
+    mdl_linear(m, &L->out_proj, sc->mix, T, sc->out);
+    add_rows(sc->x, sc->out, (int64_t)T * c->hidden_size);
+    ffn_half(m, L, sc, T);
+}
