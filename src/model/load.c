@@ -19,20 +19,21 @@
 #include "base/err.h"
 #include "model/model.h"
 
-typedef struct {
-    nx_model *m;
-    char *err;
-    size_t errlen;
-} binder;
+void mdl_owned_free(mdl_owned *o) {
+    for (int i = 0; i < o->n; i++) nx_free_aligned(o->blocks[i]);
+    nx_free(o->blocks);
+    o->blocks = NULL;
+    o->n = 0;
+}
 
-static nx_status keep_owned(binder *b, void *p) {
-    void **grown = nx_realloc(b->m->copies, (size_t)(b->m->n_copies + 1) * sizeof *grown);
+static nx_status keep_owned(mdl_binder *b, void *p) {
+    void **grown = nx_realloc(b->owned->blocks, (size_t)(b->owned->n + 1) * sizeof *grown);
     if (!grown) {
         nx_free_aligned(p);
-        return nx_fail(b->err, b->errlen, NX_ENOMEM, "out of memory while loading %s", b->m->dir);
+        return nx_fail(b->err, b->errlen, NX_ENOMEM, "out of memory while loading %s", b->dir);
     }
-    b->m->copies = grown;
-    b->m->copies[b->m->n_copies++] = p;
+    b->owned->blocks = grown;
+    b->owned->blocks[b->owned->n++] = p;
     return NX_OK;
 }
 
@@ -43,13 +44,13 @@ static void shape_str(char *buf, size_t n, const int64_t *shape, int ndim) {
     if (o < n) snprintf(buf + o, n - o, "]");
 }
 
-static const st_tensor *need(binder *b, const char *name, nx_status *st) {
-    const st_tensor *t = st_find(b->m->st, name);
-    if (!t) *st = nx_fail(b->err, b->errlen, NX_EFORMAT, "%s: tensor '%s' is missing", b->m->dir, name);
+static const st_tensor *need(mdl_binder *b, const char *name, nx_status *st) {
+    const st_tensor *t = st_find(b->st, name);
+    if (!t) *st = nx_fail(b->err, b->errlen, NX_EFORMAT, "%s: tensor '%s' is missing", b->dir, name);
     return t;
 }
 
-static nx_status check_shape(binder *b, const st_tensor *t, int ndim, const int64_t *want, const char *why) {
+static nx_status check_shape(mdl_binder *b, const st_tensor *t, int ndim, const int64_t *want, const char *why) {
     int ok = t->ndim == ndim;
     for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == want[i];
     if (ok) return NX_OK;
@@ -62,7 +63,7 @@ static nx_status check_shape(binder *b, const st_tensor *t, int ndim, const int6
 
 static int is_float_dtype(nx_dtype d) { return d == NX_DT_F32 || d == NX_DT_BF16 || d == NX_DT_F16; }
 
-static nx_status check_float(binder *b, const st_tensor *t) {
+static nx_status check_float(mdl_binder *b, const st_tensor *t) {
     if (is_float_dtype(t->dtype)) return NX_OK;
     if (t->dtype == NX_DT_U32)
         return nx_fail(b->err, b->errlen, NX_EUNSUPPORTED, "%s: tensor '%s' is MLX-quantized (U32); quantized weights are not supported yet",
@@ -71,8 +72,7 @@ static nx_status check_float(binder *b, const st_tensor *t) {
                    t->name, nx_dtype_name(t->dtype));
 }
 
-/* A [rows, cols] matrix used in place; copied only if misaligned. */
-static nx_status bind_mat(binder *b, const char *name, int64_t rows, int64_t cols, const char *why, kn_mat *out) {
+nx_status mdl_bind_mat(mdl_binder *b, const char *name, int64_t rows, int64_t cols, const char *why, kn_mat *out) {
     nx_status st = NX_OK;
     const st_tensor *t = need(b, name, &st);
     if (!t) return st;
@@ -94,7 +94,7 @@ static nx_status bind_mat(binder *b, const char *name, int64_t rows, int64_t col
 }
 
 /* A vector converted to f32; plus_one adds 1 (zero-centered norm, raw HF). */
-static nx_status bind_vec_shape(binder *b, const char *name, int ndim, const int64_t *shape, int64_t n, int plus_one,
+static nx_status bind_vec_shape(mdl_binder *b, const char *name, int ndim, const int64_t *shape, int64_t n, int plus_one,
                                 const char *why, float **out) {
     nx_status st = NX_OK;
     const st_tensor *t = need(b, name, &st);
@@ -110,7 +110,7 @@ static nx_status bind_vec_shape(binder *b, const char *name, int ndim, const int
     return NX_OK;
 }
 
-static nx_status bind_vec(binder *b, const char *name, int64_t n, int plus_one, const char *why, float **out) {
+nx_status mdl_bind_vec(mdl_binder *b, const char *name, int64_t n, int plus_one, const char *why, float **out) {
     return bind_vec_shape(b, name, 1, &n, n, plus_one, why, out);
 }
 
@@ -125,70 +125,74 @@ static const char *find_prefix(const st_set *s) {
     return NULL;
 }
 
-static nx_status bind_attention(binder *b, int i, mdl_layer *L) {
-    const cfg_model *c = &b->m->cfg;
-    const char *p = b->m->prefix;
-    int64_t H = c->hidden_size, hd = c->head_dim, qrows = (int64_t)c->n_heads * hd * (c->attn_output_gate ? 2 : 1);
-    int64_t kv = (int64_t)c->n_kv_heads * hd;
-    int plus = !b->m->layout_mlx;
+nx_status mdl_bind_attention_layer(mdl_binder *b, const cfg_model *c, const char *prefix, int plus_one, mdl_layer *L) {
+    int64_t H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
+    int64_t qrows = (int64_t)c->n_heads * hd * (c->attn_output_gate ? 2 : 1), kv = (int64_t)c->n_kv_heads * hd;
     char n[256];
     nx_status st;
-#define NAME(suffix) (snprintf(n, sizeof n, "%slayers.%d.self_attn." suffix, p, i), n)
-    if ((st = bind_mat(b, NAME("q_proj.weight"), qrows, H, "2*num_attention_heads*head_dim x hidden_size", &L->q_proj)) ||
-        (st = bind_mat(b, NAME("k_proj.weight"), kv, H, "num_key_value_heads*head_dim x hidden_size", &L->k_proj)) ||
-        (st = bind_mat(b, NAME("v_proj.weight"), kv, H, "num_key_value_heads*head_dim x hidden_size", &L->v_proj)) ||
-        (st = bind_mat(b, NAME("o_proj.weight"), H, (int64_t)c->n_heads * hd, "hidden_size x num_attention_heads*head_dim", &L->o_proj)) ||
-        (st = bind_vec(b, NAME("q_norm.weight"), hd, plus, "head_dim", &L->q_norm)) ||
-        (st = bind_vec(b, NAME("k_norm.weight"), hd, plus, "head_dim", &L->k_norm)))
+    L->is_full = 1;
+#define NAME(suffix) (snprintf(n, sizeof n, "%s" suffix, prefix), n)
+    if ((st = mdl_bind_vec(b, NAME("input_layernorm.weight"), H, plus_one, "hidden_size", &L->input_norm)) ||
+        (st = mdl_bind_vec(b, NAME("post_attention_layernorm.weight"), H, plus_one, "hidden_size", &L->post_norm)) ||
+        (st = mdl_bind_mat(b, NAME("self_attn.q_proj.weight"), qrows, H, "2*num_attention_heads*head_dim x hidden_size", &L->q_proj)) ||
+        (st = mdl_bind_mat(b, NAME("self_attn.k_proj.weight"), kv, H, "num_key_value_heads*head_dim x hidden_size", &L->k_proj)) ||
+        (st = mdl_bind_mat(b, NAME("self_attn.v_proj.weight"), kv, H, "num_key_value_heads*head_dim x hidden_size", &L->v_proj)) ||
+        (st = mdl_bind_mat(b, NAME("self_attn.o_proj.weight"), H, (int64_t)c->n_heads * hd, "hidden_size x num_attention_heads*head_dim", &L->o_proj)) ||
+        (st = mdl_bind_vec(b, NAME("self_attn.q_norm.weight"), hd, plus_one, "head_dim", &L->q_norm)) ||
+        (st = mdl_bind_vec(b, NAME("self_attn.k_norm.weight"), hd, plus_one, "head_dim", &L->k_norm)) ||
+        (st = mdl_bind_mat(b, NAME("mlp.gate_proj.weight"), I, H, "intermediate_size x hidden_size", &L->gate_proj)) ||
+        (st = mdl_bind_mat(b, NAME("mlp.up_proj.weight"), I, H, "intermediate_size x hidden_size", &L->up_proj)) ||
+        (st = mdl_bind_mat(b, NAME("mlp.down_proj.weight"), H, I, "hidden_size x intermediate_size", &L->down_proj)))
         return st;
 #undef NAME
     return NX_OK;
 }
 
-static nx_status bind_gdn(binder *b, int i, mdl_layer *L) {
-    const cfg_model *c = &b->m->cfg;
-    const char *p = b->m->prefix;
+static nx_status bind_gdn(mdl_binder *b, const nx_model *m, int i, mdl_layer *L) {
+    const cfg_model *c = &m->cfg;
+    const char *p = m->prefix;
     int64_t H = c->hidden_size, CD = cfg_conv_dim(c), VD = cfg_value_dim(c), Hv = c->linear_v_heads, Kc = c->conv_kernel;
     char n[256];
     nx_status st;
 #define NAME(suffix) (snprintf(n, sizeof n, "%slayers.%d.linear_attn." suffix, p, i), n)
-    if ((st = bind_mat(b, NAME("in_proj_qkv.weight"), CD, H, "2*key_dim+value_dim x hidden_size", &L->in_qkv)) ||
-        (st = bind_mat(b, NAME("in_proj_z.weight"), VD, H, "value_dim x hidden_size", &L->in_z)) ||
-        (st = bind_mat(b, NAME("in_proj_b.weight"), Hv, H, "linear_num_value_heads x hidden_size", &L->in_b)) ||
-        (st = bind_mat(b, NAME("in_proj_a.weight"), Hv, H, "linear_num_value_heads x hidden_size", &L->in_a)) ||
-        (st = bind_mat(b, NAME("out_proj.weight"), H, VD, "hidden_size x value_dim", &L->out_proj)))
+    if ((st = mdl_bind_mat(b, NAME("in_proj_qkv.weight"), CD, H, "2*key_dim+value_dim x hidden_size", &L->in_qkv)) ||
+        (st = mdl_bind_mat(b, NAME("in_proj_z.weight"), VD, H, "value_dim x hidden_size", &L->in_z)) ||
+        (st = mdl_bind_mat(b, NAME("in_proj_b.weight"), Hv, H, "linear_num_value_heads x hidden_size", &L->in_b)) ||
+        (st = mdl_bind_mat(b, NAME("in_proj_a.weight"), Hv, H, "linear_num_value_heads x hidden_size", &L->in_a)) ||
+        (st = mdl_bind_mat(b, NAME("out_proj.weight"), H, VD, "hidden_size x value_dim", &L->out_proj)))
         return st;
     /* conv1d: [CD, 1, Kc] (HF) and [CD, Kc, 1] (MLX) hold the same bytes. */
-    int64_t conv_shape[3] = {CD, b->m->layout_mlx ? Kc : 1, b->m->layout_mlx ? 1 : Kc};
+    int64_t conv_shape[3] = {CD, m->layout_mlx ? Kc : 1, m->layout_mlx ? 1 : Kc};
     if ((st = bind_vec_shape(b, NAME("conv1d.weight"), 3, conv_shape, CD * Kc, 0, "conv_dim x kernel", &L->conv_w)) ||
-        (st = bind_vec(b, NAME("dt_bias"), Hv, 0, "linear_num_value_heads", &L->dt_bias)) ||
-        (st = bind_vec(b, NAME("A_log"), Hv, 0, "linear_num_value_heads", &L->neg_exp_a)) ||
-        (st = bind_vec(b, NAME("norm.weight"), c->linear_v_dim, 0, "linear_value_head_dim", &L->gnorm)))
+        (st = mdl_bind_vec(b, NAME("dt_bias"), Hv, 0, "linear_num_value_heads", &L->dt_bias)) ||
+        (st = mdl_bind_vec(b, NAME("A_log"), Hv, 0, "linear_num_value_heads", &L->neg_exp_a)) ||
+        (st = mdl_bind_vec(b, NAME("norm.weight"), c->linear_v_dim, 0, "linear_value_head_dim", &L->gnorm)))
         return st;
 #undef NAME
     for (int64_t j = 0; j < Hv; j++) L->neg_exp_a[j] = -expf(L->neg_exp_a[j]);
     return NX_OK;
 }
 
-static nx_status bind_layer(binder *b, int i) {
-    const cfg_model *c = &b->m->cfg;
-    mdl_layer *L = &b->m->layers[i];
+static nx_status bind_layer(mdl_binder *b, nx_model *m, int i) {
+    const cfg_model *c = &m->cfg;
+    mdl_layer *L = &m->layers[i];
     int64_t H = c->hidden_size, I = c->intermediate_size;
-    int plus = !b->m->layout_mlx;
-    char n[256];
+    int plus = !m->layout_mlx;
+    char n[256], prefix[160];
     nx_status st;
-    L->is_full = c->layer_full[i];
-#define NAME(suffix) (snprintf(n, sizeof n, "%slayers.%d." suffix, b->m->prefix, i), n)
-    if ((st = bind_vec(b, NAME("input_layernorm.weight"), H, plus, "hidden_size", &L->input_norm)) ||
-        (st = bind_vec(b, NAME("post_attention_layernorm.weight"), H, plus, "hidden_size", &L->post_norm)) ||
-        (st = (L->is_full ? bind_attention(b, i, L) : bind_gdn(b, i, L))))
-        return st;
-    if (st_find(b->m->st, NAME("mlp.gate.weight")) || st_find(b->m->st, NAME("mlp.experts.down_proj")) ||
-        st_find(b->m->st, NAME("mlp.switch_mlp.down_proj.weight")))
-        return nx_fail(b->err, b->errlen, NX_EUNSUPPORTED, "%s: layer %d has MoE experts; MoE not supported yet", b->m->dir, i);
-    if ((st = bind_mat(b, NAME("mlp.gate_proj.weight"), I, H, "intermediate_size x hidden_size", &L->gate_proj)) ||
-        (st = bind_mat(b, NAME("mlp.up_proj.weight"), I, H, "intermediate_size x hidden_size", &L->up_proj)) ||
-        (st = bind_mat(b, NAME("mlp.down_proj.weight"), H, I, "hidden_size x intermediate_size", &L->down_proj)))
+    snprintf(prefix, sizeof prefix, "%slayers.%d.", m->prefix, i);
+#define NAME(suffix) (snprintf(n, sizeof n, "%s" suffix, prefix), n)
+    if (st_find(m->st, NAME("mlp.gate.weight")) || st_find(m->st, NAME("mlp.experts.down_proj")) ||
+        st_find(m->st, NAME("mlp.switch_mlp.down_proj.weight")))
+        return nx_fail(b->err, b->errlen, NX_EUNSUPPORTED, "%s: layer %d has MoE experts; MoE not supported yet", m->dir, i);
+    if (c->layer_full[i]) return mdl_bind_attention_layer(b, c, prefix, plus, L);
+    L->is_full = 0;
+    if ((st = mdl_bind_vec(b, NAME("input_layernorm.weight"), H, plus, "hidden_size", &L->input_norm)) ||
+        (st = mdl_bind_vec(b, NAME("post_attention_layernorm.weight"), H, plus, "hidden_size", &L->post_norm)) ||
+        (st = bind_gdn(b, m, i, L)) ||
+        (st = mdl_bind_mat(b, NAME("mlp.gate_proj.weight"), I, H, "intermediate_size x hidden_size", &L->gate_proj)) ||
+        (st = mdl_bind_mat(b, NAME("mlp.up_proj.weight"), I, H, "intermediate_size x hidden_size", &L->up_proj)) ||
+        (st = mdl_bind_mat(b, NAME("mlp.down_proj.weight"), H, I, "hidden_size x intermediate_size", &L->down_proj)))
         return st;
 #undef NAME
     return NX_OK;
@@ -266,11 +270,12 @@ nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **ou
         nx_free(m);
         return nx_fail(err, errlen, NX_ENOMEM, "out of memory loading %s", dir);
     }
-    binder b = {m, err, errlen};
+    mdl_binder b = {NULL, dir, &m->owned, err, errlen};
     const cfg_model *c = &m->cfg;
     nx_status st;
     if ((st = cfg_load_dir(dir, &m->cfg, err, errlen))) goto fail;
     if ((st = st_open_dir(dir, &m->st, err, errlen))) goto fail;
+    b.st = m->st;
     for (int i = 0; i < st_count(m->st); i++) {
         const char *name = st_at(m->st, i)->name;
         size_t len = strlen(name);
@@ -293,17 +298,17 @@ nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **ou
     char n[256];
     int64_t V = c->vocab_size, H = c->hidden_size;
     snprintf(n, sizeof n, "%sembed_tokens.weight", m->prefix);
-    if ((st = bind_mat(&b, n, V, H, "vocab_size x hidden_size", &m->embed))) goto fail;
+    if ((st = mdl_bind_mat(&b, n, V, H, "vocab_size x hidden_size", &m->embed))) goto fail;
     snprintf(n, sizeof n, "%snorm.weight", m->prefix);
-    if ((st = bind_vec(&b, n, H, !m->layout_mlx, "hidden_size", &m->final_norm))) goto fail;
+    if ((st = mdl_bind_vec(&b, n, H, !m->layout_mlx, "hidden_size", &m->final_norm))) goto fail;
     if (c->tie_word_embeddings) {
         m->lm_head = m->embed;
     } else {
         const char *head = strncmp(m->prefix, "language_model.", 15) == 0 ? "language_model.lm_head.weight" : "lm_head.weight";
-        if ((st = bind_mat(&b, head, V, H, "vocab_size x hidden_size", &m->lm_head))) goto fail;
+        if ((st = mdl_bind_mat(&b, head, V, H, "vocab_size x hidden_size", &m->lm_head))) goto fail;
     }
     for (int i = 0; i < c->n_layers; i++)
-        if ((st = bind_layer(&b, i))) goto fail;
+        if ((st = bind_layer(&b, m, i))) goto fail;
     if ((st = nx_pool_new(opts->n_threads, &m->pool, err, errlen))) goto fail;
     fill_info(m);
     *out = m;
@@ -316,8 +321,7 @@ fail:
 void nx_model_free(nx_model *m) {
     if (!m) return;
     nx_pool_free(m->pool);
-    for (int i = 0; i < m->n_copies; i++) nx_free_aligned(m->copies[i]);
-    nx_free(m->copies);
+    mdl_owned_free(&m->owned);
     nx_free(m->layers);
     st_close(m->st);
     nx_free(m->dir);

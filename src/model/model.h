@@ -47,6 +47,15 @@ typedef struct {
     kn_mat down_proj;             /* [H, I]                                    */
 } mdl_layer;
 
+/* Blocks a loader allocated (f32 vectors, aligned copies of misaligned
+ * tensors), freed together with their owner. */
+typedef struct {
+    void **blocks;
+    int n;
+} mdl_owned;
+
+void mdl_owned_free(mdl_owned *o);
+
 struct nx_model {
     cfg_model cfg;
     char *dir;
@@ -58,8 +67,7 @@ struct nx_model {
     kn_mat lm_head;               /* [V, H] (the embedding when tied)          */
     float *final_norm;            /* [H]                                       */
     mdl_layer *layers;            /* [L]                                       */
-    void **copies;                /* owned blocks: the f32 vectors above and    */
-    int n_copies;                 /* aligned copies of misaligned tensors      */
+    mdl_owned owned;              /* the f32 vectors above, aligned copies     */
     nx_model_info info;
     char layer_pattern[CFG_MAX_LAYERS + 1];
     char weight_dtype[16];
@@ -113,6 +121,29 @@ struct nx_state {
     mdl_scratch sc;
     mdl_rollback rb;              /* allocated by mdl_state_enable_rollback    */
 };
+
+/* ---- binding checked tensors (load.c), shared with the MTP loader ------ */
+
+/* Where tensors come from and where derived blocks go. */
+typedef struct {
+    const st_set *st;
+    const char *dir;              /* for messages                              */
+    mdl_owned *owned;
+    char *err;
+    size_t errlen;
+} mdl_binder;
+
+/* A [rows, cols] F32/BF16/F16 matrix used in place (copied only when
+ * misaligned). A missing tensor, another shape or dtype is an error naming
+ * the tensor; `why` says what the config expects. */
+nx_status mdl_bind_mat(mdl_binder *b, const char *name, int64_t rows, int64_t cols, const char *why, kn_mat *out);
+/* A vector of n floats converted to f32; plus_one adds 1 to every element
+ * (zero-centred norm stored raw). */
+nx_status mdl_bind_vec(mdl_binder *b, const char *name, int64_t n, int plus_one, const char *why, float **out);
+/* A decoder layer with gated full attention and a SwiGLU MLP whose tensors
+ * are named <prefix>input_layernorm.weight, <prefix>self_attn.q_proj.weight,
+ * ... (the target's layer i, or the MTP head's mtp.layers.0.). */
+nx_status mdl_bind_attention_layer(mdl_binder *b, const cfg_model *c, const char *prefix, int plus_one, mdl_layer *L);
 
 /* ---- decoder layers (layer.c), shared by the target and the MTP head ---- */
 
