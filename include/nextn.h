@@ -154,6 +154,109 @@ void nx_sampler_free(nx_sampler *s);
 int32_t nx_sample(nx_sampler *s, const nx_sampling *p, float *logits,
                   const int32_t *history, int n_history, int64_t position);
 
+/* ---- MTP drafter and speculative decoding ------------------------------ */
+
+/* The native Qwen3.5 MTP head, bound to a target model: it reads the target's
+ * embed_tokens and lm_head (no copies) and owns one full-attention layer.
+ * Immutable after loading; one drafter serves many sequences. */
+typedef struct nx_drafter nx_drafter;
+
+typedef struct {
+    int hidden_prenorm;   /* 1: feed the head the last layer's PRE-final-norm
+                             hidden (the reference design) instead of the
+                             post-norm one every current runtime uses */
+} nx_drafter_opts;
+
+/* dir NULL: the target checkpoint's own mtp.* tensors (or an mtp.safetensors
+ * beside them); else a drafter directory (config.json model_type
+ * qwen3_5_mtp). Errors name the drafter and the tensor or field: not a
+ * qwen3_5_mtp drafter, hidden size mismatch, missing or mis-shaped tensors.
+ * The target must outlive the drafter. Free with nx_drafter_free. */
+nx_status nx_drafter_load(const nx_model *target, const char *dir, const nx_drafter_opts *opts, nx_drafter **out,
+                          char *err, size_t errlen);
+void nx_drafter_free(nx_drafter *d);
+/* Tokens per verify block by default: the pending token + block_size-1 drafts. */
+int nx_drafter_block_size(const nx_drafter *d);
+/* 1 if the drafter reads the pre-final-norm hidden (nx_drafter_opts). */
+int nx_drafter_hidden_prenorm(const nx_drafter *d);
+
+/* Teacher-forced first-step draft logits of a sequence: runs the target over
+ * tokens[0..n) and the head over entries p = 0..n-2, entry p from token p+1
+ * and the target's hidden row p (spec §5.3). logits: [n-1][vocab]; hidden, if
+ * not NULL: [n-1][hidden_size] head outputs after mtp.norm. n >= 2. */
+nx_status nx_drafter_teacher_forced(const nx_drafter *d, const int32_t *tokens, int n, float *logits, float *hidden,
+                                    char *err, size_t errlen);
+
+/* Speculative decoding of one sequence with the MTP drafter (spec §6-§7).
+ *
+ *   FRESH --prefill--> READY --draft--> DRAFTED --verify--> VERIFIED --commit--> READY
+ *
+ * prefill runs the prompt, emits the first token and builds the drafter's
+ * entries; draft proposes K tokens; verify runs the pending token and the
+ * drafts in ONE target forward and decides how many are accepted; commit
+ * emits the accepted drafts plus one token from the target, rolls the target
+ * back past the rest (KV trim, Gated DeltaNet state restored from per-token
+ * snapshots) and rebuilds the drafter entries of the accepted tokens from the
+ * target's verified hiddens. verify straight from READY is a plain decoding
+ * step (K = 0). A call in the wrong state is NX_ESTATE and changes nothing; a
+ * failure inside verify or commit leaves the session in a sticky error state
+ * (every later call returns that error). nx_spec_step runs one whole round. */
+typedef struct nx_spec nx_spec;
+
+typedef enum {
+    NX_ACCEPT_DEFAULT = 0,  /* greedy at temperature 0, rejection otherwise        */
+    NX_ACCEPT_GREEDY,       /* argmax target; a draft is accepted iff it equals it  */
+    NX_ACCEPT_MATCH,        /* the target token at each position is sampled with the
+                               (seed, position) stream; accepted iff equal: output is
+                               identical to plain sampling with the same seed      */
+    NX_ACCEPT_REJECTION     /* speculative (rejection) sampling, lossless in
+                               distribution (spec §7.2)                            */
+} nx_accept_mode;
+
+#define NX_DRAFT_AUTO (-1)
+#define NX_SPEC_MAX_DRAFT 15     /* drafts per round at most (verify block <= 16) */
+
+typedef struct {
+    int draft;                  /* K >= 1 drafts per round; 0: block_size-1 of the
+                                   drafter; NX_DRAFT_AUTO: adapt per round        */
+    nx_accept_mode accept;
+    nx_sampling sampling;
+    const int32_t *stop_ids;    /* tokens that end generation (copied)          */
+    int n_stop;
+} nx_spec_opts;
+
+typedef struct {
+    int64_t rounds;             /* verify forwards after prefill                  */
+    int64_t drafted, accepted;  /* draft tokens proposed / accepted               */
+    int64_t emitted;            /* tokens emitted, the prefill's first included   */
+    int64_t target_forwards;    /* prefill (1) + rounds                           */
+    int64_t tried[NX_SPEC_MAX_DRAFT];    /* drafts at position i that were checked */
+    int64_t hits[NX_SPEC_MAX_DRAFT];     /* ... and accepted                       */
+    double prefill_s, draft_s, verify_s, commit_s;
+} nx_spec_stats;
+
+/* d may be NULL: plain decoding through the same interface. max_ctx bounds
+ * prompt + generated tokens. Free with nx_spec_free. */
+nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const nx_spec_opts *opts, nx_spec **out,
+                      char *err, size_t errlen);
+void nx_spec_free(nx_spec *s);
+/* Releases the session's buffers; every later call is NX_ESTATE. */
+void nx_spec_close(nx_spec *s);
+
+nx_status nx_spec_prefill(nx_spec *s, const int32_t *prompt, int n, int32_t *first, char *err, size_t errlen);
+/* Proposes up to k drafts (k <= 0: none, and nothing changes). */
+nx_status nx_spec_draft(nx_spec *s, int k, int32_t *drafts, int *n_drafts, char *err, size_t errlen);
+nx_status nx_spec_verify(nx_spec *s, char *err, size_t errlen);
+/* Emits the round's tokens (1 .. K+1; fewer when a stop id comes first). */
+nx_status nx_spec_commit(nx_spec *s, int32_t *emitted, int *n_emitted, char *err, size_t errlen);
+/* One round with the configured draft length, emitting at most max_emit
+ * (>= 1) tokens into emitted. */
+nx_status nx_spec_step(nx_spec *s, int max_emit, int32_t *emitted, int *n_emitted, char *err, size_t errlen);
+
+const nx_spec_stats *nx_spec_get_stats(const nx_spec *s);
+/* Tokens of the sequence so far (prompt + emitted). */
+int nx_spec_length(const nx_spec *s);
+
 /* ---- Memory returned by the library ------------------------------------ */
 
 /* Frees a buffer a library call returned to the caller (token id arrays,

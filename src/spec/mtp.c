@@ -1,0 +1,226 @@
+/* mtp.c — load the MTP head, and run its entries (see mtp.h).
+ *
+ * Three sources, one code path after loading (spec §2.3-§2.4):
+ *   - the target checkpoint's own mtp.* tensors (raw HF: zero-centred norms
+ *     store w, so 1 + w is applied);
+ *   - a separate drafter directory (config.json model_type qwen3_5_mtp, keys
+ *     without the mtp. prefix, norms already +1-shifted);
+ *   - language_model.mtp.* inside an MLX target (shifted like the rest of
+ *     that file).
+ * mlx-vlm's rule (#1554) is the same: only keys that still carry the raw
+ * "mtp." prefix get the +1. */
+#include "spec/mtp.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "kernels/norm.h"
+
+/* ---- loading ------------------------------------------------------------ */
+
+nx_status mtp_bind_head(nx_drafter *d, mdl_binder *b, const char *prefix, int plus_one) {
+    const cfg_model *c = &d->target->cfg;
+    int64_t H = c->hidden_size;
+    char n[256], layer[200];
+    nx_status st;
+#define NAME(suffix) (snprintf(n, sizeof n, "%s" suffix, prefix), n)
+    if ((st = mdl_bind_mat(b, NAME("fc.weight"), H, 2 * H, "hidden_size x 2*hidden_size", &d->fc)) ||
+        (st = mdl_bind_vec(b, NAME("pre_fc_norm_embedding.weight"), H, plus_one, "hidden_size", &d->norm_embed)) ||
+        (st = mdl_bind_vec(b, NAME("pre_fc_norm_hidden.weight"), H, plus_one, "hidden_size", &d->norm_hidden)) ||
+        (st = mdl_bind_vec(b, NAME("norm.weight"), H, plus_one, "hidden_size", &d->norm_out)))
+        return st;
+#undef NAME
+    snprintf(layer, sizeof layer, "%slayers.0.", prefix);
+    snprintf(n, sizeof n, "%smlp.gate.weight", layer);
+    if (st_find(b->st, n)) return nx_fail(b->err, b->errlen, NX_EUNSUPPORTED, "%s: the MTP layer is MoE; MoE not supported yet", b->dir);
+    return mdl_bind_attention_layer(b, c, layer, plus_one, &d->layer);
+}
+
+/* Identity of the artifact: the target's dims and the names, dtypes, shapes
+ * and byte sizes of every tensor the head reads. Cheap (no weight bytes
+ * hashed) yet distinct for differently split, converted or quantized heads. */
+uint64_t mtp_head_identity(const nx_drafter *d, const st_set *st, const char *prefix) {
+    XXH64_state_t *h = XXH64_createState();
+    if (!h) return 0;
+    XXH64_reset(h, 0x6e6578746e6d7470ull); /* "nextnmtp" */
+    const cfg_model *c = &d->target->cfg;
+    int dims[] = {c->hidden_size, c->vocab_size, c->n_heads, c->n_kv_heads, c->head_dim, c->intermediate_size, d->hidden_prenorm};
+    XXH64_update(h, dims, sizeof dims);
+    size_t plen = strlen(prefix);
+    for (int i = 0; i < st_count(st); i++) {
+        const st_tensor *t = st_at(st, i);
+        if (strncmp(t->name, prefix, plen) != 0) continue;
+        XXH64_update(h, t->name, strlen(t->name) + 1);
+        XXH64_update(h, &t->dtype, sizeof t->dtype);
+        XXH64_update(h, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+        XXH64_update(h, &t->nbytes, sizeof t->nbytes);
+    }
+    uint64_t v = XXH64_digest(h);
+    XXH64_freeState(h);
+    return v;
+}
+
+nx_status mtp_load_from_target(nx_drafter *d, char *err, size_t errlen) {
+    const nx_model *m = d->target;
+    const char *prefix = st_find(m->st, "mtp.fc.weight")                  ? "mtp."
+                         : st_find(m->st, "language_model.mtp.fc.weight") ? "language_model.mtp."
+                                                                           : NULL;
+    if (!prefix) {
+        /* some conversions keep the head in an mtp.safetensors beside the weights */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/mtp.safetensors", m->dir);
+        st_set *set = NULL;
+        if (access(path, R_OK) == 0) {
+            nx_status st = st_open_file(path, &set, err, errlen);
+            return st ? st : mtp_bind_set(d, set, path, err, errlen);
+        }
+        return nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint has no MTP head (no mtp.fc.weight); give a drafter directory",
+                       m->dir);
+    }
+    if (m->cfg.mtp_use_dedicated_embeddings)
+        return nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: mtp_use_dedicated_embeddings = true is not supported", m->dir);
+    mdl_binder b = {m->st, m->dir, &d->owned, err, errlen};
+    nx_status st = mtp_bind_head(d, &b, prefix, strcmp(prefix, "mtp.") == 0);
+    if (st) return st;
+    snprintf(d->source, sizeof d->source, "%s (%s*)", m->dir, prefix);
+    d->identity = mtp_head_identity(d, m->st, prefix);
+    return NX_OK;
+}
+
+void nx_drafter_free(nx_drafter *d) {
+    if (!d) return;
+    mdl_owned_free(&d->owned);
+    st_close(d->own);
+    nx_free(d);
+}
+
+int nx_drafter_block_size(const nx_drafter *d) { return d->block_size; }
+
+nx_status nx_drafter_load(const nx_model *target, const char *dir, const nx_drafter_opts *opts, nx_drafter **out, char *err,
+                          size_t errlen) {
+    *out = NULL;
+    nx_drafter *d = nx_calloc(1, sizeof *d);
+    if (!d) return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the drafter");
+    d->target = target;
+    d->hidden_prenorm = opts ? opts->hidden_prenorm : 0;
+    /* block_size counts the whole verify block: 1 pending + drafts (spec §1.4) */
+    d->block_size = target->cfg.mtp_num_hidden_layers + 2;
+    nx_status st = dir ? mtp_load_from_dir(d, dir, err, errlen) : mtp_load_from_target(d, err, errlen);
+    if (st) {
+        nx_drafter_free(d);
+        return st;
+    }
+    *out = d;
+    return NX_OK;
+}
+
+/* ---- running entries ----------------------------------------------------- */
+
+nx_status mtp_rows_init(mtp_rows *r, const nx_drafter *d, int max_ctx, char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    const cfg_model *c = &d->target->cfg;
+    size_t kvd = (size_t)c->n_kv_heads * c->head_dim, H = (size_t)c->hidden_size;
+    r->d = d;
+    r->max_ctx = max_ctx;
+    int ok = (r->k_cache = nx_alloc_aligned((size_t)max_ctx * kvd * sizeof(float))) &&
+             (r->v_cache = nx_alloc_aligned((size_t)max_ctx * kvd * sizeof(float))) &&
+             (r->u = nx_alloc_aligned((size_t)MDL_CHUNK * 2 * H * sizeof(float))) &&
+             (r->m = nx_alloc_aligned(H * sizeof(float))) &&
+             (r->logits = nx_alloc_aligned((size_t)c->vocab_size * sizeof(float))) &&
+             mdl_scratch_init(&r->sc, d->target, max_ctx) == NX_OK;
+    if (!ok) {
+        mtp_rows_free(r);
+        return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the drafter state of %d positions", max_ctx);
+    }
+    return NX_OK;
+}
+
+void mtp_rows_free(mtp_rows *r) {
+    nx_free_aligned(r->k_cache);
+    nx_free_aligned(r->v_cache);
+    nx_free_aligned(r->u);
+    nx_free_aligned(r->m);
+    nx_free_aligned(r->logits);
+    mdl_scratch_free(&r->sc);
+    memset(r, 0, sizeof *r);
+}
+
+/* The MTP forward over T <= MDL_CHUNK entries, in math order (spec §5.1). */
+static void mtp_chunk(mtp_rows *r, const int32_t *tokens, const float *hidden, int T) {
+    const nx_drafter *d = r->d;
+    const nx_model *m = d->target;
+    int64_t H = m->cfg.hidden_size;
+    float eps = (float)m->cfg.rms_norm_eps;
+    mdl_scratch *sc = &r->sc;
+    for (int t = 0; t < T; t++) {
+        float *u = r->u + t * 2 * H;   /* [ normed embedding | normed hidden ] */
+        kn_mat_row_f32(&m->embed, tokens[t], u);
+        kn_rmsnorm(u, u, d->norm_embed, H, eps);
+        kn_rmsnorm(u + H, hidden + t * H, d->norm_hidden, H, eps);
+    }
+    mdl_linear(m, &d->fc, r->u, T, sc->x);                  /* x = fc u            */
+    mdl_rope_rows(m, sc, r->n, T);
+    mdl_attention_layer(m, &d->layer, sc, r->k_cache, r->v_cache, r->n, T);
+    for (int t = 0; t < T; t++) kn_rmsnorm(sc->hfinal + t * H, sc->x + t * H, d->norm_out, H, eps); /* m */
+    r->n += T;
+}
+
+void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out, int last_only) {
+    const nx_model *m = r->d->target;
+    int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    for (int done = 0; done < T;) {
+        int n = T - done < MDL_CHUNK ? T - done : MDL_CHUNK;
+        mtp_chunk(r, tokens + done, hidden + done * H, n);
+        if (logits_out && !last_only) mdl_linear(m, &m->lm_head, r->sc.hfinal, n, logits_out + done * V);
+        done += n;
+        if (done == T) {
+            memcpy(r->m, r->sc.hfinal + (int64_t)(n - 1) * H, (size_t)H * sizeof(float));
+            if (logits_out && last_only) mdl_linear(m, &m->lm_head, r->m, 1, logits_out);
+        }
+    }
+}
+
+int32_t mtp_argmax(const float *logits, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+int nx_drafter_hidden_prenorm(const nx_drafter *d) { return d->hidden_prenorm; }
+
+nx_status nx_drafter_teacher_forced(const nx_drafter *d, const int32_t *tokens, int n, float *logits, float *hidden,
+                                    char *err, size_t errlen) {
+    if (n < 2) return nx_fail(err, errlen, NX_EINVAL, "teacher-forced drafter logits need at least 2 tokens (got %d)", n);
+    const nx_model *m = d->target;
+    int64_t H = m->cfg.hidden_size;
+    nx_state *s = NULL;
+    mtp_rows r;
+    float *h = nx_alloc((size_t)n * (size_t)H * sizeof(float));
+    nx_status st = h ? nx_state_new(m, n, &s, err, errlen) : nx_fail(err, errlen, NX_ENOMEM, "out of memory");
+    if (!st) st = mtp_rows_init(&r, d, n, err, errlen);
+    else r.d = NULL;
+    if (!st) {
+        nx_forward_out fo = {.all_hidden = 1};
+        if (d->hidden_prenorm) fo.prenorm = h;
+        else fo.hidden = h;
+        st = nx_forward(m, s, tokens, n, &fo, err, errlen);
+    }
+    if (!st) {
+        /* entry p: token p+1 with hidden row p */
+        int64_t V = m->cfg.vocab_size;
+        for (int p = 0; p < n - 1; p += MDL_CHUNK) {
+            int T = n - 1 - p < MDL_CHUNK ? n - 1 - p : MDL_CHUNK;
+            mtp_rows_append(&r, tokens + p + 1, h + (int64_t)p * H, T, logits + (int64_t)p * V, 0);
+            if (hidden) memcpy(hidden + (int64_t)p * H, r.sc.hfinal, (size_t)(T * H) * sizeof(float));
+        }
+    }
+    if (r.d) mtp_rows_free(&r);
+    nx_state_free(s);
+    nx_free(h);
+    return st;
+}

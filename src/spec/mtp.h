@@ -1,0 +1,71 @@
+/* mtp.h — the native Qwen3.5 multi-token-prediction head (spec §5) and its
+ * per-sequence rows (internal).
+ *
+ * One MTP entry at position p pairs the hidden row of position p with the
+ * token at position p+1 and predicts the token at p+2 (spec §5.3):
+ *
+ *   u = [ rmsnorm0(embed(token); pre_fc_norm_embedding) ; rmsnorm0(h; pre_fc_norm_hidden) ]
+ *   x = fc u                                  fc: [H, 2H]
+ *   x = DecoderLayer_fullattention(x)         own KV cache, RoPE position p
+ *   m = rmsnorm0(x; mtp.norm);  logits = lm_head m     (the target's head)
+ *
+ * h is the target's post-final-norm hidden (pre-norm as an option), or the
+ * head's own m when drafting recursively. The drafter binds the target's
+ * embed_tokens and lm_head; it owns only the tensors above. */
+#ifndef NX_SPEC_MTP_H
+#define NX_SPEC_MTP_H
+
+#include "model/model.h"
+#include "nextn.h"
+
+struct nx_drafter {
+    const nx_model *target;       /* bound: embed_tokens, lm_head, pool, dims  */
+    st_set *own;                  /* a separate drafter's files (NULL: target's) */
+    mdl_owned owned;
+    kn_mat fc;                    /* [H, 2H]: columns [0,H) embedding, [H,2H) hidden */
+    float *norm_embed;            /* [H] pre_fc_norm_embedding (effective)     */
+    float *norm_hidden;           /* [H] pre_fc_norm_hidden                    */
+    float *norm_out;              /* [H] mtp.norm                              */
+    mdl_layer layer;              /* mtp.layers.0: gated attention + SwiGLU    */
+    int block_size;               /* verify block: pending token + drafts      */
+    int hidden_prenorm;           /* feed the pre-final-norm hidden instead    */
+    uint64_t identity;            /* artifact identity (config + tensor index) */
+    char source[256];             /* where the tensors came from, for messages */
+};
+
+/* The head's per-sequence state: its KV cache over entries 0..n-1 and the
+ * output of the last committed entry. */
+typedef struct {
+    const nx_drafter *d;
+    int max_ctx;
+    float *k_cache, *v_cache;     /* [max_ctx][Nkv*hd]                         */
+    int n;                        /* entries held (committed + provisional)    */
+    mdl_scratch sc;
+    float *u;                     /* [MDL_CHUNK][2H] fc input                  */
+    float *m;                     /* [H] output m of the last entry run        */
+    float *logits;                /* [V] draft logits of the last entry run    */
+} mtp_rows;
+
+/* Loading (mtp.c, mtp_load.c). */
+nx_status mtp_load_from_target(nx_drafter *d, char *err, size_t errlen);
+nx_status mtp_load_from_dir(nx_drafter *d, const char *dir, char *err, size_t errlen);
+/* Binds fc, the three norms and layers.0 under prefix ("mtp.", "" or
+ * "language_model.mtp."); plus_one: zero-centred norms are stored raw. */
+nx_status mtp_bind_head(nx_drafter *d, mdl_binder *b, const char *prefix, int plus_one);
+/* Takes ownership of st (a drafter directory's or mtp.safetensors' tensors). */
+nx_status mtp_bind_set(nx_drafter *d, st_set *st, const char *where, char *err, size_t errlen);
+uint64_t mtp_head_identity(const nx_drafter *d, const st_set *st, const char *prefix);
+
+nx_status mtp_rows_init(mtp_rows *r, const nx_drafter *d, int max_ctx, char *err, size_t errlen);
+void mtp_rows_free(mtp_rows *r);
+
+/* Appends entries at positions r->n .. r->n+T-1 from tokens[t] and hidden
+ * rows hidden[t] ([T][H]); leaves the last entry's m in r->m. logits_out:
+ * NULL, or [T][V] for every row (teacher-forced logits), or r->logits with
+ * last_only = 1 for the last row. No allocation. */
+void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out, int last_only);
+
+/* Index of the largest value (ties to the lowest id): a greedy draft. */
+int32_t mtp_argmax(const float *logits, int n);
+
+#endif

@@ -1,0 +1,380 @@
+/* spec.c — speculative decoding with the native MTP head (spec §6-§7).
+ *
+ * State machine (nextn.h draws it; each arrow is one function):
+ *
+ *   FRESH --nx_spec_prefill--> READY --nx_spec_draft--> DRAFTED --nx_spec_verify--> VERIFIED
+ *     ^                          |  \______________nx_spec_verify (K = 0)___________/   |
+ *     |                          +<------------------nx_spec_commit---------------------+
+ *   any failure inside verify/commit --> ERROR (sticky); nx_spec_close --> CLOSED
+ *
+ * Invariants in READY (checked by spec_invariants under assert):
+ *   1. the target caches hold tokens hist[0..n) and pos == n; hist[n] is the
+ *      pending token b, already emitted but not yet run through the target;
+ *   2. the drafter holds entries 0..n-1 (entry p from hist[p+1] and the
+ *      target hidden of position p), minus the entries still deferred, and
+ *      d1 is the head's draft for position n+1 when nothing is deferred;
+ *   3. the target's state advances only on verified tokens: a verify block
+ *      is always committed (rolled back to the accepted prefix) before the
+ *      next round.
+ *
+ * Greedy output is bit-identical to plain decoding because the verify block's
+ * rows are computed exactly like single steps (model/layer.c), and sampled
+ * tokens use the (seed, position) streams of the sampler. */
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "sample/sample.h"
+#include "spec/spec.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- errors and state checks -------------------------------------------- */
+
+static const char *state_name(spec_state st) {
+    static const char *const names[] = {"fresh", "ready", "drafted", "verified", "error", "closed"};
+    return names[st];
+}
+
+static nx_status wrong_state(nx_spec *s, const char *call, char *err, size_t errlen) {
+    if (s->state == SPEC_ERROR) return nx_fail(err, errlen, s->sticky, "%s", s->sticky_msg);
+    return nx_fail(err, errlen, NX_ESTATE, "%s: not allowed in state %s%s", call, state_name(s->state),
+                   s->state == SPEC_FRESH     ? " (prefill first)"
+                   : s->state == SPEC_DRAFTED ? " (the drafted round must be verified and committed first)"
+                   : s->state == SPEC_VERIFIED ? " (the verified round must be committed first)"
+                   : s->state == SPEC_CLOSED  ? " (the session was closed)"
+                                              : "");
+}
+
+/* Moves to the sticky error state; returns st. */
+static nx_status fail_sticky(nx_spec *s, nx_status st, const char *msg, char *err, size_t errlen) {
+    s->state = SPEC_ERROR;
+    s->sticky = st;
+    snprintf(s->sticky_msg, sizeof s->sticky_msg, "speculative session failed earlier: %s", msg);
+    return nx_fail(err, errlen, st, "%s", msg);
+}
+
+#ifndef NDEBUG
+static int spec_invariants(const nx_spec *s) {
+    if (s->state != SPEC_READY) return 1;
+    return s->target->pos == s->n && s->target->rb.T == 0 &&
+           (!s->d || s->rows.n + s->n_defer == s->n);
+}
+#endif
+
+/* ---- setup ------------------------------------------------------------- */
+
+nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const nx_spec_opts *opts, nx_spec **out,
+                      char *err, size_t errlen) {
+    *out = NULL;
+    if (d && d->target != m) return nx_fail(err, errlen, NX_EINVAL, "spec: the drafter is bound to another model");
+    nx_spec_opts o = opts ? *opts : (nx_spec_opts){0};
+    if (!opts) o.sampling = nx_sampling_default();
+    int k = o.draft == 0 ? (d ? d->block_size - 1 : 0) : o.draft;
+    if (o.draft != NX_DRAFT_AUTO && (k < 0 || k > NX_SPEC_MAX_DRAFT))
+        return nx_fail(err, errlen, NX_EINVAL, "spec: draft length %d must be 1..%d or auto", k, NX_SPEC_MAX_DRAFT);
+    if (o.n_stop < 0 || o.n_stop > SPEC_MAX_STOP)
+        return nx_fail(err, errlen, NX_EINVAL, "spec: %d stop ids (at most %d)", o.n_stop, SPEC_MAX_STOP);
+    if (max_ctx < 2) return nx_fail(err, errlen, NX_EINVAL, "spec: context size %d is too small", max_ctx);
+    nx_spec *s = nx_calloc(1, sizeof *s);
+    if (!s) return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the speculative session");
+    s->m = m;
+    s->d = d;
+    s->opts = o;
+    memcpy(s->stop, o.stop_ids, (size_t)o.n_stop * sizeof *s->stop);
+    s->opts.stop_ids = s->stop;
+    s->auto_k = o.draft == NX_DRAFT_AUTO;
+    s->k_max = !d ? 0 : s->auto_k ? (d->block_size - 1 > 4 ? d->block_size - 1 : 4) : k;
+    s->k_fixed = d ? (s->auto_k ? 1 : k) : 0;
+    s->max_ctx = max_ctx;
+    if (s->opts.accept == NX_ACCEPT_DEFAULT)
+        s->opts.accept = s->opts.sampling.temperature > 0 ? NX_ACCEPT_REJECTION : NX_ACCEPT_GREEDY;
+    const cfg_model *c = &m->cfg;
+    size_t V = (size_t)c->vocab_size, H = (size_t)c->hidden_size, B = (size_t)s->k_max + 1;
+    nx_status st = nx_state_new(m, max_ctx, &s->target, err, errlen);
+    if (!st) st = mdl_state_enable_rollback(s->target, (int)B, err, errlen);
+    if (!st) st = nx_sampler_new(c->vocab_size, &s->smp, err, errlen);
+    if (!st && d) st = mtp_rows_init(&s->rows, d, max_ctx, err, errlen);
+    if (!st) {
+        int ok = (s->hist = nx_alloc(((size_t)max_ctx + B + 1) * sizeof *s->hist)) &&
+                 (s->vlogits = nx_alloc_aligned(B * V * sizeof(float))) &&
+                 (s->vhidden = nx_alloc_aligned(B * H * sizeof(float))) &&
+                 (s->hbuf = nx_alloc_aligned((size_t)SPEC_PREFILL_PIECE * H * sizeof(float))) &&
+                 (s->defer_h = nx_alloc_aligned((size_t)SPEC_MAX_DEFER * H * sizeof(float))) &&
+                 (s->resid = nx_alloc(V * sizeof(float)));
+        if (!ok) st = nx_fail(err, errlen, NX_ENOMEM, "out of memory for the speculative session");
+    }
+    if (st) {
+        nx_spec_free(s);
+        return st;
+    }
+    spec_auto_init(s);
+    s->state = SPEC_FRESH;
+    *out = s;
+    return NX_OK;
+}
+
+void nx_spec_close(nx_spec *s) {
+    if (!s || s->state == SPEC_CLOSED) return;
+    nx_state_free(s->target);
+    nx_sampler_free(s->smp);
+    if (s->rows.d) mtp_rows_free(&s->rows);
+    nx_free(s->hist);
+    nx_free_aligned(s->vlogits);
+    nx_free_aligned(s->vhidden);
+    nx_free_aligned(s->hbuf);
+    nx_free_aligned(s->defer_h);
+    nx_free(s->resid);
+    s->target = NULL;
+    s->smp = NULL;
+    s->hist = NULL;
+    s->vlogits = s->vhidden = s->hbuf = s->defer_h = s->resid = NULL;
+    s->state = SPEC_CLOSED;
+}
+
+void nx_spec_free(nx_spec *s) {
+    if (!s) return;
+    nx_spec_close(s);
+    nx_free(s);
+}
+
+const nx_spec_stats *nx_spec_get_stats(const nx_spec *s) { return &s->stats; }
+int nx_spec_length(const nx_spec *s) { return s->state == SPEC_FRESH || s->state == SPEC_CLOSED ? 0 : s->n + 1; }
+
+static int is_stop(const nx_spec *s, int32_t t) {
+    for (int i = 0; i < s->opts.n_stop; i++)
+        if (s->stop[i] == t) return 1;
+    for (int i = 0; i < s->m->cfg.n_eos; i++)
+        if (s->m->cfg.eos_ids[i] == t) return 1;
+    return 0;
+}
+
+/* The target rows the head reads: post-final-norm (default) or pre-norm. */
+static void hidden_out(const nx_spec *s, nx_forward_out *fo, float *rows) {
+    if (s->d && s->d->hidden_prenorm) fo->prenorm = rows;
+    else fo->hidden = rows;
+}
+
+/* ---- drafter rows --------------------------------------------------------- */
+
+/* Runs the deferred (token, hidden) entries, leaving d1 = the head's draft
+ * after the last of them. */
+static void flush_deferred(nx_spec *s) {
+    if (s->n_defer == 0) return;
+    mtp_rows_append(&s->rows, s->defer_tok, s->defer_h, s->n_defer, s->rows.logits, 1);
+    s->d1 = mtp_argmax(s->rows.logits, s->m->cfg.vocab_size);
+    s->n_defer = 0;
+}
+
+/* Adds the entries of committed tokens toks[0..n) with target hiddens
+ * h[0..n): now (computing the next d1), or deferred while plain decoding. */
+static void add_entries(nx_spec *s, const int32_t *toks, const float *h, int n, int defer) {
+    int64_t H = s->m->cfg.hidden_size;
+    if (defer && s->n_defer + n <= SPEC_MAX_DEFER) {
+        memcpy(s->defer_tok + s->n_defer, toks, (size_t)n * sizeof *toks);
+        memcpy(s->defer_h + s->n_defer * H, h, (size_t)(n * H) * sizeof(float));
+        s->n_defer += n;
+        return;
+    }
+    flush_deferred(s);
+    mtp_rows_append(&s->rows, toks, h, n, s->rows.logits, 1);
+    s->d1 = mtp_argmax(s->rows.logits, s->m->cfg.vocab_size);
+}
+
+/* ---- prefill ------------------------------------------------------------- */
+
+nx_status nx_spec_prefill(nx_spec *s, const int32_t *prompt, int n, int32_t *first, char *err, size_t errlen) {
+    if (s->state != SPEC_FRESH) return wrong_state(s, "prefill", err, errlen);
+    if (n < 1) return nx_fail(err, errlen, NX_EINVAL, "prefill: empty prompt");
+    if (n + 1 > s->max_ctx)
+        return nx_fail(err, errlen, NX_ERANGE, "prefill: %d prompt tokens leave no room in a context of %d", n, s->max_ctx);
+    double t0 = now_s();
+    int64_t H = s->m->cfg.hidden_size;
+    float *logits = s->vlogits;
+    /* Target prefill in pieces, each piece's drafter entries right after it:
+     * entry p needs prompt[p+1], so the last prompt row waits for the first
+     * sampled token (spec §6.2). */
+    for (int a = 0; a < n; a += SPEC_PREFILL_PIECE) {
+        int T = n - a < SPEC_PREFILL_PIECE ? n - a : SPEC_PREFILL_PIECE;
+        nx_forward_out fo = {.logits = logits, .all_hidden = 1};
+        hidden_out(s, &fo, s->hbuf);
+        nx_status st = nx_forward(s->m, s->target, prompt + a, T, &fo, err, errlen);
+        if (st) {
+            nx_state_reset(s->target);
+            if (s->d) s->rows.n = 0;
+            return st;
+        }
+        int rows = a + T == n ? T - 1 : T;
+        if (s->d && rows > 0) mtp_rows_append(&s->rows, prompt + a + 1, s->hbuf, rows, NULL, 0);
+    }
+    memcpy(s->hist, prompt, (size_t)n * sizeof *s->hist);
+    s->n = n;
+    int32_t b = nx_sample(s->smp, &s->opts.sampling, logits, s->hist, n, n);
+    s->hist[n] = b;
+    if (s->d) add_entries(s, &b, s->hbuf + (int64_t)((n - 1) % SPEC_PREFILL_PIECE) * H, 1, 0);
+    s->stats.emitted = 1;
+    s->stats.target_forwards = 1;
+    s->stats.prefill_s = now_s() - t0;
+    s->state = SPEC_READY;
+    *first = b;
+    assert(spec_invariants(s));
+    return NX_OK;
+}
+
+/* ---- one round ------------------------------------------------------------ */
+
+nx_status nx_spec_draft(nx_spec *s, int k, int32_t *drafts, int *n_drafts, char *err, size_t errlen) {
+    *n_drafts = 0;
+    if (s->state != SPEC_READY) return wrong_state(s, "draft", err, errlen);
+    if (k <= 0) return NX_OK;
+    if (!s->d) return nx_fail(err, errlen, NX_ESTATE, "draft: this session has no drafter");
+    if (k > s->k_max) k = s->k_max;
+    if (k > s->max_ctx - s->n - 1) k = s->max_ctx - s->n - 1; /* the verify block must fit */
+    if (k <= 0) return NX_OK;
+    double t0 = now_s();
+    flush_deferred(s);
+    int V = s->m->cfg.vocab_size;
+    s->drafts[0] = s->d1;
+    /* recursive steps: the head's own output m feeds the next entry (spec §5.4);
+     * these entries are provisional and dropped at commit */
+    for (int j = 1; j < k; j++) {
+        mtp_rows_append(&s->rows, &s->drafts[j - 1], s->rows.m, 1, s->rows.logits, 1);
+        s->drafts[j] = mtp_argmax(s->rows.logits, V);
+    }
+    s->k = k;
+    memcpy(drafts, s->drafts, (size_t)k * sizeof *drafts);
+    *n_drafts = k;
+    s->state = SPEC_DRAFTED;
+    s->stats.draft_s += now_s() - t0;
+    return NX_OK;
+}
+
+/* Chooses the target's token at verify index j and decides the draft there
+ * (spec §7). Returns 1 if drafts[j] is accepted, else 0 with *c the token. */
+static int accept_at(nx_spec *s, int j, int32_t *c) {
+    const nx_sampling *sp = &s->opts.sampling;
+    int V = s->m->cfg.vocab_size;
+    float *logits = s->vlogits + (size_t)j * (size_t)V;
+    int64_t pos = s->n + j + 1;           /* absolute position of the token chosen here */
+    int hist_n = s->n + j + 1;            /* history: committed tokens, b, drafts 1..j */
+    int has_draft = j < s->k;
+    if (s->opts.accept != NX_ACCEPT_REJECTION || !has_draft) {
+        nx_sampling greedy = *sp;
+        if (s->opts.accept == NX_ACCEPT_GREEDY) greedy.temperature = 0;
+        *c = nx_sample(s->smp, &greedy, logits, s->hist, hist_n, pos);
+        return has_draft && *c == s->drafts[j];
+    }
+    /* rejection sampling with a greedy (one-hot) draft: accept with
+     * probability P(d); otherwise draw from P with d removed (spec §7.2) */
+    const int32_t *ids;
+    const float *probs;
+    int n = smp_distribution(s->smp, sp, logits, s->hist, hist_n, &ids, &probs);
+    int32_t d = s->drafts[j];
+    double pd = 0;
+    for (int i = 0; i < n; i++)
+        if (ids[i] == d) pd = probs[i];
+    if (smp_uniform(sp->seed, pos, SMP_STREAM_ACCEPT) < pd) return 1;
+    double total = 0;
+    for (int i = 0; i < n; i++) total += s->resid[i] = ids[i] == d ? 0.0f : probs[i];
+    if (total <= 0) { /* all of P's mass is on d (the coin can only fail by rounding): emit d */
+        *c = d;
+        return 0;
+    }
+    for (int i = 0; i < n; i++) s->resid[i] = (float)(s->resid[i] / total);
+    *c = smp_draw(ids, s->resid, n, smp_uniform(sp->seed, pos, SMP_STREAM_RESIDUAL));
+    return 0;
+}
+
+nx_status nx_spec_verify(nx_spec *s, char *err, size_t errlen) {
+    if (s->state == SPEC_READY) s->k = 0;
+    else if (s->state != SPEC_DRAFTED) return wrong_state(s, "verify", err, errlen);
+    int K = s->k;
+    if (s->n + K + 1 > s->max_ctx) {
+        if (s->d) s->rows.n = s->n - s->n_defer; /* drop provisional entries */
+        s->state = SPEC_READY;
+        return nx_fail(err, errlen, NX_ERANGE, "verify: the context of %d tokens is full", s->max_ctx);
+    }
+    double t0 = now_s();
+    int32_t *block = s->hist + s->n;      /* [b, d_1, ..., d_K] */
+    memcpy(block + 1, s->drafts, (size_t)K * sizeof *block);
+    nx_forward_out fo = {.logits = s->vlogits, .all_rows = 1};
+    hidden_out(s, &fo, s->vhidden);
+    char msg[512];
+    nx_status st = mdl_forward_verify(s->m, s->target, block, K + 1, &fo, msg, sizeof msg);
+    if (st) return fail_sticky(s, st, msg, err, errlen);
+    int a = 0;
+    int32_t c = 0;
+    while (accept_at(s, a, &c)) a++;      /* stops at the first rejection, or at index K */
+    for (int i = 0; i < K && i <= a; i++) { /* draft i was checked; accepted if i < a */
+        s->stats.tried[i]++;
+        s->stats.hits[i] += i < a;
+    }
+    /* a stop token among the accepted drafts ends the round there */
+    for (int i = 0; i < a; i++)
+        if (is_stop(s, s->drafts[i])) {
+            c = s->drafts[i];
+            a = i;
+            break;
+        }
+    s->stats.drafted += K;
+    s->stats.accepted += a;
+    s->stats.rounds++;
+    s->stats.target_forwards++;
+    s->accepted = a;
+    s->bonus = c;
+    s->state = SPEC_VERIFIED;
+    s->stats.verify_s += now_s() - t0;
+    return NX_OK;
+}
+
+nx_status nx_spec_commit(nx_spec *s, int32_t *emitted, int *n_emitted, char *err, size_t errlen) {
+    *n_emitted = 0;
+    if (s->state != SPEC_VERIFIED) return wrong_state(s, "commit", err, errlen);
+    double t0 = now_s();
+    int a = s->accepted, K = s->k;
+    char msg[512];
+    nx_status st = mdl_rollback_to(s->target, a + 1, msg, sizeof msg);
+    if (st) return fail_sticky(s, st, msg, err, errlen);
+    /* emitted: d_1..d_a, c; the sequence gains them after b */
+    int32_t *out = s->hist + s->n + 1;
+    out[a] = s->bonus;
+    if (s->d) {
+        /* drop the provisional entries, then the entries of b, d_1..d_a from
+         * the target's verified hiddens V_0..V_a (spec §6.3 step 5) */
+        s->rows.n = s->n - s->n_defer;
+        add_entries(s, out, s->vhidden, a + 1, K == 0 && s->plain_round);
+    }
+    memcpy(emitted, out, (size_t)(a + 1) * sizeof *emitted);
+    *n_emitted = a + 1;
+    s->n += a + 1;
+    s->stats.emitted += a + 1;
+    s->state = SPEC_READY;
+    s->stats.commit_s += now_s() - t0;
+    assert(spec_invariants(s));
+    return NX_OK;
+}
+
+nx_status nx_spec_step(nx_spec *s, int max_emit, int32_t *emitted, int *n_emitted, char *err, size_t errlen) {
+    *n_emitted = 0;
+    if (s->state != SPEC_READY) return wrong_state(s, "step", err, errlen);
+    if (max_emit < 1) return nx_fail(err, errlen, NX_EINVAL, "step: max_emit %d must be >= 1", max_emit);
+    int k = s->auto_k ? spec_auto_choose(s) : s->k_fixed;
+    if (k > max_emit - 1) k = max_emit - 1; /* the round emits at most k + 1 */
+    s->plain_round = s->auto_k && k == 0;
+    int32_t drafts[NX_SPEC_MAX_DRAFT];
+    int nd;
+    double t0 = now_s();
+    nx_status st = nx_spec_draft(s, k, drafts, &nd, err, errlen);
+    if (!st) st = nx_spec_verify(s, err, errlen);
+    if (!st) st = nx_spec_commit(s, emitted, n_emitted, err, errlen);
+    if (!st && s->auto_k) spec_auto_observe(s, nd, s->accepted, now_s() - t0);
+    return st;
+}

@@ -1,0 +1,64 @@
+/* spec.h — the speculative decoding session (internal; the protocol and its
+ * state diagram are in nextn.h and spec.c). */
+#ifndef NX_SPEC_SPEC_H
+#define NX_SPEC_SPEC_H
+
+#include "spec/mtp.h"
+
+#define SPEC_MAX_STOP 16
+#define SPEC_PREFILL_PIECE 256   /* prompt rows per target call during prefill     */
+#define SPEC_MAX_DEFER 64        /* drafter entries held back while plain decoding */
+
+typedef enum { SPEC_FRESH, SPEC_READY, SPEC_DRAFTED, SPEC_VERIFIED, SPEC_ERROR, SPEC_CLOSED } spec_state;
+
+/* Adaptive draft length: what has been measured so far. */
+typedef struct {
+    double alpha[NX_SPEC_MAX_DRAFT];      /* P(draft i accepted | drafts < i accepted), EMA */
+    double cost[NX_SPEC_MAX_DRAFT + 1];   /* seconds per round with k drafts, EMA          */
+    int measured[NX_SPEC_MAX_DRAFT + 1];  /* rounds seen with k drafts                     */
+    int since_probe;                      /* plain rounds since the last drafted round     */
+} spec_auto;
+
+struct nx_spec {
+    const nx_model *m;
+    const nx_drafter *d;          /* NULL: plain decoding                       */
+    nx_spec_opts opts;
+    int32_t stop[SPEC_MAX_STOP];
+    int max_ctx;
+    int k_max;                    /* drafts per round at most                   */
+    int k_fixed;                  /* drafts per round when not adaptive         */
+    int auto_k;
+    spec_auto au;
+    spec_state state;
+    nx_status sticky;             /* the error of the ERROR state               */
+    char sticky_msg[600];
+
+    nx_state *target;             /* target caches, rollback record             */
+    mtp_rows rows;                /* the drafter's entries                      */
+    nx_sampler *smp;
+    int32_t *hist;                /* [max_ctx + K + 1]: x_0..x_{n-1}, b, drafts  */
+    int n;                        /* tokens in the target caches                */
+    int32_t d1;                   /* the head's draft for position n+1          */
+    int32_t defer_tok[SPEC_MAX_DEFER];
+    float *defer_h;               /* [SPEC_MAX_DEFER][H] hiddens of deferred entries */
+    int n_defer;
+    int plain_round;              /* this round decodes without drafting (auto) */
+
+    int k;                        /* drafts in the current round                */
+    int32_t drafts[NX_SPEC_MAX_DRAFT];
+    float *vlogits;               /* [K+1][V] verify logits (also prefill)      */
+    float *vhidden;               /* [K+1][H] verify hiddens V_0..V_K            */
+    float *hbuf;                  /* [SPEC_PREFILL_PIECE][H] prefill hiddens     */
+    float *resid;                 /* [V] residual distribution scratch          */
+    int accepted;                 /* a: drafts accepted by the last verify      */
+    int32_t bonus;                /* c: the target's token after them           */
+    nx_spec_stats stats;
+};
+
+void spec_auto_init(nx_spec *s);
+/* Draft length for the next round. */
+int spec_auto_choose(nx_spec *s);
+/* A finished round: k drafts, a accepted, seconds it took. */
+void spec_auto_observe(nx_spec *s, int k, int a, double seconds);
+
+#endif

@@ -1,0 +1,498 @@
+/* test_spec.c — the MTP head and speculative decoding: golden teacher-forced
+ * drafter logits, golden speculative runs (ids and acceptance statistics),
+ * greedy bit-identity with plain decoding, the copy head's 100% acceptance,
+ * sampled modes (match: identical to plain sampling; rejection: the target's
+ * distribution), and misuse of the draft protocol. */
+#include "test.h"
+
+#include <jansson.h>
+
+#include "nextn.h"
+
+#define TORCH(name) NX_TEST_DATA "/golden/" name
+#define LLAMACPP NX_TEST_DATA "/golden/llamacpp-tiny-a-untied-bf16"
+#define MTP_MAX_ABS 1e-3   /* as for the target logits (issue #2 tolerances) */
+#define MTP_NMSE 1e-6
+
+static nx_model *load(const char *dir) {
+    char err[512];
+    nx_model *m = NULL;
+    nx_load_opts o = {2, 0};
+    nx_status st = nx_model_load(dir, &o, &m, err, sizeof err);
+    CHECKF(st == NX_OK, "%s", err);
+    return m;
+}
+
+static nx_drafter *drafter(nx_model *m, int prenorm) {
+    char err[512];
+    nx_drafter *d = NULL;
+    nx_drafter_opts o = {prenorm};
+    nx_status st = nx_drafter_load(m, NULL, &o, &d, err, sizeof err);
+    CHECKF(st == NX_OK, "%s", err);
+    return d;
+}
+
+static const char *fixture(const char *name, const char *args) {
+    static char dirs[8][1024];
+    static int next;
+    char *dir = dirs[next++ % 8];
+    snprintf(dir, sizeof dirs[0], "%s", nx_test_tmpdir(name));
+    CHECKF(nx_test_system("'%s' --out '%s' %s > /dev/null", NX_FIXTURE_BIN, dir, args) == 0, "nextn-fixture %s", args);
+    return dir;
+}
+
+static void tokens(int32_t *t, int n, int vocab, unsigned seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        t[i] = (int32_t)((seed >> 8) % (unsigned)vocab);
+    }
+}
+
+/* ---- teacher-forced head logits against the references ------------------- */
+
+static void compare(const char *what, const float *ours, const float *ref, long n, long cols, int argmax) {
+    nx_test_diff d = nx_test_compare(ours, ref, n * cols);
+    long bad = 0;
+    for (long r = 0; argmax && r < n; r++) bad += nx_test_argmax(ours + r * cols, cols) != nx_test_argmax(ref + r * cols, cols);
+    printf("  %-40s rows %3ld  max|d| %.3e  nmse %.3e  argmax mismatches %ld\n", what, n, d.max_abs, d.nmse, bad);
+    CHECKF(d.max_abs <= MTP_MAX_ABS && d.nmse <= MTP_NMSE && bad == 0, "%s", what);
+}
+
+static void teacher_forced_head_matches_llamacpp(void) {
+    nx_model *m = load(LLAMACPP "/hf");
+    nx_drafter *d = m ? drafter(m, 0) : NULL;
+    int nt, ng;
+    int *tok = nx_test_read_ids(LLAMACPP "/tokens.txt", &nt), *gen = nx_test_read_ids(LLAMACPP "/greedy.txt", &ng);
+    if (d && tok && gen) {
+        int n = nt + ng; /* 69 tokens -> 68 head rows */
+        int32_t *seq = malloc((size_t)n * 4);
+        for (int i = 0; i < nt; i++) seq[i] = tok[i];
+        for (int i = 0; i < ng; i++) seq[nt + i] = gen[i];
+        float *logits = malloc((size_t)(n - 1) * 8192 * 4);
+        char err[512];
+        CHECK(nx_drafter_teacher_forced(d, seq, n, logits, NULL, err, sizeof err) == NX_OK);
+        size_t len;
+        float *ref = nx_test_read_file(LLAMACPP "/mtp_hf.f32", &len);
+        CHECK(ref && len == (size_t)(n - 1) * 8192 * 4);
+        /* summary.txt: row 59 has a top-2 gap of 4e-4; argmax there is fragile, so
+         * every row's argmax is compared except rows with a gap below our error */
+        if (ref) compare("llama.cpp MTP logits (teacher forced)", logits, ref, n - 1, 8192, 0);
+        long bad = 0;
+        for (long r = 0; ref && r < n - 1; r++) {
+            const float *row = ref + r * 8192;
+            long a = nx_test_argmax(row, 8192), b = nx_test_argmax(logits + r * 8192, 8192);
+            float second = -INFINITY;
+            for (long i = 0; i < 8192; i++)
+                if (i != a && row[i] > second) second = row[i];
+            if (a != b && row[a] - second > 2 * MTP_MAX_ABS) bad++;
+        }
+        CHECKF(bad == 0, "%ld clear argmax mismatches", bad);
+        free(ref), free(logits), free(seq);
+    }
+    free(tok), free(gen);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+static void teacher_forced_head_matches_float64_reference(void) {
+    static const char *cases[] = {"torchref-mini-a", "torchref-mini-copy-s0", "torchref-mini-copy-s0.05"};
+    for (int c = 0; c < 3; c++) {
+        for (int prenorm = 0; prenorm <= 1; prenorm++) {
+            char dir[600], path[700];
+            snprintf(dir, sizeof dir, "%s/golden/%s", NX_TEST_DATA, cases[c]);
+            snprintf(path, sizeof path, "%s/hf", dir);
+            nx_model *m = load(path);
+            nx_drafter *d = m ? drafter(m, prenorm) : NULL;
+            int n;
+            snprintf(path, sizeof path, "%s/tokens.txt", dir);
+            int *tok = nx_test_read_ids(path, &n);
+            if (d && tok) {
+                const nx_model_info *in = nx_model_get_info(m);
+                long V = in->vocab_size, H = in->hidden_size, rows, cols;
+                int32_t *seq = malloc((size_t)n * 4);
+                for (int i = 0; i < n; i++) seq[i] = tok[i];
+                float *logits = malloc((size_t)(n - 1) * V * 4), *hidden = malloc((size_t)(n - 1) * H * 4);
+                char err[512];
+                CHECK(nx_drafter_teacher_forced(d, seq, n, logits, hidden, err, sizeof err) == NX_OK);
+                snprintf(path, sizeof path, "%s/%s", dir, prenorm ? "mtp_logits_prenorm.npy" : "mtp_logits.npy");
+                float *ref = nx_test_read_npy(path, &rows, &cols);
+                CHECK(ref && rows == n - 1 && cols == V);
+                char what[128];
+                snprintf(what, sizeof what, "%s MTP logits (%s)", cases[c] + 9, prenorm ? "pre-norm hidden" : "post-norm");
+                if (ref) compare(what, logits, ref, n - 1, V, 1);
+                free(ref);
+                if (!prenorm) {
+                    snprintf(path, sizeof path, "%s/mtp_hidden.npy", dir);
+                    ref = nx_test_read_npy(path, &rows, &cols);
+                    CHECK(ref && rows == n - 1 && cols == H);
+                    snprintf(what, sizeof what, "%s MTP hidden after mtp.norm", cases[c] + 9);
+                    if (ref) compare(what, hidden, ref, n - 1, H, 0);
+                    free(ref);
+                }
+                free(logits), free(hidden), free(seq);
+            }
+            free(tok);
+            nx_drafter_free(d);
+            nx_model_free(m);
+        }
+    }
+}
+
+/* ---- runs ------------------------------------------------------------------ */
+
+typedef struct {
+    int draft;
+    nx_accept_mode accept;
+    nx_sampling sp;
+    const int32_t *stop;
+    int n_stop;
+} run_cfg;
+
+/* Generates up to n_gen tokens (the prefill's first included) with nx_spec_step;
+ * returns how many (stops after a stop id). d NULL: plain decoding. */
+static int generate(nx_model *m, nx_drafter *d, const int32_t *prompt, int n_prompt, int n_gen, const run_cfg *rc,
+                    int32_t *out, nx_spec_stats *stats) {
+    char err[512];
+    nx_spec *s = NULL;
+    nx_spec_opts o = {rc->draft, rc->accept, rc->sp, rc->stop, rc->n_stop};
+    nx_status st = nx_spec_new(m, d, n_prompt + n_gen + 1, &o, &s, err, sizeof err);
+    CHECKF(st == NX_OK, "%s", err);
+    if (st) return 0;
+    int n = 0;
+    st = nx_spec_prefill(s, prompt, n_prompt, &out[0], err, sizeof err);
+    CHECKF(st == NX_OK, "%s", err);
+    n = st ? 0 : 1;
+    int stopped = 0;
+    for (int i = 0; i < rc->n_stop && n; i++) stopped |= out[0] == rc->stop[i];
+    while (!st && n < n_gen && !stopped) {
+        int got;
+        st = nx_spec_step(s, n_gen - n, out + n, &got, err, sizeof err);
+        CHECKF(st == NX_OK, "%s", err);
+        for (int i = 0; i < got && !stopped; i++)
+            for (int k = 0; k < rc->n_stop; k++) stopped |= out[n + i] == rc->stop[k];
+        n += got;
+    }
+    if (stats) *stats = *nx_spec_get_stats(s);
+    nx_spec_free(s);
+    return n;
+}
+
+/* The golden speculative files: K drafts per round, drafter rows rebuilt from
+ * the target ("recompute"), the reference's budget rule: k = min(K, left). */
+static void golden_speculative_runs_match(void) {
+    static const char *cases[] = {"torchref-mini-a", "torchref-mini-copy-s0", "torchref-mini-copy-s0.05"};
+    for (int c = 0; c < 3; c++)
+        for (int K = 1; K <= 3; K++)
+            for (int prenorm = 0; prenorm <= (K == 2); prenorm++) {
+                char dir[600], path[700], err[512];
+                snprintf(dir, sizeof dir, "%s/golden/%s", NX_TEST_DATA, cases[c]);
+                snprintf(path, sizeof path, "%s/hf", dir);
+                nx_model *m = load(path);
+                nx_drafter *d = m ? drafter(m, prenorm) : NULL;
+                int n, nw;
+                snprintf(path, sizeof path, "%s/tokens.txt", dir);
+                int *tok = nx_test_read_ids(path, &n);
+                snprintf(path, sizeof path, "%s/speculate_k%d_recompute_%s.txt", dir, K, prenorm ? "pre" : "post");
+                int *want = nx_test_read_ids(path, &nw);
+                char *text = nx_test_read_file(path, NULL);
+                json_t *stats = text && strstr(text, "# stats ") ? json_loads(strstr(text, "# stats ") + 8, 0, NULL) : NULL;
+                CHECKF(d && tok && want && stats, "%s", path);
+                if (d && tok && want && stats) {
+                    int32_t prompt[64], out[64];
+                    for (int i = 0; i < n; i++) prompt[i] = tok[i];
+                    nx_spec *s = NULL;
+                    nx_spec_opts o = {K, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+                    CHECK(nx_spec_new(m, d, 128, &o, &s, err, sizeof err) == NX_OK);
+                    int got = 0, e;
+                    CHECK(nx_spec_prefill(s, prompt, n, &out[0], err, sizeof err) == NX_OK);
+                    got = 1;
+                    while (got < nw) {
+                        int32_t dr[16], em[16];
+                        int nd, left = nw - got;
+                        CHECK(nx_spec_draft(s, K < left ? K : left, dr, &nd, err, sizeof err) == NX_OK);
+                        CHECK(nx_spec_verify(s, err, sizeof err) == NX_OK);
+                        CHECK(nx_spec_commit(s, em, &e, err, sizeof err) == NX_OK);
+                        for (int i = 0; i < e && got < nw; i++) out[got++] = em[i];
+                    }
+                    int same = 1;
+                    for (int i = 0; i < nw; i++) same &= out[i] == want[i];
+                    CHECKF(same, "%s: ids differ", path);
+                    const nx_spec_stats *st = nx_spec_get_stats(s);
+                    CHECKF(st->rounds == json_integer_value(json_object_get(stats, "rounds")) &&
+                               st->drafted == json_integer_value(json_object_get(stats, "drafted")) &&
+                               st->accepted == json_integer_value(json_object_get(stats, "accepted")) &&
+                               st->target_forwards == json_integer_value(json_object_get(stats, "target_forwards")),
+                           "%s: rounds %lld drafted %lld accepted %lld forwards %lld", path, (long long)st->rounds,
+                           (long long)st->drafted, (long long)st->accepted, (long long)st->target_forwards);
+                    json_t *pp = json_object_get(stats, "per_draft_position_ok/tried");
+                    for (size_t i = 0; i < json_array_size(pp); i++) {
+                        char mine[32];
+                        snprintf(mine, sizeof mine, "%lld/%lld", (long long)st->hits[i], (long long)st->tried[i]);
+                        CHECKF(strcmp(mine, json_string_value(json_array_get(pp, i))) == 0, "%s: position %zu %s vs %s", path, i,
+                               mine, json_string_value(json_array_get(pp, i)));
+                    }
+                    nx_spec_free(s);
+                }
+                json_decref(stats);
+                free(text), free(tok), free(want);
+                nx_drafter_free(d);
+                nx_model_free(m);
+            }
+}
+
+static void greedy_speculative_output_equals_plain(void) {
+    const char *dirs[] = {LLAMACPP "/hf", fixture("spec-tiny-1", "--preset tiny --seed 1"),
+                          fixture("spec-tiny-2", "--preset tiny --seed 2 --dtype f32 --tie")};
+    static const int prompt_lens[] = {1, 7, 40, 300};
+    for (int f = 0; f < 3; f++) {
+        nx_model *m = load(dirs[f]);
+        nx_drafter *d = m ? drafter(m, 0) : NULL;
+        if (!d) continue;
+        int V = nx_model_get_info(m)->vocab_size;
+        for (size_t p = 0; p < sizeof prompt_lens / sizeof *prompt_lens; p++) {
+            int np = prompt_lens[p], ng = 201;
+            int32_t *prompt = malloc((size_t)np * 4), plain[256], spec[256];
+            tokens(prompt, np, V, 100u + (unsigned)p);
+            run_cfg rc = {0, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+            int n0 = generate(m, NULL, prompt, np, ng, &rc, plain, NULL);
+            CHECK(n0 == ng);
+            for (int K = 1; K <= 4; K++) {
+                rc.draft = K;
+                nx_spec_stats st;
+                int n1 = generate(m, d, prompt, np, ng, &rc, spec, &st);
+                CHECKF(n1 == n0 && memcmp(plain, spec, (size_t)n0 * 4) == 0, "%s prompt %d K %d: speculative ids differ", dirs[f], np, K);
+                CHECK(st.emitted == n1 && st.rounds == st.target_forwards - 1);
+            }
+            /* a stop id that occurs in the output: both stop right after it */
+            int32_t stop = plain[ng / 2];
+            rc.stop = &stop;
+            rc.n_stop = 1;
+            rc.draft = 0;
+            n0 = generate(m, NULL, prompt, np, ng, &rc, plain, NULL);
+            for (int K = 1; K <= 3; K++) {
+                rc.draft = K;
+                int n1 = generate(m, d, prompt, np, ng, &rc, spec, NULL);
+                CHECKF(n1 == n0 && memcmp(plain, spec, (size_t)n0 * 4) == 0 && spec[n1 - 1] == stop, "stop edge, K %d", K);
+            }
+            free(prompt);
+        }
+        nx_drafter_free(d);
+        nx_model_free(m);
+    }
+}
+
+static void long_prompt_and_max_tokens_edges(void) {
+    const char *dir = fixture("spec-long", "--preset tiny --seed 4");
+    nx_model *m = load(dir);
+    nx_drafter *d = m ? drafter(m, 0) : NULL;
+    if (!d) return;
+    enum { NP = 3000 };
+    int32_t *prompt = malloc(NP * 4), plain[64], spec[64];
+    tokens(prompt, NP, nx_model_get_info(m)->vocab_size, 5);
+    run_cfg rc = {0, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    for (int ng = 1; ng <= 9; ng += 4) { /* budgets smaller than, equal to and past a block */
+        int n0 = generate(m, NULL, prompt, NP, ng, &rc, plain, NULL);
+        for (int K = 1; K <= 4; K++) {
+            rc.draft = K;
+            int n1 = generate(m, d, prompt, NP, ng, &rc, spec, NULL);
+            CHECKF(n1 == ng && n0 == ng && memcmp(plain, spec, (size_t)ng * 4) == 0, "budget %d K %d", ng, K);
+        }
+        rc.draft = 0;
+    }
+    free(prompt);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+static void copy_head_is_always_accepted(void) {
+    nx_model *m = load(TORCH("torchref-mini-copy-s0") "/hf");
+    nx_drafter *d = m ? drafter(m, 0) : NULL;
+    if (!d) return;
+    int n;
+    int *tok = nx_test_read_ids(TORCH("torchref-mini-copy-s0") "/tokens.txt", &n);
+    int32_t prompt[64], out[256];
+    for (int i = 0; i < n; i++) prompt[i] = tok[i];
+    for (int K = 1; K <= 4; K++) {
+        run_cfg rc = {K, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+        nx_spec_stats st;
+        int total = 200, got = generate(m, d, prompt, n, total, &rc, out, &st);
+        CHECK(got == total);
+        long rounds_want = (total - 1 + K) / (K + 1); /* ceil((total-1)/(K+1)) */
+        CHECKF(st.accepted == st.drafted && st.rounds == rounds_want, "K %d: accepted %lld/%lld, rounds %lld (want %ld)", K,
+               (long long)st.accepted, (long long)st.drafted, (long long)st.rounds, rounds_want);
+    }
+    free(tok);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+static void match_mode_equals_plain_sampling(void) {
+    nx_model *m = load(TORCH("torchref-mini-copy-s0.05") "/hf");
+    nx_drafter *d = m ? drafter(m, 0) : NULL;
+    if (!d) return;
+    int32_t prompt[8] = {5, 17, 300, 42, 9, 77, 600, 3}, plain[64], spec[64];
+    long agree = 0;
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        nx_sampling sp = nx_sampling_default();
+        sp.temperature = 0.9f;
+        sp.top_k = 40;
+        sp.top_p = 0.95f;
+        sp.repetition_penalty = 1.1f;
+        sp.seed = seed;
+        run_cfg rc = {0, NX_ACCEPT_MATCH, sp, NULL, 0};
+        int n0 = generate(m, NULL, prompt, 8, 48, &rc, plain, NULL);
+        rc.draft = 2;
+        nx_spec_stats st;
+        int n1 = generate(m, d, prompt, 8, 48, &rc, spec, &st);
+        CHECKF(n0 == n1 && memcmp(plain, spec, (size_t)n0 * 4) == 0, "seed %llu differs", (unsigned long long)seed);
+        agree += st.accepted;
+    }
+    CHECKF(agree > 0, "no draft was ever accepted: the test would not exercise acceptance");
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+/* Rejection sampling keeps the target's distribution: over many seeds, the
+ * token after the first (drafted and verified) has the distribution the
+ * target gives it; chi-square against the expected counts. */
+static void rejection_sampling_keeps_the_target_distribution(void) {
+    const char *dir = fixture("spec-vocab8", "--preset tiny --seed 9 --vocab 8");
+    nx_model *m = load(dir);
+    nx_drafter *d = m ? drafter(m, 0) : NULL;
+    if (!d) return;
+    enum { V = 8, SEEDS = 1500 };
+    int32_t prompt[5] = {1, 4, 2, 6, 3};
+    double expected[V] = {0}, observed[V] = {0};
+    long accepted = 0;
+    char err[512];
+    nx_sampling sp = nx_sampling_default();
+    sp.temperature = 1.0f;
+    nx_sampler *smp = NULL;
+    CHECK(nx_sampler_new(V, &smp, err, sizeof err) == NX_OK);
+    for (uint64_t seed = 0; seed < SEEDS; seed++) {
+        sp.seed = seed;
+        nx_spec *s = NULL;
+        nx_spec_opts o = {2, NX_ACCEPT_REJECTION, sp, NULL, 0};
+        CHECK(nx_spec_new(m, d, 16, &o, &s, err, sizeof err) == NX_OK);
+        int32_t b, dr[4], em[4];
+        int nd, ne;
+        CHECK(nx_spec_prefill(s, prompt, 5, &b, err, sizeof err) == NX_OK);
+        CHECK(nx_spec_draft(s, 2, dr, &nd, err, sizeof err) == NX_OK && nd == 2);
+        CHECK(nx_spec_verify(s, err, sizeof err) == NX_OK);
+        CHECK(nx_spec_commit(s, em, &ne, err, sizeof err) == NX_OK);
+        observed[em[0]] += 1;
+        accepted += nx_spec_get_stats(s)->accepted;
+        nx_spec_free(s);
+        /* the target's distribution of that token given prompt + b */
+        nx_state *t = NULL;
+        float logits[V];
+        int32_t ctx[6] = {1, 4, 2, 6, 3, b};
+        CHECK(nx_state_new(m, 8, &t, err, sizeof err) == NX_OK);
+        nx_forward_out fo = {.logits = logits};
+        CHECK(nx_forward(m, t, ctx, 6, &fo, err, sizeof err) == NX_OK);
+        double mx = logits[0], z = 0;
+        for (int i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+        for (int i = 0; i < V; i++) z += exp(logits[i] - mx);
+        for (int i = 0; i < V; i++) expected[i] += exp(logits[i] - mx) / z;
+        nx_state_free(t);
+    }
+    double chi2 = 0;
+    int df = -1;
+    for (int i = 0; i < V; i++)
+        if (expected[i] >= 5) {
+            chi2 += (observed[i] - expected[i]) * (observed[i] - expected[i]) / expected[i];
+            df++;
+        }
+    /* critical values of chi-square at p = 0.001 for df 1..7 */
+    static const double crit[8] = {0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32};
+    printf("  rejection sampling: chi2 %.2f (df %d, critical %.2f at p=0.001), drafts accepted %ld of %d\n", chi2, df,
+           crit[df > 0 ? df : 1], accepted, 2 * SEEDS);
+    CHECK(df >= 2 && chi2 < crit[df]);
+    CHECKF(accepted > SEEDS / 10, "too few acceptances (%ld) to exercise the accept path", accepted);
+    nx_sampler_free(smp);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+static void protocol_misuse_is_an_error(void) {
+    nx_model *m = load(TORCH("torchref-mini-a") "/hf");
+    nx_drafter *d = m ? drafter(m, 0) : NULL;
+    if (!d) return;
+    char err[512];
+    nx_spec *s = NULL;
+    int32_t p[4] = {1, 2, 3, 4}, dr[8], em[8], b;
+    int nd, ne;
+    CHECK(nx_spec_new(m, d, 64, NULL, &s, err, sizeof err) == NX_OK);
+    CHECK(nx_spec_draft(s, 2, dr, &nd, err, sizeof err) == NX_ESTATE && strstr(err, "prefill first"));
+    CHECK(nx_spec_verify(s, err, sizeof err) == NX_ESTATE);
+    CHECK(nx_spec_commit(s, em, &ne, err, sizeof err) == NX_ESTATE);
+    CHECK(nx_spec_prefill(s, p, 4, &b, err, sizeof err) == NX_OK);
+    CHECK(nx_spec_prefill(s, p, 4, &b, err, sizeof err) == NX_ESTATE);
+    CHECK(nx_spec_commit(s, em, &ne, err, sizeof err) == NX_ESTATE);   /* commit without a verify */
+    CHECK(nx_spec_draft(s, 0, dr, &nd, err, sizeof err) == NX_OK && nd == 0); /* draft(n <= 0): nothing */
+    CHECK(nx_spec_draft(s, -3, dr, &nd, err, sizeof err) == NX_OK && nd == 0);
+    CHECK(nx_spec_draft(s, 2, dr, &nd, err, sizeof err) == NX_OK && nd == 2);
+    CHECK(nx_spec_draft(s, 2, dr, &nd, err, sizeof err) == NX_ESTATE && strstr(err, "verified and committed first"));
+    CHECK(nx_spec_verify(s, err, sizeof err) == NX_OK);
+    CHECK(nx_spec_verify(s, err, sizeof err) == NX_ESTATE);
+    CHECK(nx_spec_draft(s, 1, dr, &nd, err, sizeof err) == NX_ESTATE);
+    CHECK(nx_spec_commit(s, em, &ne, err, sizeof err) == NX_OK && ne >= 1);
+    CHECK(nx_spec_verify(s, err, sizeof err) == NX_OK); /* verify from READY: a plain step */
+    CHECK(nx_spec_commit(s, em, &ne, err, sizeof err) == NX_OK && ne == 1);
+    CHECK(nx_spec_step(s, 0, em, &ne, err, sizeof err) == NX_EINVAL);
+    nx_spec_close(s);
+    CHECK(nx_spec_draft(s, 1, dr, &nd, err, sizeof err) == NX_ESTATE && strstr(err, "closed"));
+    CHECK(nx_spec_step(s, 4, em, &ne, err, sizeof err) == NX_ESTATE);
+    nx_spec_free(s);
+    /* a drafter bound to another model */
+    nx_model *other = load(TORCH("torchref-mini-copy-s0") "/hf");
+    CHECK(other && nx_spec_new(other, d, 64, NULL, &s, err, sizeof err) == NX_EINVAL);
+    {
+        nx_spec_opts o = {NX_SPEC_MAX_DRAFT + 1, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+        CHECK(nx_spec_new(m, d, 64, &o, &s, err, sizeof err) == NX_EINVAL);
+    }
+    nx_model_free(other);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+static void drafter_errors_name_the_problem(void) {
+    char err[512];
+    nx_drafter *d = NULL;
+    nx_model *m = load(fixture("nomtp", "--preset tiny --seed 3 --no-mtp"));
+    if (m) {
+        CHECK(nx_drafter_load(m, NULL, NULL, &d, err, sizeof err) == NX_EFORMAT && strstr(err, "no MTP head"));
+        nx_model_free(m);
+    }
+    const char *dir = fixture("draftdir", "--preset tiny --seed 3");
+    m = load(dir);
+    if (!m) return;
+    char path[1200];
+    /* a directory whose config is not a qwen3_5_mtp drafter */
+    CHECK(nx_drafter_load(m, dir, NULL, &d, err, sizeof err) == NX_EUNSUPPORTED && strstr(err, "not a qwen3_5_mtp drafter") &&
+          strstr(err, "qwen3_5"));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    const char *bad_h = "{\"model_type\":\"qwen3_5_mtp\",\"text_config\":{\"model_type\":\"qwen3_5_text\",\"hidden_size\":64}}";
+    nx_test_write_file(path, bad_h, strlen(bad_h));
+    CHECK(nx_drafter_load(m, dir, NULL, &d, err, sizeof err) == NX_EINVAL && strstr(err, "different checkpoint"));
+    CHECK(nx_drafter_load(m, "/nonexistent", NULL, &d, err, sizeof err) == NX_EIO && d == NULL);
+    nx_model_free(m);
+}
+
+static const nx_test tests[] = {
+    {"teacher_forced_head_matches_llamacpp", "MTP logits, row p from token p+1 and hidden p, match llama.cpp", teacher_forced_head_matches_llamacpp},
+    {"teacher_forced_head_matches_float64_reference", "MTP logits and hidden (post- and pre-norm input) match the float64 reference",
+     teacher_forced_head_matches_float64_reference},
+    {"golden_speculative_runs_match", "K = 1..3: ids and per-position acceptance equal the reference's speculative runs", golden_speculative_runs_match},
+    {"greedy_speculative_output_equals_plain", "K = 1..4, prompts of 1..300 tokens, 200 tokens, stop edges: ids equal plain greedy",
+     greedy_speculative_output_equals_plain},
+    {"long_prompt_and_max_tokens_edges", "a 3000-token prompt and budgets of 1, 5, 9 tokens: equal to plain", long_prompt_and_max_tokens_edges},
+    {"copy_head_is_always_accepted", "a head that copies the target: 100% acceptance, ceil(n/(K+1)) verify forwards", copy_head_is_always_accepted},
+    {"match_mode_equals_plain_sampling", "match acceptance: sampled output identical to plain sampling for 20 seeds", match_mode_equals_plain_sampling},
+    {"rejection_sampling_keeps_the_target_distribution", "rejection sampling: emitted tokens follow the target distribution (chi-square)",
+     rejection_sampling_keeps_the_target_distribution},
+    {"protocol_misuse_is_an_error", "draft before prefill, twice, commit without verify, after close: NX_ESTATE", protocol_misuse_is_an_error},
+    {"drafter_errors_name_the_problem", "no MTP head, wrong model_type, hidden size mismatch: clear errors", drafter_errors_name_the_problem},
+};
+
+NX_TEST_MAIN(tests)
