@@ -253,6 +253,26 @@ nx_status nx_spec_commit(nx_spec *s, int32_t *emitted, int *n_emitted, char *err
  * (>= 1) tokens into emitted. */
 nx_status nx_spec_step(nx_spec *s, int max_emit, int32_t *emitted, int *n_emitted, char *err, size_t errlen);
 
+/* Continues a READY sequence with more input (the next user turn): runs the
+ * pending token and tokens[0..n) through the target and the drafter and
+ * emits the next token in *first. n may be 0. */
+nx_status nx_spec_extend(nx_spec *s, const int32_t *tokens, int n, int32_t *first, char *err, size_t errlen);
+
+/* Checkpoints (the reference's capture/restore). nx_spec_save writes a READY
+ * session at its committed boundary: the sequence, the target state (KV rows,
+ * conv and recurrent state) and the drafter's entries, namespaced by the
+ * artifact identities of the model and drafter, with a checksum; written to
+ * a temp file and renamed. nx_spec_load restores into a FRESH session made
+ * for the same model and drafter with room for the sequence: a checkpoint of
+ * another model or drafter is NX_EINVAL naming which, a damaged file
+ * NX_EFORMAT, restoring into a used session NX_ESTATE; on failure the session
+ * stays FRESH. */
+nx_status nx_spec_save(const nx_spec *s, const char *path, char *err, size_t errlen);
+nx_status nx_spec_load(nx_spec *s, const char *path, char *err, size_t errlen);
+/* Tokens a checkpoint file holds (to size the session that loads it), or -1
+ * if path is not a readable nextn checkpoint. */
+int nx_spec_checkpoint_tokens(const char *path);
+
 const nx_spec_stats *nx_spec_get_stats(const nx_spec *s);
 /* Tokens of the sequence so far (prompt + emitted). */
 int nx_spec_length(const nx_spec *s);

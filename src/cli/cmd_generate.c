@@ -25,13 +25,24 @@ static const char *generate_help =
     "  --presence-penalty P, --frequency-penalty F   (default 0 = off)\n"
     "  --seed S           sampling seed (default 0); draws are keyed by (seed, position)\n"
     "  --ignore-eos       keep going past end-of-sequence tokens\n"
+    "  --mtp on|off|DIR   speculative decoding with the MTP head: the checkpoint's own (on,\n"
+    "                     the default when it has one), none (off), or a drafter directory\n"
+    "  --draft K|auto     drafts per round (default: the drafter's block_size - 1);\n"
+    "                     auto adapts K to the measured acceptance and cost, down to plain decoding\n"
+    "  --accept MODE      greedy | match | rejection (default: greedy at --temp 0, else rejection)\n"
+    "  --mtp-hidden post|prenorm   target hidden fed to the head (default post)\n"
+    "  --save-state F     write the session (target state, drafter entries, sequence) to F\n"
+    "  --load-state F     continue the session saved in F: the prompt, if any, is appended\n"
+    "                     after it as tokens (no chat rendering), then generation goes on\n"
     "  --json             print one JSON object {prompt_ids, ids, text, stats} at the end\n"
     "Output is text when DIR has a tokenizer.json (special tokens left out), else token ids.\n"
     "  --stats            print prefill / decode speed to stderr\n";
 
 typedef struct {
     const char *prompt_ids, *prompt_text, *prompt_file;
-    const char *chat_template, *thinking;
+    const char *chat_template, *thinking, *mtp, *mtp_hidden, *save_state, *load_state;
+    int draft;
+    nx_accept_mode accept;
     long max_tokens;
     nx_sampling sp;
     int json, stats, ignore_eos, chat, parse_special;
@@ -56,6 +67,22 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
         else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) g->prompt_text = v;
         else if (strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0) g->prompt_file = v;
         else if (strcmp(a, "--chat-template") == 0) g->chat_template = v;
+        else if (strcmp(a, "--mtp") == 0) g->mtp = v;
+        else if (strcmp(a, "--save-state") == 0) g->save_state = v;
+        else if (strcmp(a, "--load-state") == 0) g->load_state = v;
+        else if (strcmp(a, "--mtp-hidden") == 0) {
+            if (strcmp(v, "post") != 0 && strcmp(v, "prenorm") != 0) return cli_usage_error("--mtp-hidden wants post or prenorm, got '%s'", v);
+            g->mtp_hidden = v;
+        } else if (strcmp(a, "--draft") == 0) {
+            if (strcmp(v, "auto") == 0) g->draft = NX_DRAFT_AUTO;
+            else if (cli_parse_int(v, 1, NX_SPEC_MAX_DRAFT, &k)) return cli_usage_error("--draft wants 1..%d or auto, got '%s'", NX_SPEC_MAX_DRAFT, v);
+            else g->draft = (int)k;
+        } else if (strcmp(a, "--accept") == 0) {
+            if (strcmp(v, "greedy") == 0) g->accept = NX_ACCEPT_GREEDY;
+            else if (strcmp(v, "match") == 0) g->accept = NX_ACCEPT_MATCH;
+            else if (strcmp(v, "rejection") == 0) g->accept = NX_ACCEPT_REJECTION;
+            else return cli_usage_error("--accept wants greedy, match or rejection, got '%s'", v);
+        }
         else if (strcmp(a, "--thinking") == 0) {
             if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) return cli_usage_error("--thinking wants on or off, got '%s'", v);
             g->thinking = v;
@@ -85,7 +112,8 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
         }
     }
     int sources = !!g->prompt_ids + !!g->prompt_text + !!g->prompt_file;
-    if (sources != 1) return cli_usage_error("generate: give exactly one of --prompt-ids, -p, -f");
+    if (sources > 1 || (sources == 0 && !g->load_state))
+        return cli_usage_error("generate: give exactly one of --prompt-ids, -p, -f (optional with --load-state)");
     if ((g->chat || g->chat_template || g->thinking) && g->prompt_ids)
         return cli_usage_error("generate: --chat, --chat-template and --thinking need a text prompt (-p or -f)");
     if ((g->chat_template || g->thinking) && !g->chat) return cli_usage_error("generate: --chat-template and --thinking go with --chat");
@@ -139,6 +167,11 @@ static char *render_chat(const gen_opts *g, const nx_tokenizer *tok, const char 
  * (rendered as one user turn with --chat) through the tokenizer. Returns 0,
  * or the exit code after printing the error. */
 static int prompt_ids(const gen_opts *g, nx_tokenizer *tok, const char *dir, int32_t **ids, int *n) {
+    if (!g->prompt_ids && !g->prompt_text && !g->prompt_file) { /* --load-state alone */
+        *ids = NULL;
+        *n = 0;
+        return 0;
+    }
     if (g->prompt_ids) {
         if (cli_parse_ids(g->prompt_ids, ids, n))
             return cli_usage_error("generate: --prompt-ids wants comma-separated token ids, got '%s'", g->prompt_ids);
@@ -169,6 +202,34 @@ done:
     return rc;
 }
 
+/* Loads the drafter --mtp asks for: NULL with *rc = 0 when MTP is off or
+ * (by default) the checkpoint has no head. */
+static nx_drafter *load_drafter(const gen_opts *g, const nx_model *m, int *rc) {
+    *rc = 0;
+    const char *mtp = g->mtp ? g->mtp : "default";
+    if (strcmp(mtp, "off") == 0) return NULL;
+    if (strcmp(mtp, "default") == 0 && !nx_model_get_info(m)->has_mtp) return NULL;
+    char err[1024];
+    nx_drafter *d = NULL;
+    nx_drafter_opts o = {g->mtp_hidden && strcmp(g->mtp_hidden, "prenorm") == 0};
+    const char *dir = strcmp(mtp, "on") == 0 || strcmp(mtp, "default") == 0 ? NULL : mtp;
+    if (nx_drafter_load(m, dir, &o, &d, err, sizeof err)) *rc = cli_fail("%s", err);
+    return d;
+}
+
+static void print_mtp_json(FILE *f, const nx_spec_stats *st, int k_max) {
+    fprintf(f, ",\"mtp\":{\"drafted\":%lld,\"accepted\":%lld,\"acceptance\":%.4f,\"per_position\":[", (long long)st->drafted,
+            (long long)st->accepted, st->drafted ? (double)st->accepted / (double)st->drafted : 0.0);
+    for (int i = 0; i < k_max; i++)
+        fprintf(f, "%s%.4f", i ? "," : "", st->tried[i] ? (double)st->hits[i] / (double)st->tried[i] : 0.0);
+    fprintf(f, "],\"per_position_tried\":[");
+    for (int i = 0; i < k_max; i++) fprintf(f, "%s%lld", i ? "," : "", (long long)st->tried[i]);
+    fprintf(f, "],\"rounds\":%lld,\"target_forwards\":%lld,\"tokens_per_forward\":%.4f,\"draft_s\":%.6f,\"verify_s\":%.6f,"
+               "\"commit_s\":%.6f}",
+            (long long)st->rounds, (long long)st->target_forwards,
+            st->target_forwards ? (double)st->emitted / (double)st->target_forwards : 0.0, st->draft_s, st->verify_s, st->commit_s);
+}
+
 int cmd_generate(int argc, char **argv) {
     cli_model_opts mo = {0};
     gen_opts g = {.max_tokens = 64, .sp = nx_sampling_default()};
@@ -180,84 +241,110 @@ int cmd_generate(int argc, char **argv) {
     char err[1024], *text = NULL;
     size_t text_len = 0;
     const int32_t *stop = NULL;
-    int32_t *prompt = NULL, *hist = NULL;
+    int32_t *prompt = NULL, *out = NULL;
     nx_tokenizer *tok = NULL;
     nx_detok_stream *ds = NULL;
-    nx_state *s = NULL;
-    nx_sampler *smp = NULL;
-    float *logits = NULL;
+    nx_drafter *d = NULL;
+    nx_spec *s = NULL;
     nx_model *m = NULL;
     if (has_tokenizer(dir) && !(tok = cli_load_tokenizer(dir))) goto done;
     if ((r = prompt_ids(&g, tok, dir, &prompt, &n_prompt))) { rc = r; goto done; }
-    if (tok) n_stop = nx_tokenizer_stop_ids(tok, &stop);
+    if (tok && !g.ignore_eos) n_stop = nx_tokenizer_stop_ids(tok, &stop);
     if (!(m = cli_load_model(&mo))) goto done;
+    d = load_drafter(&g, m, &r);
+    if (r) { rc = r; goto done; }
     const nx_model_info *in = nx_model_get_info(m);
-    if (!(hist = malloc((size_t)(n_prompt + g.max_tokens) * sizeof *hist))) { cli_fail("out of memory"); goto done; }
-    if (nx_state_new(m, n_prompt + (int)g.max_tokens, &s, err, sizeof err) ||
-        nx_sampler_new(in->vocab_size, &smp, err, sizeof err) ||
-        (tok && nx_detok_stream_new(tok, 1, &ds, err, sizeof err))) {
+    nx_spec_opts so = {g.draft, g.accept, g.sp, stop, n_stop};
+    if (!(out = malloc((size_t)(g.max_tokens + NX_SPEC_MAX_DRAFT + 1) * sizeof *out))) { cli_fail("out of memory"); goto done; }
+    int held = 0;
+    if (g.load_state && (held = nx_spec_checkpoint_tokens(g.load_state)) < 0) {
+        cli_fail("%s: not a readable nextn checkpoint", g.load_state);
+        goto done;
+    }
+    int ctx = held + n_prompt + (int)g.max_tokens + NX_SPEC_MAX_DRAFT + 2;
+    if (nx_spec_new(m, d, ctx, &so, &s, err, sizeof err) || (tok && nx_detok_stream_new(tok, 1, &ds, err, sizeof err)) ||
+        (g.load_state && nx_spec_load(s, g.load_state, err, sizeof err))) {
         cli_fail("%s", err);
         goto done;
     }
-    if (!(logits = malloc((size_t)in->vocab_size * sizeof *logits))) { cli_fail("out of memory"); goto done; }
-    memcpy(hist, prompt, (size_t)n_prompt * sizeof *hist);
-    nx_forward_out fo = {.logits = logits};
-
-    double t0 = cli_now();
-    if (nx_forward(m, s, prompt, n_prompt, &fo, err, sizeof err)) { cli_fail("%s", err); goto done; }
-    double t1 = cli_now();
-    while (n_gen < g.max_tokens) {
-        int64_t pos = n_prompt + n_gen;
-        int32_t tok_id = nx_sample(smp, &g.sp, logits, hist, (int)pos, pos);
-        hist[n_prompt + n_gen++] = tok_id;
-        if (!g.json) {
-            size_t len = 0;
-            const char *piece = ds ? nx_detok_stream_push(ds, tok_id, &len) : NULL;
-            if (ds) fwrite(piece, 1, len, stdout);
-            else printf("%s%d", n_gen > 1 ? " " : "", tok_id);
-            fflush(stdout);
+    double t0 = cli_now(), t1 = t0;
+    int stopped = 0;
+    while (n_gen < g.max_tokens && !stopped) {
+        int got = 1;
+        nx_status st;
+        if (n_gen == 0 && !g.load_state) st = nx_spec_prefill(s, prompt, n_prompt, out, err, sizeof err);
+        else if (n_gen == 0 && n_prompt > 0) st = nx_spec_extend(s, prompt, n_prompt, out, err, sizeof err);
+        else st = nx_spec_step(s, (int)g.max_tokens - n_gen, out + n_gen, &got, err, sizeof err);
+        if (st) { cli_fail("%s", err); goto done; }
+        if (n_gen == 0) t1 = cli_now();
+        for (int i = 0; i < got && !stopped; i++) {
+            int32_t id = out[n_gen++];
+            if (!g.json) {
+                size_t len = 0;
+                const char *piece = ds ? nx_detok_stream_push(ds, id, &len) : NULL;
+                if (ds) fwrite(piece, 1, len, stdout);
+                else printf("%s%d", n_gen > 1 ? " " : "", id);
+            }
+            if (!g.ignore_eos && is_stop(in, stop, n_stop, id)) stopped = 1;
         }
-        if (!g.ignore_eos && is_stop(in, stop, n_stop, tok_id)) break;
-        if (n_gen == g.max_tokens) break;
-        if (nx_forward(m, s, &tok_id, 1, &fo, err, sizeof err)) { cli_fail("%s", err); goto done; }
+        if (!g.json) fflush(stdout);
     }
     double t2 = cli_now();
-    /* decode time covers n_gen - 1 single-token forwards (the first token
-     * comes from the prefill logits) */
-    double prefill_tps = n_prompt / (t1 - t0), decode_tps = n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0;
+    if (g.save_state && nx_spec_save(s, g.save_state, err, sizeof err)) {
+        cli_fail("%s", err);
+        goto done;
+    }
+    /* decode time covers the tokens after the first (which comes from the
+     * prefill logits) */
+    double prefill_tps = n_prompt ? n_prompt / (t1 - t0) : 0.0, decode_tps = n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0;
+    const nx_spec_stats *st = nx_spec_get_stats(s);
+    int k_max = g.draft > 0 ? g.draft : d ? (nx_drafter_block_size(d) - 1 > 4 ? nx_drafter_block_size(d) - 1 : 4) : 0;
     if (g.json) {
         printf("{\"prompt_ids\":[");
         print_ids(stdout, prompt, n_prompt);
         printf("],\"ids\":[");
-        print_ids(stdout, hist + n_prompt, n_gen);
+        print_ids(stdout, out, n_gen);
         printf("],\"text\":");
-        if (tok && nx_detokenize(tok, hist + n_prompt, n_gen, 1, &text, &text_len, err, sizeof err) == NX_OK)
+        if (tok && nx_detokenize(tok, out, n_gen, 1, &text, &text_len, err, sizeof err) == NX_OK)
             cli_json_string(stdout, text, text_len);
         else
             printf("null");
         printf(",\"stats\":{\"prompt_tokens\":%d,\"generated_tokens\":%d,\"prefill_s\":%.6f,"
-               "\"prefill_tok_s\":%.2f,\"decode_s\":%.6f,\"decode_tok_s\":%.2f}}\n",
+               "\"prefill_tok_s\":%.2f,\"decode_s\":%.6f,\"decode_tok_s\":%.2f}",
                n_prompt, n_gen, t1 - t0, prefill_tps, t2 - t1, decode_tps);
+        if (d) print_mtp_json(stdout, st, k_max);
+        printf("}\n");
     } else {
         size_t len = 0;
         const char *tail = ds ? nx_detok_stream_flush(ds, &len) : NULL;
         if (ds) fwrite(tail, 1, len, stdout);
         printf("\n");
     }
-    fflush(stdout); /* keep the stats line after the streamed output */
-    if (g.stats)
+    fflush(stdout); /* keep the stats lines after the streamed output */
+    if (g.stats) {
         fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s)\n", n_prompt,
                 t1 - t0, prefill_tps, n_gen, t2 - t1, decode_tps);
+        if (d) {
+            fprintf(stderr, "mtp: accepted %lld of %lld drafts (%.1f%%), per position", (long long)st->accepted,
+                    (long long)st->drafted, st->drafted ? 100.0 * (double)st->accepted / (double)st->drafted : 0.0);
+            for (int i = 0; i < k_max && st->tried[i]; i++)
+                fprintf(stderr, " %.2f", (double)st->hits[i] / (double)st->tried[i]);
+            fprintf(stderr, "; %.2f tokens per target forward (%lld forwards); draft %.3f s, verify %.3f s, commit %.3f s\n",
+                    st->target_forwards ? (double)st->emitted / (double)st->target_forwards : 0.0,
+                    (long long)st->target_forwards, st->draft_s, st->verify_s, st->commit_s);
+        } else {
+            fprintf(stderr, "mtp: off\n");
+        }
+    }
     rc = 0;
 done:
     free(prompt);
-    free(hist);
-    free(logits);
+    free(out);
     nx_free(text);
     nx_detok_stream_free(ds);
     nx_tokenizer_free(tok);
-    nx_sampler_free(smp);
-    nx_state_free(s);
+    nx_spec_free(s);
+    nx_drafter_free(d);
     nx_model_free(m);
     return rc;
 }

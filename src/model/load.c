@@ -15,6 +15,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <xxhash.h>
+
 #include "base/alloc.h"
 #include "base/err.h"
 #include "model/model.h"
@@ -212,6 +214,27 @@ static int detect_mlx_layout(const nx_model *m) {
     return strncmp(m->prefix, "language_model.", 15) == 0;
 }
 
+/* The artifact identity checkpoints are namespaced by: the parsed config and,
+ * for every tensor, its name, dtype, shape, size and first bytes. It tells
+ * different checkpoints apart without reading gigabytes at load. */
+static uint64_t model_identity(const nx_model *m) {
+    XXH64_state_t *h = XXH64_createState();
+    if (!h) return 0;
+    XXH64_reset(h, 0x6e657874746172ull); /* "nexttar" */
+    XXH64_update(h, &m->cfg, sizeof m->cfg);
+    for (int i = 0; i < st_count(m->st); i++) {
+        const st_tensor *t = st_at(m->st, i);
+        XXH64_update(h, t->name, strlen(t->name) + 1);
+        XXH64_update(h, &t->dtype, sizeof t->dtype);
+        XXH64_update(h, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+        XXH64_update(h, &t->nbytes, sizeof t->nbytes);
+        XXH64_update(h, t->data, t->nbytes < 64 ? t->nbytes : 64);
+    }
+    uint64_t v = XXH64_digest(h);
+    XXH64_freeState(h);
+    return v;
+}
+
 static void fill_info(nx_model *m) {
     const cfg_model *c = &m->cfg;
     nx_model_info *in = &m->info;
@@ -311,6 +334,7 @@ nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **ou
         if ((st = bind_layer(&b, m, i))) goto fail;
     if ((st = nx_pool_new(opts->n_threads, &m->pool, err, errlen))) goto fail;
     fill_info(m);
+    m->identity = model_identity(m);
     *out = m;
     return NX_OK;
 fail:

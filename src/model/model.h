@@ -68,6 +68,7 @@ struct nx_model {
     float *final_norm;            /* [H]                                       */
     mdl_layer *layers;            /* [L]                                       */
     mdl_owned owned;              /* the f32 vectors above, aligned copies     */
+    uint64_t identity;            /* artifact identity: config + tensor index  */
     nx_model_info info;
     char layer_pattern[CFG_MAX_LAYERS + 1];
     char weight_dtype[16];

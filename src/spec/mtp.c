@@ -66,6 +66,9 @@ uint64_t mtp_head_identity(const nx_drafter *d, const st_set *st, const char *pr
 
 nx_status mtp_load_from_target(nx_drafter *d, char *err, size_t errlen) {
     const nx_model *m = d->target;
+    /* checked before looking anywhere for the head, so every source refuses it */
+    if (m->cfg.mtp_use_dedicated_embeddings)
+        return nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: mtp_use_dedicated_embeddings = true is not supported", m->dir);
     const char *prefix = st_find(m->st, "mtp.fc.weight")                  ? "mtp."
                          : st_find(m->st, "language_model.mtp.fc.weight") ? "language_model.mtp."
                                                                            : NULL;
@@ -81,8 +84,6 @@ nx_status mtp_load_from_target(nx_drafter *d, char *err, size_t errlen) {
         return nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint has no MTP head (no mtp.fc.weight); give a drafter directory",
                        m->dir);
     }
-    if (m->cfg.mtp_use_dedicated_embeddings)
-        return nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: mtp_use_dedicated_embeddings = true is not supported", m->dir);
     mdl_binder b = {m->st, m->dir, &d->owned, err, errlen};
     nx_status st = mtp_bind_head(d, &b, prefix, strcmp(prefix, "mtp.") == 0);
     if (st) return st;

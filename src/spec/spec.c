@@ -89,7 +89,7 @@ nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const
     s->m = m;
     s->d = d;
     s->opts = o;
-    memcpy(s->stop, o.stop_ids, (size_t)o.n_stop * sizeof *s->stop);
+    if (o.n_stop) memcpy(s->stop, o.stop_ids, (size_t)o.n_stop * sizeof *s->stop);
     s->opts.stop_ids = s->stop;
     s->auto_k = o.draft == NX_DRAFT_AUTO;
     s->k_max = !d ? 0 : s->auto_k ? (d->block_size - 1 > 4 ? d->block_size - 1 : 4) : k;
@@ -191,40 +191,68 @@ static void add_entries(nx_spec *s, const int32_t *toks, const float *h, int n, 
 
 /* ---- prefill ------------------------------------------------------------- */
 
+/* Runs hist[n .. n+count) through the target from position n, adds the
+ * drafter entries whose next token is known, samples the token after them and
+ * completes the last entry with it (spec §6.2). On failure nothing changed. */
+static nx_status feed(nx_spec *s, int count, int32_t *first, char *err, size_t errlen) {
+    int64_t H = s->m->cfg.hidden_size;
+    int start = s->n, rows_before = s->d ? s->rows.n : 0;
+    const int32_t *seq = s->hist + start;
+    for (int a = 0; a < count; a += SPEC_PREFILL_PIECE) {
+        int T = count - a < SPEC_PREFILL_PIECE ? count - a : SPEC_PREFILL_PIECE;
+        nx_forward_out fo = {.logits = s->vlogits, .all_hidden = 1};
+        hidden_out(s, &fo, s->hbuf);
+        char msg[512];
+        nx_status st = nx_forward(s->m, s->target, seq + a, T, &fo, msg, sizeof msg);
+        if (st) {
+            if (s->d) s->rows.n = rows_before;
+            if (start > 0) return fail_sticky(s, st, msg, err, errlen); /* earlier pieces cannot be undone */
+            nx_state_reset(s->target);                                  /* a prefill simply starts over */
+            return nx_fail(err, errlen, st, "%s", msg);
+        }
+        /* entry p pairs hidden p with token p+1: the piece's last row waits
+         * for the next piece, or for the sampled token */
+        int rows = a + T == count ? T - 1 : T;
+        if (s->d && rows > 0) mtp_rows_append(&s->rows, seq + a + 1, s->hbuf, rows, NULL, 0);
+    }
+    int n = start + count;
+    s->n = n;
+    int32_t b = nx_sample(s->smp, &s->opts.sampling, s->vlogits, s->hist, n, n);
+    s->hist[n] = b;
+    if (s->d) add_entries(s, &b, s->hbuf + (int64_t)((count - 1) % SPEC_PREFILL_PIECE) * H, 1, 0);
+    s->stats.emitted++;
+    s->stats.target_forwards++;
+    *first = b;
+    return NX_OK;
+}
+
 nx_status nx_spec_prefill(nx_spec *s, const int32_t *prompt, int n, int32_t *first, char *err, size_t errlen) {
     if (s->state != SPEC_FRESH) return wrong_state(s, "prefill", err, errlen);
     if (n < 1) return nx_fail(err, errlen, NX_EINVAL, "prefill: empty prompt");
     if (n + 1 > s->max_ctx)
         return nx_fail(err, errlen, NX_ERANGE, "prefill: %d prompt tokens leave no room in a context of %d", n, s->max_ctx);
     double t0 = now_s();
-    int64_t H = s->m->cfg.hidden_size;
-    float *logits = s->vlogits;
-    /* Target prefill in pieces, each piece's drafter entries right after it:
-     * entry p needs prompt[p+1], so the last prompt row waits for the first
-     * sampled token (spec §6.2). */
-    for (int a = 0; a < n; a += SPEC_PREFILL_PIECE) {
-        int T = n - a < SPEC_PREFILL_PIECE ? n - a : SPEC_PREFILL_PIECE;
-        nx_forward_out fo = {.logits = logits, .all_hidden = 1};
-        hidden_out(s, &fo, s->hbuf);
-        nx_status st = nx_forward(s->m, s->target, prompt + a, T, &fo, err, errlen);
-        if (st) {
-            nx_state_reset(s->target);
-            if (s->d) s->rows.n = 0;
-            return st;
-        }
-        int rows = a + T == n ? T - 1 : T;
-        if (s->d && rows > 0) mtp_rows_append(&s->rows, prompt + a + 1, s->hbuf, rows, NULL, 0);
-    }
     memcpy(s->hist, prompt, (size_t)n * sizeof *s->hist);
-    s->n = n;
-    int32_t b = nx_sample(s->smp, &s->opts.sampling, logits, s->hist, n, n);
-    s->hist[n] = b;
-    if (s->d) add_entries(s, &b, s->hbuf + (int64_t)((n - 1) % SPEC_PREFILL_PIECE) * H, 1, 0);
-    s->stats.emitted = 1;
-    s->stats.target_forwards = 1;
-    s->stats.prefill_s = now_s() - t0;
+    s->n = 0;
+    nx_status st = feed(s, n, first, err, errlen);
+    if (st) return st;
+    s->stats.prefill_s += now_s() - t0;
     s->state = SPEC_READY;
-    *first = b;
+    assert(spec_invariants(s));
+    return NX_OK;
+}
+
+nx_status nx_spec_extend(nx_spec *s, const int32_t *tokens, int n, int32_t *first, char *err, size_t errlen) {
+    if (s->state != SPEC_READY) return wrong_state(s, "extend", err, errlen);
+    if (n < 0) return nx_fail(err, errlen, NX_EINVAL, "extend: %d tokens", n);
+    if (s->n + n + 2 > s->max_ctx)
+        return nx_fail(err, errlen, NX_ERANGE, "extend: %d more tokens exceed the context of %d (%d held)", n, s->max_ctx, s->n + 1);
+    double t0 = now_s();
+    if (s->d) flush_deferred(s);
+    if (n) memcpy(s->hist + s->n + 1, tokens, (size_t)n * sizeof *tokens); /* after the pending token */
+    nx_status st = feed(s, n + 1, first, err, errlen);
+    if (st) return st;
+    s->stats.prefill_s += now_s() - t0;
     assert(spec_invariants(s));
     return NX_OK;
 }
@@ -308,7 +336,9 @@ nx_status nx_spec_verify(nx_spec *s, char *err, size_t errlen) {
     nx_forward_out fo = {.logits = s->vlogits, .all_rows = 1};
     hidden_out(s, &fo, s->vhidden);
     char msg[512];
-    nx_status st = mdl_forward_verify(s->m, s->target, block, K + 1, &fo, msg, sizeof msg);
+    /* a plain round has nothing to roll back: no snapshots needed */
+    nx_status st = K ? mdl_forward_verify(s->m, s->target, block, K + 1, &fo, msg, sizeof msg)
+                     : nx_forward(s->m, s->target, block, 1, &fo, msg, sizeof msg);
     if (st) return fail_sticky(s, st, msg, err, errlen);
     int a = 0;
     int32_t c = 0;
@@ -317,6 +347,9 @@ nx_status nx_spec_verify(nx_spec *s, char *err, size_t errlen) {
         s->stats.tried[i]++;
         s->stats.hits[i] += i < a;
     }
+    /* statistics count what the target accepted, even past a stop token */
+    s->stats.drafted += K;
+    s->stats.accepted += a;
     /* a stop token among the accepted drafts ends the round there */
     for (int i = 0; i < a; i++)
         if (is_stop(s, s->drafts[i])) {
@@ -324,8 +357,6 @@ nx_status nx_spec_verify(nx_spec *s, char *err, size_t errlen) {
             a = i;
             break;
         }
-    s->stats.drafted += K;
-    s->stats.accepted += a;
     s->stats.rounds++;
     s->stats.target_forwards++;
     s->accepted = a;
@@ -341,7 +372,7 @@ nx_status nx_spec_commit(nx_spec *s, int32_t *emitted, int *n_emitted, char *err
     double t0 = now_s();
     int a = s->accepted, K = s->k;
     char msg[512];
-    nx_status st = mdl_rollback_to(s->target, a + 1, msg, sizeof msg);
+    nx_status st = K ? mdl_rollback_to(s->target, a + 1, msg, sizeof msg) : NX_OK;
     if (st) return fail_sticky(s, st, msg, err, errlen);
     /* emitted: d_1..d_a, c; the sequence gains them after b */
     int32_t *out = s->hist + s->n + 1;

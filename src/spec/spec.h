@@ -17,6 +17,7 @@ typedef struct {
     double cost[NX_SPEC_MAX_DRAFT + 1];   /* seconds per round with k drafts, EMA          */
     int measured[NX_SPEC_MAX_DRAFT + 1];  /* rounds seen with k drafts                     */
     int since_probe;                      /* plain rounds since the last drafted round     */
+    int probe_every;                      /* plain rounds between probes (grows)           */
 } spec_auto;
 
 struct nx_spec {

@@ -6,16 +6,21 @@
  * (verify of k+1 tokens, k-1 recursive head steps, the commit). The policy
  * picks the k with the most tokens per second, k = 0 being plain decoding
  * (the drafter's entries are then deferred, so a round costs one target
- * step). While plain decoding pays more, a drafted round is still tried every
- * SPEC_PROBE_EVERY rounds so the acceptance estimate follows the text. */
+ * step). While plain decoding pays more, a drafted round is still tried now
+ * and then so the acceptance estimate follows the text: after
+ * SPEC_PROBE_EVERY plain rounds, then twice as long after every probe that
+ * did not pay (up to SPEC_PROBE_MAX), so a useless head costs next to
+ * nothing. */
 #include "spec/spec.h"
 
 #define SPEC_EMA 0.2            /* weight of the newest observation           */
-#define SPEC_PROBE_EVERY 16     /* plain rounds between drafted probes         */
+#define SPEC_PROBE_EVERY 16     /* plain rounds before the first drafted probe */
+#define SPEC_PROBE_MAX 512      /* longest wait between probes                 */
 #define SPEC_ALPHA_PRIOR 0.5    /* acceptance assumed before any measurement   */
 
 void spec_auto_init(nx_spec *s) {
     for (int i = 0; i < NX_SPEC_MAX_DRAFT; i++) s->au.alpha[i] = SPEC_ALPHA_PRIOR;
+    s->au.probe_every = SPEC_PROBE_EVERY;
 }
 
 /* Cost of a round with k drafts: measured, or extrapolated from the nearest
@@ -48,11 +53,17 @@ int spec_auto_choose(nx_spec *s) {
             best = k;
         }
     }
-    if (best == 0 && ++au->since_probe >= SPEC_PROBE_EVERY) {
+    if (best > 0) {
+        au->probe_every = SPEC_PROBE_EVERY;
         au->since_probe = 0;
+        return best;
+    }
+    if (++au->since_probe >= au->probe_every) {
+        au->since_probe = 0;
+        if (au->probe_every < SPEC_PROBE_MAX) au->probe_every *= 2;
         return 1;
     }
-    return best;
+    return 0;
 }
 
 void spec_auto_observe(nx_spec *s, int k, int a, double seconds) {

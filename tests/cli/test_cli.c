@@ -141,6 +141,13 @@ static void bad_use_exits_2_with_one_line(void) {
         {"generate -m x", 2, "exactly one of"},
         {"generate -m x -p hello", 1, "no tokenizer.json"},
         {"generate -m x --prompt-ids 1 --chat", 2, "need a text prompt"},
+        {"generate -m x --prompt-ids 1 --draft 0", 2, "--draft"},
+        {"generate -m x --prompt-ids 1 --draft lots", 2, "--draft"},
+        {"generate -m x --prompt-ids 1 --accept maybe", 2, "--accept"},
+        {"generate -m x --prompt-ids 1 --mtp-hidden mid", 2, "--mtp-hidden"},
+        {"generate -m '" GOLDEN "/hf' --prompt-ids 1 --mtp /nonexistent/drafter", 1, "/nonexistent/drafter"},
+        {"generate -m '" GOLDEN "/hf' --load-state /nonexistent.state", 1, "/nonexistent.state"},
+        {"logits -m x --tokens 1,2 --mtp-out y.npy --mtp-hidden sideways", 2, "--mtp-hidden"},
         {"generate -m x -p hi --thinking maybe", 2, "--thinking"},
         {"tokenize -m x", 2, "exactly one of --text, --file"},
         {"detokenize -m x --ids 1,,2", 2, "--ids"},
@@ -279,6 +286,102 @@ static void chat_prompt_reproduces_llamacpp_tokens(void) {
     free(out), free(user), free(tok);
 }
 
+#define COPY05 NX_TEST_DATA "/golden/torchref-mini-copy-s0.05/hf"
+
+/* ids of `nextn ARGS --json` (caller frees); NULL on failure. */
+static json_t *run_json(const char *args) {
+    if (nextn(args) != 0) return NULL;
+    char *out = captured("stdout");
+    json_t *j = json_loads(out, 0, NULL);
+    free(out);
+    return j;
+}
+
+static int same_ids(json_t *a, json_t *b, size_t offset) {
+    json_t *x = json_object_get(a, "ids"), *y = json_object_get(b, "ids");
+    for (size_t i = 0; i < json_array_size(y); i++)
+        if (json_integer_value(json_array_get(x, i + offset)) != json_integer_value(json_array_get(y, i))) return 0;
+    return json_array_size(y) > 0;
+}
+
+static void generate_with_mtp_reports_acceptance(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-mtp"));
+    const char *base = "generate -m '" COPY05 "' --prompt-ids 11,42,7,300 -n 60 --ignore-eos --json";
+    char args[1024];
+    json_t *plain = run_json("generate -m '" COPY05 "' --prompt-ids 11,42,7,300 -n 60 --ignore-eos --json --mtp off");
+    CHECK(plain && !json_object_get(plain, "mtp"));
+    static const char *variants[] = {"", "--draft 1", "--draft 3", "--draft auto", "--mtp on --accept greedy", "--mtp-hidden prenorm"};
+    for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
+        snprintf(args, sizeof args, "%s %s", base, variants[v]);
+        json_t *j = run_json(args);
+        json_t *mtp = json_object_get(j, "mtp");
+        CHECKF(j && mtp && same_ids(plain, j, 0) && json_array_size(json_object_get(j, "ids")) == 60, "variant '%s'", variants[v]);
+        CHECK(json_integer_value(json_object_get(mtp, "drafted")) >= json_integer_value(json_object_get(mtp, "accepted")));
+        CHECK(json_is_array(json_object_get(mtp, "per_position")) && json_integer_value(json_object_get(mtp, "target_forwards")) >= 1);
+        json_decref(j);
+    }
+    /* the copy head accepts a lot on this checkpoint: fewer target forwards than tokens */
+    json_t *j = run_json("generate -m '" COPY05 "' --prompt-ids 11,42,7,300 -n 60 --ignore-eos --json --draft 2");
+    json_t *mtp = json_object_get(j, "mtp");
+    CHECK(j && json_integer_value(json_object_get(mtp, "accepted")) > 0 &&
+          json_integer_value(json_object_get(mtp, "target_forwards")) < 60);
+    json_decref(j);
+    /* match acceptance: sampled output identical to plain sampling */
+    json_t *ps = run_json("generate -m '" COPY05 "' --prompt-ids 11,42,7,300 -n 40 --ignore-eos --json --mtp off --temp 0.8 --seed 5");
+    json_t *ms = run_json("generate -m '" COPY05 "' --prompt-ids 11,42,7,300 -n 40 --ignore-eos --json --accept match --temp 0.8 --seed 5");
+    CHECK(ps && ms && same_ids(ps, ms, 0));
+    json_decref(ps), json_decref(ms);
+    /* --stats prints the acceptance line */
+    CHECK(nextn("generate -m '" COPY05 "' --prompt-ids 1,2,3 -n 20 --stats") == 0);
+    char *err = captured("stderr");
+    CHECK(strstr(err, "mtp: accepted") && strstr(err, "tokens per target forward"));
+    free(err);
+    json_decref(plain);
+}
+
+static void state_saved_in_one_process_continues_in_another(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-state"));
+    char args[2048], state[1200];
+    snprintf(state, sizeof state, "%s/conv.state", out_dir);
+    json_t *whole = run_json("generate -m '" COPY05 "' --prompt-ids 11,42,7,300 -n 50 --ignore-eos --json");
+    snprintf(args, sizeof args, "generate -m '%s' --prompt-ids 11,42,7,300 -n 20 --ignore-eos --json --save-state '%s'", COPY05, state);
+    json_t *first = run_json(args);
+    snprintf(args, sizeof args, "generate -m '%s' --load-state '%s' -n 30 --ignore-eos --json", COPY05, state);
+    json_t *rest = run_json(args);
+    CHECK(whole && first && rest && same_ids(whole, first, 0) && same_ids(whole, rest, 20));
+    /* a state from another model is refused */
+    snprintf(args, sizeof args, "generate -m '%s/hf' --load-state '%s' -n 3", GOLDEN, state);
+    CHECK(nextn(args) == 1);
+    char *err = captured("stderr");
+    CHECKF(strstr(err, "another model"), "stderr '%s'", err);
+    free(err);
+    json_decref(whole), json_decref(first), json_decref(rest);
+}
+
+static void logits_mtp_out_matches_llamacpp(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-mtpout"));
+    char *prompt = golden_prompt(), args[4096], path[1200];
+    int ng;
+    int *gen = nx_test_read_ids(GOLDEN "/greedy.txt", &ng);
+    size_t o = strlen(prompt);
+    char *seq = malloc(o + (size_t)ng * 8 + 1);
+    strcpy(seq, prompt);
+    for (int i = 0; i < ng; i++) o += (size_t)sprintf(seq + o, ",%d", gen[i]);
+    snprintf(path, sizeof path, "%s/mtp.npy", out_dir);
+    snprintf(args, sizeof args, "logits -m '%s/hf' --tokens %s --mtp-out '%s'", GOLDEN, seq, path);
+    CHECK(nextn(args) == 0);
+    long rows, cols;
+    float *l = nx_test_read_npy(path, &rows, &cols);
+    size_t n;
+    float *ref = nx_test_read_file(GOLDEN "/mtp_hf.f32", &n);
+    CHECK(l && rows == 68 && cols == 8192 && ref && n == 68 * 8192 * 4);
+    if (l && ref && rows == 68) {
+        nx_test_diff d = nx_test_compare(l, ref, 68 * 8192);
+        CHECKF(d.max_abs <= 1e-3 && d.nmse <= 1e-6, "max %.3e nmse %.3e", d.max_abs, d.nmse);
+    }
+    free(l), free(ref), free(seq), free(gen), free(prompt);
+}
+
 static const nx_test tests[] = {
     {"logits_command_writes_golden_npy", "nextn logits writes [L,V] and [L,H] .npy files matching llama.cpp", logits_command_writes_golden_npy},
     {"inspect_json_describes_the_checkpoint", "nextn inspect --json reports dims, pattern, dtype, MTP, layout", inspect_json_describes_the_checkpoint},
@@ -287,6 +390,9 @@ static const nx_test tests[] = {
     {"tokenize_and_detokenize_round_trip", "tokenize matches Hugging Face ids, --no-special keeps text, detokenize inverts", tokenize_and_detokenize_round_trip},
     {"chat_template_command_is_byte_exact", "chat-template renders golden conversations byte for byte; template errors exit 1", chat_template_command_is_byte_exact},
     {"chat_prompt_reproduces_llamacpp_tokens", "generate --chat builds the same prompt ids llama.cpp tokenized", chat_prompt_reproduces_llamacpp_tokens},
+    {"generate_with_mtp_reports_acceptance", "MTP on (every draft option) gives plain greedy ids and reports acceptance", generate_with_mtp_reports_acceptance},
+    {"state_saved_in_one_process_continues_in_another", "--save-state then --load-state in a new process equals one run", state_saved_in_one_process_continues_in_another},
+    {"logits_mtp_out_matches_llamacpp", "logits --mtp-out writes the head's teacher-forced logits, matching llama.cpp", logits_mtp_out_matches_llamacpp},
     {"bad_use_exits_2_with_one_line", "bad options exit 2, runtime errors exit 1, each with one stderr line", bad_use_exits_2_with_one_line},
 };
 

@@ -503,6 +503,172 @@ static void bad_usage_exits_2_and_help_exits_0(void) {
     CHECKF(rc == 1, "unwritable --out exited %d", rc);
 }
 
+/* ---- Where the MTP head goes (--mtp-layout) --------------------------------------- */
+
+/* The head's tensors under prefix ("mtp.", "" or "language_model.mtp."), spec §2.3. */
+static void want_head(want_list *l, const char *prefix, nx_dtype dt) {
+    char n[160], pre[64];
+    l->dt = dt;
+#define N(s) (snprintf(n, sizeof n, "%s%s", prefix, s), n)
+    want(l, N("fc.weight"), dt, 2, H, 2 * H, 0);
+    want(l, N("pre_fc_norm_embedding.weight"), dt, 1, H, 0, 0);
+    want(l, N("pre_fc_norm_hidden.weight"), dt, 1, H, 0, 0);
+    snprintf(pre, sizeof pre, "%slayers.0.", prefix);
+    want_attention_and_mlp(l, pre);
+    want(l, N("norm.weight"), dt, 1, H, 0, 0);
+#undef N
+}
+
+/* The zero-centred norms of the head (spec §2.4: the ones mlx-vlm's drafter
+ * stores as 1 + w), by their name below the prefix. */
+static int head_norm_is_shifted(const char *key) {
+    static const char *const norms[] = {
+        "pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight", "layers.0.input_layernorm.weight",
+        "layers.0.post_attention_layernorm.weight", "layers.0.self_attn.q_norm.weight",
+        "layers.0.self_attn.k_norm.weight", "norm.weight",
+    };
+    for (size_t i = 0; i < sizeof norms / sizeof norms[0]; i++)
+        if (strcmp(key, norms[i]) == 0) return 1;
+    return 0;
+}
+
+/* The head in `got` (keys under prefix) against the raw head of the inline
+ * output of the same seed: same bytes, except the seven zero-centred norms,
+ * which are 1 + w when `shifted` (exact in f32, within bf16 rounding). */
+static void check_head_values(const st_set *raw, const st_set *got, const char *prefix, int shifted, nx_dtype dt,
+                              const char *what) {
+    if (!raw || !got) return;
+    const float tol = dt == NX_DT_F32 ? 0.0f : 0.0040f + 0.0010f;   /* as for the mlx target's norms */
+    int n_head = 0, n_shifted = 0;
+    for (int i = 0; i < st_count(raw); i++) {
+        const st_tensor *t = st_at(raw, i);
+        if (strncmp(t->name, "mtp.", 4) != 0) continue;
+        n_head++;
+        char name[200];
+        snprintf(name, sizeof name, "%s%s", prefix, t->name + 4);
+        const st_tensor *u = st_find(got, name);
+        CHECKF(u != NULL, "%s lacks %s", what, name);
+        if (!u) continue;
+        if (!shifted || !head_norm_is_shifted(t->name + 4)) {
+            CHECKF(u->nbytes == t->nbytes && memcmp(u->data, t->data, t->nbytes) == 0, "%s: %s bytes differ", what, name);
+            continue;
+        }
+        n_shifted++;
+        float worst = 0;
+        for (int64_t k = 0; k < t->numel; k++) {
+            float d = fabsf(value(u, k) - (1.0f + value(t, k)));
+            if (d > worst) worst = d;
+        }
+        CHECKF(worst <= tol, "%s: %s: |got - (1 + raw)| up to %g", what, name, worst);
+    }
+    CHECKF(n_head == 15, "%s: the inline head has %d tensors, want 15", what, n_head);
+    CHECKF(n_shifted == (shifted ? 7 : 0), "%s: %d norms shifted", what, n_shifted);
+}
+
+static void check_separate_drafter(const char *inline_dir, const char *sep_dir, nx_dtype dt) {
+    static want_list l;
+    const char *what = dt == NX_DT_F32 ? "separate f32" : "separate bf16";
+    /* the target: everything but the head */
+    st_set *target = open_set(sep_dir);
+    want_tiny(&l, 0, 0, 0, dt);
+    check_tensors(target, &l, what);
+    CHECK(access(path_in(sep_dir, "mtp.safetensors"), F_OK) != 0);
+    /* the drafter: one model.safetensors with bare keys, +1 norms */
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/mtp-drafter", sep_dir);
+    CHECK(access(path_in(dir, "model.safetensors"), F_OK) == 0);
+    st_set *head = open_set(dir), *raw = open_set(inline_dir);
+    l.n = 0;
+    l.mlx = 0;
+    want_head(&l, "", dt);
+    check_tensors(head, &l, what);
+    CHECK(head && st_file_count(head) == 1);
+    CHECK(head && st_metadata(head, "format") && strcmp(st_metadata(head, "format"), "mlx") == 0);
+    check_head_values(raw, head, "", 1, dt, what);
+    /* config.json as MTPSplitter writes it (spec §1.4) */
+    json_t *cfg = load_json(path_in(dir, "config.json"));
+    json_t *tcfg = load_json(path_in(sep_dir, "config.json"));
+    CHECK(cfg && json_object_size(cfg) == 4);
+    CHECK(strcmp(json_string_value(json_object_get(cfg, "model_type")), "qwen3_5_mtp") == 0);
+    CHECK(jint(cfg, "block_size") == 3);
+    CHECK(json_is_false(json_object_get(cfg, "tie_word_embeddings")));
+    CHECK(json_equal(json_object_get(cfg, "text_config"), json_object_get(tcfg, "text_config")));
+    json_decref(cfg);
+    json_decref(tcfg);
+    st_close(target);
+    st_close(head);
+    st_close(raw);
+}
+
+static void separate_mtp_layout_writes_an_mlx_vlm_drafter_directory(void) {
+    check_separate_drafter(fixture("seed1", "--seed 1"), fixture("sep", "--seed 1 --mtp-layout separate"), NX_DT_BF16);
+    check_separate_drafter(fixture("f32", "--seed 1 --dtype f32"),
+                           fixture("sep_f32", "--seed 1 --dtype f32 --mtp-layout separate"), NX_DT_F32);
+    /* tied: the drafter's tie_word_embeddings follows the target */
+    json_t *cfg = load_json(path_in(fixture("sep_tie", "--seed 1 --tie --mtp-layout separate"), "mtp-drafter/config.json"));
+    CHECK(json_is_true(json_object_get(cfg, "tie_word_embeddings")));
+    CHECK(json_is_true(json_object_get(json_object_get(cfg, "text_config"), "tie_word_embeddings")));
+    json_decref(cfg);
+}
+
+static void file_and_mlx_inline_mtp_layouts_hold_the_same_head(void) {
+    static want_list l;
+    st_set *raw = open_set(fixture("f32", "--seed 1 --dtype f32"));
+    /* file: the target without the head, mtp.safetensors with the raw keys and values */
+    const char *dir = fixture("file_f32", "--seed 1 --dtype f32 --mtp-layout file");
+    st_set *target = open_set(dir);
+    want_tiny(&l, 0, 0, 0, NX_DT_F32);
+    check_tensors(target, &l, "file target");
+    st_set *file = NULL;
+    nx_status st = st_open_file(path_in(dir, "mtp.safetensors"), &file, g_err, sizeof g_err);
+    CHECKF(st == NX_OK, "%s", g_err);
+    l.n = 0;
+    l.mlx = 0;
+    want_head(&l, "mtp.", NX_DT_F32);
+    check_tensors(file, &l, "mtp.safetensors");
+    check_head_values(raw, file, "mtp.", 0, NX_DT_F32, "mtp.safetensors");
+    CHECK(access(path_in(dir, "mtp-drafter"), F_OK) != 0);
+    st_close(target);
+    st_close(file);
+    /* mlx-inline: the mlx target plus language_model.mtp.*, norms shifted */
+    st_set *mx = open_set(fixture("mlxi_f32", "--seed 1 --dtype f32 --layout mlx --mtp-layout mlx-inline"));
+    want_tiny(&l, 1, 0, 0, NX_DT_F32);
+    want_head(&l, "language_model.mtp.", NX_DT_F32);
+    check_tensors(mx, &l, "mlx-inline");
+    check_head_values(raw, mx, "language_model.mtp.", 1, NX_DT_F32, "mlx-inline");
+    /* and the rest of the target is the plain mlx output, byte for byte */
+    st_set *plain = open_set(fixture("mlx_f32", "--seed 1 --layout mlx --dtype f32"));
+    for (int i = 0; mx && plain && i < st_count(plain); i++) {
+        const st_tensor *t = st_at(plain, i), *u = st_find(mx, t->name);
+        if (strncmp(t->name, "mtp.", 4) == 0) continue;
+        CHECKF(u && u->nbytes == t->nbytes && memcmp(u->data, t->data, t->nbytes) == 0, "mlx-inline: %s differs",
+               t->name);
+    }
+    st_close(mx);
+    st_close(plain);
+    st_close(raw);
+}
+
+static void mtp_layout_misuse_exits_2(void) {
+    if (!g_root[0]) snprintf(g_root, sizeof g_root, "%s", nx_test_tmpdir("fixture"));
+    static const char *const bad[] = {
+        "--out Y --mtp-layout mlx-inline",             /* needs --layout mlx */
+        "--out Y --layout hf --mtp-layout mlx-inline",
+        "--out Y --no-mtp --mtp-layout separate",      /* contradict */
+        "--out Y --mtp-layout inline --no-mtp",
+        "--out Y --mtp-layout sideways",
+        "--out Y --mtp-layout",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = nx_test_system("cd '%s' && '%s' %s 2>/dev/null", g_root, NX_FIXTURE_BIN, bad[i]);
+        CHECKF(rc == 2, "'%s' exited %d, want 2", bad[i], rc);
+        rc = nx_test_system("cd '%s' && test $('%s' %s 2>&1 >/dev/null | wc -l) -eq 1", g_root, NX_FIXTURE_BIN, bad[i]);
+        CHECKF(rc == 0, "'%s': the error is not one line", bad[i]);
+    }
+    CHECK(access(path_in(g_root, "Y"), F_OK) != 0);
+    CHECK(nx_test_system("'%s' --help | grep -q -- '--mtp-layout inline|separate|mlx-inline|file'", NX_FIXTURE_BIN) == 0);
+}
+
 static const nx_test tests[] = {
     {"same_seed_gives_identical_bytes_and_another_seed_differs", "determinism from --seed",
      same_seed_gives_identical_bytes_and_another_seed_differs},
@@ -522,6 +688,14 @@ static const nx_test tests[] = {
     {"qwen3_5_0_8b_shape_preset_has_the_real_geometry", "0.8B shapes, tied, with mtp",
      qwen3_5_0_8b_shape_preset_has_the_real_geometry},
     {"bad_usage_exits_2_and_help_exits_0", "exit codes and a one-line error", bad_usage_exits_2_and_help_exits_0},
+    {"separate_mtp_layout_writes_an_mlx_vlm_drafter_directory",
+     "--mtp-layout separate: target without mtp.*, mtp-drafter/ with bare keys, +1 norms, MTPSplitter config",
+     separate_mtp_layout_writes_an_mlx_vlm_drafter_directory},
+    {"file_and_mlx_inline_mtp_layouts_hold_the_same_head",
+     "--mtp-layout file (raw mtp.safetensors) and mlx-inline (language_model.mtp.*, +1) vs inline",
+     file_and_mlx_inline_mtp_layouts_hold_the_same_head},
+    {"mtp_layout_misuse_exits_2", "mlx-inline without --layout mlx, --mtp-layout with --no-mtp: one line, exit 2",
+     mtp_layout_misuse_exits_2},
 };
 
 NX_TEST_MAIN(tests)

@@ -1,0 +1,194 @@
+/* checkpoint.c — save and restore a speculative session at a committed
+ * boundary (nx_spec_save / nx_spec_load).
+ *
+ * File layout (little endian, this machine's float format):
+ *   ckpt_header                    magic, version, identities, sizes, checksum
+ *   int32 hist[n + 1]              the sequence, pending token last
+ *   per target layer:  attention   K[n][kvd], V[n][kvd]
+ *                      GDN         conv[Kc-1][CD], recurrent[Hv][Dv][Dk]
+ *   drafter (if any):  K[rows][kvd], V[rows][kvd], m[H],
+ *                      deferred tokens[n_defer], deferred hiddens[n_defer][H]
+ * The checksum (xxh64) covers everything after the header. Identities tie the
+ * file to the model and drafter artifacts, so a checkpoint never restores
+ * into different weights. */
+#include <stdio.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "base/err.h"
+#include "spec/spec.h"
+
+#define CKPT_MAGIC "NXSPEC01"
+#define CKPT_VERSION 1
+
+typedef struct {
+    char magic[8];
+    uint32_t version, header_bytes;
+    uint64_t target_id, drafter_id;
+    int32_t n, rows, n_defer, d1;
+    int32_t n_layers, kvd, conv_floats, rec_floats, hidden, vocab;
+    uint64_t payload_bytes, payload_hash;
+} ckpt_header;
+
+/* A section list shared by save and load so the two cannot disagree. */
+typedef struct {
+    void *p;
+    size_t bytes;
+} ckpt_part;
+
+static int parts_of(nx_spec *s, ckpt_part *parts, int cap) {
+    const cfg_model *c = &s->m->cfg;
+    size_t kvd = (size_t)c->n_kv_heads * c->head_dim, F = sizeof(float);
+    size_t conv = (size_t)(c->conv_kernel - 1) * (size_t)cfg_conv_dim(c);
+    size_t rec = (size_t)c->linear_v_heads * (size_t)c->linear_v_dim * (size_t)c->linear_k_dim;
+    size_t H = (size_t)c->hidden_size, n = (size_t)s->n;
+    int k = 0;
+#define PART(ptr, nbytes) (k < cap ? (parts[k].p = (ptr), parts[k].bytes = (nbytes), k++) : k)
+    PART(s->hist, (n + 1) * sizeof *s->hist);
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_full[l]) {
+            PART(s->target->k_cache[l], n * kvd * F);
+            PART(s->target->v_cache[l], n * kvd * F);
+        } else {
+            PART(s->target->conv_state[l], conv * F);
+            PART(s->target->recurrent[l], rec * F);
+        }
+    }
+    if (s->d) {
+        PART(s->rows.k_cache, (size_t)s->rows.n * kvd * F);
+        PART(s->rows.v_cache, (size_t)s->rows.n * kvd * F);
+        PART(s->rows.m, H * F);
+        PART(s->defer_tok, (size_t)s->n_defer * sizeof *s->defer_tok);
+        PART(s->defer_h, (size_t)s->n_defer * H * F);
+    }
+#undef PART
+    return k;
+}
+
+static void header_of(const nx_spec *s, ckpt_header *h) {
+    const cfg_model *c = &s->m->cfg;
+    memset(h, 0, sizeof *h);
+    memcpy(h->magic, CKPT_MAGIC, 8);
+    h->version = CKPT_VERSION;
+    h->header_bytes = sizeof *h;
+    h->target_id = s->m->identity;
+    h->drafter_id = s->d ? s->d->identity : 0;
+    h->n = s->n;
+    h->rows = s->d ? s->rows.n : 0;
+    h->n_defer = s->n_defer;
+    h->d1 = s->d1;
+    h->n_layers = c->n_layers;
+    h->kvd = c->n_kv_heads * c->head_dim;
+    h->conv_floats = (c->conv_kernel - 1) * cfg_conv_dim(c);
+    h->rec_floats = c->linear_v_heads * c->linear_v_dim * c->linear_k_dim;
+    h->hidden = c->hidden_size;
+    h->vocab = c->vocab_size;
+}
+
+nx_status nx_spec_save(const nx_spec *cs, const char *path, char *err, size_t errlen) {
+    nx_spec *s = (nx_spec *)cs; /* parts_of hands out pointers; nothing is written */
+    if (s->state != SPEC_READY)
+        return nx_fail(err, errlen, NX_ESTATE, "save: the session is not at a committed boundary (state %d)", s->state);
+    ckpt_part parts[4 * CFG_MAX_LAYERS + 8];
+    int np = parts_of(s, parts, (int)(sizeof parts / sizeof *parts));
+    ckpt_header h;
+    header_of(s, &h);
+    XXH64_state_t *x = XXH64_createState();
+    if (!x) return nx_fail(err, errlen, NX_ENOMEM, "out of memory");
+    XXH64_reset(x, 0);
+    for (int i = 0; i < np; i++) {
+        XXH64_update(x, parts[i].p, parts[i].bytes);
+        h.payload_bytes += parts[i].bytes;
+    }
+    h.payload_hash = XXH64_digest(x);
+    XXH64_freeState(x);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return nx_fail(err, errlen, NX_EIO, "%s: cannot write", tmp);
+    int ok = fwrite(&h, sizeof h, 1, f) == 1;
+    for (int i = 0; ok && i < np; i++) ok = parts[i].bytes == 0 || fwrite(parts[i].p, parts[i].bytes, 1, f) == 1;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        return nx_fail(err, errlen, NX_EIO, "%s: cannot write the checkpoint", path);
+    }
+    return NX_OK;
+}
+
+nx_status nx_spec_load(nx_spec *s, const char *path, char *err, size_t errlen) {
+    if (s->state != SPEC_FRESH)
+        return nx_fail(err, errlen, NX_ESTATE, "load: a checkpoint restores only into a fresh session (this one is in use)");
+    FILE *f = fopen(path, "rb");
+    if (!f) return nx_fail(err, errlen, NX_EIO, "%s: cannot read", path);
+    ckpt_header h, want;
+    nx_status st = NX_OK;
+    header_of(s, &want);
+    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, CKPT_MAGIC, 8) != 0 || h.version != CKPT_VERSION ||
+        h.header_bytes != sizeof h) {
+        st = nx_fail(err, errlen, NX_EFORMAT, "%s: not a nextn checkpoint (or another version)", path);
+        goto done;
+    }
+    if (h.target_id != want.target_id) {
+        st = nx_fail(err, errlen, NX_EINVAL, "%s: the checkpoint is from another model (identity %016llx, this model %016llx)", path,
+                     (unsigned long long)h.target_id, (unsigned long long)want.target_id);
+        goto done;
+    }
+    if (h.drafter_id != want.drafter_id) {
+        st = nx_fail(err, errlen, NX_EINVAL, "%s: the checkpoint is from another drafter (identity %016llx, this one %016llx)", path,
+                     (unsigned long long)h.drafter_id, (unsigned long long)want.drafter_id);
+        goto done;
+    }
+    if (h.n_layers != want.n_layers || h.kvd != want.kvd || h.conv_floats != want.conv_floats || h.rec_floats != want.rec_floats ||
+        h.hidden != want.hidden || h.vocab != want.vocab || h.n < 1 || h.rows < 0 || h.n_defer < 0 || h.n_defer > SPEC_MAX_DEFER ||
+        (s->d && h.rows + h.n_defer != h.n) || h.d1 < 0 || h.d1 >= want.vocab) {
+        st = nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint's sizes do not fit this model", path);
+        goto done;
+    }
+    if (h.n + 1 + s->k_max + 1 > s->max_ctx) {
+        st = nx_fail(err, errlen, NX_ERANGE, "%s: the checkpoint holds %d tokens; the session's context of %d is too small", path,
+                     h.n + 1, s->max_ctx);
+        goto done;
+    }
+    s->n = h.n;
+    if (s->d) s->rows.n = h.rows;
+    s->n_defer = h.n_defer;
+    ckpt_part parts[4 * CFG_MAX_LAYERS + 8];
+    int np = parts_of(s, parts, (int)(sizeof parts / sizeof *parts));
+    XXH64_state_t *x = XXH64_createState();
+    uint64_t total = 0;
+    int ok = x != NULL;
+    if (ok) XXH64_reset(x, 0);
+    for (int i = 0; ok && i < np; i++) {
+        ok = parts[i].bytes == 0 || fread(parts[i].p, parts[i].bytes, 1, f) == 1;
+        if (ok) XXH64_update(x, parts[i].p, parts[i].bytes);
+        total += parts[i].bytes;
+    }
+    ok = ok && total == h.payload_bytes && fgetc(f) == EOF && XXH64_digest(x) == h.payload_hash;
+    XXH64_freeState(x);
+    for (int i = 0; ok && i <= h.n; i++) ok = s->hist[i] >= 0 && s->hist[i] < want.vocab;
+    if (!ok) {
+        /* back to FRESH: nothing of the damaged file may be used */
+        nx_state_reset(s->target);
+        s->n = 0;
+        s->n_defer = 0;
+        if (s->d) s->rows.n = 0;
+        st = nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint is truncated or damaged (checksum mismatch)", path);
+        goto done;
+    }
+    s->target->pos = h.n;
+    s->d1 = h.d1;
+    s->state = SPEC_READY;
+done:
+    fclose(f);
+    return st;
+}
+
+int nx_spec_checkpoint_tokens(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    ckpt_header h;
+    int ok = fread(&h, sizeof h, 1, f) == 1 && memcmp(h.magic, CKPT_MAGIC, 8) == 0 && h.version == CKPT_VERSION && h.n >= 1;
+    fclose(f);
+    return ok ? h.n + 1 : -1;
+}

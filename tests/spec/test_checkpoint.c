@@ -1,0 +1,148 @@
+/* test_checkpoint.c — saving and restoring a speculative session: a restored
+ * session continues exactly like the uninterrupted one, and checkpoints of
+ * another model or drafter, damaged files and misuse are refused without
+ * touching the session. */
+#include "test.h"
+
+#include "nextn.h"
+
+#define COPY NX_TEST_DATA "/golden/torchref-mini-copy-s0.05/hf"
+
+static nx_model *load(const char *dir) {
+    char err[512];
+    nx_model *m = NULL;
+    nx_load_opts o = {2, 0};
+    CHECKF(nx_model_load(dir, &o, &m, err, sizeof err) == NX_OK, "%s", err);
+    return m;
+}
+
+static nx_drafter *drafter(nx_model *m, int prenorm) {
+    char err[512];
+    nx_drafter *d = NULL;
+    nx_drafter_opts o = {prenorm};
+    CHECKF(nx_drafter_load(m, NULL, &o, &d, err, sizeof err) == NX_OK, "%s", err);
+    return d;
+}
+
+static nx_spec *session(nx_model *m, nx_drafter *d, int K) {
+    char err[512];
+    nx_spec *s = NULL;
+    nx_spec_opts o = {K, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    CHECKF(nx_spec_new(m, d, 256, &o, &s, err, sizeof err) == NX_OK, "%s", err);
+    return s;
+}
+
+/* Steps until `total` tokens were emitted in this session's lifetime. */
+static int run_to(nx_spec *s, int32_t *out, int have, int total) {
+    char err[512];
+    while (have < total) {
+        int got;
+        if (nx_spec_step(s, total - have, out + have, &got, err, sizeof err) != NX_OK) {
+            CHECKF(0, "%s", err);
+            break;
+        }
+        have += got;
+    }
+    return have;
+}
+
+static const int32_t prompt[6] = {11, 42, 7, 300, 5, 9}, turn2[4] = {77, 78, 79, 80};
+
+static void restored_session_continues_exactly(void) {
+    nx_model *m = load(COPY);
+    nx_drafter *d = m ? drafter(m, 0) : NULL;
+    if (!d) return;
+    char err[512], path[1200];
+    snprintf(path, sizeof path, "%s/s.ckpt", nx_test_tmpdir("ckpt"));
+    for (int K = 0; K <= 3; K++) { /* K = 0: plain decoding through the same session */
+        nx_drafter *dk = K ? d : NULL;
+        int32_t a[128], b[128], first;
+        /* uninterrupted: 20 tokens, a second turn, 30 more */
+        nx_spec *s = session(m, dk, K);
+        CHECK(nx_spec_prefill(s, prompt, 6, &a[0], err, sizeof err) == NX_OK);
+        int n = run_to(s, a, 1, 20);
+        CHECK(nx_spec_extend(s, turn2, 4, &a[n], err, sizeof err) == NX_OK);
+        n = run_to(s, a, n + 1, 51);
+        nx_spec_free(s);
+        /* interrupted after 20 tokens: save, restore in a new session, go on */
+        s = session(m, dk, K);
+        CHECK(nx_spec_prefill(s, prompt, 6, &b[0], err, sizeof err) == NX_OK);
+        run_to(s, b, 1, 20);
+        CHECK(nx_spec_save(s, path, err, sizeof err) == NX_OK);
+        nx_spec_free(s);
+        CHECK(nx_spec_checkpoint_tokens(path) == 6 + 20);
+        s = session(m, dk, K);
+        CHECKF(nx_spec_load(s, path, err, sizeof err) == NX_OK, "%s", err);
+        CHECK(nx_spec_length(s) == 26);
+        CHECK(nx_spec_extend(s, turn2, 4, &first, err, sizeof err) == NX_OK);
+        b[20] = first;
+        run_to(s, b, 21, 51);
+        CHECKF(memcmp(a, b, 51 * sizeof *a) == 0, "K %d: the restored session diverges", K);
+        nx_spec_free(s);
+    }
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+static void foreign_and_damaged_checkpoints_are_refused(void) {
+    nx_model *m = load(COPY), *other = load(NX_TEST_DATA "/golden/torchref-mini-copy-s0/hf");
+    nx_drafter *d = m ? drafter(m, 0) : NULL, *pre = m ? drafter(m, 1) : NULL, *od = other ? drafter(other, 0) : NULL;
+    if (!d || !pre || !od) goto out;
+    char err[512], dir[1024], path[1200], bad[1200];
+    snprintf(dir, sizeof dir, "%s", nx_test_tmpdir("ckpt-bad"));
+    snprintf(path, sizeof path, "%s/s.ckpt", dir);
+    int32_t out[64], first;
+    nx_spec *s = session(m, d, 2);
+    CHECK(nx_spec_save(s, path, err, sizeof err) == NX_ESTATE); /* not prefilled */
+    CHECK(nx_spec_prefill(s, prompt, 6, &out[0], err, sizeof err) == NX_OK);
+    run_to(s, out, 1, 10);
+    CHECK(nx_spec_save(s, path, err, sizeof err) == NX_OK);
+    CHECK(nx_spec_load(s, path, err, sizeof err) == NX_ESTATE && strstr(err, "fresh")); /* into a used session */
+    nx_spec_free(s);
+
+    s = session(other, od, 2);
+    CHECK(nx_spec_load(s, path, err, sizeof err) == NX_EINVAL && strstr(err, "another model"));
+    nx_spec_free(s);
+    s = session(m, pre, 2); /* same weights, the head fed another hidden: another drafter */
+    CHECK(nx_spec_load(s, path, err, sizeof err) == NX_EINVAL && strstr(err, "another drafter"));
+    nx_spec_free(s);
+    s = session(m, NULL, 0);
+    CHECK(nx_spec_load(s, path, err, sizeof err) == NX_EINVAL && strstr(err, "another drafter"));
+    nx_spec_free(s);
+
+    size_t n;
+    unsigned char *bytes = nx_test_read_file(path, &n);
+    CHECK(bytes && n > 200);
+    snprintf(bad, sizeof bad, "%s/bad.ckpt", dir);
+    static const struct { long at; int truncate; const char *what; } cases[] = {
+        {-40, 0, "a flipped byte in the payload"}, {150, 0, "a flipped byte in the first tokens"},
+        {-1, 1, "a truncated file"}, {0, 0, "a wrong magic"}};
+    for (size_t i = 0; bytes && i < sizeof cases / sizeof *cases; i++) {
+        unsigned char *copy = malloc(n);
+        memcpy(copy, bytes, n);
+        long at = cases[i].at < 0 ? (long)n + cases[i].at : cases[i].at;
+        size_t len = cases[i].truncate ? (size_t)at : n;
+        if (!cases[i].truncate) copy[at] ^= 0x5a;
+        nx_test_write_file(bad, copy, len);
+        free(copy);
+        s = session(m, d, 2);
+        CHECKF(nx_spec_load(s, bad, err, sizeof err) == NX_EFORMAT, "%s: %s", cases[i].what, err);
+        /* the session is still fresh and works normally */
+        CHECK(nx_spec_prefill(s, prompt, 6, &first, err, sizeof err) == NX_OK && first == out[0]);
+        nx_spec_free(s);
+    }
+    free(bytes);
+    CHECK(nx_spec_checkpoint_tokens("/nonexistent.ckpt") == -1);
+out:
+    nx_drafter_free(d), nx_drafter_free(pre), nx_drafter_free(od);
+    nx_model_free(m), nx_model_free(other);
+}
+
+static const nx_test tests[] = {
+    {"restored_session_continues_exactly", "save after 20 tokens, restore, add a turn, go on: equals the uninterrupted run",
+     restored_session_continues_exactly},
+    {"foreign_and_damaged_checkpoints_are_refused", "another model or drafter, damaged or truncated files, used sessions: refused",
+     foreign_and_damaged_checkpoints_are_refused},
+};
+
+NX_TEST_MAIN(tests)
