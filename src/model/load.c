@@ -127,24 +127,37 @@ static const char *find_prefix(const st_set *s) {
     return NULL;
 }
 
+/* What every decoder layer has around its mixer: the two zero-centred norms
+ * and the SwiGLU MLP, under <prefix>. */
+static nx_status bind_norms_and_mlp(mdl_binder *b, const cfg_model *c, const char *prefix, int plus_one, mdl_layer *L) {
+    int64_t H = c->hidden_size, I = c->intermediate_size;
+    char n[256];
+    nx_status st;
+#define NAME(suffix) (snprintf(n, sizeof n, "%s" suffix, prefix), n)
+    if ((st = mdl_bind_vec(b, NAME("input_layernorm.weight"), H, plus_one, "hidden_size", &L->input_norm)) ||
+        (st = mdl_bind_vec(b, NAME("post_attention_layernorm.weight"), H, plus_one, "hidden_size", &L->post_norm)) ||
+        (st = mdl_bind_mat(b, NAME("mlp.gate_proj.weight"), I, H, "intermediate_size x hidden_size", &L->gate_proj)) ||
+        (st = mdl_bind_mat(b, NAME("mlp.up_proj.weight"), I, H, "intermediate_size x hidden_size", &L->up_proj)) ||
+        (st = mdl_bind_mat(b, NAME("mlp.down_proj.weight"), H, I, "hidden_size x intermediate_size", &L->down_proj)))
+        return st;
+#undef NAME
+    return NX_OK;
+}
+
 nx_status mdl_bind_attention_layer(mdl_binder *b, const cfg_model *c, const char *prefix, int plus_one, mdl_layer *L) {
-    int64_t H = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
+    int64_t H = c->hidden_size, hd = c->head_dim;
     int64_t qrows = (int64_t)c->n_heads * hd * (c->attn_output_gate ? 2 : 1), kv = (int64_t)c->n_kv_heads * hd;
     char n[256];
     nx_status st;
     L->is_full = 1;
 #define NAME(suffix) (snprintf(n, sizeof n, "%s" suffix, prefix), n)
-    if ((st = mdl_bind_vec(b, NAME("input_layernorm.weight"), H, plus_one, "hidden_size", &L->input_norm)) ||
-        (st = mdl_bind_vec(b, NAME("post_attention_layernorm.weight"), H, plus_one, "hidden_size", &L->post_norm)) ||
+    if ((st = bind_norms_and_mlp(b, c, prefix, plus_one, L)) ||
         (st = mdl_bind_mat(b, NAME("self_attn.q_proj.weight"), qrows, H, "2*num_attention_heads*head_dim x hidden_size", &L->q_proj)) ||
         (st = mdl_bind_mat(b, NAME("self_attn.k_proj.weight"), kv, H, "num_key_value_heads*head_dim x hidden_size", &L->k_proj)) ||
         (st = mdl_bind_mat(b, NAME("self_attn.v_proj.weight"), kv, H, "num_key_value_heads*head_dim x hidden_size", &L->v_proj)) ||
         (st = mdl_bind_mat(b, NAME("self_attn.o_proj.weight"), H, (int64_t)c->n_heads * hd, "hidden_size x num_attention_heads*head_dim", &L->o_proj)) ||
         (st = mdl_bind_vec(b, NAME("self_attn.q_norm.weight"), hd, plus_one, "head_dim", &L->q_norm)) ||
-        (st = mdl_bind_vec(b, NAME("self_attn.k_norm.weight"), hd, plus_one, "head_dim", &L->k_norm)) ||
-        (st = mdl_bind_mat(b, NAME("mlp.gate_proj.weight"), I, H, "intermediate_size x hidden_size", &L->gate_proj)) ||
-        (st = mdl_bind_mat(b, NAME("mlp.up_proj.weight"), I, H, "intermediate_size x hidden_size", &L->up_proj)) ||
-        (st = mdl_bind_mat(b, NAME("mlp.down_proj.weight"), H, I, "hidden_size x intermediate_size", &L->down_proj)))
+        (st = mdl_bind_vec(b, NAME("self_attn.k_norm.weight"), hd, plus_one, "head_dim", &L->k_norm)))
         return st;
 #undef NAME
     return NX_OK;
@@ -178,26 +191,18 @@ static nx_status bind_gdn(mdl_binder *b, const nx_model *m, int i, mdl_layer *L)
 static nx_status bind_layer(mdl_binder *b, nx_model *m, int i) {
     const cfg_model *c = &m->cfg;
     mdl_layer *L = &m->layers[i];
-    int64_t H = c->hidden_size, I = c->intermediate_size;
     int plus = !m->layout_mlx;
     char n[256], prefix[160];
-    nx_status st;
     snprintf(prefix, sizeof prefix, "%slayers.%d.", m->prefix, i);
 #define NAME(suffix) (snprintf(n, sizeof n, "%s" suffix, prefix), n)
     if (st_find(m->st, NAME("mlp.gate.weight")) || st_find(m->st, NAME("mlp.experts.down_proj")) ||
         st_find(m->st, NAME("mlp.switch_mlp.down_proj.weight")))
         return nx_fail(b->err, b->errlen, NX_EUNSUPPORTED, "%s: layer %d has MoE experts; MoE not supported yet", m->dir, i);
+#undef NAME
     if (c->layer_full[i]) return mdl_bind_attention_layer(b, c, prefix, plus, L);
     L->is_full = 0;
-    if ((st = mdl_bind_vec(b, NAME("input_layernorm.weight"), H, plus, "hidden_size", &L->input_norm)) ||
-        (st = mdl_bind_vec(b, NAME("post_attention_layernorm.weight"), H, plus, "hidden_size", &L->post_norm)) ||
-        (st = bind_gdn(b, m, i, L)) ||
-        (st = mdl_bind_mat(b, NAME("mlp.gate_proj.weight"), I, H, "intermediate_size x hidden_size", &L->gate_proj)) ||
-        (st = mdl_bind_mat(b, NAME("mlp.up_proj.weight"), I, H, "intermediate_size x hidden_size", &L->up_proj)) ||
-        (st = mdl_bind_mat(b, NAME("mlp.down_proj.weight"), H, I, "hidden_size x intermediate_size", &L->down_proj)))
-        return st;
-#undef NAME
-    return NX_OK;
+    nx_status st = bind_norms_and_mlp(b, c, prefix, plus, L);
+    return st ? st : bind_gdn(b, m, i, L);
 }
 
 /* Raw HF vs mlx-community (see the file comment). */
