@@ -57,7 +57,8 @@ int cmd_inspect(int argc, char **argv) {
         printf("gated deltanet  %d key / %d value heads, key dim %d, value dim %d, conv %d\n", in->linear_k_heads,
                in->linear_v_heads, in->linear_k_dim, in->linear_v_dim, in->conv_kernel);
         printf("lm_head         %s\n", in->tie_word_embeddings ? "tied to embed_tokens" : "separate");
-        printf("mtp head        %s (%d tensors)\n", in->has_mtp ? "present" : "absent", in->n_mtp_tensors);
+        printf("mtp head        %s (%d tensors%s)\n", in->has_mtp ? "present" : "absent", in->n_mtp_tensors,
+               in->has_mtp && !in->n_mtp_tensors ? ", in mtp.safetensors" : "");
         printf("eos ids         %s\n", eos);
     }
     nx_model_free(m);

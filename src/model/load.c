@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "base/alloc.h"
@@ -283,7 +284,10 @@ static void fill_info(nx_model *m) {
         if (is_mtp) m->n_mtp_tensors++;
         else if (!is_visual) in->n_params += t->numel;
     }
-    in->has_mtp = m->n_mtp_tensors > 0;
+    /* some conversions keep the head in an mtp.safetensors beside the weights */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/mtp.safetensors", m->dir);
+    in->has_mtp = m->n_mtp_tensors > 0 || access(path, R_OK) == 0;
     in->n_mtp_tensors = m->n_mtp_tensors;
     in->quantization = "none";
 }

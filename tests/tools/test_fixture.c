@@ -669,6 +669,133 @@ static void mtp_layout_misuse_exits_2(void) {
     CHECK(nx_test_system("'%s' --help | grep -q -- '--mtp-layout inline|separate|mlx-inline|file'", NX_FIXTURE_BIN) == 0);
 }
 
+/* ---- The copy fixture (--copy-head S, golden README "copy fixtures") ---------------- */
+
+/* `nextn generate` on dir (the brief's command plus `extra`), its --json
+ * output parsed; NULL (and a failure) when it did not run or parse. */
+static json_t *generate_json(const char *dir, const char *extra) {
+    char out[1400];
+    snprintf(out, sizeof out, "%s.gen.json", dir);
+    int rc = nx_test_system("'%s' generate -m '%s' --prompt-ids 1,2,3 -n 40 --ignore-eos --json %s > '%s'", NX_NEXTN_BIN,
+                            dir, extra, out);
+    CHECKF(rc == 0, "nextn generate -m %s %s exited %d", dir, extra, rc);
+    if (rc != 0) return NULL;
+    json_error_t e;
+    json_t *j = json_load_file(out, 0, &e);
+    CHECKF(j != NULL, "generate %s: %s", extra, e.text);
+    return j;
+}
+
+static json_t *mtp_stats(json_t *gen, const char *what) {
+    json_t *m = json_object_get(gen, "mtp");
+    CHECKF(json_is_object(m) && json_is_integer(json_object_get(m, "drafted")) &&
+               json_is_integer(json_object_get(m, "accepted")),
+           "%s: no mtp {drafted, accepted} in the --json output", what);
+    return json_is_object(m) ? m : NULL;
+}
+
+/* The head is the copy head: fc = [I | 0], pre_fc_norm_embedding 0 (1 when
+ * stored +1-shifted), o_proj / down_proj zero, mtp.norm = model.norm in
+ * effect; and the target's output projections are zero (S = 0). */
+static void check_copy_tensors(const char *dir, const char *mtp_prefix, int shifted, const char *what) {
+    st_set *s = open_set(dir);
+    if (!s) return;
+    char n[200];
+#define T(suffix) (snprintf(n, sizeof n, "%s%s", mtp_prefix, suffix), st_find(s, n))
+    const st_tensor *fc = T("fc.weight");
+    int ok = fc && fc->ndim == 2 && fc->shape[0] == H && fc->shape[1] == 2 * H;
+    for (int64_t i = 0; ok && i < fc->numel; i++) ok = value(fc, i) == (i % (2 * H) == i / (2 * H) ? 1.0f : 0.0f);
+    CHECKF(ok, "%s: %sfc.weight is not [I | 0]", what, mtp_prefix);
+    const st_tensor *pe = T("pre_fc_norm_embedding.weight");
+    ok = pe != NULL;
+    for (int64_t i = 0; ok && i < pe->numel; i++) ok = value(pe, i) == (shifted ? 1.0f : 0.0f);
+    CHECKF(ok, "%s: pre_fc_norm_embedding is not %d", what, shifted);
+    const st_tensor *z[] = {T("layers.0.self_attn.o_proj.weight"), T("layers.0.mlp.down_proj.weight"),
+                            st_find(s, "model.language_model.layers.3.self_attn.o_proj.weight"),
+                            st_find(s, "model.language_model.layers.0.linear_attn.out_proj.weight"),
+                            st_find(s, "model.language_model.layers.1.mlp.down_proj.weight"),
+                            st_find(s, "language_model.model.layers.3.self_attn.o_proj.weight"),
+                            st_find(s, "language_model.model.layers.0.linear_attn.out_proj.weight")};
+    for (size_t k = 0; k < sizeof z / sizeof z[0]; k++)
+        for (int64_t i = 0; z[k] && i < z[k]->numel; i++)
+            if (value(z[k], i) != 0.0f) { CHECKF(0, "%s: %s is not zero", what, z[k]->name); break; }
+    CHECKF(z[0] && z[1] && (z[2] || z[5]), "%s: output projections missing", what);
+    const st_tensor *mn = T("norm.weight"), *tn = st_find(s, "model.language_model.norm.weight");
+    int target_shifted = tn == NULL;
+    if (!tn) tn = st_find(s, "language_model.model.norm.weight");
+    ok = mn && tn && mn->numel == H && tn->numel == H;
+    for (int64_t i = 0; ok && i < H; i++)   /* effective weights equal, exactly */
+        ok = value(mn, i) + (shifted ? 0.0f : 1.0f) == value(tn, i) + (target_shifted ? 0.0f : 1.0f);
+    CHECKF(ok, "%s: mtp.norm is not model.norm in effect", what);
+#undef T
+    st_close(s);
+}
+
+static void copy_head_0_drafts_are_all_accepted(void) {
+    static const struct { const char *tag, *args, *prefix; int shifted; } v[] = {
+        {"copy0", "--copy-head 0", "mtp.", 0},
+        {"copy0_mlx", "--copy-head 0 --layout mlx", "mtp.", 0},   /* +1 target norm, raw head norm */
+        {"copy0_mlxi", "--copy-head 0 --layout mlx --mtp-layout mlx-inline", "language_model.mtp.", 1},
+        {"copy0_f32_tie", "--copy-head 0 --dtype f32 --tie --seed 5", "mtp.", 0},
+    };
+    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+        const char *dir = fixture(v[k].tag, v[k].args);
+        check_copy_tensors(dir, v[k].prefix, v[k].shifted, v[k].args);
+        json_t *gen = generate_json(dir, "--draft 2");
+        json_t *m = mtp_stats(gen, v[k].args);
+        if (m) {
+            long long drafted = jint(m, "drafted"), accepted = jint(m, "accepted");
+            CHECKF(drafted > 0 && accepted == drafted, "%s: accepted %lld of %lld drafts, want all", v[k].args, accepted,
+                   drafted);
+        }
+        json_decref(gen);
+    }
+}
+
+static void copy_head_0_05_is_lossless_against_plain_decoding(void) {
+    const char *dir = fixture("copy005", "--copy-head 0.05");
+    json_t *spec = generate_json(dir, "--draft 2"), *plain = generate_json(dir, "--mtp off");
+    json_t *m = mtp_stats(spec, "--copy-head 0.05");
+    if (m) {
+        long long drafted = jint(m, "drafted"), accepted = jint(m, "accepted");
+        CHECKF(drafted > 0 && accepted >= 0 && accepted <= drafted, "accepted %lld of %lld", accepted, drafted);
+    }
+    json_t *a = json_object_get(spec, "ids"), *b = json_object_get(plain, "ids");
+    CHECKF(json_array_size(a) == 40 && json_equal(a, b), "--copy-head 0.05: the ids with MTP differ from --mtp off");
+    json_decref(spec);
+    json_decref(plain);
+    /* S scales the target's output projections and nothing else */
+    st_set *s = open_set(dir), *r = open_set(fixture("seed0", "--seed 0"));
+    const char *name = "model.language_model.layers.3.self_attn.o_proj.weight";
+    const st_tensor *t = s ? st_find(s, name) : NULL, *u = r ? st_find(r, name) : NULL;
+    double ms, ss, mr, sr;
+    if (t && u) {
+        mean_std(t, &ms, &ss);
+        mean_std(u, &mr, &sr);
+        CHECKF(fabs(ss / sr - 0.05) < 0.002, "o_proj std %g vs %g unscaled", ss, sr);
+    }
+    name = "model.language_model.layers.0.linear_attn.in_proj_qkv.weight";
+    t = s ? st_find(s, name) : NULL;
+    u = r ? st_find(r, name) : NULL;
+    CHECK(t && u && t->nbytes == u->nbytes && memcmp(t->data, u->data, t->nbytes) == 0);
+    st_close(s);
+    st_close(r);
+}
+
+static void copy_head_misuse_exits_2(void) {
+    if (!g_root[0]) snprintf(g_root, sizeof g_root, "%s", nx_test_tmpdir("fixture"));
+    static const char *const bad[] = {
+        "--out Z --copy-head -1", "--out Z --copy-head abc", "--out Z --copy-head nan", "--out Z --copy-head inf",
+        "--out Z --copy-head 0 --no-mtp", "--out Z --copy-head",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = nx_test_system("cd '%s' && '%s' %s 2>/dev/null", g_root, NX_FIXTURE_BIN, bad[i]);
+        CHECKF(rc == 2, "'%s' exited %d, want 2", bad[i], rc);
+    }
+    CHECK(access(path_in(g_root, "Z"), F_OK) != 0);
+    CHECK(nx_test_system("'%s' --help | grep -q -- '--copy-head S'", NX_FIXTURE_BIN) == 0);
+}
+
 static const nx_test tests[] = {
     {"same_seed_gives_identical_bytes_and_another_seed_differs", "determinism from --seed",
      same_seed_gives_identical_bytes_and_another_seed_differs},
@@ -696,6 +823,14 @@ static const nx_test tests[] = {
      file_and_mlx_inline_mtp_layouts_hold_the_same_head},
     {"mtp_layout_misuse_exits_2", "mlx-inline without --layout mlx, --mtp-layout with --no-mtp: one line, exit 2",
      mtp_layout_misuse_exits_2},
+    {"copy_head_0_drafts_are_all_accepted",
+     "--copy-head 0 (hf, mlx, mlx-inline, f32 tied): the copy head's tensors, and generate --draft 2 accepts every draft",
+     copy_head_0_drafts_are_all_accepted},
+    {"copy_head_0_05_is_lossless_against_plain_decoding",
+     "--copy-head 0.05: MTP output ids equal --mtp off; only the output projections are scaled",
+     copy_head_0_05_is_lossless_against_plain_decoding},
+    {"copy_head_misuse_exits_2", "--copy-head negative, nan, or with --no-mtp: exit 2; --help names it",
+     copy_head_misuse_exits_2},
 };
 
 NX_TEST_MAIN(tests)
