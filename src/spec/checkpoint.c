@@ -141,7 +141,7 @@ nx_status nx_spec_load(nx_spec *s, const char *path, char *err, size_t errlen) {
     }
     if (h.n_layers != want.n_layers || h.kvd != want.kvd || h.conv_floats != want.conv_floats || h.rec_floats != want.rec_floats ||
         h.hidden != want.hidden || h.vocab != want.vocab || h.n < 1 || h.rows < 0 || h.n_defer < 0 || h.n_defer > SPEC_MAX_DEFER ||
-        (s->d && h.rows + h.n_defer != h.n) || h.d1 < 0 || h.d1 >= want.vocab) {
+        (s->d && h.rows + h.n_defer > h.n) || h.rows > h.n || h.d1 < 0 || h.d1 >= want.vocab) {
         st = nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint's sizes do not fit this model", path);
         goto done;
     }
@@ -151,7 +151,7 @@ nx_status nx_spec_load(nx_spec *s, const char *path, char *err, size_t errlen) {
         goto done;
     }
     s->n = h.n;
-    if (s->d) s->rows.n = h.rows;
+    if (s->d) s->rows.n = s->mtp_committed = h.rows;
     s->n_defer = h.n_defer;
     ckpt_part parts[4 * CFG_MAX_LAYERS + 8];
     int np = parts_of(s, parts, (int)(sizeof parts / sizeof *parts));
@@ -172,7 +172,7 @@ nx_status nx_spec_load(nx_spec *s, const char *path, char *err, size_t errlen) {
         nx_state_reset(s->target);
         s->n = 0;
         s->n_defer = 0;
-        if (s->d) s->rows.n = 0;
+        if (s->d) s->rows.n = s->mtp_committed = 0;
         st = nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint is truncated or damaged (checksum mismatch)", path);
         goto done;
     }

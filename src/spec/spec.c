@@ -10,8 +10,11 @@
  * Invariants in READY (checked by spec_invariants under assert):
  *   1. the target caches hold tokens hist[0..n) and pos == n; hist[n] is the
  *      pending token b, already emitted but not yet run through the target;
- *   2. the drafter holds entries 0..n-1 (entry p from hist[p+1] and the
- *      target hidden of position p), minus the entries still deferred, and
+ *   2. the drafter holds committed entries for positions 0..n-1 (entry p
+ *      from hist[p+1] and the target hidden of position p), except the ones
+ *      still deferred and the ones dropped while plain decoding (only the
+ *      newest SPEC_MAX_DEFER are kept then: the head's attention context
+ *      skips the rest, which can only cost acceptance, never correctness);
  *      d1 is the head's draft for position n+1 when nothing is deferred;
  *   3. the target's state advances only on verified tokens: a verify block
  *      is always committed (rolled back to the accepted prefix) before the
@@ -66,7 +69,7 @@ static nx_status fail_sticky(nx_spec *s, nx_status st, const char *msg, char *er
 static int spec_invariants(const nx_spec *s) {
     if (s->state != SPEC_READY) return 1;
     return s->target->pos == s->n && s->target->rb.T == 0 &&
-           (!s->d || s->rows.n + s->n_defer == s->n);
+           (!s->d || (s->rows.n == s->mtp_committed && s->rows.n + s->n_defer <= s->n));
 }
 #endif
 
@@ -172,13 +175,22 @@ static void flush_deferred(nx_spec *s) {
     mtp_rows_append(&s->rows, s->defer_tok, s->defer_h, s->n_defer, s->rows.logits, 1);
     s->d1 = mtp_argmax(s->rows.logits, s->m->cfg.vocab_size);
     s->n_defer = 0;
+    s->mtp_committed = s->rows.n;
 }
 
 /* Adds the entries of committed tokens toks[0..n) with target hiddens
- * h[0..n): now (computing the next d1), or deferred while plain decoding. */
+ * h[0..n): now (computing the next d1), or deferred while plain decoding.
+ * The deferred buffer keeps the newest SPEC_MAX_DEFER entries and drops the
+ * oldest, so plain decoding never pays for the head (invariant 2). */
 static void add_entries(nx_spec *s, const int32_t *toks, const float *h, int n, int defer) {
     int64_t H = s->m->cfg.hidden_size;
-    if (defer && s->n_defer + n <= SPEC_MAX_DEFER) {
+    if (defer && n <= SPEC_MAX_DEFER) {
+        int drop = s->n_defer + n - SPEC_MAX_DEFER;
+        if (drop > 0) {
+            memmove(s->defer_tok, s->defer_tok + drop, (size_t)(s->n_defer - drop) * sizeof *toks);
+            memmove(s->defer_h, s->defer_h + drop * H, (size_t)((s->n_defer - drop) * H) * sizeof(float));
+            s->n_defer -= drop;
+        }
         memcpy(s->defer_tok + s->n_defer, toks, (size_t)n * sizeof *toks);
         memcpy(s->defer_h + s->n_defer * H, h, (size_t)(n * H) * sizeof(float));
         s->n_defer += n;
@@ -187,6 +199,7 @@ static void add_entries(nx_spec *s, const int32_t *toks, const float *h, int n, 
     flush_deferred(s);
     mtp_rows_append(&s->rows, toks, h, n, s->rows.logits, 1);
     s->d1 = mtp_argmax(s->rows.logits, s->m->cfg.vocab_size);
+    s->mtp_committed = s->rows.n;
 }
 
 /* ---- prefill ------------------------------------------------------------- */
@@ -205,7 +218,7 @@ static nx_status feed(nx_spec *s, int count, int32_t *first, char *err, size_t e
         char msg[512];
         nx_status st = nx_forward(s->m, s->target, seq + a, T, &fo, msg, sizeof msg);
         if (st) {
-            if (s->d) s->rows.n = rows_before;
+            if (s->d) s->rows.n = s->mtp_committed = rows_before;
             if (start > 0) return fail_sticky(s, st, msg, err, errlen); /* earlier pieces cannot be undone */
             nx_state_reset(s->target);                                  /* a prefill simply starts over */
             return nx_fail(err, errlen, st, "%s", msg);
@@ -215,6 +228,7 @@ static nx_status feed(nx_spec *s, int count, int32_t *first, char *err, size_t e
         int rows = a + T == count ? T - 1 : T;
         if (s->d && rows > 0) mtp_rows_append(&s->rows, seq + a + 1, s->hbuf, rows, NULL, 0);
     }
+    if (s->d) s->mtp_committed = s->rows.n;
     int n = start + count;
     s->n = n;
     int32_t b = nx_sample(s->smp, &s->opts.sampling, s->vlogits, s->hist, n, n);
@@ -326,7 +340,7 @@ nx_status nx_spec_verify(nx_spec *s, char *err, size_t errlen) {
     else if (s->state != SPEC_DRAFTED) return wrong_state(s, "verify", err, errlen);
     int K = s->k;
     if (s->n + K + 1 > s->max_ctx) {
-        if (s->d) s->rows.n = s->n - s->n_defer; /* drop provisional entries */
+        if (s->d) s->rows.n = s->mtp_committed; /* drop provisional entries */
         s->state = SPEC_READY;
         return nx_fail(err, errlen, NX_ERANGE, "verify: the context of %d tokens is full", s->max_ctx);
     }
@@ -380,7 +394,7 @@ nx_status nx_spec_commit(nx_spec *s, int32_t *emitted, int *n_emitted, char *err
     if (s->d) {
         /* drop the provisional entries, then the entries of b, d_1..d_a from
          * the target's verified hiddens V_0..V_a (spec §6.3 step 5) */
-        s->rows.n = s->n - s->n_defer;
+        s->rows.n = s->mtp_committed;
         add_entries(s, out, s->vhidden, a + 1, K == 0 && s->plain_round);
     }
     memcpy(emitted, out, (size_t)(a + 1) * sizeof *emitted);

@@ -36,6 +36,8 @@ struct nx_spec {
 
     nx_state *target;             /* target caches, rollback record             */
     mtp_rows rows;                /* the drafter's entries                      */
+    int mtp_committed;            /* rows.n at the last commit (drafting adds
+                                     provisional entries after it)             */
     nx_sampler *smp;
     int32_t *hist;                /* [max_ctx + K + 1]: x_0..x_{n-1}, b, drafts  */
     int n;                        /* tokens in the target caches                */
