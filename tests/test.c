@@ -142,3 +142,38 @@ long nx_test_argmax(const float *v, long n) {
         if (v[i] > v[best]) best = i;
     return best;
 }
+
+nx_model *nx_test_model(const char *dir, int threads) {
+    char err[512];
+    nx_model *m = NULL;
+    nx_load_opts o = {threads, 0};
+    nx_status st = nx_model_load(dir, &o, &m, err, sizeof err);
+    CHECKF(st == NX_OK, "%s", err);
+    return m;
+}
+
+nx_drafter *nx_test_drafter(nx_model *m, int prenorm) {
+    char err[512];
+    nx_drafter *d = NULL;
+    nx_drafter_opts o = {prenorm};
+    nx_status st = nx_drafter_load(m, NULL, &o, &d, err, sizeof err);
+    CHECKF(st == NX_OK, "%s", err);
+    return d;
+}
+
+const char *nx_test_fixture(const char *name, const char *args) {
+    static char dirs[8][1024];
+    static int next;
+    char *dir = dirs[next++ % 8];
+    snprintf(dir, sizeof dirs[0], "%s", nx_test_tmpdir(name));
+    int rc = nx_test_system("'%s' --out '%s' %s > /dev/null", NX_FIXTURE_BIN, dir, args);
+    CHECKF(rc == 0, "nextn-fixture %s failed", args);
+    return dir;
+}
+
+void nx_test_tokens(int32_t *t, int n, int vocab, unsigned seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        t[i] = (int32_t)((seed >> 8) % (unsigned)vocab);
+    }
+}

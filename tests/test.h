@@ -67,6 +67,19 @@ float *nx_test_read_npy(const char *path, long *rows, long *cols);
 /* Reads token ids separated by commas and/or whitespace; caller frees. */
 int *nx_test_read_ids(const char *path, int *n);
 
+/* Shared fixtures for tests of the engine (failures are CHECK failures). */
+#include "nextn.h"
+/* Loads a checkpoint with n threads; NULL (and a failed CHECK) on error. */
+nx_model *nx_test_model(const char *dir, int threads);
+/* Loads the model's own MTP head (prenorm: feed the pre-norm hidden). */
+nx_drafter *nx_test_drafter(nx_model *m, int prenorm);
+/* A checkpoint written by nextn-fixture with these arguments into a fresh
+ * temporary directory named after `name`; returns the directory (one of 8
+ * rotating static buffers). */
+const char *nx_test_fixture(const char *name, const char *args);
+/* n deterministic pseudo-random token ids below vocab. */
+void nx_test_tokens(int32_t *t, int n, int vocab, unsigned seed);
+
 /* max |a-b| and normalised MSE sum((a-b)^2) / sum(b^2) over n values. */
 typedef struct { double max_abs, nmse; } nx_test_diff;
 nx_test_diff nx_test_compare(const float *a, const float *ref, long n);

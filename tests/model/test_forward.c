@@ -11,34 +11,6 @@
 
 static const char *golden_dir = NX_TEST_DATA "/golden/llamacpp-tiny-a-untied-bf16/hf";
 
-static nx_model *load_t(const char *dir, int threads) {
-    char err[512];
-    nx_model *m = NULL;
-    nx_load_opts o = {threads, 0};
-    nx_status st = nx_model_load(dir, &o, &m, err, sizeof err);
-    CHECKF(st == NX_OK, "%s", err);
-    return m;
-}
-
-/* A fixture checkpoint made by nextn-fixture with extra arguments. */
-static const char *fixture(const char *name, const char *args) {
-    static char dirs[8][1024];
-    static int next;
-    char *dir = dirs[next++ % 8];
-    snprintf(dir, sizeof dirs[0], "%s", nx_test_tmpdir(name));
-    int rc = nx_test_system("'%s' --out '%s' %s > /dev/null", NX_FIXTURE_BIN, dir, args);
-    CHECKF(rc == 0, "nextn-fixture %s failed", args);
-    return dir;
-}
-
-/* A deterministic pseudo-random token sequence inside the vocabulary. */
-static void tokens(int32_t *t, int n, int vocab, unsigned seed) {
-    for (int i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        t[i] = (int32_t)((seed >> 8) % (unsigned)vocab);
-    }
-}
-
 /* Runs tok[0..n) split into calls of the given sizes (cycled); returns the
  * logits and hidden rows of every position. */
 static void run_split(nx_model *m, const int32_t *tok, int n, const int *sizes, int n_sizes, float *logits, float *hidden) {
@@ -60,12 +32,12 @@ static void run_split(nx_model *m, const int32_t *tok, int n, const int *sizes, 
 }
 
 static void any_split_is_bit_identical(void) {
-    nx_model *m = load_t(golden_dir, 2);
+    nx_model *m = nx_test_model(golden_dir, 2);
     if (!m) return;
     const nx_model_info *in = nx_model_get_info(m);
     enum { N = 90 }; /* crosses the internal chunk size (32) twice */
     int32_t tok[N];
-    tokens(tok, N, in->vocab_size, 7);
+    nx_test_tokens(tok, N, in->vocab_size, 7);
     size_t LV = (size_t)N * in->vocab_size, LH = (size_t)N * in->hidden_size;
     float *l1 = malloc(LV * 4), *h1 = malloc(LH * 4), *l2 = malloc(LV * 4), *h2 = malloc(LH * 4);
     static const int one[] = {1}, all[] = {N}, verify[] = {5, 1, 3, 16, 2, 4, 7}, odd[] = {31, 33, 1};
@@ -82,12 +54,12 @@ static void any_split_is_bit_identical(void) {
 }
 
 static void thread_count_does_not_change_results(void) {
-    nx_model *m1 = load_t(golden_dir, 1), *m2 = load_t(golden_dir, 2), *m3 = load_t(golden_dir, 3);
+    nx_model *m1 = nx_test_model(golden_dir, 1), *m2 = nx_test_model(golden_dir, 2), *m3 = nx_test_model(golden_dir, 3);
     if (!m1 || !m2 || !m3) goto out;
     const nx_model_info *in = nx_model_get_info(m1);
     enum { N = 40 };
     int32_t tok[N];
-    tokens(tok, N, in->vocab_size, 3);
+    nx_test_tokens(tok, N, in->vocab_size, 3);
     size_t LV = (size_t)N * in->vocab_size, LH = (size_t)N * in->hidden_size;
     float *l1 = malloc(LV * 4), *h1 = malloc(LH * 4), *l2 = malloc(LV * 4), *h2 = malloc(LH * 4);
     static const int all[] = {N};
@@ -102,14 +74,14 @@ out:
 }
 
 static void decode_does_not_allocate(void) {
-    nx_model *m = load_t(golden_dir, 2);
+    nx_model *m = nx_test_model(golden_dir, 2);
     if (!m) return;
     char err[512];
     nx_state *s = NULL;
     CHECK(nx_state_new(m, 64, &s, err, sizeof err) == NX_OK);
     float *logits = malloc((size_t)nx_model_get_info(m)->vocab_size * 4);
     int32_t prompt[20];
-    tokens(prompt, 20, nx_model_get_info(m)->vocab_size, 9);
+    nx_test_tokens(prompt, 20, nx_model_get_info(m)->vocab_size, 9);
     nx_forward_out fo = {.logits = logits};
     /* the guard aborts the process on any allocation inside */
     nx_alloc_guard_begin();
@@ -123,7 +95,7 @@ static void decode_does_not_allocate(void) {
 }
 
 static void bad_calls_are_errors_that_keep_the_state(void) {
-    nx_model *m = load_t(golden_dir, 2);
+    nx_model *m = nx_test_model(golden_dir, 2);
     if (!m) return;
     char err[512];
     nx_state *s = NULL;
@@ -162,11 +134,11 @@ static void bad_calls_are_errors_that_keep_the_state(void) {
 
 /* Logits of a short sequence, all rows. */
 static float *logits_of(const char *dir, int n, size_t *count) {
-    nx_model *m = load_t(dir, 2);
+    nx_model *m = nx_test_model(dir, 2);
     if (!m) return NULL;
     const nx_model_info *in = nx_model_get_info(m);
     int32_t tok[16];
-    tokens(tok, n, in->vocab_size, 11);
+    nx_test_tokens(tok, n, in->vocab_size, 11);
     *count = (size_t)n * in->vocab_size;
     float *l = malloc(*count * 4), *h = malloc((size_t)n * in->hidden_size * 4);
     static const int all[] = {16};
@@ -177,8 +149,8 @@ static float *logits_of(const char *dir, int n, size_t *count) {
 }
 
 static void hf_and_mlx_layouts_give_the_same_logits(void) {
-    const char *hf = fixture("layout-hf", "--preset tiny --seed 5 --dtype f32");
-    const char *mlx = fixture("layout-mlx", "--preset tiny --seed 5 --dtype f32 --layout mlx");
+    const char *hf = nx_test_fixture("layout-hf", "--preset tiny --seed 5 --dtype f32");
+    const char *mlx = nx_test_fixture("layout-mlx", "--preset tiny --seed 5 --dtype f32 --layout mlx");
     size_t n1 = 0, n2 = 0;
     float *a = logits_of(hf, 12, &n1), *b = logits_of(mlx, 12, &n2);
     CHECK(a && b && n1 == n2);
@@ -193,8 +165,8 @@ static void hf_and_mlx_layouts_give_the_same_logits(void) {
 }
 
 static void sharded_and_single_files_agree(void) {
-    const char *one = fixture("shard-1", "--preset tiny --seed 6");
-    const char *three = fixture("shard-3", "--preset tiny --seed 6 --shards 3");
+    const char *one = nx_test_fixture("shard-1", "--preset tiny --seed 6");
+    const char *three = nx_test_fixture("shard-3", "--preset tiny --seed 6 --shards 3");
     size_t n1 = 0, n2 = 0;
     float *a = logits_of(one, 10, &n1), *b = logits_of(three, 10, &n2);
     CHECK(a && b && n1 == n2 && memcmp(a, b, n1 * 4) == 0);
@@ -202,8 +174,8 @@ static void sharded_and_single_files_agree(void) {
 }
 
 static void tied_f16_and_bf16_fixtures_run(void) {
-    const char *dirs[] = {fixture("tied-f16", "--preset tiny --seed 2 --dtype f16 --tie"),
-                          fixture("untied-bf16", "--preset tiny --seed 2 --dtype bf16 --no-tie")};
+    const char *dirs[] = {nx_test_fixture("tied-f16", "--preset tiny --seed 2 --dtype f16 --tie"),
+                          nx_test_fixture("untied-bf16", "--preset tiny --seed 2 --dtype bf16 --no-tie")};
     for (int i = 0; i < 2; i++) {
         size_t n = 0;
         float *l = logits_of(dirs[i], 8, &n);
@@ -218,7 +190,7 @@ static void tied_f16_and_bf16_fixtures_run(void) {
 static void broken_checkpoints_are_named_errors(void) {
     char err[512];
     nx_model *m = NULL;
-    const char *dir = fixture("broken", "--preset tiny --seed 3");
+    const char *dir = nx_test_fixture("broken", "--preset tiny --seed 3");
     /* config promising more layers than the file has */
     char path[1200];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -256,14 +228,14 @@ static void plain_logits(nx_model *m, const int32_t *tok, int n, const int32_t *
 }
 
 static void rollback_equals_plain_decoding_of_the_kept_tokens(void) {
-    nx_model *m = load_t(golden_dir, 2);
+    nx_model *m = nx_test_model(golden_dir, 2);
     if (!m) return;
     char err[512];
     size_t V = (size_t)nx_model_get_info(m)->vocab_size;
     enum { P = 21, B = 5, MORE = 3 };
     int32_t seq[P + B], more[MORE];
-    tokens(seq, P + B, (int)V, 17);
-    tokens(more, MORE, (int)V, 23);
+    nx_test_tokens(seq, P + B, (int)V, 17);
+    nx_test_tokens(more, MORE, (int)V, 23);
     float *want = malloc((MORE + 1) * V * 4), *got = malloc((MORE + 1) * V * 4), *block = malloc(B * V * 4);
     for (int keep = 1; keep <= B; keep++) {
         nx_state *s = NULL;
@@ -292,7 +264,7 @@ static void rollback_equals_plain_decoding_of_the_kept_tokens(void) {
 }
 
 static void rollback_misuse_is_an_error(void) {
-    nx_model *m = load_t(golden_dir, 1);
+    nx_model *m = nx_test_model(golden_dir, 1);
     if (!m) return;
     char err[512];
     nx_state *s = NULL;

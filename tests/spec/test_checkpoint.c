@@ -8,22 +8,6 @@
 
 #define COPY NX_TEST_DATA "/golden/torchref-mini-copy-s0.05/hf"
 
-static nx_model *load(const char *dir) {
-    char err[512];
-    nx_model *m = NULL;
-    nx_load_opts o = {2, 0};
-    CHECKF(nx_model_load(dir, &o, &m, err, sizeof err) == NX_OK, "%s", err);
-    return m;
-}
-
-static nx_drafter *drafter(nx_model *m, int prenorm) {
-    char err[512];
-    nx_drafter *d = NULL;
-    nx_drafter_opts o = {prenorm};
-    CHECKF(nx_drafter_load(m, NULL, &o, &d, err, sizeof err) == NX_OK, "%s", err);
-    return d;
-}
-
 static nx_spec *session(nx_model *m, nx_drafter *d, int K) {
     char err[512];
     nx_spec *s = NULL;
@@ -49,8 +33,8 @@ static int run_to(nx_spec *s, int32_t *out, int have, int total) {
 static const int32_t prompt[6] = {11, 42, 7, 300, 5, 9}, turn2[4] = {77, 78, 79, 80};
 
 static void restored_session_continues_exactly(void) {
-    nx_model *m = load(COPY);
-    nx_drafter *d = m ? drafter(m, 0) : NULL;
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
     if (!d) return;
     char err[512], path[1200];
     snprintf(path, sizeof path, "%s/s.ckpt", nx_test_tmpdir("ckpt"));
@@ -85,8 +69,8 @@ static void restored_session_continues_exactly(void) {
 }
 
 static void foreign_and_damaged_checkpoints_are_refused(void) {
-    nx_model *m = load(COPY), *other = load(NX_TEST_DATA "/golden/torchref-mini-copy-s0/hf");
-    nx_drafter *d = m ? drafter(m, 0) : NULL, *pre = m ? drafter(m, 1) : NULL, *od = other ? drafter(other, 0) : NULL;
+    nx_model *m = nx_test_model(COPY, 2), *other = nx_test_model(NX_TEST_DATA "/golden/torchref-mini-copy-s0/hf", 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL, *pre = m ? nx_test_drafter(m, 1) : NULL, *od = other ? nx_test_drafter(other, 0) : NULL;
     if (!d || !pre || !od) goto out;
     char err[512], dir[1024], path[1200], bad[1200];
     snprintf(dir, sizeof dir, "%s", nx_test_tmpdir("ckpt-bad"));

@@ -48,15 +48,6 @@ static const char *separate_dir(void) { return fixture("separate", "--mtp-layout
 static const char *file_dir(void) { return fixture("file", "--mtp-layout file"); }
 static const char *mlx_inline_dir(void) { return fixture("mlx_inline", "--layout mlx --mtp-layout mlx-inline"); }
 
-static nx_model *load_model(const char *dir) {
-    char err[512];
-    nx_model *m = NULL;
-    nx_load_opts o = {2, 0};
-    nx_status st = nx_model_load(dir, &o, &m, err, sizeof err);
-    CHECKF(st == NX_OK, "%s", err);
-    return m;
-}
-
 static nx_drafter *load_drafter(const nx_model *m, const char *dir) {
     char err[512];
     nx_drafter *d = NULL;
@@ -65,24 +56,17 @@ static nx_drafter *load_drafter(const nx_model *m, const char *dir) {
     return d;
 }
 
-static void tokens(int32_t *t, int n, int vocab, unsigned seed) {
-    for (int i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        t[i] = (int32_t)((seed >> 8) % (unsigned)vocab);
-    }
-}
-
 /* Teacher-forced head logits ([N_TOKENS-1][vocab], caller frees) of the
  * target in target_dir with the drafter from drafter_dir (NULL: the
  * target's own); NULL on failure. *vocab gets the vocabulary size. */
 static float *head_logits(const char *target_dir, const char *drafter_dir, int *vocab, int *block_size) {
-    nx_model *m = load_model(target_dir);
+    nx_model *m = nx_test_model(target_dir, 2);
     nx_drafter *d = m ? load_drafter(m, drafter_dir) : NULL;
     float *logits = NULL;
     if (d) {
         int V = nx_model_get_info(m)->vocab_size;
         int32_t seq[N_TOKENS];
-        tokens(seq, N_TOKENS, V, 12345u);
+        nx_test_tokens(seq, N_TOKENS, V, 12345u);
         logits = malloc((size_t)(N_TOKENS - 1) * (size_t)V * sizeof *logits);
         char err[512];
         nx_status st = nx_drafter_teacher_forced(d, seq, N_TOKENS, logits, NULL, err, sizeof err);
@@ -229,7 +213,7 @@ static void expect_error(const nx_model *m, const char *dir, nx_status want, con
 static void drafter_dir_errors_name_the_problem(void) {
     char src[1300];
     snprintf(src, sizeof src, "%s/mtp-drafter", separate_dir());
-    nx_model *m = load_model(separate_dir());
+    nx_model *m = nx_test_model(separate_dir(), 2);
     json_t *cfg;
 
     cfg = read_config(src);
@@ -288,13 +272,13 @@ static void speculative_decoding_with_a_separate_drafter_equals_plain(void) {
     enum { N_PROMPT = 12, N_GEN = 100, K = 2 };
     char dir[1300];
     snprintf(dir, sizeof dir, "%s/mtp-drafter", separate_dir());
-    nx_model *m = load_model(separate_dir());
+    nx_model *m = nx_test_model(separate_dir(), 2);
     nx_drafter *d = m ? load_drafter(m, dir) : NULL;
-    nx_model *mi = load_model(inline_dir());
+    nx_model *mi = nx_test_model(inline_dir(), 2);
     nx_drafter *di = mi ? load_drafter(mi, NULL) : NULL;
     if (d && di) {
         int32_t prompt[N_PROMPT], plain[N_GEN], spec[N_GEN], own[N_GEN];
-        tokens(prompt, N_PROMPT, nx_model_get_info(m)->vocab_size, 777u);
+        nx_test_tokens(prompt, N_PROMPT, nx_model_get_info(m)->vocab_size, 777u);
         nx_spec_stats s0, s1, s2;
         int n0 = generate(m, NULL, prompt, N_PROMPT, N_GEN, K, plain, &s0);
         int n1 = generate(m, d, prompt, N_PROMPT, N_GEN, K, spec, &s1);
@@ -331,7 +315,7 @@ static void dedicated_embeddings_are_refused_for_every_source(void) {
         json_object_set_new(json_object_get(cfg, "text_config"), "mtp_use_dedicated_embeddings", json_true());
         json_dump_file(cfg, path, JSON_INDENT(2));
         json_decref(cfg);
-        nx_model *m = load_model(dir);
+        nx_model *m = nx_test_model(dir, 2);
         nx_drafter *d = NULL;
         CHECKF(m && nx_drafter_load(m, NULL, NULL, &d, err, sizeof err) == NX_EUNSUPPORTED && d == NULL &&
                    strstr(err, "mtp_use_dedicated_embeddings"),

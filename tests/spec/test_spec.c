@@ -14,40 +14,6 @@
 #define MTP_MAX_ABS 1e-3   /* as for the target logits (issue #2 tolerances) */
 #define MTP_NMSE 1e-6
 
-static nx_model *load(const char *dir) {
-    char err[512];
-    nx_model *m = NULL;
-    nx_load_opts o = {2, 0};
-    nx_status st = nx_model_load(dir, &o, &m, err, sizeof err);
-    CHECKF(st == NX_OK, "%s", err);
-    return m;
-}
-
-static nx_drafter *drafter(nx_model *m, int prenorm) {
-    char err[512];
-    nx_drafter *d = NULL;
-    nx_drafter_opts o = {prenorm};
-    nx_status st = nx_drafter_load(m, NULL, &o, &d, err, sizeof err);
-    CHECKF(st == NX_OK, "%s", err);
-    return d;
-}
-
-static const char *fixture(const char *name, const char *args) {
-    static char dirs[8][1024];
-    static int next;
-    char *dir = dirs[next++ % 8];
-    snprintf(dir, sizeof dirs[0], "%s", nx_test_tmpdir(name));
-    CHECKF(nx_test_system("'%s' --out '%s' %s > /dev/null", NX_FIXTURE_BIN, dir, args) == 0, "nextn-fixture %s", args);
-    return dir;
-}
-
-static void tokens(int32_t *t, int n, int vocab, unsigned seed) {
-    for (int i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        t[i] = (int32_t)((seed >> 8) % (unsigned)vocab);
-    }
-}
-
 /* ---- teacher-forced head logits against the references ------------------- */
 
 static void compare(const char *what, const float *ours, const float *ref, long n, long cols, int argmax) {
@@ -59,8 +25,8 @@ static void compare(const char *what, const float *ours, const float *ref, long 
 }
 
 static void teacher_forced_head_matches_llamacpp(void) {
-    nx_model *m = load(LLAMACPP "/hf");
-    nx_drafter *d = m ? drafter(m, 0) : NULL;
+    nx_model *m = nx_test_model(LLAMACPP "/hf", 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
     int nt, ng;
     int *tok = nx_test_read_ids(LLAMACPP "/tokens.txt", &nt), *gen = nx_test_read_ids(LLAMACPP "/greedy.txt", &ng);
     if (d && tok && gen) {
@@ -101,8 +67,8 @@ static void teacher_forced_head_matches_float64_reference(void) {
             char dir[600], path[700];
             snprintf(dir, sizeof dir, "%s/golden/%s", NX_TEST_DATA, cases[c]);
             snprintf(path, sizeof path, "%s/hf", dir);
-            nx_model *m = load(path);
-            nx_drafter *d = m ? drafter(m, prenorm) : NULL;
+            nx_model *m = nx_test_model(path, 2);
+            nx_drafter *d = m ? nx_test_drafter(m, prenorm) : NULL;
             int n;
             snprintf(path, sizeof path, "%s/tokens.txt", dir);
             int *tok = nx_test_read_ids(path, &n);
@@ -187,8 +153,8 @@ static void golden_speculative_runs_match(void) {
                 char dir[600], path[700], err[512];
                 snprintf(dir, sizeof dir, "%s/golden/%s", NX_TEST_DATA, cases[c]);
                 snprintf(path, sizeof path, "%s/hf", dir);
-                nx_model *m = load(path);
-                nx_drafter *d = m ? drafter(m, prenorm) : NULL;
+                nx_model *m = nx_test_model(path, 2);
+                nx_drafter *d = m ? nx_test_drafter(m, prenorm) : NULL;
                 int n, nw;
                 snprintf(path, sizeof path, "%s/tokens.txt", dir);
                 int *tok = nx_test_read_ids(path, &n);
@@ -241,18 +207,18 @@ static void golden_speculative_runs_match(void) {
 }
 
 static void greedy_speculative_output_equals_plain(void) {
-    const char *dirs[] = {LLAMACPP "/hf", fixture("spec-tiny-1", "--preset tiny --seed 1"),
-                          fixture("spec-tiny-2", "--preset tiny --seed 2 --dtype f32 --tie")};
+    const char *dirs[] = {LLAMACPP "/hf", nx_test_fixture("spec-tiny-1", "--preset tiny --seed 1"),
+                          nx_test_fixture("spec-tiny-2", "--preset tiny --seed 2 --dtype f32 --tie")};
     static const int prompt_lens[] = {1, 7, 40, 300};
     for (int f = 0; f < 3; f++) {
-        nx_model *m = load(dirs[f]);
-        nx_drafter *d = m ? drafter(m, 0) : NULL;
+        nx_model *m = nx_test_model(dirs[f], 2);
+        nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
         if (!d) continue;
         int V = nx_model_get_info(m)->vocab_size;
         for (size_t p = 0; p < sizeof prompt_lens / sizeof *prompt_lens; p++) {
             int np = prompt_lens[p], ng = 201;
             int32_t *prompt = malloc((size_t)np * 4), plain[256], spec[256];
-            tokens(prompt, np, V, 100u + (unsigned)p);
+            nx_test_tokens(prompt, np, V, 100u + (unsigned)p);
             run_cfg rc = {0, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
             int n0 = generate(m, NULL, prompt, np, ng, &rc, plain, NULL);
             CHECK(n0 == ng);
@@ -282,13 +248,13 @@ static void greedy_speculative_output_equals_plain(void) {
 }
 
 static void long_prompt_and_max_tokens_edges(void) {
-    const char *dir = fixture("spec-long", "--preset tiny --seed 4");
-    nx_model *m = load(dir);
-    nx_drafter *d = m ? drafter(m, 0) : NULL;
+    const char *dir = nx_test_fixture("spec-long", "--preset tiny --seed 4");
+    nx_model *m = nx_test_model(dir, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
     if (!d) return;
     enum { NP = 3000 };
     int32_t *prompt = malloc(NP * 4), plain[64], spec[64];
-    tokens(prompt, NP, nx_model_get_info(m)->vocab_size, 5);
+    nx_test_tokens(prompt, NP, nx_model_get_info(m)->vocab_size, 5);
     run_cfg rc = {0, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
     for (int ng = 1; ng <= 9; ng += 4) { /* budgets smaller than, equal to and past a block */
         int n0 = generate(m, NULL, prompt, NP, ng, &rc, plain, NULL);
@@ -305,8 +271,8 @@ static void long_prompt_and_max_tokens_edges(void) {
 }
 
 static void copy_head_is_always_accepted(void) {
-    nx_model *m = load(TORCH("torchref-mini-copy-s0") "/hf");
-    nx_drafter *d = m ? drafter(m, 0) : NULL;
+    nx_model *m = nx_test_model(TORCH("torchref-mini-copy-s0") "/hf", 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
     if (!d) return;
     int n;
     int *tok = nx_test_read_ids(TORCH("torchref-mini-copy-s0") "/tokens.txt", &n);
@@ -327,8 +293,8 @@ static void copy_head_is_always_accepted(void) {
 }
 
 static void match_mode_equals_plain_sampling(void) {
-    nx_model *m = load(TORCH("torchref-mini-copy-s0.05") "/hf");
-    nx_drafter *d = m ? drafter(m, 0) : NULL;
+    nx_model *m = nx_test_model(TORCH("torchref-mini-copy-s0.05") "/hf", 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
     if (!d) return;
     int32_t prompt[8] = {5, 17, 300, 42, 9, 77, 600, 3}, plain[64], spec[64];
     long agree = 0;
@@ -356,9 +322,9 @@ static void match_mode_equals_plain_sampling(void) {
  * token after the first (drafted and verified) has the distribution the
  * target gives it; chi-square against the expected counts. */
 static void rejection_sampling_keeps_the_target_distribution(void) {
-    const char *dir = fixture("spec-vocab8", "--preset tiny --seed 9 --vocab 8");
-    nx_model *m = load(dir);
-    nx_drafter *d = m ? drafter(m, 0) : NULL;
+    const char *dir = nx_test_fixture("spec-vocab8", "--preset tiny --seed 9 --vocab 8");
+    nx_model *m = nx_test_model(dir, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
     if (!d) return;
     enum { V = 8, SEEDS = 1500 };
     int32_t prompt[5] = {1, 4, 2, 6, 3};
@@ -415,8 +381,8 @@ static void rejection_sampling_keeps_the_target_distribution(void) {
 }
 
 static void protocol_misuse_is_an_error(void) {
-    nx_model *m = load(TORCH("torchref-mini-a") "/hf");
-    nx_drafter *d = m ? drafter(m, 0) : NULL;
+    nx_model *m = nx_test_model(TORCH("torchref-mini-a") "/hf", 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
     if (!d) return;
     char err[512];
     nx_spec *s = NULL;
@@ -445,7 +411,7 @@ static void protocol_misuse_is_an_error(void) {
     CHECK(nx_spec_step(s, 4, em, &ne, err, sizeof err) == NX_ESTATE);
     nx_spec_free(s);
     /* a drafter bound to another model */
-    nx_model *other = load(TORCH("torchref-mini-copy-s0") "/hf");
+    nx_model *other = nx_test_model(TORCH("torchref-mini-copy-s0") "/hf", 2);
     CHECK(other && nx_spec_new(other, d, 64, NULL, &s, err, sizeof err) == NX_EINVAL);
     {
         nx_spec_opts o = {NX_SPEC_MAX_DRAFT + 1, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
@@ -459,13 +425,13 @@ static void protocol_misuse_is_an_error(void) {
 static void drafter_errors_name_the_problem(void) {
     char err[512];
     nx_drafter *d = NULL;
-    nx_model *m = load(fixture("nomtp", "--preset tiny --seed 3 --no-mtp"));
+    nx_model *m = nx_test_model(nx_test_fixture("nomtp", "--preset tiny --seed 3 --no-mtp"), 2);
     if (m) {
         CHECK(nx_drafter_load(m, NULL, NULL, &d, err, sizeof err) == NX_EFORMAT && strstr(err, "no MTP head"));
         nx_model_free(m);
     }
-    const char *dir = fixture("draftdir", "--preset tiny --seed 3");
-    m = load(dir);
+    const char *dir = nx_test_fixture("draftdir", "--preset tiny --seed 3");
+    m = nx_test_model(dir, 2);
     if (!m) return;
     char path[1200];
     /* a directory whose config is not a qwen3_5_mtp drafter */
