@@ -65,7 +65,11 @@ int cmd_logits(int argc, char **argv) {
         goto done;
     }
     nx_forward_out fo = {.logits = logits, .hidden = hidden, .prenorm = prenorm, .all_rows = 1};
-    if (nx_forward(m, s, ids, n, &fo, err, sizeof err)) { cli_fail("%s", err); goto done; }
+    /* --mtp-out alone needs no target outputs here (the drafter runs its own target pass) */
+    if ((out || hidden_out || prenorm_out) && nx_forward(m, s, ids, n, &fo, err, sizeof err)) {
+        cli_fail("%s", err);
+        goto done;
+    }
     if (out && cli_write_npy(out, logits, n, (int64_t)V)) { cli_fail("%s: cannot write", out); goto done; }
     if (hidden_out && cli_write_npy(hidden_out, hidden, n, (int64_t)H)) { cli_fail("%s: cannot write", hidden_out); goto done; }
     if (prenorm_out && cli_write_npy(prenorm_out, prenorm, n, (int64_t)H)) { cli_fail("%s: cannot write", prenorm_out); goto done; }
