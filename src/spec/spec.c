@@ -187,6 +187,10 @@ static void add_entries(nx_spec *s, const int32_t *toks, const float *h, int n, 
     if (defer && n <= SPEC_MAX_DEFER) {
         int drop = s->n_defer + n - SPEC_MAX_DEFER;
         if (drop > 0) {
+            /* drop the older half at once: one memmove per SPEC_MAX_DEFER/2
+             * tokens instead of one per token */
+            if (drop < SPEC_MAX_DEFER / 2) drop = SPEC_MAX_DEFER / 2;
+            if (drop > s->n_defer) drop = s->n_defer;
             memmove(s->defer_tok, s->defer_tok + drop, (size_t)(s->n_defer - drop) * sizeof *toks);
             memmove(s->defer_h, s->defer_h + drop * H, (size_t)((s->n_defer - drop) * H) * sizeof(float));
             s->n_defer -= drop;
