@@ -212,6 +212,14 @@ static nx_status parse_text(cfg_ctx *c, json_t *root, json_t *tc, cfg_model *out
         return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED, "%s: hidden_act '%s' is not supported (only silu)", c->file,
                        json_is_string(act) ? json_string_value(act) : "?");
 
+    /* the GDN output gate (SGLang's output_gate_type; absent in official
+     * configs, where it is silu) */
+    json_t *gate = json_object_get(tc, "output_gate_type");
+    if (gate && !json_is_null(gate) &&
+        (!json_is_string(gate) || (strcmp(json_string_value(gate), "silu") != 0 && strcmp(json_string_value(gate), "swish") != 0)))
+        return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED, "%s: %soutput_gate_type '%s' is not supported (only silu/swish)",
+                       c->file, c->scope, json_is_string(gate) ? json_string_value(gate) : "?");
+
     out->rms_norm_eps = 1e-6;
     if (get_real(c, tc, "rms_norm_eps", &out->rms_norm_eps) < 0) return NX_EFORMAT;
     if (out->rms_norm_eps <= 0 || out->rms_norm_eps > 1)

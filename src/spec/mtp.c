@@ -108,8 +108,16 @@ nx_status nx_drafter_load(const nx_model *target, const char *dir, const nx_draf
     if (!d) return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the drafter");
     d->target = target;
     d->hidden_prenorm = opts ? opts->hidden_prenorm : 0;
-    /* block_size counts the whole verify block: 1 pending + drafts (spec §1.4) */
-    d->block_size = target->cfg.mtp_num_hidden_layers + 2;
+    /* block_size counts the whole verify block: 1 pending + drafts, default
+     * mtp_num_hidden_layers + 2 (spec §1.4); Qwen3.5 has one MTP layer, also
+     * when a config omits the field */
+    int layers = target->cfg.mtp_num_hidden_layers ? target->cfg.mtp_num_hidden_layers : 1;
+    if (layers > 1) {
+        nx_drafter_free(d);
+        return nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: mtp_num_hidden_layers = %d; only one MTP layer is supported", target->dir,
+                       layers);
+    }
+    d->block_size = layers + 2;
     nx_status st = dir ? mtp_load_from_dir(d, dir, err, errlen) : mtp_load_from_target(d, err, errlen);
     if (st) {
         nx_drafter_free(d);

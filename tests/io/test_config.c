@@ -106,6 +106,7 @@ static void bad_values_name_the_field(void) {
         {"\"partial_rotary_factor\":0.25", "\"partial_rotary_factor\":0.1", "rotary dim"},
         {"\"mtp_num_hidden_layers\":1", "\"mtp_num_hidden_layers\":1,\"hidden_act\":\"gelu\"", "gelu"},
         {"\"mtp_num_hidden_layers\":1", "\"mtp_num_hidden_layers\":1,\"attention_bias\":true", "attention_bias"},
+        {"\"mtp_num_hidden_layers\":1", "\"mtp_num_hidden_layers\":1,\"output_gate_type\":\"sigmoid\"", "output_gate_type"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         cfg_model c;

@@ -443,6 +443,19 @@ static void drafter_errors_name_the_problem(void) {
     CHECK(nx_drafter_load(m, dir, NULL, &d, err, sizeof err) == NX_EINVAL && strstr(err, "different checkpoint"));
     CHECK(nx_drafter_load(m, "/nonexistent", NULL, &d, err, sizeof err) == NX_EIO && d == NULL);
     nx_model_free(m);
+    /* a config with two MTP layers: refused, not silently run with one */
+    dir = nx_test_fixture("mtp2", "--preset tiny --seed 3");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *cfg = nx_test_read_file(path, NULL), *p = cfg ? strstr(cfg, "\"mtp_num_hidden_layers\": 1") : NULL;
+    CHECK(p != NULL);
+    if (p) {
+        p[strlen("\"mtp_num_hidden_layers\": ")] = '2';
+        nx_test_write_file(path, cfg, strlen(cfg));
+        m = nx_test_model(dir, 1);
+        CHECK(m && nx_drafter_load(m, NULL, NULL, &d, err, sizeof err) == NX_EUNSUPPORTED && strstr(err, "mtp_num_hidden_layers"));
+        nx_model_free(m);
+    }
+    free(cfg);
 }
 
 static const nx_test tests[] = {
