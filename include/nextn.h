@@ -69,6 +69,7 @@ typedef struct {
     int n_full_attention, n_linear_attention;
     const char *layer_pattern;       /* one char per layer: 'L' GDN, 'A' attention */
     double rope_theta, rms_norm_eps;
+    int max_position_embeddings;
     int tie_word_embeddings;
     int has_mtp;                     /* mtp.* tensors present                   */
     int n_mtp_tensors;

@@ -26,6 +26,7 @@ struct nx_pool {
     int n_threads;                /* including the caller                      */
     pool_worker *workers;         /* n_threads - 1 entries                     */
     pthread_mutex_t mu;
+    pthread_mutex_t run_lock;     /* one multi-part job at a time (see pool.h)  */
     pthread_cond_t wake, done;
     atomic_uint_fast64_t generation;
     atomic_int pending;           /* workers still running the current job    */
@@ -81,6 +82,7 @@ nx_status nx_pool_new(int n_threads, nx_pool **out, char *err, size_t errlen) {
     if (!p) return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the thread pool");
     p->n_threads = n_threads;
     pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->run_lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
     if (n_threads > 1) {
@@ -109,6 +111,7 @@ void nx_pool_free(nx_pool *p) {
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->n_threads - 1 && p->workers; i++) pthread_join(p->workers[i].thread, NULL);
     pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->run_lock);
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->done);
     nx_free(p->workers);
@@ -126,6 +129,9 @@ void nx_pool_run(nx_pool *p, nx_range_fn fn, void *ctx, int64_t n, int64_t grain
         fn(ctx, 0, n, 0);
         return;
     }
+    /* A model (and its pool) may be shared by threads that each decode their
+     * own sequence: their jobs take turns. */
+    pthread_mutex_lock(&p->run_lock);
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
@@ -146,4 +152,5 @@ void nx_pool_run(nx_pool *p, nx_range_fn fn, void *ctx, int64_t n, int64_t grain
         while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done, &p->mu);
         pthread_mutex_unlock(&p->mu);
     }
+    pthread_mutex_unlock(&p->run_lock);
 }

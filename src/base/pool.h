@@ -6,7 +6,8 @@
  * runs range 0 itself), and returns when all are done. The split only decides
  * which thread computes which index; kernels compute each index the same way
  * whatever the split, so results do not depend on the thread count.
- * Calls must not be nested and one pool serves one caller thread at a time. */
+ * Calls must not be nested (a worker must not call nx_pool_run). Several
+ * caller threads may share a pool: their jobs run one after another. */
 #ifndef NX_BASE_POOL_H
 #define NX_BASE_POOL_H
 

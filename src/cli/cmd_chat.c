@@ -49,7 +49,9 @@ int cmd_chat_template(int argc, char **argv) {
     if (!tmpl && !(tok = cli_load_tokenizer(dir))) goto done;
     if (!(ct = cli_load_chat_template(tmpl, tok, dir))) goto done;
     nx_chat_request req = {mtext, ttext, gen, thinking ? strcmp(thinking, "on") == 0 : -1};
-    if (nx_chat_render(ct, &req, &out, err, sizeof err)) { cli_fail("%s", err); goto done; }
+    nx_status st = nx_chat_render(ct, &req, &out, err, sizeof err);
+    if (st == NX_EFORMAT) { cli_fail("%s / %s: %s", msgs, tools ? tools : "no tools", err); goto done; }
+    if (st) { cli_fail("%s", err); goto done; }
     fputs(out, stdout);
     rc = 0;
 done:

@@ -88,7 +88,7 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
             g->thinking = v;
         }
         else if (strcmp(a, "-n") == 0 || strcmp(a, "--max-tokens") == 0) {
-            if (cli_parse_int(v, 0, 1 << 24, &g->max_tokens)) return cli_usage_error("%s wants an integer >= 0, got '%s'", a, v);
+            if (cli_parse_int(v, 1, 1 << 24, &g->max_tokens)) return cli_usage_error("%s wants an integer in [1, %d], got '%s'", a, 1 << 24, v);
         } else if (strcmp(a, "--top-k") == 0) {
             if (cli_parse_int(v, 0, 1 << 24, &k)) return cli_usage_error("--top-k wants an integer >= 0, got '%s'", v);
             g->sp.top_k = (int)k;
@@ -261,7 +261,13 @@ int cmd_generate(int argc, char **argv) {
         cli_fail("%s: not a readable nextn checkpoint", g.load_state);
         goto done;
     }
-    int ctx = held + n_prompt + (int)g.max_tokens + NX_SPEC_MAX_DRAFT + 2;
+    int64_t ctx64 = (int64_t)held + n_prompt + g.max_tokens + NX_SPEC_MAX_DRAFT + 2;
+    if (ctx64 > in->max_position_embeddings) {
+        cli_fail("generate: %lld prompt and state tokens + -n %ld exceed the model's context of %d tokens", (long long)held + n_prompt,
+                 g.max_tokens, in->max_position_embeddings);
+        goto done;
+    }
+    int ctx = (int)ctx64;
     if (nx_spec_new(m, d, ctx, &so, &s, err, sizeof err) || (tok && nx_detok_stream_new(tok, 1, &ds, err, sizeof err)) ||
         (g.load_state && nx_spec_load(s, g.load_state, err, sizeof err))) {
         cli_fail("%s", err);
@@ -296,7 +302,7 @@ int cmd_generate(int argc, char **argv) {
     }
     /* decode time covers the tokens after the first (which comes from the
      * prefill logits) */
-    double prefill_tps = n_prompt ? n_prompt / (t1 - t0) : 0.0, decode_tps = n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0;
+    double prefill_tps = n_prompt && t1 > t0 ? n_prompt / (t1 - t0) : 0.0, decode_tps = n_gen > 1 && t2 > t1 ? (n_gen - 1) / (t2 - t1) : 0.0;
     const nx_spec_stats *st = nx_spec_get_stats(s);
     int k_max = g.draft > 0 ? g.draft : d ? (nx_drafter_block_size(d) - 1 > 4 ? nx_drafter_block_size(d) - 1 : 4) : 0;
     if (g.json) {

@@ -28,7 +28,9 @@ int cmd_inspect(int argc, char **argv) {
     for (int i = 0, o = 0; i < in->n_eos && o < (int)sizeof eos - 12; i++)
         o += snprintf(eos + o, sizeof eos - (size_t)o, "%s%d", i ? "," : "", in->eos_ids[i]);
     if (json) {
-        printf("{\"dir\":\"%s\",\"model_type\":\"%s\",\"layout\":\"%s\",\"weight_dtype\":\"%s\","
+        printf("{\"dir\":");
+        cli_json_string(stdout, in->dir, strlen(in->dir));
+        printf(",\"model_type\":\"%s\",\"layout\":\"%s\",\"weight_dtype\":\"%s\","
                "\"vocab_size\":%d,\"hidden_size\":%d,\"num_hidden_layers\":%d,\"intermediate_size\":%d,"
                "\"num_attention_heads\":%d,\"num_key_value_heads\":%d,\"head_dim\":%d,\"rotary_dim\":%d,"
                "\"linear_num_key_heads\":%d,\"linear_num_value_heads\":%d,\"linear_key_head_dim\":%d,"
@@ -36,7 +38,7 @@ int cmd_inspect(int argc, char **argv) {
                "\"full_attention_layers\":%d,\"linear_attention_layers\":%d,\"rope_theta\":%g,\"rms_norm_eps\":%g,"
                "\"tie_word_embeddings\":%s,\"mtp\":%s,\"mtp_tensors\":%d,\"eos_token_ids\":[%s],\"params\":%lld,"
                "\"weight_bytes\":%lld,\"files\":%d,\"tensors\":%d,\"quantization\":\"%s\"}\n",
-               in->dir, in->model_type, in->layout, in->weight_dtype, in->vocab_size, in->hidden_size, in->n_layers,
+               in->model_type, in->layout, in->weight_dtype, in->vocab_size, in->hidden_size, in->n_layers,
                in->intermediate_size, in->n_heads, in->n_kv_heads, in->head_dim, in->rotary_dim, in->linear_k_heads,
                in->linear_v_heads, in->linear_k_dim, in->linear_v_dim, in->conv_kernel, in->layer_pattern,
                in->n_full_attention, in->n_linear_attention, in->rope_theta, in->rms_norm_eps,

@@ -192,6 +192,12 @@ static nx_status parse_text(cfg_ctx *c, json_t *root, json_t *tc, cfg_model *out
     if (out->n_heads % out->n_kv_heads)
         return nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
                        c->file, out->n_heads, out->n_kv_heads);
+    /* one GDN layer's recurrent state is Hv*Dv*Dk floats; the largest Qwen3.5
+     * has 64*128*128. Far larger is a malformed config, refused before any
+     * allocation. */
+    if ((long long)out->linear_v_heads * out->linear_v_dim * out->linear_k_dim > (1LL << 28))
+        return nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: linear_num_value_heads x linear_value_head_dim x linear_key_head_dim = %lld is too large",
+                       c->file, (long long)out->linear_v_heads * out->linear_v_dim * out->linear_k_dim);
     if (out->linear_v_heads % out->linear_k_heads)
         return nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d",
                        c->file, out->linear_v_heads, out->linear_k_heads);
@@ -326,8 +332,10 @@ nx_status cfg_load_dir(const char *dir, cfg_model *out, char *err, size_t errlen
     json_t *g = json_loadb(text, len, 0, &je);
     nx_free(text);
     if (!g || !json_is_object(g)) {
+        nx_status st = g ? nx_fail(err, errlen, NX_EFORMAT, "%s: not a JSON object", path)
+                         : nx_fail(err, errlen, NX_EFORMAT, "%s: invalid JSON at line %d: %s", path, je.line, je.text);
         json_decref(g);
-        return nx_fail(err, errlen, NX_EFORMAT, "%s: invalid JSON at line %d: %s", path, je.line, je.text);
+        return st;
     }
     cfg_ctx c = {path, "", err, errlen};
     int r = add_eos(&c, json_object_get(g, "eos_token_id"), "eos_token_id", out);

@@ -271,6 +271,7 @@ static void fill_info(nx_model *m) {
     in->layer_pattern = m->layer_pattern;
     in->rope_theta = c->rope_theta;
     in->rms_norm_eps = c->rms_norm_eps;
+    in->max_position_embeddings = c->max_position_embeddings;
     in->tie_word_embeddings = c->tie_word_embeddings;
     in->n_eos = c->n_eos;
     in->eos_ids = c->eos_ids;

@@ -20,6 +20,7 @@
 
 #define CKPT_MAGIC "NXSPEC01"
 #define CKPT_VERSION 1
+#define CKPT_MAX_TOKENS (1 << 30) /* far above any context; keeps n + 1 + ... in int */
 
 typedef struct {
     char magic[8];
@@ -140,7 +141,7 @@ nx_status nx_spec_load(nx_spec *s, const char *path, char *err, size_t errlen) {
         goto done;
     }
     if (h.n_layers != want.n_layers || h.kvd != want.kvd || h.conv_floats != want.conv_floats || h.rec_floats != want.rec_floats ||
-        h.hidden != want.hidden || h.vocab != want.vocab || h.n < 1 || h.rows < 0 || h.n_defer < 0 || h.n_defer > SPEC_MAX_DEFER ||
+        h.hidden != want.hidden || h.vocab != want.vocab || h.n < 1 || h.n >= CKPT_MAX_TOKENS || h.rows < 0 || h.n_defer < 0 || h.n_defer > SPEC_MAX_DEFER ||
         (s->d && h.rows + h.n_defer > h.n) || h.rows > h.n || h.d1 < 0 || h.d1 >= want.vocab) {
         st = nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint's sizes do not fit this model", path);
         goto done;
@@ -188,7 +189,8 @@ int nx_spec_checkpoint_tokens(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return -1;
     ckpt_header h;
-    int ok = fread(&h, sizeof h, 1, f) == 1 && memcmp(h.magic, CKPT_MAGIC, 8) == 0 && h.version == CKPT_VERSION && h.n >= 1;
+    int ok = fread(&h, sizeof h, 1, f) == 1 && memcmp(h.magic, CKPT_MAGIC, 8) == 0 && h.version == CKPT_VERSION && h.n >= 1 &&
+             h.n < CKPT_MAX_TOKENS;
     fclose(f);
     return ok ? h.n + 1 : -1;
 }

@@ -71,8 +71,8 @@ nx_status mtp_load_from_dir(nx_drafter *d, const char *dir, char *err, size_t er
     }
     json_t *bs = json_object_get(root, "block_size");
     if (bs) {
-        if (!json_is_integer(bs) || json_integer_value(bs) < 2 || json_integer_value(bs) > MDL_CHUNK) {
-            st = nx_fail(err, errlen, NX_EFORMAT, "%s: block_size must be an integer in [2, %d]", path, MDL_CHUNK);
+        if (!json_is_integer(bs) || json_integer_value(bs) < 2 || json_integer_value(bs) > NX_SPEC_MAX_DRAFT + 1) {
+            st = nx_fail(err, errlen, NX_EFORMAT, "%s: block_size must be an integer in [2, %d]", path, NX_SPEC_MAX_DRAFT + 1);
             goto done;
         }
         d->block_size = (int)json_integer_value(bs);

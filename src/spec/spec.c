@@ -96,6 +96,7 @@ nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const
     s->opts.stop_ids = s->stop;
     s->auto_k = o.draft == NX_DRAFT_AUTO;
     s->k_max = !d ? 0 : s->auto_k ? (d->block_size - 1 > 4 ? d->block_size - 1 : 4) : k;
+    if (s->k_max > NX_SPEC_MAX_DRAFT) s->k_max = NX_SPEC_MAX_DRAFT; /* stats and drafts are sized by it */
     s->k_fixed = d ? (s->auto_k ? 1 : k) : 0;
     s->max_ctx = max_ctx;
     if (s->opts.accept == NX_ACCEPT_DEFAULT)
@@ -263,8 +264,14 @@ nx_status nx_spec_prefill(nx_spec *s, const int32_t *prompt, int n, int32_t *fir
 nx_status nx_spec_extend(nx_spec *s, const int32_t *tokens, int n, int32_t *first, char *err, size_t errlen) {
     if (s->state != SPEC_READY) return wrong_state(s, "extend", err, errlen);
     if (n < 0) return nx_fail(err, errlen, NX_EINVAL, "extend: %d tokens", n);
-    if (s->n + n + 2 > s->max_ctx)
+    if (n > s->max_ctx - s->n - 2)
         return nx_fail(err, errlen, NX_ERANGE, "extend: %d more tokens exceed the context of %d (%d held)", n, s->max_ctx, s->n + 1);
+    /* validated here, before anything moves: a bad id is a plain error, not a
+     * broken session */
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= s->m->cfg.vocab_size)
+            return nx_fail(err, errlen, NX_EINVAL, "extend: token %d at index %d is outside the vocabulary [0, %d)", tokens[i], i,
+                           s->m->cfg.vocab_size);
     double t0 = now_s();
     if (s->d) flush_deferred(s);
     if (n) memcpy(s->hist + s->n + 1, tokens, (size_t)n * sizeof *tokens); /* after the pending token */

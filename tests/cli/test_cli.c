@@ -137,6 +137,7 @@ static void bad_use_exits_2_with_one_line(void) {
         {"logits -m x --out y.npy", 2, "--tokens is required"},
         {"logits -m x --tokens 1,2,x --out y.npy", 2, "--tokens"},
         {"generate -m x --prompt-ids 1 -n -4", 2, "-n"},
+        {"generate -m x --prompt-ids 1 -n 0", 2, "-n"},
         {"generate -m x --prompt-ids 1 --temp hot", 2, "--temp"},
         {"generate -m x", 2, "exactly one of"},
         {"generate -m x -p hello", 1, "no tokenizer.json"},

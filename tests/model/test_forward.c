@@ -287,11 +287,64 @@ static void rollback_misuse_is_an_error(void) {
     nx_model_free(m);
 }
 
+#include <pthread.h>
+
+typedef struct {
+    nx_model *m;
+    const int32_t *tok;
+    int n;
+    float *logits;
+    int ok;
+} share_job;
+
+static void *share_main(void *arg) {
+    share_job *j = arg;
+    char err[256];
+    nx_state *s = NULL;
+    j->ok = nx_state_new(j->m, j->n, &s, err, sizeof err) == NX_OK;
+    nx_forward_out fo = {.logits = j->logits, .all_rows = 1};
+    for (int i = 0; j->ok && i < j->n; i++) { /* many small jobs: maximal interleaving */
+        fo.logits = j->logits + (size_t)i * nx_model_get_info(j->m)->vocab_size;
+        j->ok = nx_forward(j->m, s, j->tok + i, 1, &fo, err, sizeof err) == NX_OK;
+    }
+    nx_state_free(s);
+    return NULL;
+}
+
+/* Regression: sharing one model (and its thread pool) between threads that
+ * decode their own sequences once corrupted memory. */
+static void threads_can_share_a_model(void) {
+    nx_model *m = nx_test_model(golden_dir, 2);
+    if (!m) return;
+    enum { N = 24, THREADS = 3 };
+    size_t V = (size_t)nx_model_get_info(m)->vocab_size;
+    int32_t tok[THREADS][N];
+    share_job jobs[THREADS];
+    pthread_t th[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        nx_test_tokens(tok[t], N, (int)V, 40u + (unsigned)t);
+        jobs[t] = (share_job){m, tok[t], N, malloc(N * V * 4), 0};
+        pthread_create(&th[t], NULL, share_main, &jobs[t]);
+    }
+    for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+    float *want = malloc(N * V * 4);
+    for (int t = 0; t < THREADS; t++) {
+        CHECK(jobs[t].ok);
+        share_job alone = {m, tok[t], N, want, 0};
+        share_main(&alone);
+        CHECKF(alone.ok && memcmp(want, jobs[t].logits, N * V * 4) == 0, "thread %d differs from running alone", t);
+        free(jobs[t].logits);
+    }
+    free(want);
+    nx_model_free(m);
+}
+
 static const nx_test tests[] = {
     {"any_split_is_bit_identical", "one call, single steps and verify-sized blocks give bit-identical rows", any_split_is_bit_identical},
     {"rollback_equals_plain_decoding_of_the_kept_tokens", "after a verify block, rollback to any prefix decodes bit-identically", rollback_equals_plain_decoding_of_the_kept_tokens},
     {"rollback_misuse_is_an_error", "rollback without a record, bad keep, oversized block: errors, state kept", rollback_misuse_is_an_error},
     {"thread_count_does_not_change_results", "1, 2 and 3 threads give bit-identical logits", thread_count_does_not_change_results},
+    {"threads_can_share_a_model", "three threads decoding their own sequences on one model match running alone", threads_can_share_a_model},
     {"decode_does_not_allocate", "prefill and decode run under the no-allocation guard", decode_does_not_allocate},
     {"bad_calls_are_errors_that_keep_the_state", "bad token, full context, empty call: errors, state unchanged", bad_calls_are_errors_that_keep_the_state},
     {"hf_and_mlx_layouts_give_the_same_logits", "raw HF (1+w) and MLX (+1 baked, conv [CD,K,1]) files agree", hf_and_mlx_layouts_give_the_same_logits},

@@ -115,6 +115,16 @@ static void foreign_and_damaged_checkpoints_are_refused(void) {
         CHECK(nx_spec_prefill(s, prompt, 6, &first, err, sizeof err) == NX_OK && first == out[0]);
         nx_spec_free(s);
     }
+    /* a forged token count (near INT32_MAX) must not size any read */
+    if (bytes) {
+        int32_t forged = 0x7ffffffe;
+        memcpy(bytes + 32, &forged, 4); /* ckpt_header.n */
+        nx_test_write_file(bad, bytes, n);
+        CHECK(nx_spec_checkpoint_tokens(bad) == -1);
+        s = session(m, d, 2);
+        CHECK(nx_spec_load(s, bad, err, sizeof err) == NX_EFORMAT);
+        nx_spec_free(s);
+    }
     free(bytes);
     CHECK(nx_spec_checkpoint_tokens("/nonexistent.ckpt") == -1);
 out:

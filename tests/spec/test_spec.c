@@ -406,6 +406,11 @@ static void protocol_misuse_is_an_error(void) {
     CHECK(nx_spec_verify(s, err, sizeof err) == NX_OK); /* verify from READY: a plain step */
     CHECK(nx_spec_commit(s, em, &ne, err, sizeof err) == NX_OK && ne == 1);
     CHECK(nx_spec_step(s, 0, em, &ne, err, sizeof err) == NX_EINVAL);
+    /* a bad id in extend is a plain error: the session goes on */
+    int32_t bad_turn[2] = {5, 1 << 30};
+    CHECK(nx_spec_extend(s, bad_turn, 2, &b, err, sizeof err) == NX_EINVAL && strstr(err, "index 1"));
+    CHECK(nx_spec_extend(s, bad_turn, 1, &b, err, sizeof err) == NX_OK);
+    CHECK(nx_spec_step(s, 3, em, &ne, err, sizeof err) == NX_OK && ne >= 1);
     nx_spec_close(s);
     CHECK(nx_spec_draft(s, 1, dr, &nd, err, sizeof err) == NX_ESTATE && strstr(err, "closed"));
     CHECK(nx_spec_step(s, 4, em, &ne, err, sizeof err) == NX_ESTATE);
@@ -442,6 +447,13 @@ static void drafter_errors_name_the_problem(void) {
     nx_test_write_file(path, bad_h, strlen(bad_h));
     CHECK(nx_drafter_load(m, dir, NULL, &d, err, sizeof err) == NX_EINVAL && strstr(err, "different checkpoint"));
     CHECK(nx_drafter_load(m, "/nonexistent", NULL, &d, err, sizeof err) == NX_EIO && d == NULL);
+    nx_model_free(m);
+    /* a drafter directory whose block_size exceeds what a round can verify */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    const char *big = "{\"model_type\":\"qwen3_5_mtp\",\"block_size\":20,\"text_config\":{\"model_type\":\"qwen3_5_text\",\"hidden_size\":128}}";
+    nx_test_write_file(path, big, strlen(big));
+    m = nx_test_model(nx_test_fixture("bs-target", "--preset tiny --seed 3"), 1);
+    CHECK(m && nx_drafter_load(m, dir, NULL, &d, err, sizeof err) == NX_EFORMAT && strstr(err, "block_size"));
     nx_model_free(m);
     /* a config with two MTP layers: refused, not silently run with one */
     dir = nx_test_fixture("mtp2", "--preset tiny --seed 3");
