@@ -275,6 +275,8 @@ nx_status nx_spec_load(nx_spec *s, const char *path, char *err, size_t errlen);
 int nx_spec_checkpoint_tokens(const char *path);
 
 const nx_spec_stats *nx_spec_get_stats(const nx_spec *s);
+/* The most drafts a round of this session proposes (0 without a drafter). */
+int nx_spec_max_draft(const nx_spec *s);
 /* Tokens of the sequence so far (prompt + emitted). */
 int nx_spec_length(const nx_spec *s);
 

@@ -304,7 +304,7 @@ int cmd_generate(int argc, char **argv) {
      * prefill logits) */
     double prefill_tps = n_prompt && t1 > t0 ? n_prompt / (t1 - t0) : 0.0, decode_tps = n_gen > 1 && t2 > t1 ? (n_gen - 1) / (t2 - t1) : 0.0;
     const nx_spec_stats *st = nx_spec_get_stats(s);
-    int k_max = g.draft > 0 ? g.draft : d ? (nx_drafter_block_size(d) - 1 > 4 ? nx_drafter_block_size(d) - 1 : 4) : 0;
+    int k_max = nx_spec_max_draft(s);
     if (g.json) {
         printf("{\"prompt_ids\":[");
         print_ids(stdout, prompt, n_prompt);

@@ -151,6 +151,7 @@ void nx_spec_free(nx_spec *s) {
 }
 
 const nx_spec_stats *nx_spec_get_stats(const nx_spec *s) { return &s->stats; }
+int nx_spec_max_draft(const nx_spec *s) { return s->k_max; }
 int nx_spec_length(const nx_spec *s) { return s->state == SPEC_FRESH || s->state == SPEC_CLOSED ? 0 : s->n + 1; }
 
 static int is_stop(const nx_spec *s, int32_t t) {
