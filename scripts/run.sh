@@ -1,20 +1,17 @@
 #!/usr/bin/env bash
-# The main job: build nextn and generate with MTP speculative decoding from
-# the default model. Until the trained default model is bundled
-# (models/default), this creates a small random Qwen3.5 checkpoint whose MTP
-# head is built to copy a bigram version of the target (nextn-fixture
-# --copy-head), so drafts are partly accepted; it has no tokenizer, so the
-# prompt and the output are token ids. Extra arguments go to `nextn generate`
-# (e.g. -n 200 --draft auto, or --mtp off to compare).
+# The main job: build nextn and generate text with MTP speculative decoding
+# from the bundled default model (models/default: a 5.7 M-parameter Qwen3.5
+# with its MTP head, trained on the King James Bible by tools/train/run.sh).
+# `nextn generate` with no -m uses that model. Prints the acceptance
+# statistics after the text. Extra arguments go to `nextn generate`, e.g.
+#   bash scripts/run.sh -p "Blessed are" -n 300 --draft 3
+#   bash scripts/run.sh --mtp off          # plain decoding, to compare
+#   bash scripts/run.sh --temp 0.7 --top-p 0.8 --seed 1 --accept rejection
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 dir=$(scripts/build.sh release)
-model=models/default
-if [ ! -f "$model/config.json" ]; then
-  model=models/fixture-tiny-copy
-  [ -f "$model/config.json" ] || "$dir/nextn-fixture" --preset tiny --seed 1 --copy-head 0.05 --out "$model" >/dev/null
-  echo "nextn: no bundled model yet; using the random fixture $model (copy-head MTP)" >&2
-fi
-"$dir/nextn" inspect -m "$model"
-exec "$dir/nextn" generate -m "$model" --prompt-ids 1,2,3,4,5,6,7,8 -n 64 --ignore-eos --stats "$@"
+prompt="And God said unto Moses,"
+for a in "$@"; do case $a in -p|--prompt|-f|--file|--prompt-ids|--load-state) prompt=;; esac; done
+if [ -n "$prompt" ]; then set -- -p "$prompt" "$@"; fi
+exec "$dir/nextn" generate -n 200 --echo --stats "$@"

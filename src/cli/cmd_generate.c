@@ -34,6 +34,7 @@ static const char *generate_help =
     "  --save-state F     write the session (target state, drafter entries, sequence) to F\n"
     "  --load-state F     continue the session saved in F: the prompt, if any, is appended\n"
     "                     after it as tokens (no chat rendering), then generation goes on\n"
+    "  --echo             print the prompt's text before the generated text\n"
     "  --json             print one JSON object {prompt_ids, ids, text, stats} at the end\n"
     "Output is text when DIR has a tokenizer.json (special tokens left out), else token ids.\n"
     "  --stats            print prefill / decode speed to stderr\n";
@@ -45,7 +46,7 @@ typedef struct {
     nx_accept_mode accept;
     long max_tokens;
     nx_sampling sp;
-    int json, stats, ignore_eos, chat, parse_special;
+    int json, stats, ignore_eos, chat, parse_special, echo;
 } gen_opts;
 
 static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
@@ -59,6 +60,7 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { fputs(generate_help, stdout); return -1; }
         if (strcmp(a, "--json") == 0) { g->json = 1; continue; }
         if (strcmp(a, "--stats") == 0) { g->stats = 1; continue; }
+        if (strcmp(a, "--echo") == 0) { g->echo = 1; continue; }
         if (strcmp(a, "--ignore-eos") == 0) { g->ignore_eos = 1; continue; }
         if (strcmp(a, "--chat") == 0) { g->chat = 1; continue; }
         if (strcmp(a, "--parse-special") == 0) { g->parse_special = 1; continue; }
@@ -272,6 +274,13 @@ int cmd_generate(int argc, char **argv) {
         (g.load_state && nx_spec_load(s, g.load_state, err, sizeof err))) {
         cli_fail("%s", err);
         goto done;
+    }
+    if (g.echo && !g.json && tok && n_prompt > 0) {
+        char *ptext = NULL;
+        size_t plen = 0;
+        if (nx_detokenize(tok, prompt, n_prompt, 1, &ptext, &plen, err, sizeof err)) { cli_fail("%s", err); goto done; }
+        fwrite(ptext, 1, plen, stdout);
+        nx_free(ptext);
     }
     double t0 = cli_now(), t1 = t0;
     int stopped = 0;

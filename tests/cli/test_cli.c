@@ -3,6 +3,8 @@
  * and exit codes with one-line errors for bad use. */
 #include "test.h"
 
+#include <ctype.h>
+
 #include <jansson.h>
 
 #define GOLDEN NX_TEST_DATA "/golden/llamacpp-tiny-a-untied-bf16"
@@ -383,7 +385,34 @@ static void logits_mtp_out_matches_llamacpp(void) {
     free(l), free(ref), free(seq), free(gen), free(prompt);
 }
 
+/* The README's main command: no -m means the bundled model (models/default),
+ * whose tokenizer turns the prompt and the output into text; MTP is on. */
+static void generate_defaults_to_the_bundled_model(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-default"));
+    CHECK(nextn("generate -p 'And God said unto Moses,' -n 60 --echo --stats") == 0);
+    char *out = captured("stdout"), *err = captured("stderr");
+    const char *prompt = "And God said unto Moses,";
+    CHECKF(strncmp(out, prompt, strlen(prompt)) == 0, "the echoed prompt starts the output: %.60s", out);
+    /* text in the corpus's style: words of plain English, not ids or bytes */
+    int letters = 0, spaces = 0, odd = 0;
+    for (const char *p = out + strlen(prompt); *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        letters += isalpha(c) != 0, spaces += c == ' ';
+        odd += !(isalpha(c) || isspace(c) || strchr(",.;:?!'()-", c));
+    }
+    CHECKF(letters > 100 && spaces > 20 && odd == 0, "letters %d, spaces %d, other bytes %d: %s", letters, spaces, odd, out);
+    CHECKF(strstr(out + strlen(prompt), " the ") || strstr(out + strlen(prompt), " and "), "%s", out);
+    CHECKF(strstr(err, "mtp: accepted") != NULL, "%s", err);
+    json_t *j = run_json("generate -p 'And God said unto Moses,' -n 60 --json");
+    double acc = json_real_value(json_object_get(json_object_get(j, "mtp"), "acceptance"));
+    CHECKF(j && acc > 0.3, "acceptance %.3f", acc);
+    json_decref(j);
+    free(out), free(err);
+}
+
 static const nx_test tests[] = {
+    {"generate_defaults_to_the_bundled_model", "no -m: models/default, text in, readable text out, MTP stats",
+     generate_defaults_to_the_bundled_model},
     {"logits_command_writes_golden_npy", "nextn logits writes [L,V] and [L,H] .npy files matching llama.cpp", logits_command_writes_golden_npy},
     {"inspect_json_describes_the_checkpoint", "nextn inspect --json reports dims, pattern, dtype, MTP, layout", inspect_json_describes_the_checkpoint},
     {"generate_greedy_matches_llamacpp", "nextn generate greedy ids equal llama.cpp's; --json and --stats", generate_greedy_matches_llamacpp},
