@@ -183,6 +183,7 @@ static void greedy_speculative_runs_match_the_training_side(void) {
                     np_out += got;
                 }
             }
+            nx_spec_free(p);
             CHECK(np_out == n_gen && memcmp(out, plain, (size_t)n_gen * sizeof *out) == 0);
             json_t *ref = json_array_get(json_object_get(theirs, "outputs"), (size_t)i);
             int same = (int)json_array_size(ref) == n_gen;
