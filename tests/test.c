@@ -45,6 +45,30 @@ const char *nx_test_tmpdir(const char *name) {
     return path;
 }
 
+int nx_test_nextn(const char *dir, const char *args) {
+    return nx_test_system("'%s' %s > '%s/stdout' 2> '%s/stderr'", NX_NEXTN_BIN, args, dir, dir);
+}
+
+char *nx_test_captured(const char *dir, const char *which) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, which);
+    char *s = nx_test_read_file(path, NULL);
+    return s ? s : calloc(1, 1);
+}
+
+uint64_t nx_test_rng_next(nx_test_rng *r) {
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 0x2545F4914F6CDD1DULL;
+}
+
+float nx_test_rng_normal(nx_test_rng *r, float sigma) {
+    double u1 = ((double)(nx_test_rng_next(r) >> 11) + 1.0) * 0x1p-53;   /* away from 0 for the log */
+    double u2 = (double)(nx_test_rng_next(r) >> 11) * 0x1p-53;
+    return (float)(sigma * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
 int nx_test_write_file(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return -1;

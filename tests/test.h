@@ -12,6 +12,7 @@
 #define NX_TESTS_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,18 @@ int nx_test_write_file(const char *path, const void *data, size_t n);
 void *nx_test_read_file(const char *path, size_t *n);
 /* Runs a shell command, returns its exit status (0 = success). */
 int nx_test_system(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Runs `nextn ARGS` (the CLI built with the tests) with its stdout and
+ * stderr captured into dir/stdout and dir/stderr; returns its exit status. */
+int nx_test_nextn(const char *dir, const char *args);
+/* The text of dir/<which> (caller frees); "" if it is missing. */
+char *nx_test_captured(const char *dir, const char *which);
+
+/* Deterministic test inputs: xorshift64* (seed with any nonzero value). */
+typedef struct { uint64_t s; } nx_test_rng;
+uint64_t nx_test_rng_next(nx_test_rng *r);
+/* A draw from N(0, sigma^2) by Box-Muller. */
+float nx_test_rng_normal(nx_test_rng *r, float sigma);
 
 /* Reads a 2-D (or 1-D, as [1, n]) little-endian float32 .npy file; caller
  * frees. NULL on any error. A 3-D file returns its first axis folded into rows. */

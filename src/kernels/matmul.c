@@ -1,5 +1,5 @@
 /* matmul.c — dense matrix products over f32/bf16/f16 weights and the f32 vector
- * primitives (see matmul.h).
+ * primitives (see matmul.h). Affine quantized weights are dispatched to quant.c.
  *
  * Every kernel exists twice: a scalar `_ref` twin, which is the definition, and
  * an AVX2+FMA+F16C version compiled per function with a target attribute (the
@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "base/fp16.h"
+#include "kernels/quant.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define KN_HAVE_X86 1
@@ -43,7 +44,7 @@ __attribute__((unused)) static int kn_dtype_ok(nx_dtype dt) {
 
 static void assert_matmul_args(const kn_mat *w, const float *x, int64_t ldx, int T, const float *y,
                                int64_t ldy, int64_t r0, int64_t r1) {
-    assert(w != NULL && kn_dtype_ok(w->dtype));
+    assert(w != NULL && (w->bits == 0 ? kn_dtype_ok(w->dtype) : kn_affine_valid(w)));
     assert(w->rows >= 0 && w->cols >= 0);
     assert(0 <= r0 && r0 <= r1 && r1 <= w->rows);
     assert(T >= 0);
@@ -88,6 +89,10 @@ static double dot_ref(const void *w, nx_dtype dt, const float *x, int64_t n) {
 void kn_matmul_rows_ref(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                         int64_t r0, int64_t r1) {
     assert_matmul_args(w, x, ldx, T, y, ldy, r0, r1);
+    if (w->bits) {
+        kn_affine_matmul_rows_ref(w, x, ldx, T, y, ldy, r0, r1);
+        return;
+    }
     const int64_t n = w->cols;
     const size_t row_bytes = (size_t)n * nx_dtype_size(w->dtype);
     for (int64_t r = r0; r < r1; r++) {
@@ -146,7 +151,12 @@ void kn_to_f32(nx_dtype dt, const void *src, float *dst, int64_t n) {
 }
 
 void kn_mat_row_f32(const kn_mat *w, int64_t row, float *out) {
-    assert(w != NULL && kn_dtype_ok(w->dtype) && 0 <= row && row < w->rows);
+    assert(w != NULL);
+    if (w->bits) {
+        kn_affine_row_f32(w, row, out);
+        return;
+    }
+    assert(kn_dtype_ok(w->dtype) && 0 <= row && row < w->rows);
     const size_t row_bytes = (size_t)w->cols * nx_dtype_size(w->dtype);
     kn_to_f32(w->dtype, (const char *)w->data + (size_t)row * row_bytes, out, w->cols);
 }
@@ -281,6 +291,10 @@ static void matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, int T
                              int64_t r0, int64_t r1) {
     assert_matmul_args(w, x, ldx, T, y, ldy, r0, r1);
     if (T == 0 || r0 == r1) return;
+    if (w->bits) {
+        kn_affine_matmul_rows_avx2(w, x, ldx, T, y, ldy, r0, r1);
+        return;
+    }
     switch (w->dtype) {
     case NX_DT_F32: matmul_rows_f32_avx2(w, x, ldx, T, y, ldy, r0, r1); break;
     case NX_DT_BF16: matmul_rows_bf16_avx2(w, x, ldx, T, y, ldy, r0, r1); break;

@@ -2,8 +2,9 @@
  * the small vector primitives the model ops are built from.
  *
  * Layout: a weight matrix W is row-major [rows, cols] exactly as stored in the
- * checkpoint (PyTorch Linear: row o is the weight vector of output o), in
- * f32, bf16 or f16. Activations are f32.
+ * checkpoint (PyTorch Linear: row o is the weight vector of output o), dense in
+ * f32, bf16 or f16, or MLX "affine" quantized (bits > 0; the format, the
+ * quantizer and the kernels are in quant.h). Activations are f32.
  *
  * Bit-exactness contract (speculative decoding relies on it): the value of
  * Y[t][r] depends only on W row r and X row t — never on T, on the row range
@@ -21,12 +22,24 @@
 #include <stdint.h>
 #include "base/dtype.h"
 
-/* A weight matrix view: data points into mapped checkpoint memory (not owned),
- * aligned to its element size. */
+/* A weight matrix view: data (and scales, biases) point into mapped checkpoint
+ * memory (not owned). Dense data is aligned to its element size; affine
+ * buffers need no alignment. A zero-initialised view with data, dtype, rows
+ * and cols set is a dense matrix.
+ *
+ * Affine (bits > 0; MLX, spec §2.6.1, quant.h): row r's codes are a
+ * little-endian bit stream starting at word r * (cols * bits / 32) of data;
+ * element c is the bit field [c*bits, (c+1)*bits) of that stream, and its value
+ * is scale[r][c / group] * q + bias[r][c / group], evaluated as one f32 fused
+ * multiply-add. cols is a multiple of group. */
 typedef struct {
-    const void *data;
-    nx_dtype dtype;        /* NX_DT_F32, NX_DT_BF16 or NX_DT_F16 */
-    int64_t rows, cols;
+    const void *data;      /* dense: elements; affine: uint32 words of packed codes          */
+    nx_dtype dtype;        /* NX_DT_F32, NX_DT_BF16 or NX_DT_F16; NX_DT_U32 when bits > 0    */
+    int64_t rows, cols;    /* logical shape: cols counts elements, not words                 */
+    int bits;              /* 0: dense. Affine (MLX, spec §2.6.1): 2, 3, 4, 5, 6 or 8        */
+    int group;             /* affine: elements per scale/bias group: 32, 64 or 128           */
+    const void *scales, *biases;  /* affine: [rows, cols / group] each, in sdtype           */
+    nx_dtype sdtype;       /* affine: NX_DT_F32, NX_DT_BF16 or NX_DT_F16                     */
 } kn_mat;
 
 /* Selects the implementation of every kernel; call once at startup (more calls
@@ -36,11 +49,15 @@ int kn_init(int force_reference);
 const char *kn_impl_name(void);
 
 /* Y[t*ldy + r] = sum_c W[r][c] * X[t*ldx + c]   for t in [0,T), r in [r0,r1).
- * A row-range worker: the caller splits [0, rows) across threads. */
+ * A row-range worker: the caller splits [0, rows) across threads. W may be
+ * dense or affine; an affine product equals, bit for bit, the same twin's
+ * product with the f32 matrix of dequantized weights (kn_mat_row_f32). */
 void kn_matmul_rows(const kn_mat *w, const float *x, int64_t ldx, int T,
                     float *y, int64_t ldy, int64_t r0, int64_t r1);
 
-/* Converts row `row` of w to f32 (embedding lookup): out[0..cols). */
+/* Converts row `row` of w to f32 (embedding lookup): out[0..cols). An affine
+ * row is dequantized: out[c] = fmaf(scale, q, bias), the weights the matmul
+ * uses. */
 void kn_mat_row_f32(const kn_mat *w, int64_t row, float *out);
 
 /* Converts n stored elements of type dt at src to f32 (src may be unaligned). */

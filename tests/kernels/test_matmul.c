@@ -43,38 +43,24 @@ static double format_tol(nx_dtype dt) {
 
 /* ---- Inputs ------------------------------------------------------------ */
 
-typedef struct { uint64_t s; } rng;
-
-static uint64_t rng_next(rng *r) {   /* xorshift64* */
-    r->s ^= r->s >> 12;
-    r->s ^= r->s << 25;
-    r->s ^= r->s >> 27;
-    return r->s * 0x2545F4914F6CDD1DULL;
-}
-
-/* A normal draw by Box-Muller; u1 is kept away from 0 for the log. */
-static float rng_normal(rng *r, float sigma) {
-    double u1 = ((double)(rng_next(r) >> 11) + 1.0) * 0x1p-53;
-    double u2 = (double)(rng_next(r) >> 11) * 0x1p-53;
-    return (float)(sigma * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
+/* Inputs come from nx_test_rng (test.h). */
 
 /* A [rows, cols] matrix of format dt with weights ~N(0, WEIGHT_SIGMA); free
  * m->data with free(). */
-static kn_mat make_weights(rng *r, nx_dtype dt, int64_t rows, int64_t cols) {
+static kn_mat make_weights(nx_test_rng *r, nx_dtype dt, int64_t rows, int64_t cols) {
     size_t es = nx_dtype_size(dt), n = (size_t)(rows * cols);
     void *data = malloc(n * es + 1);
     for (size_t i = 0; i < n; i++) {
-        float v = rng_normal(r, WEIGHT_SIGMA);
+        float v = nx_test_rng_normal(r, WEIGHT_SIGMA);
         if (dt == NX_DT_F32) ((float *)data)[i] = v;
         else ((uint16_t *)data)[i] = dt == NX_DT_BF16 ? nx_f32_to_bf16(v) : nx_f32_to_f16(v);
     }
-    return (kn_mat){data, dt, rows, cols};
+    return (kn_mat){.data = data, .dtype = dt, .rows = rows, .cols = cols};
 }
 
-static float *make_acts(rng *r, int64_t n) {
+static float *make_acts(nx_test_rng *r, int64_t n) {
     float *x = malloc((size_t)n * sizeof *x + 1);
-    for (int64_t i = 0; i < n; i++) x[i] = rng_normal(r, ACT_SIGMA);
+    for (int64_t i = 0; i < n; i++) x[i] = nx_test_rng_normal(r, ACT_SIGMA);
     return x;
 }
 
@@ -116,7 +102,8 @@ static void test_matmul_ref_computes_a_hand_checked_product(void) {
     for (int f = 0; f < 3; f++) {
         uint16_t wh[6];
         for (int i = 0; i < 6; i++) wh[i] = formats[f] == NX_DT_BF16 ? nx_f32_to_bf16(wf[i]) : nx_f32_to_f16(wf[i]);
-        kn_mat w = {formats[f] == NX_DT_F32 ? (const void *)wf : (const void *)wh, formats[f], 3, 2};
+        kn_mat w = {.data = formats[f] == NX_DT_F32 ? (const void *)wf : (const void *)wh, .dtype = formats[f], .rows = 3,
+                    .cols = 2};
         for (int simd = 0; simd < 2; simd++) {
             float y[2][3];
             if (simd) { use_simd(); kn_matmul_rows(&w, x, 2, 2, &y[0][0], 3, 0, 3); }
@@ -131,7 +118,7 @@ static void test_matmul_ref_computes_a_hand_checked_product(void) {
 
 static void test_matmul_simd_matches_reference_for_every_format_and_length(void) {
     enum { ROWS = 13, T = 5 };   /* odd row count; T = 5 is a 3-row SIMD block plus a 2-row one */
-    rng r = {0x9E3779B97F4A7C15ULL};
+    nx_test_rng r = {0x9E3779B97F4A7C15ULL};
     use_simd();
     for (int f = 0; f < 3; f++) {
         for (int li = 0; li < N_LENGTHS; li++) {
@@ -199,7 +186,7 @@ static void check_bit_exact(const kn_mat *w, const float *x, int64_t ldx, const 
 static void test_matmul_rows_are_bit_identical_whatever_t_and_row_range(void) {
     enum { ROWS = 37 };   /* odd, and not a multiple of any chunk size */
     static const int64_t cols[] = {1, 7, 33, 255, 1023};
-    rng r = {0xD1B54A32D192ED03ULL};
+    nx_test_rng r = {0xD1B54A32D192ED03ULL};
     for (int f = 0; f < 3; f++) {
         for (int ci = 0; ci < 5; ci++) {
             int64_t n = cols[ci], ldx = n + 3;   /* odd stride: rows of X unaligned */
@@ -221,7 +208,7 @@ static void test_matmul_rows_are_bit_identical_whatever_t_and_row_range(void) {
 }
 
 static void test_matmul_with_no_rows_or_no_tokens_writes_nothing(void) {
-    rng r = {7};
+    nx_test_rng r = {7};
     kn_mat w = make_weights(&r, NX_DT_BF16, 4, 16);
     float *x = make_acts(&r, 16), y[4] = {1, 2, 3, 4};
     for (int simd = 1; simd >= 0; simd--) {
@@ -232,7 +219,7 @@ static void test_matmul_with_no_rows_or_no_tokens_writes_nothing(void) {
         CHECK(y[0] == 1 && y[1] == 2 && y[2] == 3 && y[3] == 4);
     }
     /* Zero columns: the empty sum is 0. */
-    kn_mat w0 = {w.data, NX_DT_F16, 4, 0};
+    kn_mat w0 = {.data = w.data, .dtype = NX_DT_F16, .rows = 4, .cols = 0};
     kn_matmul_rows(&w0, x, 0, 1, y, 4, 0, 4);
     CHECK(y[0] == 0 && y[3] == 0);
     kn_init(0);
@@ -252,7 +239,7 @@ static void test_matmul_reads_every_bf16_and_f16_pattern_exactly(void) {
     const float ones[COLS] = {1, 1, 1, 1, 1, 1, 1, 1};
     for (int p = 0; p < ROWS; p++) wd[p * COLS + p % COLS] = (uint16_t)p;
     for (int f = 1; f < 3; f++) {
-        kn_mat w = {wd, formats[f], ROWS, COLS};
+        kn_mat w = {.data = wd, .dtype = formats[f], .rows = ROWS, .cols = COLS};
         for (int simd = 1; simd >= 0; simd--) {
             if (simd) use_simd();
             else kn_init(1);
@@ -284,7 +271,7 @@ static void test_row_and_buffer_conversions_are_exact_for_every_pattern(void) {
     for (int f = 1; f < 3; f++) {
         nx_dtype dt = formats[f];
         for (int via_row = 1; via_row >= 0; via_row--) {
-            kn_mat w = {pat, dt, 2, N / 2};   /* row 1 holds the upper half of the patterns */
+            kn_mat w = {.data = pat, .dtype = dt, .rows = 2, .cols = N / 2};   /* row 1 holds the upper half of the patterns */
             memset(out, 0, N * sizeof *out);
             if (via_row) {
                 kn_mat_row_f32(&w, 0, out);
@@ -302,7 +289,7 @@ static void test_row_and_buffer_conversions_are_exact_for_every_pattern(void) {
         }
     }
     /* f32 is a copy, bit for bit, from an unaligned source too. */
-    rng r = {11};
+    nx_test_rng r = {11};
     float *x = make_acts(&r, 1023);
     memcpy(unaligned + 1, x, 1023 * sizeof(float));
     kn_to_f32(NX_DT_F32, unaligned + 1, out, 1023);
@@ -314,7 +301,7 @@ static void test_row_and_buffer_conversions_are_exact_for_every_pattern(void) {
 }
 
 static void test_dot_f32_simd_matches_double_reference(void) {
-    rng r = {0xA0761D6478BD642FULL};
+    nx_test_rng r = {0xA0761D6478BD642FULL};
     use_simd();
     for (int li = 0; li < N_LENGTHS; li++) {
         int64_t n = lengths[li];
@@ -337,13 +324,13 @@ static void test_dot_f32_simd_matches_double_reference(void) {
 /* axpy multiplies then adds in both twins and scale is one multiply, so the
  * twins agree bit for bit (no tolerance needed). */
 static void test_axpy_and_scale_simd_match_reference_bit_for_bit(void) {
-    rng r = {0xE7037ED1A0B428DBULL};
+    nx_test_rng r = {0xE7037ED1A0B428DBULL};
     use_simd();
     for (int li = 0; li < N_LENGTHS; li++) {
         int64_t n = lengths[li];
         float *x = make_acts(&r, n + 1), *y0 = make_acts(&r, n + 1);
         float *ys = malloc((size_t)(n + 1) * sizeof *ys), *yr = malloc((size_t)(n + 1) * sizeof *yr);
-        float a = rng_normal(&r, ACT_SIGMA);
+        float a = nx_test_rng_normal(&r, ACT_SIGMA);
         for (int off = 0; off < 2; off++) {   /* off = 1: unaligned x and y */
             memcpy(ys, y0, (size_t)(n + 1) * sizeof *ys);
             memcpy(yr, y0, (size_t)(n + 1) * sizeof *yr);
@@ -364,7 +351,7 @@ static void test_axpy_and_scale_simd_match_reference_bit_for_bit(void) {
 static void test_public_kernels_follow_force_reference(void) {
     /* With force_reference the public names must give the _ref results
      * exactly, including the dot product, whose SIMD order differs. */
-    rng r = {3};
+    nx_test_rng r = {3};
     float *a = make_acts(&r, 1023), *b = make_acts(&r, 1023);
     kn_mat w = make_weights(&r, NX_DT_BF16, 3, 1023);
     float y[3], yr[3];

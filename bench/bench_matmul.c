@@ -1,0 +1,147 @@
+/* bench_matmul.c — weight streaming rate of kn_matmul_rows, dense and affine.
+ *
+ *   bench-matmul [MB] [REPS] [TS]   MB: bytes of weights per matrix (default 256)
+ *                                   REPS: timed calls per case (default 7)
+ *                                   TS: activation row counts, e.g. 1,2,4,8 (default 1,4)
+ *
+ * For dense bf16 and affine q2..q8 (group 64, bf16 scales and biases), one
+ * matrix of 4096 columns and as many rows as fill MB megabytes (so it streams
+ * from DRAM, not from cache), filled with random bytes (the rate does not
+ * depend on the values; no quantizer run). Each case times REPS calls of
+ * kn_matmul_rows over all rows on ONE thread, after one untimed warm-up, and
+ * prints the median as GB/s of weight bytes streamed (codes + scales + biases
+ * for affine) and as G weights/s (the rate a model's decode step sees), plus
+ * the fastest call's G weights/s (less disturbed by other load), by
+ * default at T = 1 and T = 4 (T = 4: a verify block of 3 drafts). Pass force_reference
+ * through NEXTN_BENCH_REF=1 to time the scalar twins instead.
+ * Do not run it while a build is running; say how busy the machine was.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+
+#define COLS 4096
+#define GROUP 64
+#define MAX_T 16
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
+static uint64_t rng_next(void) {   /* xorshift64* */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545F4914F6CDD1DULL;
+}
+
+/* n bytes of random data (malloc'd). */
+static void *random_bytes(size_t n) {
+    unsigned char *p = malloc(n);
+    if (!p) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint64_t v = rng_next();
+        memcpy(p + i, &v, 8);
+    }
+    for (size_t i = n & ~(size_t)7; i < n; i++) p[i] = (unsigned char)rng_next();
+    return p;
+}
+
+/* n bf16 values in [0.001, 0.002) (scales) or [-0.1, 0) (biases). */
+static uint16_t *random_bf16(size_t n, float lo, float hi) {
+    uint16_t *p = malloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) {
+        float v = lo + (hi - lo) * (float)(rng_next() >> 40) * 0x1p-24f;
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        p[i] = (uint16_t)(u >> 16);
+    }
+    return p;
+}
+
+/* Median seconds of reps full-matrix calls at T activation rows; *best gets
+ * the fastest call (the better figure on a busy machine). */
+static double median_s(const kn_mat *w, const float *x, int T, float *y, int reps, double *best) {
+    double *s = malloc((size_t)reps * sizeof *s);
+    kn_matmul_rows(w, x, COLS, T, y, w->rows, 0, w->rows);   /* warm-up */
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        kn_matmul_rows(w, x, COLS, T, y, w->rows, 0, w->rows);
+        s[r] = now_s() - t0;
+    }
+    qsort(s, (size_t)reps, sizeof *s, cmp_double);
+    double med = s[reps / 2];
+    *best = s[0];
+    free(s);
+    return med;
+}
+
+int main(int argc, char **argv) {
+    const double mb = argc > 1 ? atof(argv[1]) : 256.0;
+    const int reps = argc > 2 ? atoi(argv[2]) : 7;
+    int ts[MAX_T], nts = 0;
+    for (const char *p = argc > 3 ? argv[3] : "1,4"; *p && nts < MAX_T; p += strcspn(p, ",") + (p[strcspn(p, ",")] != 0)) {
+        int t = atoi(p);
+        if (t < 1 || t > MAX_T) {
+            fprintf(stderr, "T must be in 1..%d\n", MAX_T);
+            return 2;
+        }
+        ts[nts++] = t;
+    }
+    const char *ref = getenv("NEXTN_BENCH_REF");
+    kn_init(ref && *ref == '1');
+    printf("kernels: %s, one thread, %d columns, ~%.1f MB per matrix, median of %d calls\n\n", kn_impl_name(), COLS,
+           mb, reps);
+    printf("| weights | rows | MB | T | ms/call | GB/s | G weights/s | best G weights/s |\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|\n");
+
+    float *x = malloc(MAX_T * COLS * sizeof *x);
+    for (int i = 0; i < MAX_T * COLS; i++) x[i] = (float)(rng_next() >> 40) * 0x1p-24f - 0.5f;
+    static const int formats[] = {0, 8, 6, 5, 4, 3, 2};   /* 0: dense bf16; else affine bits */
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+        const int bits = formats[f];
+        const size_t row_bytes = bits ? (size_t)kn_affine_row_words(COLS, bits) * 4 + 2 * (COLS / GROUP) * 2 : COLS * 2;
+        const int64_t rows = (int64_t)(mb * 1e6 / (double)row_bytes);
+        kn_mat w = {.data = random_bytes((size_t)rows * (bits ? row_bytes - 4 * (COLS / GROUP) : row_bytes)),
+                    .dtype = bits ? NX_DT_U32 : NX_DT_BF16, .rows = rows, .cols = COLS, .bits = bits};
+        if (bits) {
+            w.group = GROUP;
+            w.sdtype = NX_DT_BF16;
+            w.scales = random_bf16((size_t)rows * (COLS / GROUP), 0.001f, 0.002f);
+            w.biases = random_bf16((size_t)rows * (COLS / GROUP), -0.1f, 0.0f);
+        }
+        float *y = malloc((size_t)(MAX_T * rows) * sizeof *y);
+        char name[32];
+        if (bits) snprintf(name, sizeof name, "affine q%d g%d bf16", bits, GROUP);
+        else snprintf(name, sizeof name, "dense bf16");
+        for (int k = 0; k < nts; k++) {
+            const int T = ts[k];
+            double best, s = median_s(&w, x, T, y, reps, &best), bytes = (double)rows * (double)row_bytes;
+            printf("| %s | %lld | %.1f | %d | %.3f | %.2f | %.2f | %.2f |\n", name, (long long)rows, bytes / 1e6, T,
+                   s * 1e3, bytes / s / 1e9, (double)rows * COLS / s / 1e9, (double)rows * COLS / best / 1e9);
+            fflush(stdout);
+        }
+        free((void *)w.data);
+        free((void *)w.scales);
+        free((void *)w.biases);
+        free(y);
+    }
+    free(x);
+    return 0;
+}

@@ -1,0 +1,457 @@
+/* test_quant.c — MLX affine quantized weights (quant.h): the quantizer and the
+ * bit stream it packs, read back by an independent bit-at-a-time reader; the
+ * dequantization error bound; both matmul twins against the dense twins on the
+ * dequantized matrix (bit for bit) and against each other; the bit-exactness
+ * contract of matmul.h; kn_mat_row_f32 on affine rows.
+ *
+ * Every bit width {2,3,4,5,6,8} x group {32,64,128} x scale type
+ * {f32,bf16,f16} is covered, with odd row counts (1, 7, 13) and cols of 1, 3
+ * and 5 groups. Weights are ~N(0, 0.05) like the model's, activations ~N(0, 1),
+ * from a fixed-seed xorshift generator. Codes are allocated at their exact size
+ * so the sanitize build catches a read past the last row. Tests that need the
+ * SIMD twin fall back to scalar-vs-scalar (and say so) on a CPU without
+ * AVX2+FMA+F16C. */
+#include <stdint.h>
+#include <string.h>
+
+#include "base/fp16.h"
+#include "kernels/matmul.h"
+#include "kernels/quant.h"
+#include "test.h"
+
+/* SIMD against the double-accumulating reference, relative to sum_c |w_c x_c|.
+ * Both twins dequantize each weight with the same single f32 fma, so only the
+ * summation differs, as for f32 weights in test_matmul.c: each lane adds at most
+ * n/32 = 20 products here (cols <= 640), then 5 combine levels and the final
+ * cast, about 26 roundings of 2^-24 worst case. */
+#define KN_TOL_AFFINE 4e-6
+/* The dequantization error bound of kn_affine_quantize_row: |w' - w| <= scale/2
+ * from rounding to the nearest code (the grid covers [min, max], so nothing
+ * clamps), plus the f32 rounding of w' = fma(scale, q, bias), at most 2^-24|w'|;
+ * the slack covers the double arithmetic of the test's own check. */
+#define QUANT_ROUND_SLACK 0x1p-23
+
+#define WEIGHT_SIGMA 0.05f   /* model weights are ~N(0, 0.05)       */
+#define ACT_SIGMA 1.0f       /* activations after a norm are ~N(0, 1) */
+#define MAX_T 16             /* verify batches up to 16 tokens      */
+#define MAX_ROWS 13
+
+static const int bit_widths[] = {2, 3, 4, 5, 6, 8};
+static const int groups[] = {32, 64, 128};
+static const nx_dtype sdtypes[] = {NX_DT_F32, NX_DT_BF16, NX_DT_F16};
+static const int64_t row_counts[] = {1, 7, 13};
+static const int64_t groups_per_row[] = {1, 3, 5};
+#define N_BITS 6
+#define N_GROUPS 3
+#define N_SD 3
+#define N_SHAPES 3
+
+/* ---- Inputs ------------------------------------------------------------ */
+
+/* Inputs come from nx_test_rng (test.h). */
+
+static float *make_acts(nx_test_rng *r, int64_t n) {
+    float *x = malloc((size_t)n * sizeof *x);
+    for (int64_t i = 0; i < n; i++) x[i] = nx_test_rng_normal(r, ACT_SIGMA);
+    return x;
+}
+
+/* An affine matrix quantized from f32 weights ~N(0, sigma), which it keeps in
+ * orig. Every buffer has its exact size. Free with free_affine. */
+typedef struct {
+    kn_mat m;
+    float *orig;   /* [rows, cols] the weights before quantization */
+} qmat;
+
+static qmat make_affine(nx_test_rng *r, int64_t rows, int64_t cols, int bits, int group, nx_dtype sdt, float sigma) {
+    const int64_t words = kn_affine_row_words(cols, bits), ng = cols / group;
+    const size_t ss = nx_dtype_size(sdt);
+    qmat q;
+    q.orig = malloc((size_t)(rows * cols) * sizeof(float));
+    uint32_t *codes = malloc((size_t)(rows * words) * sizeof *codes);
+    char *sc = malloc((size_t)(rows * ng) * ss), *bi = malloc((size_t)(rows * ng) * ss);
+    for (int64_t i = 0; i < rows * cols; i++) q.orig[i] = nx_test_rng_normal(r, sigma);
+    for (int64_t i = 0; i < rows; i++)
+        kn_affine_quantize_row(q.orig + i * cols, cols, bits, group, sdt, codes + i * words, sc + (size_t)(i * ng) * ss,
+                               bi + (size_t)(i * ng) * ss);
+    q.m = (kn_mat){.data = codes, .dtype = NX_DT_U32, .rows = rows, .cols = cols, .bits = bits, .group = group,
+                   .scales = sc, .biases = bi, .sdtype = sdt};
+    return q;
+}
+
+static void free_affine(qmat *q) {
+    free((void *)q->m.data);
+    free((void *)q->m.scales);
+    free((void *)q->m.biases);
+    free(q->orig);
+}
+
+/* ---- An independent reader --------------------------------------------------
+ * Straight from the format: stream bit k of row r is bit k % 32 of word
+ * r * cols * bits / 32 + k / 32, and element c is bits c*bits .. c*bits+bits-1
+ * of the stream, low bit first. Read one bit at a time, nothing shared with
+ * quant.c. */
+
+static unsigned naive_code(const kn_mat *w, int64_t r, int64_t c) {
+    const uint32_t *words = w->data;
+    const int64_t row_words = w->cols * w->bits / 32;
+    unsigned q = 0;
+    for (int j = 0; j < w->bits; j++) {
+        int64_t k = c * w->bits + j;
+        q |= ((words[r * row_words + k / 32] >> (k % 32)) & 1u) << j;
+    }
+    return q;
+}
+
+static float naive_sd(const void *p, nx_dtype dt, int64_t i) {
+    float v;
+    kn_to_f32(dt, (const char *)p + (size_t)i * nx_dtype_size(dt), &v, 1);
+    return v;
+}
+
+static float naive_scale(const kn_mat *w, int64_t r, int64_t c) {
+    return naive_sd(w->scales, w->sdtype, r * (w->cols / w->group) + c / w->group);
+}
+
+static float naive_bias(const kn_mat *w, int64_t r, int64_t c) {
+    return naive_sd(w->biases, w->sdtype, r * (w->cols / w->group) + c / w->group);
+}
+
+/* The dequantized weight by the definition: one f32 fma. */
+static float naive_weight(const kn_mat *w, int64_t r, int64_t c) {
+    return fmaf(naive_scale(w, r, c), (float)naive_code(w, r, c), naive_bias(w, r, c));
+}
+
+/* The dense f32 matrix of naive_weight; free .data with free(). */
+static kn_mat dequantized(const kn_mat *w) {
+    float *d = malloc((size_t)(w->rows * w->cols) * sizeof *d);
+    for (int64_t r = 0; r < w->rows; r++)
+        for (int64_t c = 0; c < w->cols; c++) d[r * w->cols + c] = naive_weight(w, r, c);
+    return (kn_mat){.data = d, .dtype = NX_DT_F32, .rows = w->rows, .cols = w->cols};
+}
+
+/* Packs codes[0..n) into words, one bit at a time (the reader's mirror). */
+static void naive_pack(const unsigned *codes, int64_t n, int bits, uint32_t *words) {
+    memset(words, 0, (size_t)(n * bits / 32) * sizeof *words);
+    for (int64_t c = 0; c < n; c++)
+        for (int j = 0; j < bits; j++) {
+            int64_t k = c * bits + j;
+            words[k / 32] |= (uint32_t)((codes[c] >> j) & 1u) << (k % 32);
+        }
+}
+
+/* Turns on the SIMD twin; returns 0 (and says so once) where the CPU lacks it. */
+static int use_simd(void) {
+    static int warned;
+    int on = kn_init(0);
+    if (!on && !warned++) fprintf(stderr, "  note: no AVX2+FMA+F16C here; SIMD checks compare scalar with scalar\n");
+    return on;
+}
+
+static void set_impl(int simd) {
+    if (simd) use_simd();
+    else kn_init(1);
+}
+
+/* "avx2 q4 g64 sd=BF16 7x192"; with_impl: whether to name the active twin. */
+static void describe(char *buf, size_t n, const kn_mat *w, int with_impl) {
+    snprintf(buf, n, "%s%sq%d g%d sd=%s %lldx%lld", with_impl ? kn_impl_name() : "", with_impl ? " " : "", w->bits,
+             w->group, nx_dtype_name(w->sdtype), (long long)w->rows, (long long)w->cols);
+}
+
+/* ---- Tests ---------------------------------------------------------------- */
+
+static void test_hand_packed_words_decode_as_the_spec_says(void) {
+    /* 4-bit: element i of a word is bits [4i, 4i+4), first in the low bits;
+     * 8-bit likewise by bytes; the spec's 3-bit example crosses a byte. */
+    const float one = 1.0f, zero = 0.0f;
+    uint32_t w4[4] = {0x76543210u, 0xFEDCBA98u, 0, 0};
+    kn_mat m = {.data = w4, .dtype = NX_DT_U32, .rows = 1, .cols = 32, .bits = 4, .group = 32, .scales = &one,
+                .biases = &zero, .sdtype = NX_DT_F32};
+    float out[32];
+    kn_mat_row_f32(&m, 0, out);
+    for (int i = 0; i < 16; i++) CHECKF(out[i] == (float)i, "4-bit element %d = %g", i, out[i]);
+
+    uint32_t w8[8] = {0x04030201u, 0xFFFE0000u};
+    m.data = w8, m.bits = 8;
+    kn_mat_row_f32(&m, 0, out);
+    CHECK(out[0] == 1 && out[1] == 2 && out[2] == 3 && out[3] == 4);
+    CHECK(out[4] == 0 && out[5] == 0 && out[6] == 254 && out[7] == 255);
+
+    /* byte0 = 0xD1 = 0b11'010'001, byte1 = 0x01: elements 1, 2, then
+     * (byte0 >> 6) | ((byte1 & 1) << 2) = 3 | 4 = 7. */
+    uint32_t w3[3] = {0x000001D1u, 0, 0};
+    m.data = w3, m.bits = 3;
+    kn_mat_row_f32(&m, 0, out);
+    CHECK(out[0] == 1 && out[1] == 2 && out[2] == 7 && out[3] == 0);
+
+    /* And through both matmul twins: X = unit rows, so Y[t][0] = W[0][t]. */
+    float x[3 * 32] = {0}, y[3];
+    for (int t = 0; t < 3; t++) x[t * 32 + t] = 1.0f;
+    for (int simd = 1; simd >= 0; simd--) {
+        set_impl(simd);
+        kn_matmul_rows(&m, x, 32, 3, y, 1, 0, 1);
+        CHECKF(y[0] == 1 && y[1] == 2 && y[2] == 7, "%s: %g %g %g", kn_impl_name(), y[0], y[1], y[2]);
+    }
+    kn_init(0);
+}
+
+/* Codes drawn at random, packed by the naive writer, with scale 1 and bias 0:
+ * every element comes back as its code from kn_mat_row_f32 and from both
+ * matmul twins (unit activations pick single columns), for every bit width. */
+static void test_every_bit_width_unpacks_random_codes_at_every_position(void) {
+    enum { COLS = 128, T = 4 };
+    nx_test_rng r = {0x243F6A8885A308D3ULL};
+    for (int b = 0; b < N_BITS; b++) {
+        const int bits = bit_widths[b];
+        unsigned codes[3 * COLS];
+        uint32_t words[3 * COLS * 8 / 32];
+        float ones[3], zeros[3] = {0, 0, 0}, out[COLS];
+        for (int i = 0; i < 3 * COLS; i++) codes[i] = (unsigned)(nx_test_rng_next(&r) >> 40) & ((1u << bits) - 1);
+        for (int i = 0; i < 3; i++) ones[i] = 1.0f;
+        naive_pack(codes, 3 * COLS, bits, words);
+        kn_mat m = {.data = words, .dtype = NX_DT_U32, .rows = 3, .cols = COLS, .bits = bits, .group = 128,
+                    .scales = ones, .biases = zeros, .sdtype = NX_DT_F32};
+        int bad = 0;
+        for (int row = 0; row < 3; row++) {
+            kn_mat_row_f32(&m, row, out);
+            for (int c = 0; c < COLS; c++) bad += out[c] != (float)codes[row * COLS + c];
+        }
+        CHECKF(bad == 0, "q%d: kn_mat_row_f32 got %d of %d codes wrong", bits, bad, 3 * COLS);
+        for (int simd = 1; simd >= 0; simd--) {
+            set_impl(simd);
+            for (int c0 = 0; c0 < COLS; c0 += T) {
+                float x[T * COLS] = {0}, y[T * 3];
+                for (int t = 0; t < T; t++) x[t * COLS + c0 + t] = 1.0f;
+                kn_matmul_rows(&m, x, COLS, T, y, 3, 0, 3);
+                for (int t = 0; t < T; t++)
+                    for (int row = 0; row < 3; row++)
+                        if (y[t * 3 + row] != (float)codes[row * COLS + c0 + t] && bad++ < 5)
+                            CHECKF(0, "%s q%d: W[%d][%d] = %g, want %u", kn_impl_name(), bits, row, c0 + t,
+                                   y[t * 3 + row], codes[row * COLS + c0 + t]);
+            }
+        }
+        CHECKF(bad == 0, "q%d: %d products wrong", bits, bad);
+    }
+    kn_init(0);
+}
+
+/* For every format and shape: the quantizer's grid covers each group (bias <=
+ * min, bias + scale * nbins >= max, scale > 0), every dequantized weight is
+ * within scale/2 of the original (plus the fma's rounding), and
+ * kn_mat_row_f32 returns the naive reader's weights bit for bit. */
+static void test_quantizer_round_trips_within_half_a_scale(void) {
+    nx_test_rng r = {0x13198A2E03707344ULL};
+    static const float sigmas[] = {WEIGHT_SIGMA, 1e-4f, 30.0f};   /* model range; f16 subnormal scales; large */
+    for (int b = 0; b < N_BITS; b++)
+        for (int g = 0; g < N_GROUPS; g++)
+            for (int s = 0; s < N_SD; s++)
+                for (int sh = 0; sh < N_SHAPES; sh++) {
+                    const int bits = bit_widths[b], group = groups[g];
+                    const double nbins = (double)((1u << bits) - 1);
+                    qmat q = make_affine(&r, row_counts[sh], group * groups_per_row[(sh + b) % N_SHAPES], bits, group,
+                                         sdtypes[s], sigmas[(b + g + sh) % 3]);
+                    const kn_mat *w = &q.m;
+                    char what[96];
+                    describe(what, sizeof what, w, 0);
+                    float *row = malloc((size_t)w->cols * sizeof *row);
+                    int cover = 0, err = 0, deq = 0;
+                    double worst = 0.0;
+                    for (int64_t i = 0; i < w->rows; i++) {
+                        kn_mat_row_f32(w, i, row);
+                        for (int64_t c = 0; c < w->cols; c++) {
+                            const double orig = q.orig[i * w->cols + c];
+                            const double sc = naive_scale(w, i, c), bi = naive_bias(w, i, c);
+                            if (!(sc > 0 && bi <= orig && bi + sc * nbins >= orig)) cover++;
+                            const float wq = naive_weight(w, i, c);
+                            const double e = fabs((double)wq - orig);
+                            if (e > 0.5 * sc + QUANT_ROUND_SLACK * fabs(wq)) err++;
+                            if (e / sc > worst) worst = e / sc;
+                            if (memcmp(&row[c], &wq, sizeof wq) != 0) deq++;
+                        }
+                    }
+                    CHECKF(cover == 0, "%s: %d weights outside their group's grid", what, cover);
+                    CHECKF(err == 0, "%s: %d weights off by more than scale/2 (worst %.4f scales)", what, err, worst);
+                    CHECKF(deq == 0, "%s: kn_mat_row_f32 differs from the naive reader at %d weights", what, deq);
+                    free(row);
+                    free_affine(&q);
+                }
+}
+
+static void test_quantizer_gives_a_flat_group_a_positive_scale_and_its_value(void) {
+    enum { G = 32 };
+    for (int s = 0; s < N_SD; s++) {
+        for (int b = 0; b < N_BITS; b++) {
+            /* 0.25 and 0 are exact in every sdtype: q = 0 and bias is the value. */
+            static const float flat[] = {0.25f, 0.0f, -3.5f};
+            for (int k = 0; k < 3; k++) {
+                float w[2 * G], sc[2] = {0}, bi[2] = {0}, out[2 * G];
+                uint32_t codes[2 * 8];
+                for (int c = 0; c < 2 * G; c++) w[c] = c < G ? flat[k] : 0.1f;   /* 0.1: exact in f32 only */
+                kn_affine_quantize_row(w, 2 * G, bit_widths[b], G, sdtypes[s], codes, sc, bi);
+                kn_mat m = {.data = codes, .dtype = NX_DT_U32, .rows = 1, .cols = 2 * G, .bits = bit_widths[b],
+                            .group = G, .scales = sc, .biases = bi, .sdtype = sdtypes[s]};
+                kn_mat_row_f32(&m, 0, out);
+                float s0 = naive_sd(sc, sdtypes[s], 0), s1 = naive_sd(sc, sdtypes[s], 1);
+                CHECKF(s0 > 0 && s0 <= 2 * KN_AFFINE_MIN_SCALE && s1 > 0, "%s q%d: scales %g %g",
+                       nx_dtype_name(sdtypes[s]), bit_widths[b], s0, s1);
+                int bad = 0;
+                for (int c = 0; c < G; c++) bad += out[c] != flat[k] || naive_code(&m, 0, c) != 0;
+                for (int c = G; c < 2 * G; c++) bad += fabs((double)out[c] - (double)0.1f) > 0.5 * s1 + QUANT_ROUND_SLACK * 0.1;
+                CHECKF(bad == 0, "%s q%d flat %g: %d elements wrong", nx_dtype_name(sdtypes[s]), bit_widths[b],
+                       flat[k], bad);
+            }
+        }
+    }
+}
+
+/* The affine twins are the dense twins on the dequantized matrix: equal bit
+ * for bit (scalar with scalar, SIMD with SIMD), and SIMD within KN_TOL_AFFINE
+ * of the scalar definition. T = 5 is a 3-row SIMD block plus a 2-row one. */
+static void test_affine_matmul_equals_dense_matmul_on_dequantized_weights(void) {
+    enum { T = 5 };
+    nx_test_rng r = {0xA4093822299F31D0ULL};
+    float ya[T * MAX_ROWS], yd[T * MAX_ROWS], yr[T * MAX_ROWS];
+    for (int b = 0; b < N_BITS; b++)
+        for (int g = 0; g < N_GROUPS; g++)
+            for (int s = 0; s < N_SD; s++)
+                for (int sh = 0; sh < N_SHAPES; sh++)
+                    for (int cs = 0; cs < N_SHAPES; cs++) {
+                        const int64_t rows = row_counts[sh], n = groups[g] * groups_per_row[cs];
+                        qmat q = make_affine(&r, rows, n, bit_widths[b], groups[g], sdtypes[s], WEIGHT_SIGMA);
+                        kn_mat d = dequantized(&q.m);
+                        float *x = make_acts(&r, T * n);
+                        char what[96];
+                        for (int simd = 1; simd >= 0; simd--) {
+                            set_impl(simd);
+                            describe(what, sizeof what, &q.m, 1);
+                            kn_matmul_rows(&q.m, x, n, T, ya, rows, 0, rows);
+                            kn_matmul_rows(&d, x, n, T, yd, rows, 0, rows);
+                            CHECKF(memcmp(ya, yd, (size_t)(T * rows) * sizeof(float)) == 0,
+                                   "%s: differs from the dense product on its dequantized weights", what);
+                        }
+                        kn_matmul_rows_ref(&q.m, x, n, T, yr, rows, 0, rows);
+                        use_simd();
+                        describe(what, sizeof what, &q.m, 1);
+                        kn_matmul_rows(&q.m, x, n, T, ya, rows, 0, rows);
+                        double worst = 0.0;
+                        for (int t = 0; t < T; t++)
+                            for (int64_t row = 0; row < rows; row++) {
+                                double scale = 0.0;
+                                for (int64_t c = 0; c < n; c++)
+                                    scale += fabs((double)((const float *)d.data)[row * n + c] * x[t * n + c]);
+                                double e = fabs((double)ya[t * rows + row] - yr[t * rows + row]) / scale;
+                                if (e > worst) worst = e;
+                            }
+                        CHECKF(worst <= KN_TOL_AFFINE, "%s: SIMD error %.3g of sum|w*x| exceeds %.3g", what, worst,
+                               KN_TOL_AFFINE);
+                        free((void *)d.data);
+                        free(x);
+                        free_affine(&q);
+                    }
+    kn_init(0);
+}
+
+/* Y[t][r] from one call per (r, t) pair, against calls over every T and
+ * uneven row ranges; also checks no call writes outside its rows. */
+static void check_bit_exact(const kn_mat *w, const float *x, int64_t ldx, const char *what) {
+    enum { PAD = 5, CAP = MAX_T * (MAX_ROWS + PAD) };
+    const float canary = -12345.0f;
+    const int64_t rows = w->rows, ldy = rows + PAD;
+    float base[MAX_T][MAX_ROWS], y[CAP];
+    for (int t = 0; t < MAX_T; t++)
+        for (int64_t row = 0; row < rows; row++) kn_matmul_rows(w, x + t * ldx, ldx, 1, base[t], 0, row, row + 1);
+    for (int T = 1; T <= MAX_T; T++) {
+        for (int i = 0; i < CAP; i++) y[i] = canary;
+        kn_matmul_rows(w, x, ldx, T, y, ldy, 0, rows);
+        for (int t = 0; t < T; t++)
+            CHECKF(memcmp(&y[t * ldy], base[t], (size_t)rows * sizeof(float)) == 0, "%s: T=%d row t=%d differs",
+                   what, T, t);
+        for (int i = 0; i < CAP; i++)
+            if (i >= T * ldy || i % ldy >= rows) CHECKF(y[i] == canary, "%s: T=%d wrote y[%d]", what, T, i);
+    }
+    static const int chunks[] = {1, 2, 3, 5, 4};
+    for (int T = 5; T <= MAX_T; T += MAX_T - 5) {
+        for (int i = 0; i < CAP; i++) y[i] = canary;
+        int64_t r0 = 0;
+        for (int k = 0; r0 < rows; k = (k + 1) % 5) {
+            int64_t r1 = r0 + chunks[k] < rows ? r0 + chunks[k] : rows;
+            kn_matmul_rows(w, x, ldx, T, y, ldy, r0, r1);
+            for (int t = 0; t < T; t++)
+                CHECKF(memcmp(&y[t * ldy + r0], &base[t][r0], (size_t)(r1 - r0) * sizeof(float)) == 0,
+                       "%s: T=%d rows [%lld,%lld) differ at t=%d", what, T, (long long)r0, (long long)r1, t);
+            r0 = r1;
+        }
+        for (int i = 0; i < CAP; i++)
+            if (i >= T * ldy || i % ldy >= rows) CHECKF(y[i] == canary, "%s: T=%d ranges wrote y[%d]", what, T, i);
+    }
+}
+
+static void test_affine_rows_are_bit_identical_whatever_t_and_row_range(void) {
+    nx_test_rng r = {0x082EFA98EC4E6C89ULL};
+    for (int b = 0; b < N_BITS; b++)
+        for (int g = 0; g < N_GROUPS; g++)
+            for (int s = 0; s < N_SD; s++) {
+                /* 13 rows (not a multiple of any chunk); cols of 1, 3 or 5 groups in turn. */
+                const int64_t n = groups[g] * groups_per_row[(b + g + s) % N_SHAPES], ldx = n + 3;   /* odd stride */
+                qmat q = make_affine(&r, MAX_ROWS, n, bit_widths[b], groups[g], sdtypes[s], WEIGHT_SIGMA);
+                float *x = make_acts(&r, MAX_T * ldx);
+                for (int simd = 1; simd >= 0; simd--) {
+                    set_impl(simd);
+                    char what[96];
+                    describe(what, sizeof what, &q.m, 1);
+                    check_bit_exact(&q.m, x, ldx, what);
+                }
+                free(x);
+                free_affine(&q);
+            }
+    kn_init(0);
+}
+
+static void test_affine_matmul_with_no_rows_or_no_tokens_writes_nothing(void) {
+    nx_test_rng r = {17};
+    qmat q = make_affine(&r, 4, 64, 4, 32, NX_DT_BF16, WEIGHT_SIGMA);
+    float *x = make_acts(&r, 64), y[4] = {1, 2, 3, 4};
+    for (int simd = 1; simd >= 0; simd--) {
+        set_impl(simd);
+        kn_matmul_rows(&q.m, x, 64, 0, y, 4, 0, 4);
+        kn_matmul_rows(&q.m, x, 64, 1, y, 4, 2, 2);
+        CHECK(y[0] == 1 && y[1] == 2 && y[2] == 3 && y[3] == 4);
+        /* Zero columns: the empty sum is 0. */
+        kn_mat w0 = q.m;
+        w0.cols = 0;
+        kn_matmul_rows(&w0, x, 0, 1, y, 4, 0, 4);
+        CHECK(y[0] == 0 && y[3] == 0);
+        y[0] = 1, y[1] = 2, y[2] = 3, y[3] = 4;
+    }
+    kn_affine_quantize_row(NULL, 0, 4, 32, NX_DT_BF16, NULL, NULL, NULL);   /* an empty row touches nothing */
+    kn_init(0);
+    free(x);
+    free_affine(&q);
+}
+
+static const nx_test tests[] = {
+    {"hand_packed_words_decode_as_the_spec_says",
+     "4-bit nibbles low first, 8-bit bytes, the spec's 3-bit example; kn_mat_row_f32 and both twins",
+     test_hand_packed_words_decode_as_the_spec_says},
+    {"every_bit_width_unpacks_random_codes_at_every_position",
+     "codes packed bit by bit come back from kn_mat_row_f32 and both matmul twins, bits 2..8",
+     test_every_bit_width_unpacks_random_codes_at_every_position},
+    {"quantizer_round_trips_within_half_a_scale",
+     "grid covers each group, |w' - w| <= scale/2, row_f32 = naive reader; every bits x group x sdtype",
+     test_quantizer_round_trips_within_half_a_scale},
+    {"quantizer_gives_a_flat_group_a_positive_scale_and_its_value",
+     "a constant group: scale > 0, q = 0, bias = the value when it is exact in sdtype",
+     test_quantizer_gives_a_flat_group_a_positive_scale_and_its_value},
+    {"affine_matmul_equals_dense_matmul_on_dequantized_weights",
+     "each twin equals its dense twin bit for bit; SIMD within KN_TOL_AFFINE of the reference",
+     test_affine_matmul_equals_dense_matmul_on_dequantized_weights},
+    {"affine_rows_are_bit_identical_whatever_t_and_row_range",
+     "Y[t][r] is the same bits for T=1..16 and uneven row ranges, every format, both twins",
+     test_affine_rows_are_bit_identical_whatever_t_and_row_range},
+    {"affine_matmul_with_no_rows_or_no_tokens_writes_nothing",
+     "T=0 or r0=r1 is a no-op; zero columns give 0; an empty row quantizes to nothing",
+     test_affine_matmul_with_no_rows_or_no_tokens_writes_nothing},
+};
+
+NX_TEST_MAIN(tests)
