@@ -77,6 +77,10 @@ typedef struct {
     const int32_t *eos_ids;
     int64_t n_params;                /* main stack, lm_head counted once if tied */
     int64_t weight_bytes;            /* bytes of all tensors in the files       */
+    int64_t decode_bytes;            /* weight bytes one decode step reads: every
+                                        main-stack matrix, lm_head (or the tied
+                                        embedding) once, one embedding row; not
+                                        the MTP head                            */
     int n_files, n_tensors;
     const char *quantization;        /* "none" or a description                 */
 } nx_model_info;
@@ -120,6 +124,32 @@ typedef struct {
  * full (NX_ERANGE); on error the state is unchanged. */
 nx_status nx_forward(const nx_model *m, nx_state *s, const int32_t *tokens, int n,
                      const nx_forward_out *out, char *err, size_t errlen);
+
+/* ---- Quantization ------------------------------------------------------ */
+
+typedef struct {
+    int bits;              /* 2, 3, 4, 5, 6 or 8                                  */
+    int group_size;        /* 32, 64 or 128; 0 means 64                           */
+    int keep_mtp_dense;    /* leave the MTP head's matrices unquantized          */
+} nx_quantize_opts;
+
+typedef struct {
+    int64_t tensors, quantized;    /* tensors written / of them quantized        */
+    int64_t bytes_in, bytes_out;   /* tensor bytes read / written                */
+} nx_quantize_report;
+
+/* Writes out_dir (created if missing) as an mlx-community-style checkpoint
+ * of the dense checkpoint in in_dir, quantized in MLX's affine format (spec
+ * §2.6.1): mlx names (language_model.model.*, the MTP head as
+ * language_model.mtp.*), zero-centred norms stored as 1 + w, conv1d as
+ * [CD, Kc, 1], every matrix whose column count is a multiple of the group
+ * (embeddings and the MTP head included, unless keep_mtp_dense) as U32 codes
+ * + scales + biases in the source dtype; a "quantization" block in
+ * config.json; tokenizer and generation files copied. in_dir is loaded and
+ * checked first; an already quantized input is NX_EUNSUPPORTED. rep may be
+ * NULL. */
+nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize_opts *opts, nx_quantize_report *rep,
+                      char *err, size_t errlen);
 
 /* ---- Sampling ---------------------------------------------------------- */
 

@@ -15,6 +15,8 @@ static const struct {
     {"tokenize", cmd_tokenize, "encode text to token ids (JSON array)"},
     {"detokenize", cmd_detokenize, "decode token ids to text"},
     {"chat-template", cmd_chat_template, "render a conversation with the checkpoint's chat template"},
+    {"bench", cmd_bench, "measure load, prefill, decode and MTP speed against the machine's bandwidth roofline"},
+    {"quantize", cmd_quantize, "write an MLX affine-quantized (4/8-bit) copy of a checkpoint"},
 };
 
 static void usage(FILE *f) {

@@ -251,6 +251,76 @@ static nx_status parse_text(cfg_ctx *c, json_t *root, json_t *tc, cfg_model *out
     return NX_OK;
 }
 
+static int affine_bits_ok(long long b) { return b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8; }
+static int affine_group_ok(long long g) { return g == 32 || g == 64 || g == 128; }
+
+/* bits / group_size of one quantization object (the block or an override);
+ * absent fields keep *bits / *group. */
+static nx_status quant_params(cfg_ctx *c, json_t *obj, const char *where, int *bits, int *group) {
+    long long b = *bits, g = *group;
+    if (get_int(c, obj, "bits", 1, 64, &b) < 0 || get_int(c, obj, "group_size", 1, 1 << 20, &g) < 0) return NX_EFORMAT;
+    if (!affine_bits_ok(b) || !affine_group_ok(g))
+        return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED,
+                       "%s: %s%s: bits %lld, group_size %lld (affine quantization takes bits 2, 3, 4, 5, 6 or 8 and group_size 32, 64 or 128)",
+                       c->file, c->scope, where, b, g);
+    *bits = (int)b, *group = (int)g;
+    return NX_OK;
+}
+
+/* The quantization block (see config.h). */
+static nx_status parse_quantization(cfg_ctx *top, json_t *root, cfg_model *out) {
+    const char *key = "quantization";
+    json_t *q = json_object_get(root, key);
+    if (!q || json_is_null(q)) q = json_object_get(root, key = "quantization_config");
+    if (!q || json_is_null(q)) return NX_OK;
+    char scope[64];
+    snprintf(scope, sizeof scope, "%s.", key);
+    cfg_ctx c = *top;
+    c.scope = scope;
+    if (!json_is_object(q)) return nx_fail(c.err, c.errlen, NX_EFORMAT, "%s: %s must be an object", c.file, key);
+    json_t *method = json_object_get(q, "quant_method");
+    if (method && !json_is_null(method))
+        return nx_fail(c.err, c.errlen, NX_EUNSUPPORTED, "%s: %squant_method '%s' is not supported (nextn reads MLX affine quantization)",
+                       c.file, scope, json_is_string(method) ? json_string_value(method) : "?");
+    json_t *mode = json_object_get(q, "mode");
+    if (mode && !json_is_null(mode) && (!json_is_string(mode) || strcmp(json_string_value(mode), "affine") != 0))
+        return nx_fail(c.err, c.errlen, NX_EUNSUPPORTED, "%s: %smode '%s' is not supported (only 'affine'; mxfp4, mxfp8 and nvfp4 are not implemented)",
+                       c.file, scope, json_is_string(mode) ? json_string_value(mode) : "?");
+    out->has_quantization = 1;
+    out->q_bits = 4, out->q_group = 64;
+    nx_status st = quant_params(&c, q, "defaults", &out->q_bits, &out->q_group);
+    if (st) return st;
+    const char *k;
+    json_t *v;
+    json_object_foreach(q, k, v) {
+        if (!json_is_object(v) && !json_is_false(v)) continue;   /* the block's own fields */
+        if (out->n_q_overrides == CFG_MAX_QOVERRIDES)
+            return nx_fail(c.err, c.errlen, NX_EUNSUPPORTED, "%s: %s has more than %d per-module entries", c.file, key,
+                           CFG_MAX_QOVERRIDES);
+        cfg_quant_override *o = &out->q_overrides[out->n_q_overrides++];
+        if (strlen(k) >= sizeof o->path)
+            return nx_fail(c.err, c.errlen, NX_EFORMAT, "%s: %s: module path '%.60s...' is too long", c.file, key, k);
+        snprintf(o->path, sizeof o->path, "%s", k);
+        o->bits = o->group = 0;
+        if (json_is_object(v)) {
+            o->bits = 4, o->group = 64;                          /* the affine mode's defaults */
+            if ((st = quant_params(&c, v, k, &o->bits, &o->group))) return st;
+        }
+    }
+    return NX_OK;
+}
+
+int cfg_quant_for(const cfg_model *c, const char *module, int *bits, int *group) {
+    if (!c->has_quantization) return 0;
+    for (int i = 0; i < c->n_q_overrides; i++)
+        if (strcmp(c->q_overrides[i].path, module) == 0) {
+            *bits = c->q_overrides[i].bits, *group = c->q_overrides[i].group;
+            return *bits != 0;
+        }
+    *bits = c->q_bits, *group = c->q_group;
+    return 1;
+}
+
 nx_status cfg_parse(const char *text, size_t len, const char *name, cfg_model *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     json_error_t je;
@@ -291,9 +361,8 @@ nx_status cfg_parse(const char *text, size_t len, const char *name, cfg_model *o
     }
     st = parse_text(&c, root, tc, out);
     if (st) goto done;
-    json_t *q = json_object_get(root, "quantization");
-    if (!q) q = json_object_get(root, "quantization_config");
-    out->has_quantization = q && !json_is_null(q);
+    c.scope = "";
+    st = parse_quantization(&c, root, out);
 done:
     json_decref(root);
     return st;

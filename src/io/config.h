@@ -21,6 +21,15 @@
 
 #define CFG_MAX_LAYERS 512
 #define CFG_MAX_EOS 8
+#define CFG_MAX_QOVERRIDES 256
+
+/* A per-module entry of the MLX quantization block: "<module path>":
+ * {"bits": b, "group_size": g} (missing fields take the affine mode's
+ * defaults, 4 and 64, as mlx does), or "<module path>": false. */
+typedef struct {
+    char path[120];               /* module path without ".weight"            */
+    int bits, group;              /* 0, 0: explicitly not quantized            */
+} cfg_quant_override;
 
 typedef struct {
     char model_type[32];          /* top-level model_type                     */
@@ -45,7 +54,16 @@ typedef struct {
     int mtp_use_dedicated_embeddings;
     int n_eos;
     int32_t eos_ids[CFG_MAX_EOS];
-    int has_quantization;         /* a "quantization" block is present (MLX)   */
+    /* The MLX "quantization" block (spec §2.6.1), else "quantization_config".
+     * Only mode "affine" is accepted: other modes (mxfp4, mxfp8, nvfp4) and
+     * Hugging Face quant_method blocks (fp8, ...) are NX_EUNSUPPORTED naming
+     * the mode. Which modules are quantized is decided by the weights (a
+     * <module>.scales tensor), as mlx-lm does; these values are what their
+     * shapes must agree with. */
+    int has_quantization;
+    int q_bits, q_group;          /* the block's defaults                      */
+    int n_q_overrides;
+    cfg_quant_override q_overrides[CFG_MAX_QOVERRIDES];
 } cfg_model;
 
 /* Reads and validates config.json in dir, plus generation_config.json if it
@@ -55,6 +73,12 @@ nx_status cfg_load_dir(const char *dir, cfg_model *out, char *err, size_t errlen
 /* Parses config text; `name` is used in error messages (e.g. the path). */
 nx_status cfg_parse(const char *text, size_t len, const char *name, cfg_model *out,
                     char *err, size_t errlen);
+
+/* The quantization the config declares for a module (path without
+ * ".weight"): returns 1 with *bits / *group set (its override, else the
+ * block's defaults), 0 if the block marks it unquantized or there is no
+ * block. */
+int cfg_quant_for(const cfg_model *c, const char *module, int *bits, int *group);
 
 /* Derived sizes. */
 static inline int cfg_key_dim(const cfg_model *c) { return c->linear_k_heads * c->linear_k_dim; }

@@ -69,31 +69,92 @@ static int is_float_dtype(nx_dtype d) { return d == NX_DT_F32 || d == NX_DT_BF16
 static nx_status check_float(mdl_binder *b, const st_tensor *t) {
     if (is_float_dtype(t->dtype)) return NX_OK;
     if (t->dtype == NX_DT_U32)
-        return nx_fail(b->err, b->errlen, NX_EUNSUPPORTED, "%s: tensor '%s' is MLX-quantized (U32); quantized weights are not supported yet",
+        return nx_fail(b->err, b->errlen, NX_EFORMAT, "%s: tensor '%s' is U32 (MLX-quantized?) but this tensor cannot be quantized",
                        t->file, t->name);
     return nx_fail(b->err, b->errlen, NX_EUNSUPPORTED, "%s: tensor '%s' has dtype %s (expected F32, BF16 or F16)", t->file,
                    t->name, nx_dtype_name(t->dtype));
+}
+
+/* Points *data at t's bytes, copying them into an owned aligned block when
+ * the file does not align them to `align` (safetensors does not promise it;
+ * kernels need it). */
+static nx_status aligned_data(mdl_binder *b, const st_tensor *t, size_t align, const void **data) {
+    *data = t->data;
+    if ((uintptr_t)t->data % align == 0) return NX_OK;
+    void *copy = nx_alloc_aligned(t->nbytes);
+    if (!copy) return nx_fail(b->err, b->errlen, NX_ENOMEM, "out of memory copying misaligned tensor '%s'", t->name);
+    memcpy(copy, t->data, t->nbytes);
+    *data = copy;
+    return keep_owned(b, copy);
+}
+
+/* The affine-quantized module `module` (name without ".weight"), see
+ * mdl_bind_mat. */
+static nx_status bind_affine(mdl_binder *b, const st_tensor *w, const char *module, int64_t rows, int64_t cols,
+                             const char *why, kn_mat *out) {
+    char name[320];
+    nx_status st = NX_OK;
+    snprintf(name, sizeof name, "%s.scales", module);
+    const st_tensor *sc = need(b, name, &st);
+    snprintf(name, sizeof name, "%s.biases", module);
+    const st_tensor *bi = sc ? need(b, name, &st) : NULL;
+    if (!bi) return st;
+    if (w->dtype != NX_DT_U32 || w->ndim != 2 || w->shape[0] != rows)
+        return nx_fail(b->err, b->errlen, NX_EFORMAT, "%s: tensor '%s' has scales, so it must be U32 [%lld, cols*bits/32] (%s)",
+                       w->file, w->name, (long long)rows, why);
+    /* bits from the packed width, group from the scale count */
+    int64_t words = w->shape[1], ngroups = sc->ndim == 2 ? sc->shape[1] : 0;
+    int bits = words * 32 % cols == 0 ? (int)(words * 32 / cols) : 0;
+    int group = ngroups > 0 && cols % ngroups == 0 ? (int)(cols / ngroups) : 0;
+    if (!(bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8) ||
+        !(group == 32 || group == 64 || group == 128))
+        return nx_fail(b->err, b->errlen, NX_EFORMAT,
+                       "%s: tensors '%s' [%lld, %lld] and '%s' do not describe an affine %lld-column matrix (bits 2-8, group 32/64/128)",
+                       w->file, w->name, (long long)rows, (long long)words, sc->name, (long long)cols);
+    int64_t want[2] = {rows, ngroups};
+    if ((st = check_shape(b, sc, 2, want, "rows x cols/group_size")) || (st = check_shape(b, bi, 2, want, "as the scales")) ||
+        (st = check_float(b, sc)) || (st = check_float(b, bi)))
+        return st;
+    if (bi->dtype != sc->dtype)
+        return nx_fail(b->err, b->errlen, NX_EFORMAT, "%s: '%s' is %s but '%s' is %s", bi->file, bi->name,
+                       nx_dtype_name(bi->dtype), sc->name, nx_dtype_name(sc->dtype));
+    int cbits, cgroup;
+    if (b->quant && !cfg_quant_for(b->quant, module, &cbits, &cgroup))
+        return nx_fail(b->err, b->errlen, NX_EFORMAT, "%s: module '%s' is quantized but config.json's quantization block %s",
+                       w->file, module, b->quant->has_quantization ? "marks it unquantized" : "is missing");
+    if (b->quant && (cbits != bits || cgroup != group))
+        return nx_fail(b->err, b->errlen, NX_EFORMAT,
+                       "%s: module '%s' is stored with bits %d, group %d but config.json's quantization says bits %d, group_size %d",
+                       w->file, module, bits, group, cbits, cgroup);
+    memset(out, 0, sizeof *out);
+    out->dtype = NX_DT_U32;
+    out->rows = rows, out->cols = cols;
+    out->bits = bits, out->group = group;
+    out->sdtype = sc->dtype;
+    if ((st = aligned_data(b, w, 4, &out->data)) || (st = aligned_data(b, sc, nx_dtype_size(sc->dtype), &out->scales)) ||
+        (st = aligned_data(b, bi, nx_dtype_size(bi->dtype), &out->biases)))
+        return st;
+    return NX_OK;
 }
 
 nx_status mdl_bind_mat(mdl_binder *b, const char *name, int64_t rows, int64_t cols, const char *why, kn_mat *out) {
     nx_status st = NX_OK;
     const st_tensor *t = need(b, name, &st);
     if (!t) return st;
+    char module[300], scales[310];
+    size_t len = strlen(name);
+    if (len > 7 && len < sizeof module && strcmp(name + len - 7, ".weight") == 0) {
+        snprintf(module, sizeof module, "%.*s", (int)(len - 7), name);
+        snprintf(scales, sizeof scales, "%s.scales", module);
+        if (st_find(b->st, scales)) return bind_affine(b, t, module, rows, cols, why, out);
+    }
     int64_t want[2] = {rows, cols};
     if ((st = check_shape(b, t, 2, want, why)) || (st = check_float(b, t))) return st;
-    out->data = t->data;
+    memset(out, 0, sizeof *out);
     out->dtype = t->dtype;
     out->rows = rows;
     out->cols = cols;
-    if ((uintptr_t)t->data % nx_dtype_size(t->dtype)) {
-        /* safetensors does not promise alignment; kernels need it. */
-        void *copy = nx_alloc_aligned(t->nbytes);
-        if (!copy) return nx_fail(b->err, b->errlen, NX_ENOMEM, "out of memory copying misaligned tensor '%s'", name);
-        memcpy(copy, t->data, t->nbytes);
-        if ((st = keep_owned(b, copy))) return st;
-        out->data = copy;
-    }
-    return NX_OK;
+    return aligned_data(b, t, nx_dtype_size(t->dtype), &out->data);
 }
 
 /* A vector converted to f32; plus_one adds 1 (zero-centered norm, raw HF). */
@@ -241,13 +302,57 @@ static uint64_t model_identity(const nx_model *m) {
     return v;
 }
 
+/* nx_model_info.decode_bytes, from the tensors as stored (so a quantized
+ * matrix counts with its scales and biases): every main-stack tensor once,
+ * the LM head or the tied embedding included, except that an untied
+ * embedding counts one row (a lookup reads one). The MTP head and a vision
+ * tower are left out; norm vectors are in but weigh kilobytes. */
+static int64_t decode_bytes(const nx_model *m) {
+    char embed[160];
+    int elen = snprintf(embed, sizeof embed, "%sembed_tokens.", m->prefix);
+    int64_t n = 0;
+    for (int i = 0; i < st_count(m->st); i++) {
+        const st_tensor *t = st_at(m->st, i);
+        if (strncmp(t->name, "mtp.", 4) == 0 || strstr(t->name, ".mtp.") || strstr(t->name, "visual") ||
+            strncmp(t->name, "vision_tower", 12) == 0)
+            continue;
+        int64_t bytes = (int64_t)t->nbytes;
+        if (strncmp(t->name, embed, (size_t)elen) == 0 && t->ndim >= 1 && t->shape[0] > 0)
+            bytes = (m->cfg.tie_word_embeddings ? bytes : 0) + bytes / t->shape[0];
+        n += bytes;
+    }
+    return n;
+}
+
+/* Parameters a tensor stands for: its elements, except that an affine
+ * matrix (U32 codes) counts 32 / bits per word and its scales and biases
+ * count none. */
+static int64_t tensor_params(const nx_model *m, const st_tensor *t) {
+    size_t len = strlen(t->name);
+    char module[300];
+    if (len < 7 || len >= sizeof module) return t->numel;
+    snprintf(module, sizeof module, "%.*s", (int)(len - 7), t->name);
+    if (t->dtype == NX_DT_U32 && strcmp(t->name + len - 7, ".weight") == 0) {
+        int bits, group;
+        return cfg_quant_for(&m->cfg, module, &bits, &group) ? t->numel * 32 / bits : t->numel;
+    }
+    if (strcmp(t->name + len - 7, ".scales") == 0 || strcmp(t->name + len - 7, ".biases") == 0) {
+        char w[310];
+        snprintf(w, sizeof w, "%s.weight", module);
+        const st_tensor *wt = st_find(m->st, w);
+        if (wt && wt->dtype == NX_DT_U32) return 0;
+    }
+    return t->numel;
+}
+
 static void fill_info(nx_model *m) {
     const cfg_model *c = &m->cfg;
     nx_model_info *in = &m->info;
     in->dir = m->dir;
     in->model_type = c->model_type;
     in->layout = m->layout_mlx ? "mlx" : "hf";
-    snprintf(m->weight_dtype, sizeof m->weight_dtype, "%s", nx_dtype_name(m->embed.dtype));
+    if (m->embed.bits) snprintf(m->weight_dtype, sizeof m->weight_dtype, "AFFINE-Q%d", m->embed.bits);
+    else snprintf(m->weight_dtype, sizeof m->weight_dtype, "%s", nx_dtype_name(m->embed.dtype));
     in->weight_dtype = m->weight_dtype;
     in->vocab_size = c->vocab_size;
     in->hidden_size = c->hidden_size;
@@ -283,7 +388,7 @@ static void fill_info(nx_model *m) {
         int is_mtp = strncmp(t->name, "mtp.", 4) == 0 || strstr(t->name, ".mtp.") != NULL;
         int is_visual = strstr(t->name, "visual") != NULL || strncmp(t->name, "vision_tower", 12) == 0;
         if (is_mtp) m->n_mtp_tensors++;
-        else if (!is_visual) in->n_params += t->numel;
+        else if (!is_visual) in->n_params += tensor_params(m, t);
     }
     /* some conversions keep the head in an mtp.safetensors beside the weights */
     char path[4096];
@@ -291,6 +396,12 @@ static void fill_info(nx_model *m) {
     in->has_mtp = m->n_mtp_tensors > 0 || access(path, R_OK) == 0;
     in->n_mtp_tensors = m->n_mtp_tensors;
     in->quantization = "none";
+    if (c->has_quantization) {
+        snprintf(m->quant_desc, sizeof m->quant_desc, "mlx affine, %d bits, group %d%s", c->q_bits, c->q_group,
+                 c->n_q_overrides ? ", with per-module entries" : "");
+        in->quantization = m->quant_desc;
+    }
+    in->decode_bytes = decode_bytes(m);
 }
 
 nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **out, char *err, size_t errlen) {
@@ -303,21 +414,12 @@ nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **ou
         nx_free(m);
         return nx_fail(err, errlen, NX_ENOMEM, "out of memory loading %s", dir);
     }
-    mdl_binder b = {NULL, dir, &m->owned, err, errlen};
+    mdl_binder b = {NULL, dir, &m->owned, err, errlen, &m->cfg};
     const cfg_model *c = &m->cfg;
     nx_status st;
     if ((st = cfg_load_dir(dir, &m->cfg, err, errlen))) goto fail;
     if ((st = st_open_dir(dir, &m->st, err, errlen))) goto fail;
     b.st = m->st;
-    for (int i = 0; i < st_count(m->st); i++) {
-        const char *name = st_at(m->st, i)->name;
-        size_t len = strlen(name);
-        if (len > 7 && strcmp(name + len - 7, ".scales") == 0 && strncmp(name, "mtp.", 4) != 0) {
-            st = nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: tensor '%s': MLX-quantized weights are not supported yet",
-                         st_at(m->st, i)->file, name);
-            goto fail;
-        }
-    }
     if (!(m->prefix = find_prefix(m->st))) {
         st = nx_fail(err, errlen, NX_EFORMAT,
                      "%s: no embed_tokens.weight under model.language_model., language_model.model. or model. — not a Qwen3.5 checkpoint?",

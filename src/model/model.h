@@ -72,6 +72,7 @@ struct nx_model {
     nx_model_info info;
     char layer_pattern[CFG_MAX_LAYERS + 1];
     char weight_dtype[16];
+    char quant_desc[80];
     int n_mtp_tensors;
 };
 
@@ -132,11 +133,16 @@ typedef struct {
     mdl_owned *owned;
     char *err;
     size_t errlen;
+    const cfg_model *quant;       /* quantization block affine tensors must agree
+                                     with; NULL: their shapes alone decide     */
 } mdl_binder;
 
-/* A [rows, cols] F32/BF16/F16 matrix used in place (copied only when
- * misaligned). A missing tensor, another shape or dtype is an error naming
- * the tensor; `why` says what the config expects. */
+/* A [rows, cols] matrix used in place (copied only when misaligned): F32,
+ * BF16 or F16, or MLX affine-quantized when <module>.scales exists beside
+ * <module>.weight (spec §2.6.1): weight U32 [rows, cols*bits/32], scales and
+ * biases [rows, cols/group]; bits and group are read off the shapes and must
+ * agree with b->quant. A missing tensor, another shape or dtype is an error
+ * naming the tensor; `why` says what the config expects. */
 nx_status mdl_bind_mat(mdl_binder *b, const char *name, int64_t rows, int64_t cols, const char *why, kn_mat *out);
 /* A vector of n floats converted to f32; plus_one adds 1 to every element
  * (zero-centred norm stored raw). */

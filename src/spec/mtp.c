@@ -84,7 +84,7 @@ nx_status mtp_load_from_target(nx_drafter *d, char *err, size_t errlen) {
         return nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint has no MTP head (no mtp.fc.weight); give a drafter directory",
                        m->dir);
     }
-    mdl_binder b = {m->st, m->dir, &d->owned, err, errlen};
+    mdl_binder b = {m->st, m->dir, &d->owned, err, errlen, &m->cfg};
     nx_status st = mtp_bind_head(d, &b, prefix, strcmp(prefix, "mtp.") == 0);
     if (st) return st;
     snprintf(d->source, sizeof d->source, "%s (%s*)", m->dir, prefix);

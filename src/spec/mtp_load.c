@@ -18,7 +18,7 @@ nx_status mtp_bind_set(nx_drafter *d, st_set *st, const char *where, char *err, 
     d->own = st;
     const char *prefix = st_find(st, "mtp.fc.weight") ? "mtp." : st_find(st, "fc.weight") ? "" : NULL;
     if (!prefix) return nx_fail(err, errlen, NX_EFORMAT, "%s: no fc.weight or mtp.fc.weight — not an MTP drafter", where);
-    mdl_binder b = {st, where, &d->owned, err, errlen};
+    mdl_binder b = {st, where, &d->owned, err, errlen, NULL};
     nx_status s = mtp_bind_head(d, &b, prefix, prefix[0] != 0);
     if (s) return s;
     snprintf(d->source, sizeof d->source, "%s", where);
@@ -77,8 +77,12 @@ nx_status mtp_load_from_dir(nx_drafter *d, const char *dir, char *err, size_t er
         }
         d->block_size = (int)json_integer_value(bs);
     }
-    if (json_object_get(root, "quantization")) {
-        st = nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: quantized drafters are not supported yet", path);
+    /* an affine-quantized drafter binds by its tensors' shapes (mdl_bind_mat);
+     * other MLX modes are refused by name */
+    json_t *q = json_object_get(root, "quantization");
+    const char *mode = json_string_value(json_object_get(q, "mode"));
+    if (mode && strcmp(mode, "affine") != 0) {
+        st = nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: quantization mode '%s' is not supported (only 'affine')", path, mode);
         goto done;
     }
     st_set *set = NULL;

@@ -11,17 +11,9 @@
 
 static char out_dir[1024];
 
-/* Runs `nextn ARGS` with stdout/stderr captured into out_dir; returns the exit code. */
-static int nextn(const char *args) {
-    return nx_test_system("'%s' %s > '%s/stdout' 2> '%s/stderr'", NX_NEXTN_BIN, args, out_dir, out_dir);
-}
-
-static char *captured(const char *which) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s", out_dir, which);
-    char *s = nx_test_read_file(path, NULL);
-    return s ? s : calloc(1, 1);
-}
+/* `nextn ARGS` with its output captured into out_dir (test.h). */
+static int nextn(const char *args) { return nx_test_nextn(out_dir, args); }
+static char *captured(const char *which) { return nx_test_captured(out_dir, which); }
 
 static char *golden_prompt(void) {
     char *t = nx_test_read_file(GOLDEN "/tokens.txt", NULL);

@@ -1,0 +1,478 @@
+/* cmd_bench.c — `nextn bench`: how fast this machine runs a checkpoint, and
+ * how close decoding comes to what the machine's memory bandwidth allows.
+ *
+ * One process measures, on one model and one thread count:
+ *   1. load time of the model (one load, first, so a bad -m fails at once;
+ *      the files are usually in the page cache, so it is mostly mapping and
+ *      checking) and later of the MTP head;
+ *   2. the machine: read bandwidth and FMA throughput (bench_machine.h),
+ *      before the long part, so a machine that cannot spare the probe's
+ *      buffer fails early, and with the model's threads idle;
+ *   3. R repeats of: a plain greedy session (prefill P prompt tokens, then
+ *      decode G tokens after the one the prefill emits, as llama-bench's pp/tg
+ *      split it) and, when there is a drafter, the same with MTP. The two
+ *      alternate so that drift on a shared machine hits both alike. Greedy
+ *      MTP output must equal plain output; the bench checks it;
+ *   4. the cost of one T-token forward (T = 1..8, what a verify of T-1
+ *      drafts costs) on a state holding the prompt, interleaved
+ *      1, 2, .., 8, 1, 2, .. so that the growing context and any drift are
+ *      shared across T;
+ *   5. the roofline: bandwidth / decode_bytes (nx_model_info) is the decode
+ *      rate if every step streamed the weights from DRAM at full speed.
+ * Stop tokens are ignored (every run decodes exactly G tokens) and the prompt
+ * is fixed pseudo-random ids, so runs are comparable across machines and
+ * engines. Rates are reported as the median over repeats with min and max. */
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_machine.h"
+#include "cli.h"
+
+static const char *bench_help =
+    "usage: nextn bench [-m DIR] [-t N] [--prompt 512] [--gen 128] [--mtp on|off|DIR] [--draft K|auto] [--repeat 3] [--json]\n"
+    "Measures load time, prefill and decode speed (plain and MTP, greedy, stop tokens\n"
+    "ignored), MTP acceptance, the cost of a T-token verify against a 1-token step, and\n"
+    "this machine's read bandwidth and FMA throughput, and prints decode as a share of\n"
+    "the bandwidth roofline. See bench/README.md.\n\n" CLI_MODEL_HELP
+    "  --prompt N         prompt tokens (fixed pseudo-random ids; default 512, as llama-bench pp512)\n"
+    "  --gen N            tokens decoded after the prompt's first (default 128, as tg128)\n"
+    "  --mtp on|off|DIR   MTP decode with the checkpoint's head (default when it has one),\n"
+    "                     none, or a drafter directory\n"
+    "  --draft K|auto     drafts per round (default: the drafter's block_size - 1)\n"
+    "  --repeat R         runs of prefill, decode and MTP decode (default 3): median [min-max]\n"
+    "  --json             one JSON object instead of the table\n"
+    "  (--ref also routes the machine probes to their plain C paths)\n";
+
+#define BENCH_VERIFY_T 8                     /* verify cost is measured for T = 1..8         */
+#define BENCH_VERIFY_ROUNDS 5                /* interleaved rounds per --repeat             */
+/* Bandwidth probe buffer: 256 MiB, or 16 MiB per thread when that is more,
+ * so that even a many-core part with a large L3 (up to 96 MiB per CCD) reads
+ * from DRAM rather than from cache on every pass. */
+#define BENCH_BW_BYTES ((size_t)256 << 20)
+#define BENCH_BW_BYTES_PER_THREAD ((size_t)16 << 20)
+#define BENCH_PROBE_PASSES 5
+#define BENCH_WARMUP_TOKENS 16
+
+typedef struct {
+    long prompt, gen, repeat;
+    const char *mtp;             /* NULL: the checkpoint's head if it has one    */
+    int draft;                   /* 0: the drafter's default; NX_DRAFT_AUTO      */
+    int json;
+} bench_opts;
+
+typedef struct {
+    double median, min, max;
+} bench_range;
+
+/* Everything measured; rates are tok/s per repeat. */
+typedef struct {
+    int threads;
+    double load_s, mtp_load_s;
+    double *prefill, *decode, *mtp;         /* [repeat] each                        */
+    const char *mtp_skipped;                 /* why there is no MTP figure, or NULL  */
+    nx_spec_stats st;                        /* MTP statistics summed over repeats   */
+    int k_max, mtp_matches;
+    int verify_rounds;
+    double verify_s[BENCH_VERIFY_T + 1];     /* [T]: median seconds of a T-token call */
+    bench_probe bw, fma;
+} bench_result;
+
+static int parse_opts(int argc, char **argv, cli_model_opts *mo, bench_opts *o) {
+    for (int i = 1; i < argc; i++) {
+        int r = cli_model_option(argc, argv, &i, mo);
+        if (r < 0) return 2;
+        if (r) continue;
+        const char *a = argv[i], *v;
+        long k;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { fputs(bench_help, stdout); return -1; }
+        if (strcmp(a, "--json") == 0) { o->json = 1; continue; }
+        if (strcmp(a, "--prompt") != 0 && strcmp(a, "--gen") != 0 && strcmp(a, "--repeat") != 0 && strcmp(a, "--mtp") != 0 &&
+            strcmp(a, "--draft") != 0)
+            return cli_usage_error("bench: unknown option '%s' (see nextn bench --help)", a);
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (strcmp(a, "--prompt") == 0) {
+            if (cli_parse_int(v, 1, 1 << 20, &o->prompt)) return cli_usage_error("--prompt wants an integer in [1, %d], got '%s'", 1 << 20, v);
+        } else if (strcmp(a, "--gen") == 0) {
+            if (cli_parse_int(v, 1, 1 << 20, &o->gen)) return cli_usage_error("--gen wants an integer in [1, %d], got '%s'", 1 << 20, v);
+        } else if (strcmp(a, "--repeat") == 0) {
+            if (cli_parse_int(v, 1, 100, &o->repeat)) return cli_usage_error("--repeat wants an integer in [1, 100], got '%s'", v);
+        } else if (strcmp(a, "--mtp") == 0) {
+            o->mtp = v;
+        } else if (strcmp(v, "auto") == 0) {
+            o->draft = NX_DRAFT_AUTO;
+        } else if (cli_parse_int(v, 1, NX_SPEC_MAX_DRAFT, &k)) {
+            return cli_usage_error("--draft wants 1..%d or auto, got '%s'", NX_SPEC_MAX_DRAFT, v);
+        } else {
+            o->draft = (int)k;
+        }
+    }
+    return 0;
+}
+
+/* ---- measuring ------------------------------------------------------------ */
+
+/* n token ids below vocab from a 64-bit LCG (Knuth's MMIX constants): the
+ * same ids on every machine and run, with no tokenizer needed. */
+static void lcg_ids(int32_t *ids, long n, int vocab, uint64_t *x) {
+    for (long i = 0; i < n; i++) {
+        *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int32_t)((*x >> 33) % (uint64_t)vocab);
+    }
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median, min and max of v[0..n) (sorted in place). */
+static bench_range range_of(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return (bench_range){n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v[0], v[n - 1]};
+}
+
+/* One greedy session: prefill the prompt (its first token into out[0]), then
+ * decode until gen more tokens follow. With a drafter, its statistics are
+ * added to *sum and its longest round to *k_max (each may be NULL). Returns
+ * 0, or 1 after printing the error. */
+static int run_session(const nx_model *m, const nx_drafter *d, int draft, const int32_t *prompt, int n_prompt, long gen,
+                       int ctx, int32_t *out, double *prefill_s, double *decode_s, nx_spec_stats *sum, int *k_max) {
+    nx_spec_opts so = {d ? draft : 0, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    nx_spec *s = NULL;
+    char err[1024];
+    if (nx_spec_new(m, d, ctx, &so, &s, err, sizeof err)) return cli_fail("%s", err);
+    int rc = 1;
+    double t0 = cli_now();
+    if (nx_spec_prefill(s, prompt, n_prompt, out, err, sizeof err)) goto fail;
+    double t1 = cli_now();
+    for (long n = 0; n < gen;) {
+        int got = 0;
+        if (nx_spec_step(s, (int)(gen - n), out + 1 + n, &got, err, sizeof err)) goto fail;
+        if (got < 1) {
+            snprintf(err, sizeof err, "bench: a decode step emitted no token");
+            goto fail;
+        }
+        n += got;
+    }
+    *prefill_s = t1 - t0;
+    *decode_s = cli_now() - t1;
+    if (k_max) *k_max = nx_spec_max_draft(s);
+    if (sum && d) {
+        const nx_spec_stats *st = nx_spec_get_stats(s);
+        sum->rounds += st->rounds;
+        sum->drafted += st->drafted;
+        sum->accepted += st->accepted;
+        sum->emitted += st->emitted;
+        sum->target_forwards += st->target_forwards;
+        for (int i = 0; i < NX_SPEC_MAX_DRAFT; i++) sum->tried[i] += st->tried[i], sum->hits[i] += st->hits[i];
+    }
+    rc = 0;
+fail:
+    if (rc) cli_fail("%s", err);
+    nx_spec_free(s);
+    return rc;
+}
+
+/* Median seconds of one nx_forward of T tokens, T = 1..BENCH_VERIFY_T, on a
+ * state that holds the prompt, with every row's logits and hidden wanted (what
+ * a verify asks for; the session's verify also snapshots the Gated DeltaNet
+ * state per token, which this leaves out). One untimed round first. */
+static int measure_verify(const nx_model *m, const int32_t *prompt, int n_prompt, int rounds, int ctx, double *med) {
+    const nx_model_info *in = nx_model_get_info(m);
+    char err[1024];
+    nx_state *st = NULL;
+    float *logits = malloc((size_t)BENCH_VERIFY_T * (size_t)in->vocab_size * sizeof *logits);
+    float *hidden = malloc((size_t)BENCH_VERIFY_T * (size_t)in->hidden_size * sizeof *hidden);
+    double *samples = malloc((size_t)BENCH_VERIFY_T * (size_t)rounds * sizeof *samples);
+    int32_t toks[BENCH_VERIFY_T];
+    uint64_t x = 0x76657269667931ull; /* "verify1" */
+    int rc = 1;
+    if (!logits || !hidden || !samples) {
+        cli_fail("out of memory");
+        goto done;
+    }
+    nx_forward_out last = {.logits = logits}, rows = {.logits = logits, .hidden = hidden, .all_rows = 1};
+    if (nx_state_new(m, ctx, &st, err, sizeof err) || nx_forward(m, st, prompt, n_prompt, &last, err, sizeof err)) {
+        cli_fail("%s", err);
+        goto done;
+    }
+    for (int r = -1; r < rounds; r++)
+        for (int T = 1; T <= BENCH_VERIFY_T; T++) {
+            lcg_ids(toks, T, in->vocab_size, &x);
+            double t0 = cli_now();
+            if (nx_forward(m, st, toks, T, &rows, err, sizeof err)) {
+                cli_fail("%s", err);
+                goto done;
+            }
+            if (r >= 0) samples[(size_t)(T - 1) * (size_t)rounds + (size_t)r] = cli_now() - t0;
+        }
+    for (int T = 1; T <= BENCH_VERIFY_T; T++) med[T] = range_of(samples + (size_t)(T - 1) * (size_t)rounds, rounds).median;
+    rc = 0;
+done:
+    nx_state_free(st);
+    free(logits);
+    free(hidden);
+    free(samples);
+    return rc;
+}
+
+/* The drafter --mtp asks for; NULL with *why set when MTP is not measured,
+ * NULL with *rc = 1 (error printed) when loading failed. */
+static nx_drafter *load_drafter(const bench_opts *o, const nx_model *m, const char **why, int *rc) {
+    *rc = 0;
+    *why = NULL;
+    const char *mtp = o->mtp ? o->mtp : "on";
+    if (strcmp(mtp, "off") == 0) {
+        *why = "--mtp off";
+        return NULL;
+    }
+    if (strcmp(mtp, "on") == 0 && !nx_model_get_info(m)->has_mtp) {
+        *why = "the checkpoint has no MTP head (--mtp DIR takes a drafter directory)";
+        return NULL;
+    }
+    char err[1024];
+    nx_drafter *d = NULL;
+    if (nx_drafter_load(m, strcmp(mtp, "on") == 0 ? NULL : mtp, NULL, &d, err, sizeof err)) *rc = cli_fail("%s", err);
+    return d;
+}
+
+/* Steps 3-4 of the file comment (the model is loaded). Returns 0 or 1. */
+static int measure_model(const nx_model *m, const bench_opts *o, bench_result *res) {
+    int rc = 1, err_rc;
+    int32_t *prompt = NULL, *plain_out = NULL, *mtp_out = NULL;
+    const nx_model_info *in = nx_model_get_info(m);
+    double t0 = cli_now();
+    nx_drafter *d = load_drafter(o, m, &res->mtp_skipped, &err_rc);
+    if (err_rc) return 1;
+    res->mtp_load_s = d ? cli_now() - t0 : -1;
+
+    res->verify_rounds = BENCH_VERIFY_ROUNDS * (int)o->repeat;
+    int64_t ctx = o->prompt + 1 + o->gen + NX_SPEC_MAX_DRAFT + 1;
+    int64_t vctx = o->prompt + (int64_t)(res->verify_rounds + 1) * (BENCH_VERIFY_T * (BENCH_VERIFY_T + 1) / 2);
+    int64_t need = ctx > vctx ? ctx : vctx;
+    if (need > in->max_position_embeddings) {
+        cli_fail("bench: --prompt %ld with --gen %ld and --repeat %ld needs %lld positions, more than the model's context of %d",
+                 o->prompt, o->gen, o->repeat, (long long)need, in->max_position_embeddings);
+        goto done;
+    }
+    size_t out_n = (size_t)(1 + o->gen + NX_SPEC_MAX_DRAFT + 1);
+    prompt = malloc((size_t)o->prompt * sizeof *prompt);
+    plain_out = malloc(out_n * sizeof *plain_out);
+    mtp_out = malloc(out_n * sizeof *mtp_out);
+    if (!prompt || !plain_out || !mtp_out) {
+        cli_fail("out of memory");
+        goto done;
+    }
+    uint64_t x = 0x70726f6d707431ull; /* "prompt1" */
+    lcg_ids(prompt, o->prompt, in->vocab_size, &x);
+
+    /* Warm-up (not timed): pages the mapped weights in and wakes the threads,
+     * as llama-bench's warm-up run does. */
+    int warm = o->prompt < BENCH_WARMUP_TOKENS ? (int)o->prompt : BENCH_WARMUP_TOKENS;
+    double ps, ds;
+    if (run_session(m, NULL, 0, prompt, warm, 2, (int)ctx, plain_out, &ps, &ds, NULL, NULL) ||
+        (d && run_session(m, d, o->draft, prompt, warm, 2, (int)ctx, mtp_out, &ps, &ds, NULL, NULL)))
+        goto done;
+
+    res->mtp_matches = 1;
+    for (int r = 0; r < o->repeat; r++) {
+        if (run_session(m, NULL, 0, prompt, (int)o->prompt, o->gen, (int)ctx, plain_out, &ps, &ds, NULL, NULL)) goto done;
+        res->prefill[r] = (double)o->prompt / ps;
+        res->decode[r] = (double)o->gen / ds;
+        if (!d) continue;
+        if (run_session(m, d, o->draft, prompt, (int)o->prompt, o->gen, (int)ctx, mtp_out, &ps, &ds, &res->st, &res->k_max))
+            goto done;
+        res->mtp[r] = (double)o->gen / ds;
+        res->mtp_matches &= memcmp(plain_out, mtp_out, (size_t)(1 + o->gen) * sizeof *mtp_out) == 0;
+    }
+    if (measure_verify(m, prompt, (int)o->prompt, res->verify_rounds, (int)vctx, res->verify_s)) goto done;
+    rc = 0;
+done:
+    free(prompt);
+    free(plain_out);
+    free(mtp_out);
+    nx_drafter_free(d);
+    return rc;
+}
+
+/* ---- reporting ------------------------------------------------------------ */
+
+/* The figures both outputs print, derived once. NAN marks "not measured". */
+typedef struct {
+    bench_range prefill, decode, mtp;
+    double mtp_speedup;
+    double acceptance, per_position[NX_SPEC_MAX_DRAFT], tokens_per_forward;
+    double verify_cost[BENCH_VERIFY_T + 1];          /* [T] = verify_s[T] / verify_s[1] */
+    double roofline_tok_s, roofline_pct, mtp_roofline_pct;
+} bench_summary;
+
+static bench_summary summarize(bench_result *r, const bench_opts *o, const nx_model_info *in) {
+    bench_summary s;
+    int n = (int)o->repeat, has_mtp = r->mtp_skipped == NULL;
+    s.prefill = range_of(r->prefill, n);
+    s.decode = range_of(r->decode, n);
+    s.mtp = has_mtp ? range_of(r->mtp, n) : (bench_range){NAN, NAN, NAN};
+    s.mtp_speedup = s.mtp.median / s.decode.median;
+    s.acceptance = r->st.drafted ? (double)r->st.accepted / (double)r->st.drafted : NAN;
+    for (int i = 0; i < NX_SPEC_MAX_DRAFT; i++)
+        s.per_position[i] = r->st.tried[i] ? (double)r->st.hits[i] / (double)r->st.tried[i] : NAN;
+    /* the prefill's token is in `emitted` but not made by a verify round */
+    s.tokens_per_forward = r->st.rounds ? (double)(r->st.emitted - o->repeat) / (double)r->st.rounds : NAN;
+    for (int T = 1; T <= BENCH_VERIFY_T; T++) s.verify_cost[T] = r->verify_s[T] / r->verify_s[1];
+    s.roofline_tok_s = in->decode_bytes > 0 ? r->bw.rate * 1e9 / (double)in->decode_bytes : NAN;
+    s.roofline_pct = 100.0 * s.decode.median / s.roofline_tok_s;
+    s.mtp_roofline_pct = 100.0 * s.mtp.median / s.roofline_tok_s;
+    return s;
+}
+
+static json_t *jnum(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static json_t *jrange(bench_range r) {
+    if (!isfinite(r.median)) return json_null();
+    return json_pack("{s:o,s:o,s:o}", "median", jnum(r.median), "min", jnum(r.min), "max", jnum(r.max));
+}
+
+/* One JSON object on stdout (see bench/README.md for the keys). Returns 0 or 1. */
+static int print_json(const bench_result *r, const bench_summary *s, const bench_opts *o, const nx_model_info *in) {
+    int has_mtp = r->mtp_skipped == NULL;
+    json_t *j = json_object(), *per = json_array(), *cost = json_object(), *vs = json_object();
+    for (int i = 0; has_mtp && i < r->k_max; i++) json_array_append_new(per, jnum(s->per_position[i]));
+    for (int T = 1; T <= BENCH_VERIFY_T; T++) {
+        char key[8];
+        snprintf(key, sizeof key, "%d", T);
+        if (T > 1) json_object_set_new(cost, key, jnum(s->verify_cost[T]));
+        json_object_set_new(vs, key, jnum(r->verify_s[T]));
+    }
+#define PUT(k, v) json_object_set_new(j, k, v)
+    PUT("model", json_string(in->dir));
+    PUT("params", json_integer(in->n_params));
+    PUT("weight_dtype", json_string(in->weight_dtype));
+    PUT("threads", json_integer(r->threads));
+    PUT("prompt_tokens", json_integer(o->prompt));
+    PUT("gen_tokens", json_integer(o->gen));
+    PUT("repeat", json_integer(o->repeat));
+    PUT("load_s", jnum(r->load_s));
+    PUT("mtp_load_s", has_mtp ? jnum(r->mtp_load_s) : json_null());
+    PUT("prefill_tok_s", jnum(s->prefill.median));
+    PUT("prefill_tok_s_range", jrange(s->prefill));
+    PUT("decode_tok_s", jnum(s->decode.median));
+    PUT("decode_tok_s_range", jrange(s->decode));
+    PUT("mtp_decode_tok_s", jnum(s->mtp.median));
+    PUT("mtp_decode_tok_s_range", jrange(s->mtp));
+    PUT("mtp_skipped", r->mtp_skipped ? json_string(r->mtp_skipped) : json_null());
+    PUT("mtp_speedup", jnum(s->mtp_speedup));
+    PUT("draft", has_mtp ? json_integer(r->k_max) : json_null());
+    PUT("acceptance", jnum(s->acceptance));
+    PUT("accepted", has_mtp ? json_integer(r->st.accepted) : json_null());
+    PUT("drafted", has_mtp ? json_integer(r->st.drafted) : json_null());
+    PUT("per_position", has_mtp ? per : (json_decref(per), json_null()));
+    PUT("tokens_per_forward", jnum(s->tokens_per_forward));
+    PUT("mtp_output_matches", has_mtp ? json_boolean(r->mtp_matches) : json_null());
+    PUT("verify_cost", cost);
+    PUT("verify_s", vs);
+    PUT("verify_rounds", json_integer(r->verify_rounds));
+    PUT("decode_bytes", json_integer(in->decode_bytes));
+    PUT("bandwidth_gbs", jnum(r->bw.rate));
+    PUT("bandwidth_buffer_bytes", json_integer((json_int_t)r->bw.bytes));
+    PUT("fma_gflops", jnum(r->fma.rate));
+    PUT("probe_impl", json_string(r->bw.impl));
+    PUT("roofline_tok_s", jnum(s->roofline_tok_s));
+    PUT("roofline_pct", jnum(s->roofline_pct));
+    PUT("mtp_roofline_pct", jnum(s->mtp_roofline_pct));
+#undef PUT
+    char *text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+    json_decref(j);
+    if (!text) return cli_fail("out of memory writing the JSON report");
+    puts(text);
+    free(text);
+    return 0;
+}
+
+static void print_range(const char *what, bench_range r) {
+    printf("%-14s %10.1f tok/s  [%.1f - %.1f]", what, r.median, r.min, r.max);
+}
+
+static void print_text(const bench_result *r, const bench_summary *s, const bench_opts *o, const nx_model_info *in) {
+    printf("nextn bench    %s: %.2f M params, %s; %d thread%s; prompt %ld, gen %ld, %ld repeat%s\n", in->dir,
+           (double)in->n_params / 1e6, in->weight_dtype, r->threads, r->threads == 1 ? "" : "s", o->prompt, o->gen, o->repeat,
+           o->repeat == 1 ? "" : "s");
+    printf("load           %.3f s model", r->load_s);
+    if (!r->mtp_skipped) printf(", %.3f s MTP head", r->mtp_load_s);
+    printf("\n%-14s %10s        [min - max]\n", "", "median");
+    print_range("prefill", s->prefill);
+    printf("\n");
+    print_range("decode", s->decode);
+    printf("\n");
+    if (r->mtp_skipped) {
+        printf("%-14s skipped: %s\n", "mtp decode", r->mtp_skipped);
+    } else {
+        print_range("mtp decode", s->mtp);
+        printf("  %.2fx plain\n", s->mtp_speedup);
+        printf("%-14s K=%d, acceptance ", "mtp", r->k_max);
+        if (isfinite(s->acceptance)) printf("%.1f%% (per position", 100.0 * s->acceptance);
+        else printf("- (no drafts checked; per position");
+        for (int i = 0; i < r->k_max; i++) { /* "-": no round drafted that far (auto K, short --gen) */
+            if (isfinite(s->per_position[i])) printf(" %.2f", s->per_position[i]);
+            else printf(" -");
+        }
+        printf("), %.2f tokens per verify, output %s\n", s->tokens_per_forward,
+               r->mtp_matches ? "identical to plain" : "DIFFERS from plain decoding");
+    }
+    printf("%-14s", "verify cost");
+    for (int T = 2; T <= BENCH_VERIFY_T; T++) printf(" T=%d %.2fx", T, s->verify_cost[T]);
+    printf("  (1-token step %.3f ms, median of %d)\n", r->verify_s[1] * 1e3, r->verify_rounds);
+    printf("%-14s %.2f MB of weights read per decode step\n", "weights/token", (double)in->decode_bytes / 1e6);
+    printf("%-14s read %.1f GB/s (%zu MiB, %d thread%s, %s); FMA %.1f GFLOP/s\n", "machine", r->bw.rate, r->bw.bytes >> 20,
+           r->bw.threads, r->bw.threads == 1 ? "" : "s", r->bw.impl, r->fma.rate);
+    printf("%-14s %.0f tok/s at %.1f GB/s; decode runs at %.0f%% of it", "roofline", s->roofline_tok_s, r->bw.rate,
+           s->roofline_pct);
+    if (!r->mtp_skipped) printf(", MTP decode at %.0f%%", s->mtp_roofline_pct);
+    printf("\n%-14s (weights that fit in cache are not read from DRAM and can run above 100%%)\n", "");
+}
+
+int cmd_bench(int argc, char **argv) {
+    cli_model_opts mo = {0};
+    bench_opts o = {.prompt = 512, .gen = 128, .repeat = 3};
+    int r = parse_opts(argc, argv, &mo, &o);
+    if (r) return r < 0 ? 0 : r;
+    bench_result res = {0};
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    res.threads = mo.load.n_threads > 0 ? mo.load.n_threads : cpus > 0 ? (int)cpus : 1;
+    res.prefill = calloc((size_t)o.repeat, sizeof *res.prefill);
+    res.decode = calloc((size_t)o.repeat, sizeof *res.decode);
+    res.mtp = calloc((size_t)o.repeat, sizeof *res.mtp);
+    nx_model *m = NULL;
+    char err[1024];
+    int rc = 1;
+    if (!res.prefill || !res.decode || !res.mtp) {
+        cli_fail("out of memory");
+        goto done;
+    }
+    double t0 = cli_now();
+    if (!(m = cli_load_model(&mo))) goto done;
+    res.load_s = cli_now() - t0;
+    int scalar = mo.load.force_reference;
+    size_t bw_bytes = (size_t)res.threads * BENCH_BW_BYTES_PER_THREAD;
+    if (bw_bytes < BENCH_BW_BYTES) bw_bytes = BENCH_BW_BYTES;
+    if (bench_read_bandwidth(bw_bytes, res.threads, BENCH_PROBE_PASSES, scalar, &res.bw, err, sizeof err) ||
+        bench_fma_throughput(res.threads, BENCH_PROBE_PASSES, scalar, &res.fma, err, sizeof err)) {
+        cli_fail("%s", err);
+        goto done;
+    }
+    if (measure_model(m, &o, &res)) goto done;
+    const nx_model_info *in = nx_model_get_info(m);
+    bench_summary s = summarize(&res, &o, in);
+    if (o.json) rc = print_json(&res, &s, &o, in);
+    else print_text(&res, &s, &o, in), rc = 0;
+done:
+    free(res.prefill);
+    free(res.decode);
+    free(res.mtp);
+    nx_model_free(m);
+    return rc;
+}

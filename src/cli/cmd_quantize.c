@@ -1,0 +1,51 @@
+/* cmd_quantize.c — `nextn quantize`: an mlx-community-style affine-quantized
+ * copy of a dense checkpoint (nx_quantize). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char *quantize_help =
+    "usage: nextn quantize [-m IN] -o OUT --bits 4|8 [--group-size 64] [--keep-mtp-dense]\n"
+    "Writes OUT as an MLX affine-quantized checkpoint of the dense checkpoint IN\n"
+    "(mlx-community layout and names, quantization block in config.json; the MTP\n"
+    "head quantized too unless --keep-mtp-dense).\n\n"
+    "  -m, --model IN     dense checkpoint (default: $NEXTN_MODEL, else the bundled model)\n"
+    "  -o, --out OUT      output directory (created if missing)\n"
+    "  --bits B           2, 3, 4, 5, 6 or 8\n"
+    "  --group-size G     32, 64 or 128 (default 64)\n"
+    "  --keep-mtp-dense   leave the MTP head's matrices as they are\n";
+
+int cmd_quantize(int argc, char **argv) {
+    const char *in = NULL, *out = NULL;
+    nx_quantize_opts o = {0, 64, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long k;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { fputs(quantize_help, stdout); return 0; }
+        if (strcmp(a, "--keep-mtp-dense") == 0) { o.keep_mtp_dense = 1; continue; }
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) in = v;
+        else if (strcmp(a, "-o") == 0 || strcmp(a, "--out") == 0) out = v;
+        else if (strcmp(a, "--bits") == 0) {
+            if (cli_parse_int(v, 2, 8, &k) || k == 7) return cli_usage_error("quantize: --bits wants 2, 3, 4, 5, 6 or 8, got '%s'", v);
+            o.bits = (int)k;
+        } else if (strcmp(a, "--group-size") == 0) {
+            if (cli_parse_int(v, 32, 128, &k) || (k != 32 && k != 64 && k != 128))
+                return cli_usage_error("quantize: --group-size wants 32, 64 or 128, got '%s'", v);
+            o.group_size = (int)k;
+        } else {
+            return cli_usage_error("quantize: unknown option '%s' (see nextn quantize --help)", a);
+        }
+    }
+    if (!out) return cli_usage_error("quantize: -o OUT is required");
+    if (!o.bits) return cli_usage_error("quantize: --bits is required");
+    if (!in) in = cli_default_model();
+    char err[1024];
+    nx_quantize_report r;
+    if (nx_quantize(in, out, &o, &r, err, sizeof err)) return cli_fail("%s", err);
+    printf("%s -> %s: %lld tensors, %lld quantized to %d bits (group %d)%s; %.1f MiB -> %.1f MiB\n", in, out,
+           (long long)r.tensors, (long long)r.quantized, o.bits, o.group_size, o.keep_mtp_dense ? ", MTP head dense" : "",
+           (double)r.bytes_in / (1 << 20), (double)r.bytes_out / (1 << 20));
+    return 0;
+}

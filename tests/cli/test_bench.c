@@ -1,0 +1,168 @@
+/* test_bench.c — `nextn bench` end to end: the JSON report has every key the
+ * issue names with sane values, a model without an MTP head reports its MTP
+ * figures as null, bad options exit 2 with one line, and
+ * nx_model_info.decode_bytes counts the main stack once (tied and untied,
+ * HF and MLX layouts, the MTP head left out).
+ *
+ * Runs are kept short (--prompt 32 --gen 16 --repeat 1) because the suite also
+ * runs under AddressSanitizer; the figures are only checked for sanity. */
+#include "test.h"
+
+#include <jansson.h>
+
+static char out_dir[1024];
+
+/* `nextn ARGS` with its output captured into out_dir (test.h). */
+static int nextn(const char *args) { return nx_test_nextn(out_dir, args); }
+static char *captured(const char *which) { return nx_test_captured(out_dir, which); }
+
+/* Runs a bench that must succeed and print one JSON object; NULL (and a
+ * failed CHECK) otherwise. */
+static json_t *bench_json(const char *args) {
+    int rc = nextn(args);
+    char *out = captured("stdout"), *err = captured("stderr");
+    json_t *j = rc == 0 ? json_loads(out, 0, NULL) : NULL;
+    CHECKF(rc == 0 && j != NULL, "nextn %s -> %d, stdout '%s', stderr '%s'", args, rc, out, err);
+    free(out);
+    free(err);
+    return j;
+}
+
+static double num(const json_t *j, const char *key) {
+    const json_t *v = json_object_get(j, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static void bench_json_reports_every_figure(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("bench-json"));
+    json_t *j = bench_json("bench -t 2 --prompt 32 --gen 16 --repeat 1 --json");
+    if (!j) return;
+    CHECK(num(j, "threads") == 2 && num(j, "prompt_tokens") == 32 && num(j, "gen_tokens") == 16 && num(j, "repeat") == 1);
+    CHECK(json_is_string(json_object_get(j, "model")));
+    CHECK(num(j, "load_s") >= 0);
+    static const char *const rates[] = {"prefill_tok_s", "decode_tok_s", "mtp_decode_tok_s", "bandwidth_gbs", "fma_gflops",
+                                        "roofline_tok_s", "roofline_pct", "decode_bytes"};
+    for (size_t i = 0; i < sizeof rates / sizeof *rates; i++)
+        CHECKF(num(j, rates[i]) > 0 && isfinite(num(j, rates[i])), "%s = %g", rates[i], num(j, rates[i]));
+    static const char *const ranges[] = {"prefill_tok_s", "decode_tok_s", "mtp_decode_tok_s"};
+    for (size_t i = 0; i < sizeof ranges / sizeof *ranges; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "%s_range", ranges[i]);
+        const json_t *r = json_object_get(j, key);
+        double lo = num(r, "min"), med = num(r, "median"), hi = num(r, "max");
+        CHECKF(lo > 0 && lo <= med && med <= hi && med == num(j, ranges[i]), "%s: %g %g %g", key, lo, med, hi);
+    }
+    /* the bundled model has a head: acceptance is a fraction, one per draft position */
+    double acc = num(j, "acceptance");
+    CHECKF(acc >= 0 && acc <= 1, "acceptance %g", acc);
+    const json_t *per = json_object_get(j, "per_position");
+    CHECK(json_array_size(per) == (size_t)num(j, "draft") && json_array_size(per) >= 1);
+    for (size_t i = 0; i < json_array_size(per); i++) {
+        double p = json_number_value(json_array_get(per, i));
+        CHECKF(p >= 0 && p <= 1, "per_position[%zu] = %g", i, p);
+    }
+    CHECK(num(j, "tokens_per_forward") >= 1);
+    CHECK(json_is_true(json_object_get(j, "mtp_output_matches")));
+    CHECK(json_is_null(json_object_get(j, "mtp_skipped")));
+    const json_t *cost = json_object_get(j, "verify_cost"), *vs = json_object_get(j, "verify_s");
+    for (int T = 1; T <= 8; T++) {
+        char key[8];
+        snprintf(key, sizeof key, "%d", T);
+        CHECKF(num(vs, key) > 0, "verify_s[%d]", T);
+        if (T > 1) CHECKF(num(cost, key) > 0, "verify_cost[%d] = %g", T, num(cost, key));
+    }
+    CHECK(json_object_get(cost, "1") == NULL && json_object_get(cost, "9") == NULL);
+    json_decref(j);
+}
+
+static void bench_without_a_head_reports_mtp_as_null(void) {
+    const char *dir = nx_test_fixture("bench-nomtp", "--preset tiny --no-mtp");
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("bench-nomtp-run"));
+    char args[2048];
+    snprintf(args, sizeof args, "bench -m '%s' -t 1 --prompt 8 --gen 4 --repeat 1 --json", dir);
+    json_t *j = bench_json(args);
+    if (j) {
+        CHECK(num(j, "decode_tok_s") > 0 && num(j, "roofline_pct") > 0);
+        static const char *const nulls[] = {"mtp_decode_tok_s", "mtp_decode_tok_s_range", "acceptance", "per_position",
+                                            "tokens_per_forward", "mtp_output_matches"};
+        for (size_t i = 0; i < sizeof nulls / sizeof *nulls; i++) CHECKF(json_is_null(json_object_get(j, nulls[i])), "%s", nulls[i]);
+        CHECK(strstr(json_string_value(json_object_get(j, "mtp_skipped")), "no MTP head") != NULL);
+        json_decref(j);
+    }
+    /* the table says so in words */
+    snprintf(args, sizeof args, "bench -m '%s' -t 1 --prompt 8 --gen 4 --repeat 1", dir);
+    CHECK(nextn(args) == 0);
+    char *out = captured("stdout");
+    CHECKF(strstr(out, "skipped: the checkpoint has no MTP head") && strstr(out, "roofline") && strstr(out, "prefill") &&
+               strstr(out, "verify cost") && strstr(out, "GB/s"),
+           "%s", out);
+    free(out);
+}
+
+static void bad_bench_options_exit_2_with_one_line(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("bench-usage"));
+    static const struct { const char *args; const char *needle; } cases[] = {
+        {"bench --prompt 0", "--prompt"},
+        {"bench --gen -1", "--gen"},
+        {"bench --repeat 0", "--repeat"},
+        {"bench --repeat many", "--repeat"},
+        {"bench --draft 0", "--draft"},
+        {"bench --frobnicate", "unknown option '--frobnicate'"},
+        {"bench --prompt", "needs a value"},
+        {"bench -t 0", "--threads"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int rc = nextn(cases[i].args);
+        char *err = captured("stderr");
+        int lines = 0;
+        for (char *p = err; *p; p++) lines += *p == '\n';
+        CHECKF(rc == 2 && lines == 1 && strstr(err, cases[i].needle), "nextn %s -> %d, stderr '%s'", cases[i].args, rc, err);
+        free(err);
+    }
+    CHECK(nextn("bench --help") == 0);
+    char *out = captured("stdout");
+    CHECK(strstr(out, "usage: nextn bench") != NULL);
+    free(out);
+    /* a missing checkpoint is a runtime failure naming it */
+    CHECK(nextn("bench -m /nonexistent/model --prompt 4 --gen 2 --repeat 1") == 1);
+    char *err = captured("stderr");
+    CHECKF(strstr(err, "/nonexistent/model") != NULL, "%s", err);
+    free(err);
+}
+
+/* With every tensor F32, decode_bytes is 4 bytes per main-stack parameter
+ * (n_params counts the LM head once), an untied embedding counting one row
+ * instead of V, and nothing of the MTP head (which every fixture here has). */
+static void decode_bytes_counts_the_main_stack_once(void) {
+    static const struct { const char *args; int tied; } cases[] = {
+        {"--preset tiny --dtype f32 --tie", 1},
+        {"--preset tiny --dtype f32 --no-tie", 0},
+        {"--preset tiny --dtype f32 --no-tie --layout mlx --mtp-layout mlx-inline", 0},
+        {"--preset tiny --dtype f32 --tie --layout mlx --mtp-layout mlx-inline", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        nx_model *m = nx_test_model(nx_test_fixture("bench-bytes", cases[i].args), 1);
+        if (!m) continue;
+        const nx_model_info *in = nx_model_get_info(m);
+        int64_t V = in->vocab_size, H = in->hidden_size;
+        int64_t want = 4 * (in->n_params + H - (cases[i].tied ? 0 : V * H));
+        CHECKF(in->has_mtp && in->tie_word_embeddings == cases[i].tied, "%s", cases[i].args);
+        CHECKF(in->decode_bytes == want, "%s: decode_bytes %lld, want %lld", cases[i].args, (long long)in->decode_bytes,
+               (long long)want);
+        CHECK(in->decode_bytes < in->weight_bytes);
+        nx_model_free(m);
+    }
+}
+
+static const nx_test tests[] = {
+    {"bench_json_reports_every_figure", "bench --json on the bundled model: every required key, positive rates, T = 2..8",
+     bench_json_reports_every_figure},
+    {"bench_without_a_head_reports_mtp_as_null", "no MTP head: MTP figures null in JSON, 'skipped' in the table",
+     bench_without_a_head_reports_mtp_as_null},
+    {"bad_bench_options_exit_2_with_one_line", "bad bench options exit 2 naming the option; a missing model exits 1",
+     bad_bench_options_exit_2_with_one_line},
+    {"decode_bytes_counts_the_main_stack_once", "nx_model_info.decode_bytes: tied / untied, HF / MLX, MTP head left out",
+     decode_bytes_counts_the_main_stack_once},
+};
+
+NX_TEST_MAIN(tests)

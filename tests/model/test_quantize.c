@@ -1,0 +1,240 @@
+/* test_quantize.c — MLX affine-quantized checkpoints: nx_quantize writes the
+ * mlx-community layout, nextn loads it back close to the dense model (NMSE
+ * per bit width, printed), the MTP head quantized or kept dense, greedy
+ * speculative decoding stays bit-identical to plain decoding on quantized
+ * weights, and malformed quantization is a clear error. Sources: the bundled
+ * model (models/default) and a random untied fixture. */
+#include "test.h"
+
+#include <jansson.h>
+
+#include "io/safetensors.h"
+#include "nextn.h"
+
+#define DEFAULT_MODEL NX_MODELS_DIR "/default"
+
+static const char *quantize(const char *name, const char *in, int bits, int group, int keep_mtp_dense) {
+    static char dirs[4][1024];
+    static int next;
+    char *dir = dirs[next++ % 4];
+    snprintf(dir, sizeof dirs[0], "%s", nx_test_tmpdir(name));
+    char err[512];
+    nx_quantize_opts o = {bits, group, keep_mtp_dense};
+    nx_quantize_report r;
+    nx_status st = nx_quantize(in, dir, &o, &r, err, sizeof err);
+    CHECKF(st == NX_OK, "%s", err);
+    CHECK(st || (r.quantized > 0 && r.bytes_out < r.bytes_in));
+    return dir;
+}
+
+/* logits of every row of seq */
+static float *logits_of(nx_model *m, const int32_t *seq, int n) {
+    char err[512];
+    long V = nx_model_get_info(m)->vocab_size;
+    nx_state *s = NULL;
+    CHECK(nx_state_new(m, n, &s, err, sizeof err) == NX_OK);
+    float *out = calloc((size_t)n * V, sizeof *out);
+    nx_forward_out fo = {.logits = out, .all_rows = 1};
+    if (s) CHECK(nx_forward(m, s, seq, n, &fo, err, sizeof err) == NX_OK);
+    nx_state_free(s);
+    return out;
+}
+
+static int32_t *golden_tokens(int *n) {
+    int *v = nx_test_read_ids(NX_TEST_DATA "/default-model/seq0.txt", n);
+    int32_t *t = malloc((size_t)*n * sizeof *t);
+    for (int i = 0; i < *n; i++) t[i] = v[i];
+    free(v);
+    return t;
+}
+
+/* Target and MTP logits of the quantized bundled model against the dense
+ * one. Bounds: affine rounding error is at most scale/2 per weight, so q8
+ * should sit near the bf16 noise floor and q4 well below a flipped argmax on
+ * most rows. */
+static void quantized_default_model_stays_close(void) {
+    static const struct { int bits, group; double nmse, agree; } cases[] = {
+        /* measured 2026-11-30: q8 4.8e-6 (80/80), q4 1.2e-3 (68/80), q4 g32 1.0e-3, q6 9.1e-5, q5 2.7e-4,
+         * q3 5.4e-3 (63/80), q2 4.1e-2 (55/80); bounds about 4x above */
+        {8, 64, 2e-5, 0.98}, {4, 64, 5e-3, 0.78}, {4, 32, 5e-3, 0.78}, {6, 128, 4e-4, 0.90}, {5, 64, 1e-3, 0.88},
+        {3, 64, 2e-2, 0.70}, {2, 128, 0.15, 0.55},
+    };
+    int n;
+    int32_t *seq = golden_tokens(&n);
+    nx_model *dense = nx_test_model(DEFAULT_MODEL, 2);
+    nx_drafter *dd = dense ? nx_test_drafter(dense, 0) : NULL;
+    if (!dd) goto done;
+    long V = nx_model_get_info(dense)->vocab_size;
+    float *ref = logits_of(dense, seq, n), *ref_mtp = malloc((size_t)(n - 1) * V * sizeof(float));
+    char err[512];
+    CHECK(nx_drafter_teacher_forced(dd, seq, n, ref_mtp, NULL, err, sizeof err) == NX_OK);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const char *dir = quantize("quant-default", DEFAULT_MODEL, cases[c].bits, cases[c].group, 0);
+        nx_model *q = nx_test_model(dir, 2);
+        nx_drafter *qd = q ? nx_test_drafter(q, 0) : NULL;
+        if (!qd) { nx_model_free(q); continue; }
+        const nx_model_info *in = nx_model_get_info(q);
+        char want[64];
+        snprintf(want, sizeof want, "%d bits, group %d", cases[c].bits, cases[c].group);
+        CHECKF(strstr(in->quantization, want) && strcmp(in->layout, "mlx") == 0, "%s / %s", in->quantization, in->layout);
+        float *got = logits_of(q, seq, n), *got_mtp = malloc((size_t)(n - 1) * V * sizeof(float));
+        CHECK(nx_drafter_teacher_forced(qd, seq, n, got_mtp, NULL, err, sizeof err) == NX_OK);
+        nx_test_diff d = nx_test_compare(got, ref, (long)n * V), dm = nx_test_compare(got_mtp, ref_mtp, (long)(n - 1) * V);
+        int same = 0, same_mtp = 0;
+        for (int i = 0; i < n; i++) same += nx_test_argmax(got + (long)i * V, V) == nx_test_argmax(ref + (long)i * V, V);
+        for (int i = 0; i + 1 < n; i++)
+            same_mtp += nx_test_argmax(got_mtp + (long)i * V, V) == nx_test_argmax(ref_mtp + (long)i * V, V);
+        printf("  q%d g%-3d  %5.2f MiB  target nmse %.2e argmax %d/%d   MTP nmse %.2e argmax %d/%d\n", cases[c].bits,
+               cases[c].group, (double)in->weight_bytes / (1 << 20), d.nmse, same, n, dm.nmse, same_mtp, n - 1);
+        CHECKF(d.nmse <= cases[c].nmse && dm.nmse <= cases[c].nmse, "q%d: nmse %.2e / %.2e", cases[c].bits, d.nmse, dm.nmse);
+        CHECKF(same >= cases[c].agree * n, "q%d: argmax %d/%d", cases[c].bits, same, n);
+        free(got), free(got_mtp);
+        nx_drafter_free(qd);
+        nx_model_free(q);
+    }
+    free(ref), free(ref_mtp);
+done:
+    nx_drafter_free(dd);
+    nx_model_free(dense);
+    free(seq);
+}
+
+/* nx_spec_step until n tokens; d NULL: plain */
+static void run(nx_model *m, nx_drafter *d, const int32_t *prompt, int np, int K, int n, int32_t *out) {
+    char err[512];
+    nx_spec *s = NULL;
+    nx_spec_opts o = {.draft = K, .accept = NX_ACCEPT_GREEDY};
+    CHECK(nx_spec_new(m, d, np + n + 1, &o, &s, err, sizeof err) == NX_OK);
+    int got = 0, k;
+    if (s && nx_spec_prefill(s, prompt, np, out, err, sizeof err) == NX_OK) got = 1;
+    while (s && got > 0 && got < n && nx_spec_step(s, n - got, out + got, &k, err, sizeof err) == NX_OK) got += k;
+    CHECKF(got == n, "%s", err);
+    nx_spec_free(s);
+}
+
+static void greedy_speculative_equals_plain_on_quantized_weights(void) {
+    const char *untied = nx_test_fixture("quant-untied", "--preset tiny --no-tie --seed 3 --copy-head 0.05 --dtype bf16");
+    const char *sources[] = {DEFAULT_MODEL, untied};
+    for (int s = 0; s < 2; s++) {
+        for (int bits = 4; bits <= 8; bits += 4) {
+            const char *dir = quantize("quant-spec", sources[s], bits, 64, 0);
+            nx_model *m = nx_test_model(dir, 2);
+            nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+            if (!d) { nx_model_free(m); continue; }
+            int32_t prompt[24], plain[100], spec[100];
+            nx_test_tokens(prompt, 24, nx_model_get_info(m)->vocab_size - 40, 11 + (unsigned)s);
+            run(m, NULL, prompt, 24, 1, 100, plain);
+            for (int K = 1; K <= 3; K++) {
+                run(m, d, prompt, 24, K, 100, spec);
+                CHECKF(memcmp(plain, spec, sizeof plain) == 0, "%s q%d K=%d: speculative != plain", sources[s], bits, K);
+            }
+            nx_drafter_free(d);
+            nx_model_free(m);
+        }
+    }
+}
+
+/* --keep-mtp-dense: the head's matrices stay as they were, the rest is quantized. */
+static void keep_mtp_dense_leaves_the_head_alone(void) {
+    const char *dir = quantize("quant-keep", DEFAULT_MODEL, 4, 64, 1);
+    char path[1200], err[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    st_set *st = NULL;
+    CHECK(st_open_file(path, &st, err, sizeof err) == NX_OK);
+    if (!st) return;
+    const st_tensor *fc = st_find(st, "language_model.mtp.fc.weight");
+    const st_tensor *emb = st_find(st, "language_model.model.embed_tokens.weight");
+    CHECK(fc && fc->dtype == NX_DT_BF16 && !st_find(st, "language_model.mtp.fc.scales"));
+    CHECK(emb && emb->dtype == NX_DT_U32 && st_find(st, "language_model.model.embed_tokens.scales"));
+    /* norms baked as 1 + w, conv1d as [CD, Kc, 1] */
+    const st_tensor *conv = st_find(st, "language_model.model.layers.0.linear_attn.conv1d.weight");
+    CHECK(conv && conv->ndim == 3 && conv->shape[2] == 1);
+    st_close(st);
+    nx_model *m = nx_test_model(dir, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    CHECK(d != NULL);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+/* Rewrites dir/config.json through edit(root). */
+static void edit_config(const char *dir, void (*edit)(json_t *)) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *root = json_load_file(path, 0, NULL);
+    CHECK(root != NULL);
+    if (!root) return;
+    edit(root);
+    CHECK(json_dump_file(root, path, 0) == 0);
+    json_decref(root);
+}
+static void set_mxfp4(json_t *r) { json_object_set_new(json_object_get(r, "quantization"), "mode", json_string("mxfp4")); }
+static void set_bits8(json_t *r) { json_object_set_new(json_object_get(r, "quantization"), "bits", json_integer(8)); }
+static void set_fp8(json_t *r) {
+    json_object_del(r, "quantization");
+    json_object_set_new(r, "quantization_config", json_pack("{s:s, s:[i,i]}", "quant_method", "fp8", "weight_block_size", 128, 128));
+}
+static void set_override_off(json_t *r) {
+    json_object_set_new(json_object_get(r, "quantization"), "language_model.model.layers.0.mlp.up_proj", json_false());
+}
+
+/* Loads dir and expects failure with a message containing want. */
+static void expect_error(const char *dir, const char *want) {
+    char err[512] = "";
+    nx_model *m = NULL;
+    nx_status st = nx_model_load(dir, NULL, &m, err, sizeof err);
+    CHECKF(st != NX_OK && m == NULL && strstr(err, want), "want an error naming '%s', got: %s", want, err);
+    nx_model_free(m);
+}
+
+static void malformed_quantization_is_a_clear_error(void) {
+    char err[512];
+    const char *base = quantize("quant-bad", DEFAULT_MODEL, 4, 64, 0);
+    const char *work = nx_test_tmpdir("quant-bad-work");
+    struct { void (*edit)(json_t *); const char *want; } cases[] = {
+        {set_mxfp4, "mxfp4"}, {set_fp8, "fp8"}, {set_bits8, "bits 8"}, {set_override_off, "layers.0.mlp.up_proj"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        CHECK(nx_test_system("cp '%s'/* '%s'/", base, work) == 0);
+        edit_config(work, cases[c].edit);
+        expect_error(work, cases[c].want);
+    }
+    /* a module with scales but no biases */
+    CHECK(nx_test_system("cp '%s'/* '%s'/", base, work) == 0);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", base);
+    st_set *st = NULL;
+    st_writer *w = NULL;
+    CHECK(st_open_file(path, &st, err, sizeof err) == NX_OK && st_writer_new(&w, err, sizeof err) == NX_OK);
+    for (int i = 0; st && w && i < st_count(st); i++) {
+        const st_tensor *t = st_at(st, i);
+        if (strcmp(t->name, "language_model.model.layers.1.mlp.down_proj.biases") == 0) continue;
+        CHECK(st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err, sizeof err) == NX_OK);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", work);
+    CHECK(w && st_writer_write(w, path, err, sizeof err) == NX_OK);
+    st_writer_free(w);
+    st_close(st);
+    expect_error(work, "layers.1.mlp.down_proj.biases");
+    /* quantizing twice, bad widths, the input as output */
+    nx_quantize_opts o = {4, 64, 0};
+    CHECK(nx_quantize(base, nx_test_tmpdir("quant-twice"), &o, NULL, err, sizeof err) == NX_EUNSUPPORTED &&
+          strstr(err, "already quantized"));
+    nx_quantize_opts seven = {7, 64, 0}, g48 = {4, 48, 0};
+    CHECK(nx_quantize(DEFAULT_MODEL, work, &seven, NULL, err, sizeof err) == NX_EINVAL && strstr(err, "bits 7"));
+    CHECK(nx_quantize(DEFAULT_MODEL, work, &g48, NULL, err, sizeof err) == NX_EINVAL && strstr(err, "group size 48"));
+    CHECK(nx_quantize(DEFAULT_MODEL, DEFAULT_MODEL, &o, NULL, err, sizeof err) == NX_EINVAL);
+}
+
+static const nx_test tests[] = {
+    {"quantized_default_model_stays_close", "2..8 bits: target and MTP logits vs dense (NMSE, argmax), mlx layout",
+     quantized_default_model_stays_close},
+    {"greedy_speculative_equals_plain_on_quantized_weights", "q4 / q8, tied and untied, K = 1..3",
+     greedy_speculative_equals_plain_on_quantized_weights},
+    {"keep_mtp_dense_leaves_the_head_alone", "--keep-mtp-dense: head bf16, embeddings quantized, layout transforms",
+     keep_mtp_dense_leaves_the_head_alone},
+    {"malformed_quantization_is_a_clear_error", "mxfp4, fp8, bits mismatch, override, missing biases, bad options",
+     malformed_quantization_is_a_clear_error},
+};
+
+NX_TEST_MAIN(tests)
