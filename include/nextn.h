@@ -196,6 +196,11 @@ typedef struct {
     int hidden_prenorm;   /* 1: feed the head the last layer's PRE-final-norm
                              hidden (the reference design) instead of the
                              post-norm one every current runtime uses */
+    int draft_vocab;      /* N > 0: draft over token ids [0, N) only, the first
+                             N rows of lm_head (byte-level BPE ids follow the
+                             merge order, most frequent first); other ids get
+                             logit -inf. Verification always uses the full
+                             head, so output stays exact. 0 or >= vocab: all */
 } nx_drafter_opts;
 
 /* dir NULL: the target checkpoint's own mtp.* tensors (or an mtp.safetensors

@@ -179,7 +179,7 @@ nx_model *nx_test_model(const char *dir, int threads) {
 nx_drafter *nx_test_drafter(nx_model *m, int prenorm) {
     char err[512];
     nx_drafter *d = NULL;
-    nx_drafter_opts o = {prenorm};
+    nx_drafter_opts o = {.hidden_prenorm = prenorm};
     nx_status st = nx_drafter_load(m, NULL, &o, &d, err, sizeof err);
     CHECKF(st == NX_OK, "%s", err);
     return d;

@@ -31,6 +31,8 @@ static const char *generate_help =
     "                     auto adapts K to the measured acceptance and cost, down to plain decoding\n"
     "  --accept MODE      greedy | match | rejection (default: greedy at --temp 0, else rejection)\n"
     "  --mtp-hidden post|prenorm   target hidden fed to the head (default post)\n"
+    "  --draft-vocab N    draft over token ids [0, N) only (the first N rows of the LM\n"
+    "                     head); verification still uses the whole vocabulary\n"
     "  --save-state F     write the session (target state, drafter entries, sequence) to F\n"
     "  --load-state F     continue the session saved in F: the prompt, if any, is appended\n"
     "                     after it as tokens (no chat rendering), then generation goes on\n"
@@ -43,6 +45,7 @@ typedef struct {
     const char *prompt_ids, *prompt_text, *prompt_file;
     const char *chat_template, *thinking, *mtp, *mtp_hidden, *save_state, *load_state;
     int draft;
+    long draft_vocab;
     nx_accept_mode accept;
     long max_tokens;
     nx_sampling sp;
@@ -79,6 +82,8 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
             if (strcmp(v, "auto") == 0) g->draft = NX_DRAFT_AUTO;
             else if (cli_parse_int(v, 1, NX_SPEC_MAX_DRAFT, &k)) return cli_usage_error("--draft wants 1..%d or auto, got '%s'", NX_SPEC_MAX_DRAFT, v);
             else g->draft = (int)k;
+        } else if (strcmp(a, "--draft-vocab") == 0) {
+            if (cli_parse_int(v, 1, 1 << 30, &g->draft_vocab)) return cli_usage_error("--draft-vocab wants a positive integer, got '%s'", v);
         } else if (strcmp(a, "--accept") == 0) {
             if (strcmp(v, "greedy") == 0) g->accept = NX_ACCEPT_GREEDY;
             else if (strcmp(v, "match") == 0) g->accept = NX_ACCEPT_MATCH;
@@ -213,7 +218,7 @@ static nx_drafter *load_drafter(const gen_opts *g, const nx_model *m, int *rc) {
     if (strcmp(mtp, "default") == 0 && !nx_model_get_info(m)->has_mtp) return NULL;
     char err[1024];
     nx_drafter *d = NULL;
-    nx_drafter_opts o = {g->mtp_hidden && strcmp(g->mtp_hidden, "prenorm") == 0};
+    nx_drafter_opts o = {g->mtp_hidden && strcmp(g->mtp_hidden, "prenorm") == 0, (int)g->draft_vocab};
     const char *dir = strcmp(mtp, "on") == 0 || strcmp(mtp, "default") == 0 ? NULL : mtp;
     if (nx_drafter_load(m, dir, &o, &d, err, sizeof err)) *rc = cli_fail("%s", err);
     return d;

@@ -74,7 +74,7 @@ int cmd_logits(int argc, char **argv) {
     if (hidden_out && cli_write_npy(hidden_out, hidden, n, (int64_t)H)) { cli_fail("%s: cannot write", hidden_out); goto done; }
     if (prenorm_out && cli_write_npy(prenorm_out, prenorm, n, (int64_t)H)) { cli_fail("%s: cannot write", prenorm_out); goto done; }
     if (mtp_out) {
-        nx_drafter_opts dop = {strcmp(mtp_hidden, "prenorm") == 0};
+        nx_drafter_opts dop = {.hidden_prenorm = strcmp(mtp_hidden, "prenorm") == 0};
         if (n < 2) { cli_fail("logits: --mtp-out needs at least 2 tokens"); goto done; }
         if (!(mtp = malloc((size_t)(n - 1) * V * sizeof(float)))) { cli_fail("out of memory"); goto done; }
         if (nx_drafter_load(m, mtp_dir, &dop, &d, err, sizeof err) ||

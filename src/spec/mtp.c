@@ -11,6 +11,7 @@
  * "mtp." prefix get the +1. */
 #include "spec/mtp.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -123,6 +124,14 @@ nx_status nx_drafter_load(const nx_model *target, const char *dir, const nx_draf
         nx_drafter_free(d);
         return st;
     }
+    /* a reduced draft vocabulary is a view of lm_head's first rows (rows are
+     * contiguous in every weight format) */
+    d->head = target->lm_head;
+    if (opts && opts->draft_vocab < 0) {
+        nx_drafter_free(d);
+        return nx_fail(err, errlen, NX_EINVAL, "draft_vocab %d must be >= 0", opts->draft_vocab);
+    }
+    if (opts && opts->draft_vocab > 0 && opts->draft_vocab < d->head.rows) d->head.rows = opts->draft_vocab;
     *out = d;
     return NX_OK;
 }
@@ -178,17 +187,33 @@ static void mtp_chunk(mtp_rows *r, const int32_t *tokens, const float *hidden, i
     r->n += T;
 }
 
+/* Draft logits of n entries: the drafter's head rows, -inf beyond them. */
+static void draft_logits(const nx_drafter *d, const float *m_rows, int n, float *logits) {
+    const nx_model *m = d->target;
+    int64_t V = m->cfg.vocab_size, N = d->head.rows;
+    if (N == V) {
+        mdl_linear(m, &d->head, m_rows, n, logits);
+        return;
+    }
+    /* mdl_linear writes rows of N: run row by row into the [V]-strided output */
+    for (int t = 0; t < n; t++) {
+        float *row = logits + (int64_t)t * V;
+        mdl_linear(m, &d->head, m_rows + (int64_t)t * m->cfg.hidden_size, 1, row);
+        for (int64_t v = N; v < V; v++) row[v] = -INFINITY;
+    }
+}
+
 void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out, int last_only) {
     const nx_model *m = r->d->target;
     int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size;
     for (int done = 0; done < T;) {
         int n = T - done < MDL_CHUNK ? T - done : MDL_CHUNK;
         mtp_chunk(r, tokens + done, hidden + done * H, n);
-        if (logits_out && !last_only) mdl_linear(m, &m->lm_head, r->sc.hfinal, n, logits_out + done * V);
+        if (logits_out && !last_only) draft_logits(r->d, r->sc.hfinal, n, logits_out + done * V);
         done += n;
         if (done == T) {
             memcpy(r->m, r->sc.hfinal + (int64_t)(n - 1) * H, (size_t)H * sizeof(float));
-            if (logits_out && last_only) mdl_linear(m, &m->lm_head, r->m, 1, logits_out);
+            if (logits_out && last_only) draft_logits(r->d, r->m, 1, logits_out);
         }
     }
 }

@@ -29,6 +29,8 @@ struct nx_drafter {
     mdl_layer layer;              /* mtp.layers.0: gated attention + SwiGLU    */
     int block_size;               /* verify block: pending token + drafts      */
     int hidden_prenorm;           /* feed the pre-final-norm hidden instead    */
+    kn_mat head;                  /* rows of lm_head drafts are scored over:
+                                     all, or the first draft_vocab (a view)    */
     uint64_t identity;            /* artifact identity (config + tensor index) */
     char source[256];             /* where the tensors came from, for messages */
 };
