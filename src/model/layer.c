@@ -102,17 +102,42 @@ static void attention_rows(void *ctx, int64_t i0, int64_t i1, int tid) {
     }
 }
 
+/* K and V of the T normed rows sc->xn: k_proj / v_proj, per-head k_norm and
+ * RoPE, written at positions pos..pos+T-1 of the caches. */
+static void attention_kv_rows(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache,
+                              int pos, int T) {
+    const cfg_model *c = &m->cfg;
+    int hd = c->head_dim, rd = c->rotary_dim, Nkv = c->n_kv_heads;
+    int64_t kvd = (int64_t)Nkv * hd;
+    mdl_linear(m, &L->k_proj, sc->xn, T, sc->kbuf);   /* [T][Nkv*hd]              */
+    mdl_linear(m, &L->v_proj, sc->xn, T, sc->vbuf);   /* [T][Nkv*hd]              */
+    for (int t = 0; t < T; t++) {
+        const float *cs = sc->rope + (int64_t)t * rd;
+        float *kc = k_cache + (int64_t)(pos + t) * kvd, *vc = v_cache + (int64_t)(pos + t) * kvd;
+        for (int h = 0; h < Nkv; h++) {                /* k: per-head norm, RoPE, append */
+            kn_rmsnorm(kc + h * hd, sc->kbuf + t * kvd + h * hd, L->k_norm, hd, (float)c->rms_norm_eps);
+            kn_rope_apply(kc + h * hd, cs, rd);
+        }
+        memcpy(vc, sc->vbuf + t * kvd, (size_t)kvd * sizeof(float));
+    }
+}
+
+void mdl_attention_kv(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache, int pos,
+                      int T) {
+    norm_rows(m, sc->xn, sc->x, L->input_norm, T);
+    attention_kv_rows(m, L, sc, k_cache, v_cache, pos, T);
+}
+
 void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache,
                          int pos, int T) {
     const cfg_model *c = &m->cfg;
-    int hd = c->head_dim, rd = c->rotary_dim, Nh = c->n_heads, Nkv = c->n_kv_heads, gated = c->attn_output_gate;
-    int64_t kvd = (int64_t)Nkv * hd, qstride = (int64_t)Nh * hd * (gated ? 2 : 1);
+    int hd = c->head_dim, rd = c->rotary_dim, Nh = c->n_heads, gated = c->attn_output_gate;
+    int64_t qstride = (int64_t)Nh * hd * (gated ? 2 : 1);
     float eps = (float)c->rms_norm_eps;
 
     norm_rows(m, sc->xn, sc->x, L->input_norm, T);
     mdl_linear(m, &L->q_proj, sc->xn, T, sc->proj);   /* [T][Nh * (query | gate)] */
-    mdl_linear(m, &L->k_proj, sc->xn, T, sc->kbuf);   /* [T][Nkv*hd]              */
-    mdl_linear(m, &L->v_proj, sc->xn, T, sc->vbuf);   /* [T][Nkv*hd]              */
+    attention_kv_rows(m, L, sc, k_cache, v_cache, pos, T);
     for (int t = 0; t < T; t++) {
         const float *cs = sc->rope + (int64_t)t * rd;
         for (int h = 0; h < Nh; h++) {                 /* q: per-head norm, then RoPE */
@@ -120,12 +145,6 @@ void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc,
             kn_rmsnorm(q, q, L->q_norm, hd, eps);
             kn_rope_apply(q, cs, rd);
         }
-        float *kc = k_cache + (int64_t)(pos + t) * kvd, *vc = v_cache + (int64_t)(pos + t) * kvd;
-        for (int h = 0; h < Nkv; h++) {                /* k: per-head norm, RoPE, append */
-            kn_rmsnorm(kc + h * hd, sc->kbuf + t * kvd + h * hd, L->k_norm, hd, eps);
-            kn_rope_apply(kc + h * hd, cs, rd);
-        }
-        memcpy(vc, sc->vbuf + t * kvd, (size_t)kvd * sizeof(float));
     }
     attn_job j = {m, sc, k_cache, v_cache, pos};
     nx_pool_run(m->pool, attention_rows, &j, (int64_t)T * Nh, 1);

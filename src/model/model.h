@@ -164,6 +164,11 @@ void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int pos, int T);
  * ([ctx][Nkv*hd]) and row t attends to positions 0..pos+t. Needs sc->rope. */
 void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache,
                          int pos, int T);
+/* Only the K/V writes of mdl_attention_layer for the T rows of sc->x, bit for
+ * bit the values it would write: for rows whose outputs nobody reads (the
+ * MTP head's committed entries, whose K/V later drafts attend to). */
+void mdl_attention_kv(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache, int pos,
+                      int T);
 /* The same with a Gated DeltaNet mixer over conv_state / recurrent (advanced
  * by T tokens). If snap_recurrent is not NULL, the recurrent state after each
  * token t is copied to snap_recurrent[t] and the conv input window to

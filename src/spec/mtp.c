@@ -167,8 +167,11 @@ void mtp_rows_free(mtp_rows *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* The MTP forward over T <= MDL_CHUNK entries, in math order (spec §5.1). */
-static void mtp_chunk(mtp_rows *r, const int32_t *tokens, const float *hidden, int T) {
+/* The MTP forward over T <= MDL_CHUNK entries, in math order (spec §5.1).
+ * Only the last n_full rows run the whole layer (their outputs m land in
+ * sc->hfinal rows 0..n_full-1); the rows before them only write their
+ * attention K/V, which is all later entries read of them. */
+static void mtp_chunk(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, int n_full) {
     const nx_drafter *d = r->d;
     const nx_model *m = d->target;
     int64_t H = m->cfg.hidden_size;
@@ -181,9 +184,17 @@ static void mtp_chunk(mtp_rows *r, const int32_t *tokens, const float *hidden, i
         kn_rmsnorm(u + H, hidden + t * H, d->norm_hidden, H, eps);
     }
     mdl_linear(m, &d->fc, r->u, T, sc->x);                  /* x = fc u            */
-    mdl_rope_rows(m, sc, r->n, T);
-    mdl_attention_layer(m, &d->layer, sc, r->k_cache, r->v_cache, r->n, T);
-    for (int t = 0; t < T; t++) kn_rmsnorm(sc->hfinal + t * H, sc->x + t * H, d->norm_out, H, eps); /* m */
+    int n_kv = T - n_full;
+    if (n_kv > 0) {
+        mdl_rope_rows(m, sc, r->n, n_kv);
+        mdl_attention_kv(m, &d->layer, sc, r->k_cache, r->v_cache, r->n, n_kv);
+    }
+    if (n_full > 0) {
+        if (n_kv > 0) memmove(sc->x, sc->x + n_kv * H, (size_t)(n_full * H) * sizeof(float));
+        mdl_rope_rows(m, sc, r->n + n_kv, n_full);
+        mdl_attention_layer(m, &d->layer, sc, r->k_cache, r->v_cache, r->n + n_kv, n_full);
+        for (int t = 0; t < n_full; t++) kn_rmsnorm(sc->hfinal + t * H, sc->x + t * H, d->norm_out, H, eps); /* m */
+    }
     r->n += T;
 }
 
@@ -208,12 +219,16 @@ void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, in
     int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size;
     for (int done = 0; done < T;) {
         int n = T - done < MDL_CHUNK ? T - done : MDL_CHUNK;
-        mtp_chunk(r, tokens + done, hidden + done * H, n);
+        int last_chunk = done + n == T;
+        /* which rows' outputs are read: all (teacher forcing), the very last
+         * (drafting from it), or none (prefill entries) */
+        int n_full = logits_out && !last_only ? n : logits_out && last_chunk ? 1 : 0;
+        mtp_chunk(r, tokens + done, hidden + done * H, n, n_full);
         if (logits_out && !last_only) draft_logits(r->d, r->sc.hfinal, n, logits_out + done * V);
         done += n;
-        if (done == T) {
-            memcpy(r->m, r->sc.hfinal + (int64_t)(n - 1) * H, (size_t)H * sizeof(float));
-            if (logits_out && last_only) draft_logits(r->d, r->m, 1, logits_out);
+        if (last_chunk && n_full) {
+            memcpy(r->m, r->sc.hfinal + (int64_t)(n_full - 1) * H, (size_t)H * sizeof(float));
+            if (last_only) draft_logits(r->d, r->m, 1, logits_out);
         }
     }
 }

@@ -62,9 +62,12 @@ nx_status mtp_rows_init(mtp_rows *r, const nx_drafter *d, int max_ctx, char *err
 void mtp_rows_free(mtp_rows *r);
 
 /* Appends entries at positions r->n .. r->n+T-1 from tokens[t] and hidden
- * rows hidden[t] ([T][H]); leaves the last entry's m in r->m. logits_out:
- * NULL, or [T][V] for every row (teacher-forced logits), or r->logits with
- * last_only = 1 for the last row. No allocation. */
+ * rows hidden[t] ([T][H]). logits_out: [T][V] for every row (teacher-forced
+ * logits; r->sc.hfinal holds the last chunk's outputs m), or r->logits with
+ * last_only = 1 for the last row, or NULL: entries whose outputs nobody
+ * reads (prefill). Only the rows whose outputs are asked for run the whole
+ * layer; the others write just their K/V, the same bits either way. With
+ * logits_out, the last entry's m is left in r->m. No allocation. */
 void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out, int last_only);
 
 /* Index of the largest value (ties to the lowest id): a greedy draft. */
