@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -71,12 +72,49 @@ static void *pool_main(void *arg) {
     }
 }
 
+/* An integer read from a sysfs file, or -1. */
+static long read_sys_long(const char *fmt, int cpu) {
+    char path[128];
+    snprintf(path, sizeof path, fmt, cpu);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1) v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+/* Physical cores of the online CPUs: distinct (package, core) pairs in
+ * Linux sysfs; the online CPU count where that cannot be read. Decode is
+ * bound by memory bandwidth, and a second hyperthread on a core adds no
+ * bandwidth, only contention for the core's caches and its FMA units. */
+static int physical_cores(void) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN), conf = sysconf(_SC_NPROCESSORS_CONF);
+    if (online <= 0) return 1;
+    enum { MAX_CPUS = 4096 };
+    static const char *const base = "/sys/devices/system/cpu/cpu%d/";
+    long seen[MAX_CPUS][2];
+    int n_seen = 0;
+    char fmt[160];
+    for (int cpu = 0; cpu < conf && cpu < MAX_CPUS; cpu++) {
+        snprintf(fmt, sizeof fmt, "%sonline", base);
+        if (cpu > 0 && read_sys_long(fmt, cpu) == 0) continue;       /* offline (cpu0 has no file) */
+        snprintf(fmt, sizeof fmt, "%stopology/physical_package_id", base);
+        long pkg = read_sys_long(fmt, cpu);
+        snprintf(fmt, sizeof fmt, "%stopology/core_id", base);
+        long core = read_sys_long(fmt, cpu);
+        if (pkg < 0 || core < 0) return (int)online;
+        int dup = 0;
+        for (int i = 0; i < n_seen && !dup; i++) dup = seen[i][0] == pkg && seen[i][1] == core;
+        if (!dup) seen[n_seen][0] = pkg, seen[n_seen][1] = core, n_seen++;
+    }
+    return n_seen > 0 && n_seen <= online ? n_seen : (int)online;
+}
+
 nx_status nx_pool_new(int n_threads, nx_pool **out, char *err, size_t errlen) {
     *out = NULL;
-    if (n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)n : 1;
-    }
+    if (n_threads <= 0) n_threads = physical_cores();
     if (n_threads > 256) return nx_fail(err, errlen, NX_EINVAL, "thread count %d is more than 256", n_threads);
     nx_pool *p = nx_calloc(1, sizeof *p);
     if (!p) return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the thread pool");

@@ -17,7 +17,8 @@
 typedef struct nx_pool nx_pool;
 typedef void (*nx_range_fn)(void *ctx, int64_t i0, int64_t i1, int tid);
 
-/* n_threads <= 0: the number of online CPUs. */
+/* n_threads <= 0: one per physical core (online CPUs where sysfs does not
+ * tell cores apart). */
 nx_status nx_pool_new(int n_threads, nx_pool **out, char *err, size_t errlen);
 void nx_pool_free(nx_pool *p);
 int nx_pool_size(const nx_pool *p);

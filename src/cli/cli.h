@@ -48,7 +48,7 @@ typedef struct {
 
 #define CLI_MODEL_HELP                                                              \
     "  -m, --model DIR    checkpoint directory (default: $NEXTN_MODEL, else the bundled model)\n" \
-    "  -t, --threads N    worker threads (default: one per CPU)\n"                  \
+    "  -t, --threads N    worker threads (default: one per physical core)\n"                  \
     "  --ref              use the scalar reference kernels (slow; for checking)\n"
 
 /* If argv[*i] is one of the model options, consumes it (and its value) and

@@ -1,0 +1,70 @@
+/* test_pool.c — the persistent thread pool: its default size (one per
+ * physical core), ranges that cover [0, n) exactly once, and its limits. */
+#include "test.h"
+
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "base/pool.h"
+
+static void default_size_is_one_per_physical_core(void) {
+    char err[256];
+    nx_pool *p = NULL;
+    CHECK(nx_pool_new(0, &p, err, sizeof err) == NX_OK);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = p ? nx_pool_size(p) : 0;
+    printf("  default pool: %d threads (%ld online CPUs)\n", n, online);
+    CHECK(n >= 1 && n <= online);
+    nx_pool_free(p);
+    CHECK(nx_pool_new(257, &p, err, sizeof err) == NX_EINVAL && p == NULL);
+}
+
+typedef struct {
+    atomic_int *hits;
+    atomic_int calls;
+    int64_t grain;
+    atomic_int short_range;
+} cover_job;
+
+static void mark(void *ctx, int64_t i0, int64_t i1, int tid) {
+    cover_job *j = ctx;
+    (void)tid;
+    atomic_fetch_add(&j->calls, 1);
+    if (i1 - i0 < j->grain) atomic_fetch_add(&j->short_range, 1);
+    for (int64_t i = i0; i < i1; i++) atomic_fetch_add(&j->hits[i], 1);
+}
+
+static void ranges_cover_every_index_once(void) {
+    char err[256];
+    for (int threads = 1; threads <= 5; threads += 2) {
+        nx_pool *p = NULL;
+        CHECK(nx_pool_new(threads, &p, err, sizeof err) == NX_OK);
+        if (!p) continue;
+        CHECK(nx_pool_size(p) == threads);
+        static const int64_t sizes[] = {0, 1, 2, 7, 64, 1000};
+        for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+            for (int64_t grain = 1; grain <= 16; grain *= 4) {
+                int64_t n = sizes[s];
+                cover_job j = {calloc((size_t)n + 1, sizeof(atomic_int)), 0, grain, 0};
+                nx_pool_run(p, mark, &j, n, grain);
+                int ok = 1;
+                for (int64_t i = 0; i < n; i++) ok &= atomic_load(&j.hits[i]) == 1;
+                CHECKF(ok && atomic_load(&j.calls) <= threads, "threads %d n %lld grain %lld", threads, (long long)n,
+                       (long long)grain);
+                /* only the range that ends at n may be shorter than the grain */
+                CHECK(atomic_load(&j.short_range) <= 1);
+                free(j.hits);
+            }
+        }
+        nx_pool_free(p);
+    }
+}
+
+static const nx_test tests[] = {
+    {"default_size_is_one_per_physical_core", "nx_pool_new(0): 1 .. online CPUs threads; more than 256 refused",
+     default_size_is_one_per_physical_core},
+    {"ranges_cover_every_index_once", "1, 3, 5 threads, n = 0..1000, grains 1/4/16: every index exactly once",
+     ranges_cover_every_index_once},
+};
+
+NX_TEST_MAIN(tests)
