@@ -83,6 +83,7 @@ typedef struct {
                                         the MTP head                            */
     int n_files, n_tensors;
     const char *quantization;        /* "none" or a description                 */
+    int n_threads;                   /* worker threads of the model's pool       */
 } nx_model_info;
 
 const nx_model_info *nx_model_get_info(const nx_model *m);
@@ -138,16 +139,16 @@ typedef struct {
     int64_t bytes_in, bytes_out;   /* tensor bytes read / written                */
 } nx_quantize_report;
 
-/* Writes out_dir (created if missing) as an mlx-community-style checkpoint
- * of the dense checkpoint in in_dir, quantized in MLX's affine format (spec
+/* Writes out_dir (created if missing; an existing one must be empty) as an
+ * mlx-community-style checkpoint of the dense checkpoint in in_dir, quantized in MLX's affine format (spec
  * §2.6.1): mlx names (language_model.model.*, the MTP head as
  * language_model.mtp.*), zero-centred norms stored as 1 + w, conv1d as
  * [CD, Kc, 1], every matrix whose column count is a multiple of the group
  * (embeddings and the MTP head included, unless keep_mtp_dense) as U32 codes
  * + scales + biases in the source dtype; a "quantization" block in
  * config.json; tokenizer and generation files copied. in_dir is loaded and
- * checked first; an already quantized input is NX_EUNSUPPORTED. rep may be
- * NULL. */
+ * checked first; an already quantized input is NX_EUNSUPPORTED, a
+ * non-finite weight NX_EFORMAT naming the tensor. rep may be NULL. */
 nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize_opts *opts, nx_quantize_report *rep,
                       char *err, size_t errlen);
 

@@ -8,6 +8,7 @@
 #include "base/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include "base/alloc.h"
 #include "base/err.h"
 
+#define POOL_MAX_THREADS 256
 #define POOL_SPIN_ITERS 2000    /* a few microseconds of spinning before sleeping */
 
 typedef struct {
@@ -92,9 +94,9 @@ static long read_sys_long(const char *fmt, int cpu) {
 static int physical_cores(void) {
     long online = sysconf(_SC_NPROCESSORS_ONLN), conf = sysconf(_SC_NPROCESSORS_CONF);
     if (online <= 0) return 1;
-    enum { MAX_CPUS = 4096 };
+    enum { MAX_CPUS = 1024 };
     static const char *const base = "/sys/devices/system/cpu/cpu%d/";
-    long seen[MAX_CPUS][2];
+    int seen[MAX_CPUS][2];
     int n_seen = 0;
     char fmt[160];
     for (int cpu = 0; cpu < conf && cpu < MAX_CPUS; cpu++) {
@@ -106,16 +108,21 @@ static int physical_cores(void) {
         long core = read_sys_long(fmt, cpu);
         if (pkg < 0 || core < 0) return (int)online;
         int dup = 0;
-        for (int i = 0; i < n_seen && !dup; i++) dup = seen[i][0] == pkg && seen[i][1] == core;
-        if (!dup) seen[n_seen][0] = pkg, seen[n_seen][1] = core, n_seen++;
+        for (int i = 0; i < n_seen && !dup; i++) dup = seen[i][0] == (int)pkg && seen[i][1] == (int)core;
+        if (!dup) seen[n_seen][0] = (int)pkg, seen[n_seen][1] = (int)core, n_seen++;
     }
-    return n_seen > 0 && n_seen <= online ? n_seen : (int)online;
+    int n = n_seen > 0 && n_seen <= online ? n_seen : (int)online;
+    /* no more than the CPUs this process may run on (taskset, cpusets) */
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 && CPU_COUNT(&set) < n) n = CPU_COUNT(&set);
+    return n < POOL_MAX_THREADS ? n : POOL_MAX_THREADS;
 }
 
 nx_status nx_pool_new(int n_threads, nx_pool **out, char *err, size_t errlen) {
     *out = NULL;
     if (n_threads <= 0) n_threads = physical_cores();
-    if (n_threads > 256) return nx_fail(err, errlen, NX_EINVAL, "thread count %d is more than 256", n_threads);
+    if (n_threads > POOL_MAX_THREADS)
+        return nx_fail(err, errlen, NX_EINVAL, "thread count %d is more than %d", n_threads, POOL_MAX_THREADS);
     nx_pool *p = nx_calloc(1, sizeof *p);
     if (!p) return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the thread pool");
     p->n_threads = n_threads;

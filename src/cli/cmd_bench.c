@@ -447,8 +447,6 @@ int cmd_bench(int argc, char **argv) {
     int r = parse_opts(argc, argv, &mo, &o);
     if (r) return r < 0 ? 0 : r;
     bench_result res = {0};
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    res.threads = mo.load.n_threads > 0 ? mo.load.n_threads : cpus > 0 ? (int)cpus : 1;
     res.prefill = calloc((size_t)o.repeat, sizeof *res.prefill);
     res.decode = calloc((size_t)o.repeat, sizeof *res.decode);
     res.mtp = calloc((size_t)o.repeat, sizeof *res.mtp);
@@ -462,6 +460,7 @@ int cmd_bench(int argc, char **argv) {
     double t0 = cli_now();
     if (!(m = cli_load_model(&mo))) goto done;
     res.load_s = cli_now() - t0;
+    res.threads = nx_model_get_info(m)->n_threads;   /* the probes use as many as the model */
     int scalar = mo.load.force_reference;
     size_t bw_bytes = (size_t)res.threads * BENCH_BW_BYTES_PER_THREAD;
     if (bw_bytes < BENCH_BW_BYTES) bw_bytes = BENCH_BW_BYTES;

@@ -148,6 +148,9 @@ nx_status mdl_bind_mat(mdl_binder *b, const char *name, int64_t rows, int64_t co
         snprintf(scales, sizeof scales, "%s.scales", module);
         if (st_find(b->st, scales)) return bind_affine(b, t, module, rows, cols, why, out);
     }
+    if (t->dtype == NX_DT_U32)
+        return nx_fail(b->err, b->errlen, NX_EFORMAT, "%s: tensor '%s' is U32 (MLX-quantized) but has no matching .scales tensor",
+                       t->file, t->name);
     int64_t want[2] = {rows, cols};
     if ((st = check_shape(b, t, 2, want, why)) || (st = check_float(b, t))) return st;
     memset(out, 0, sizeof *out);
@@ -395,6 +398,7 @@ static void fill_info(nx_model *m) {
     snprintf(path, sizeof path, "%s/mtp.safetensors", m->dir);
     in->has_mtp = m->n_mtp_tensors > 0 || access(path, R_OK) == 0;
     in->n_mtp_tensors = m->n_mtp_tensors;
+    in->n_threads = nx_pool_size(m->pool);
     in->quantization = "none";
     if (c->has_quantization) {
         snprintf(m->quant_desc, sizeof m->quant_desc, "mlx affine, %d bits, group %d%s", c->q_bits, c->q_group,

@@ -13,7 +13,9 @@
  *   - config.json gains "quantization" and "quantization_config" blocks.
  * The input is loaded (and so fully validated) with nx_model_load first. */
 #include <errno.h>
+#include <dirent.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -102,6 +104,11 @@ static nx_status add_quantized(st_writer *w, const st_tensor *t, const char *nam
     size_t esz = nx_dtype_size(t->dtype);
     for (int64_t r = 0; !st && r < rows; r++) {
         kn_to_f32(t->dtype, (const char *)t->data + (size_t)(r * cols) * esz, row, cols);
+        for (int64_t c = 0; c < cols && !st; c++)
+            if (!isfinite(row[c]))
+                st = nx_fail(err, errlen, NX_EFORMAT, "%s: tensor '%s' has a non-finite weight at row %lld, column %lld",
+                             t->file, t->name, (long long)r, (long long)c);
+        if (st) break;
         kn_affine_quantize_row(row, cols, o->bits, o->group_size, sdt, codes + r * words, scales + (size_t)(r * groups) * ssz,
                                biases + (size_t)(r * groups) * ssz);
     }
@@ -134,6 +141,18 @@ static nx_status add_shifted_norm(st_writer *w, const st_tensor *t, const char *
     return st;
 }
 
+/* 1 if dir has no entries but . and .. (or cannot be read: mkdir reports that). */
+static int dir_is_empty(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 1;
+    struct dirent *e;
+    int empty = 1;
+    while (empty && (e = readdir(d)))
+        empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+    closedir(d);
+    return empty;
+}
+
 nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize_opts *opts, nx_quantize_report *rep,
                       char *err, size_t errlen) {
     nx_quantize_opts o = *opts;
@@ -159,6 +178,11 @@ nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize
         st = nx_fail(err, errlen, NX_EIO, "%s: cannot create: %s", out_dir, strerror(errno));
         goto done;
     }
+    if (!dir_is_empty(out_dir)) {
+        /* stale shards or an index there would be loaded instead of the new file */
+        st = nx_fail(err, errlen, NX_EINVAL, "quantize: the output directory %s is not empty", out_dir);
+        goto done;
+    }
     if ((st = st_writer_new(&w, err, errlen))) goto done;
     for (int i = 0; !st && i < st_count(m->st); i++) {
         const st_tensor *t = st_at(m->st, i);
@@ -172,7 +196,10 @@ nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize
             /* [CD, 1, Kc] -> [CD, Kc, 1]: the same bytes in the same order */
             int64_t shape[3] = {t->shape[0], t->shape[2], 1};
             st = st_writer_add(w, name, t->dtype, 3, shape, t->data, t->nbytes, err, errlen);
-        } else if (!m->layout_mlx && is_float && is_zero_centred_norm(t->name, m->prefix)) {
+        } else if ((!m->layout_mlx || strncmp(t->name, "mtp.", 4) == 0) && is_float &&
+                   is_zero_centred_norm(t->name, m->prefix)) {
+            /* raw norms: every one in a raw HF file, and a raw mtp.* head kept
+             * inline in an MLX file (the loader shifts exactly those) */
             st = add_shifted_norm(w, t, name, err, errlen);
         } else if (is_float && t->ndim == 2 && ends_with(t->name, ".weight") && !strstr(t->name, "norm") &&
                    t->shape[1] % o.group_size == 0 && !(o.keep_mtp_dense && is_mtp(t->name))) {

@@ -179,6 +179,10 @@ nx_status nx_spec_load(nx_spec *s, const char *path, char *err, size_t errlen) {
     }
     s->target->pos = h.n;
     s->d1 = h.d1;
+    /* the saved draft came from the saving drafter's head; this one may
+     * draft over another vocabulary (--draft-vocab), so draft again from the
+     * saved m, which is what an uninterrupted run with it would hold */
+    if (s->d && h.rows > 0 && h.n_defer == 0) s->d1 = mtp_redraft(&s->rows);
     s->state = SPEC_READY;
 done:
     fclose(f);

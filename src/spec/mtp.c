@@ -233,6 +233,11 @@ void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, in
     }
 }
 
+int32_t mtp_redraft(mtp_rows *r) {
+    draft_logits(r->d, r->m, 1, r->logits);
+    return mtp_argmax(r->logits, r->d->target->cfg.vocab_size);
+}
+
 int32_t mtp_argmax(const float *logits, int n) {
     int32_t best = 0;
     for (int i = 1; i < n; i++)

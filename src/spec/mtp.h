@@ -69,6 +69,9 @@ void mtp_rows_free(mtp_rows *r);
  * layer; the others write just their K/V, the same bits either way. With
  * logits_out, the last entry's m is left in r->m. No allocation. */
 void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out, int last_only);
+/* The first draft from r->m (the last committed entry's output), through this
+ * drafter's head: its logits into r->logits, the argmax returned. */
+int32_t mtp_redraft(mtp_rows *r);
 
 /* Index of the largest value (ties to the lowest id): a greedy draft. */
 int32_t mtp_argmax(const float *logits, int n);

@@ -134,6 +134,53 @@ static void greedy_speculative_equals_plain_on_quantized_weights(void) {
     }
 }
 
+/* An MLX-layout input that keeps a raw mtp.* head inline: its norms are raw
+ * (the loader adds 1 to exactly those), so the writer must shift them too. */
+static void raw_inline_head_of_an_mlx_input_keeps_its_norms(void) {
+    const char *src = nx_test_fixture("quant-mlx-src", "--preset tiny --layout mlx --mtp-layout inline --copy-head 0.05 --no-tie --seed 2");
+    const char *dir = quantize("quant-mlx", src, 8, 64, 0);
+    nx_model *a = nx_test_model(src, 2), *b = nx_test_model(dir, 2);
+    nx_drafter *da = a ? nx_test_drafter(a, 0) : NULL, *db = b ? nx_test_drafter(b, 0) : NULL;
+    if (da && db) {
+        long V = nx_model_get_info(a)->vocab_size;
+        int32_t tok[24];
+        nx_test_tokens(tok, 24, (int)V, 8);
+        float *la = malloc((size_t)23 * V * sizeof(float)), *lb = malloc((size_t)23 * V * sizeof(float));
+        char err[512];
+        CHECK(nx_drafter_teacher_forced(da, tok, 24, la, NULL, err, sizeof err) == NX_OK &&
+              nx_drafter_teacher_forced(db, tok, 24, lb, NULL, err, sizeof err) == NX_OK);
+        nx_test_diff d = nx_test_compare(lb, la, 23 * V);
+        printf("  mlx input, raw inline head, q8: MTP logits nmse %.2e\n", d.nmse);
+        CHECKF(d.nmse < 1e-3, "MTP logits nmse %.2e (norms not shifted?)", d.nmse);
+        free(la), free(lb);
+    }
+    nx_drafter_free(da), nx_drafter_free(db);
+    nx_model_free(a), nx_model_free(b);
+}
+
+/* Copies the tensors of dir/model.safetensors to out/model.safetensors,
+ * leaving out `drop` and passing `poison`'s first element through as NaN. */
+static void rewrite_tensors(const char *dir, const char *out, const char *drop, const char *poison) {
+    char path[1200], err[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    st_set *st = NULL;
+    st_writer *w = NULL;
+    CHECK(st_open_file(path, &st, err, sizeof err) == NX_OK && st_writer_new(&w, err, sizeof err) == NX_OK);
+    for (int i = 0; st && w && i < st_count(st); i++) {
+        const st_tensor *t = st_at(st, i);
+        if (drop && strcmp(t->name, drop) == 0) continue;
+        void *copy = malloc(t->nbytes ? t->nbytes : 1);
+        memcpy(copy, t->data, t->nbytes);
+        if (poison && strcmp(t->name, poison) == 0) ((uint16_t *)copy)[0] = 0x7fc0;   /* bf16 NaN */
+        CHECK(st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, copy, t->nbytes, err, sizeof err) == NX_OK);
+        free(copy);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    CHECK(w && st_writer_write(w, path, err, sizeof err) == NX_OK);
+    st_writer_free(w);
+    st_close(st);
+}
+
 /* --keep-mtp-dense: the head's matrices stay as they were, the rest is quantized. */
 static void keep_mtp_dense_leaves_the_head_alone(void) {
     const char *dir = quantize("quant-keep", DEFAULT_MODEL, 4, 64, 1);
@@ -190,7 +237,8 @@ static void expect_error(const char *dir, const char *want) {
 static void malformed_quantization_is_a_clear_error(void) {
     char err[512];
     const char *base = quantize("quant-bad", DEFAULT_MODEL, 4, 64, 0);
-    const char *work = nx_test_tmpdir("quant-bad-work");
+    char work[1024], nan_dir[1024], nan_out[1024];   /* nx_test_tmpdir returns a static buffer */
+    snprintf(work, sizeof work, "%s", nx_test_tmpdir("quant-bad-work"));
     struct { void (*edit)(json_t *); const char *want; } cases[] = {
         {set_mxfp4, "mxfp4"}, {set_fp8, "fp8"}, {set_bits8, "bits 8"}, {set_override_off, "layers.0.mlp.up_proj"},
     };
@@ -199,23 +247,22 @@ static void malformed_quantization_is_a_clear_error(void) {
         edit_config(work, cases[c].edit);
         expect_error(work, cases[c].want);
     }
-    /* a module with scales but no biases */
+    /* a module with scales but no biases; a U32 weight without scales */
     CHECK(nx_test_system("cp '%s'/* '%s'/", base, work) == 0);
-    char path[1200];
-    snprintf(path, sizeof path, "%s/model.safetensors", base);
-    st_set *st = NULL;
-    st_writer *w = NULL;
-    CHECK(st_open_file(path, &st, err, sizeof err) == NX_OK && st_writer_new(&w, err, sizeof err) == NX_OK);
-    for (int i = 0; st && w && i < st_count(st); i++) {
-        const st_tensor *t = st_at(st, i);
-        if (strcmp(t->name, "language_model.model.layers.1.mlp.down_proj.biases") == 0) continue;
-        CHECK(st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err, sizeof err) == NX_OK);
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", work);
-    CHECK(w && st_writer_write(w, path, err, sizeof err) == NX_OK);
-    st_writer_free(w);
-    st_close(st);
+    rewrite_tensors(base, work, "language_model.model.layers.1.mlp.down_proj.biases", NULL);
     expect_error(work, "layers.1.mlp.down_proj.biases");
+    rewrite_tensors(base, work, "language_model.model.layers.2.mlp.up_proj.scales", NULL);
+    expect_error(work, "no matching .scales");
+    /* a non-finite weight in the input */
+    snprintf(nan_dir, sizeof nan_dir, "%s", nx_test_tmpdir("quant-nan"));
+    snprintf(nan_out, sizeof nan_out, "%s", nx_test_tmpdir("quant-nan-out"));
+    CHECK(nx_test_system("cp '%s'/* '%s'/", DEFAULT_MODEL, nan_dir) == 0);
+    rewrite_tensors(DEFAULT_MODEL, nan_dir, NULL, "model.language_model.layers.0.mlp.gate_proj.weight");
+    nx_quantize_opts q4 = {4, 64, 0};
+    CHECK(nx_quantize(nan_dir, nan_out, &q4, NULL, err, sizeof err) == NX_EFORMAT &&
+          strstr(err, "non-finite") && strstr(err, "layers.0.mlp.gate_proj"));
+    /* a non-empty output directory (stale shards there would win) */
+    CHECK(nx_quantize(DEFAULT_MODEL, work, &q4, NULL, err, sizeof err) == NX_EINVAL && strstr(err, "not empty"));
     /* quantizing twice, bad widths, the input as output */
     nx_quantize_opts o = {4, 64, 0};
     CHECK(nx_quantize(base, nx_test_tmpdir("quant-twice"), &o, NULL, err, sizeof err) == NX_EUNSUPPORTED &&
@@ -231,9 +278,11 @@ static const nx_test tests[] = {
      quantized_default_model_stays_close},
     {"greedy_speculative_equals_plain_on_quantized_weights", "q4 / q8, tied and untied, K = 1..3",
      greedy_speculative_equals_plain_on_quantized_weights},
+    {"raw_inline_head_of_an_mlx_input_keeps_its_norms", "mlx input with a raw mtp.* head: quantized head ~ dense head",
+     raw_inline_head_of_an_mlx_input_keeps_its_norms},
     {"keep_mtp_dense_leaves_the_head_alone", "--keep-mtp-dense: head bf16, embeddings quantized, layout transforms",
      keep_mtp_dense_leaves_the_head_alone},
-    {"malformed_quantization_is_a_clear_error", "mxfp4, fp8, bits mismatch, override, missing biases, bad options",
+    {"malformed_quantization_is_a_clear_error", "mxfp4, fp8, bits, override, no biases/scales, NaN input, bad options, non-empty output",
      malformed_quantization_is_a_clear_error},
 };
 

@@ -83,11 +83,39 @@ static void output_is_exact_for_every_draft_vocabulary(void) {
     nx_model_free(m);
 }
 
+/* A session saved with the whole head and loaded into one that drafts over
+ * [0, N): its first draft comes from the new head, inside [0, N). */
+static void a_checkpoint_loads_into_a_reduced_drafter(void) {
+    nx_model *m = nx_test_model(MODEL, 2);
+    nx_drafter *full = m ? drafter(m, 0) : NULL, *part = m ? drafter(m, 7) : NULL;
+    if (!full || !part) goto done;
+    char err[512], path[1200];
+    snprintf(path, sizeof path, "%s/s.ckpt", nx_test_tmpdir("draft-vocab-ckpt"));
+    int32_t prompt[12], first, drafts[2];
+    nx_test_tokens(prompt, 12, 3000, 21);
+    nx_spec_opts o = {.draft = 2, .accept = NX_ACCEPT_GREEDY};
+    nx_spec *a = NULL, *b = NULL;
+    CHECK(nx_spec_new(m, full, 64, &o, &a, err, sizeof err) == NX_OK);
+    CHECK(a && nx_spec_prefill(a, prompt, 12, &first, err, sizeof err) == NX_OK);
+    CHECK(a && nx_spec_save(a, path, err, sizeof err) == NX_OK);
+    CHECK(nx_spec_new(m, part, 64, &o, &b, err, sizeof err) == NX_OK);
+    CHECKF(b && nx_spec_load(b, path, err, sizeof err) == NX_OK, "%s", err);
+    int nd = 0;
+    CHECK(b && nx_spec_draft(b, 2, drafts, &nd, err, sizeof err) == NX_OK);
+    CHECK(nd == 2 && drafts[0] >= 0 && drafts[0] < 7 && drafts[1] >= 0 && drafts[1] < 7);
+    nx_spec_free(a), nx_spec_free(b);
+done:
+    nx_drafter_free(full), nx_drafter_free(part);
+    nx_model_free(m);
+}
+
 static const nx_test tests[] = {
     {"draft_logits_are_the_head_rows_below_n", "ids < N: the full head's logits bit for bit; ids >= N: -inf; N < 0 refused",
      draft_logits_are_the_head_rows_below_n},
     {"output_is_exact_for_every_draft_vocabulary", "N = 1 .. V: greedy == plain greedy, match == plain sampling",
      output_is_exact_for_every_draft_vocabulary},
+    {"a_checkpoint_loads_into_a_reduced_drafter", "saved with the whole head, loaded with N = 7: drafts from [0, 7)",
+     a_checkpoint_loads_into_a_reduced_drafter},
 };
 
 NX_TEST_MAIN(tests)
