@@ -204,6 +204,53 @@ static void keep_mtp_dense_leaves_the_head_alone(void) {
     nx_model_free(m);
 }
 
+/* The quantized head split into an mlx-vlm qwen3_5_mtp drafter directory
+ * (keys without the language_model.mtp. prefix, norms as stored, the
+ * quantization block in its config) drafts exactly as the inline head. */
+static void quantized_drafter_directory_equals_the_inline_head(void) {
+    const char *qdir = quantize("quant-split", DEFAULT_MODEL, 4, 64, 0);
+    char ddir[1024], path[1200], err[512];
+    snprintf(ddir, sizeof ddir, "%s", nx_test_tmpdir("quant-split-drafter"));
+    snprintf(path, sizeof path, "%s/model.safetensors", qdir);
+    st_set *st = NULL;
+    st_writer *w = NULL;
+    CHECK(st_open_file(path, &st, err, sizeof err) == NX_OK && st_writer_new(&w, err, sizeof err) == NX_OK);
+    static const char prefix[] = "language_model.mtp.";
+    for (int i = 0; st && w && i < st_count(st); i++) {
+        const st_tensor *t = st_at(st, i);
+        if (strncmp(t->name, prefix, sizeof prefix - 1) == 0)
+            CHECK(st_writer_add(w, t->name + sizeof prefix - 1, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err,
+                                sizeof err) == NX_OK);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", ddir);
+    CHECK(w && st_writer_write(w, path, err, sizeof err) == NX_OK);
+    st_writer_free(w);
+    st_close(st);
+    snprintf(path, sizeof path, "%s/config.json", qdir);
+    json_t *target = json_load_file(path, 0, NULL);
+    json_t *cfg = json_pack("{s:s, s:O, s:i, s:O}", "model_type", "qwen3_5_mtp", "text_config",
+                            json_object_get(target, "text_config"), "block_size", 3, "quantization",
+                            json_object_get(target, "quantization"));
+    snprintf(path, sizeof path, "%s/config.json", ddir);
+    CHECK(cfg && json_dump_file(cfg, path, 0) == 0);
+    json_decref(cfg), json_decref(target);
+    nx_model *m = nx_test_model(qdir, 2);
+    nx_drafter *inl = m ? nx_test_drafter(m, 0) : NULL, *dir = NULL;
+    if (m) CHECKF(nx_drafter_load(m, ddir, NULL, &dir, err, sizeof err) == NX_OK, "%s", err);
+    if (inl && dir) {
+        long V = nx_model_get_info(m)->vocab_size;
+        int32_t tok[20];
+        nx_test_tokens(tok, 20, 3000, 4);
+        float *a = malloc((size_t)19 * V * sizeof(float)), *b = malloc((size_t)19 * V * sizeof(float));
+        CHECK(nx_drafter_teacher_forced(inl, tok, 20, a, NULL, err, sizeof err) == NX_OK &&
+              nx_drafter_teacher_forced(dir, tok, 20, b, NULL, err, sizeof err) == NX_OK);
+        CHECK(memcmp(a, b, (size_t)19 * V * sizeof(float)) == 0);
+        free(a), free(b);
+    }
+    nx_drafter_free(inl), nx_drafter_free(dir);
+    nx_model_free(m);
+}
+
 /* Rewrites dir/config.json through edit(root). */
 static void edit_config(const char *dir, void (*edit)(json_t *)) {
     char path[1200];
@@ -280,6 +327,8 @@ static const nx_test tests[] = {
      greedy_speculative_equals_plain_on_quantized_weights},
     {"raw_inline_head_of_an_mlx_input_keeps_its_norms", "mlx input with a raw mtp.* head: quantized head ~ dense head",
      raw_inline_head_of_an_mlx_input_keeps_its_norms},
+    {"quantized_drafter_directory_equals_the_inline_head", "q4 head split into a qwen3_5_mtp directory: same draft logits",
+     quantized_drafter_directory_equals_the_inline_head},
     {"keep_mtp_dense_leaves_the_head_alone", "--keep-mtp-dense: head bf16, embeddings quantized, layout transforms",
      keep_mtp_dense_leaves_the_head_alone},
     {"malformed_quantization_is_a_clear_error", "mxfp4, fp8, bits, override, no biases/scales, NaN input, bad options, non-empty output",
