@@ -113,24 +113,33 @@ static void run(nx_model *m, nx_drafter *d, const int32_t *prompt, int np, int K
 }
 
 static void greedy_speculative_equals_plain_on_quantized_weights(void) {
-    const char *untied = nx_test_fixture("quant-untied", "--preset tiny --no-tie --seed 3 --copy-head 0.05 --dtype bf16");
-    const char *sources[] = {DEFAULT_MODEL, untied};
-    for (int s = 0; s < 2; s++) {
-        for (int bits = 4; bits <= 8; bits += 4) {
-            const char *dir = quantize("quant-spec", sources[s], bits, 64, 0);
-            nx_model *m = nx_test_model(dir, 2);
-            nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
-            if (!d) { nx_model_free(m); continue; }
-            int32_t prompt[24], plain[100], spec[100];
-            nx_test_tokens(prompt, 24, nx_model_get_info(m)->vocab_size - 40, 11 + (unsigned)s);
-            run(m, NULL, prompt, 24, 1, 100, plain);
-            for (int K = 1; K <= 3; K++) {
-                run(m, d, prompt, 24, K, 100, spec);
-                CHECKF(memcmp(plain, spec, sizeof plain) == 0, "%s q%d K=%d: speculative != plain", sources[s], bits, K);
-            }
-            nx_drafter_free(d);
-            nx_model_free(m);
+    char untied[1024];
+    snprintf(untied, sizeof untied, "%s", nx_test_fixture("quant-untied", "--preset tiny --no-tie --seed 3 --copy-head 0.05 --dtype bf16"));
+    /* every affine unpacking path (2/4/8 in-word, 3/5/6 crossing words), tied
+     * and untied, and dense f16 for completeness */
+    static const struct { int source, bits, group; } cases[] = {
+        {0, 4, 64}, {0, 8, 64}, {0, 3, 32}, {0, 6, 128}, {0, 5, 64}, {0, 2, 64}, {1, 4, 64}, {1, 8, 128}, {2, 0, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char dir[1024];
+        const char *src = cases[c].source == 0 ? DEFAULT_MODEL : untied;
+        if (cases[c].source == 2)
+            snprintf(dir, sizeof dir, "%s", nx_test_fixture("quant-f16", "--preset tiny --seed 5 --copy-head 0.05 --dtype f16"));
+        else
+            snprintf(dir, sizeof dir, "%s", quantize("quant-spec", src, cases[c].bits, cases[c].group, 0));
+        nx_model *m = nx_test_model(dir, 2);
+        nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+        if (!d) { nx_model_free(m); continue; }
+        int32_t prompt[24], plain[100], spec[100];
+        nx_test_tokens(prompt, 24, nx_model_get_info(m)->vocab_size - 40, 11 + (unsigned)c);
+        run(m, NULL, prompt, 24, 1, 100, plain);
+        for (int K = 1; K <= 3; K++) {
+            run(m, d, prompt, 24, K, 100, spec);
+            CHECKF(memcmp(plain, spec, sizeof plain) == 0, "case %zu (q%d g%d) K=%d: speculative != plain", c, cases[c].bits,
+                   cases[c].group, K);
         }
+        nx_drafter_free(d);
+        nx_model_free(m);
     }
 }
 
@@ -323,7 +332,7 @@ static void malformed_quantization_is_a_clear_error(void) {
 static const nx_test tests[] = {
     {"quantized_default_model_stays_close", "2..8 bits: target and MTP logits vs dense (NMSE, argmax), mlx layout",
      quantized_default_model_stays_close},
-    {"greedy_speculative_equals_plain_on_quantized_weights", "q4 / q8, tied and untied, K = 1..3",
+    {"greedy_speculative_equals_plain_on_quantized_weights", "q2..q8 (every unpacking path), tied and untied, dense f16; K = 1..3",
      greedy_speculative_equals_plain_on_quantized_weights},
     {"raw_inline_head_of_an_mlx_input_keeps_its_norms", "mlx input with a raw mtp.* head: quantized head ~ dense head",
      raw_inline_head_of_an_mlx_input_keeps_its_norms},
