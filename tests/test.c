@@ -195,6 +195,44 @@ const char *nx_test_fixture(const char *name, const char *args) {
     return dir;
 }
 
+float *nx_test_logits(nx_model *m, const int32_t *seq, int n) {
+    char err[512];
+    long V = nx_model_get_info(m)->vocab_size;
+    nx_state *s = NULL;
+    CHECK(nx_state_new(m, n, &s, err, sizeof err) == NX_OK);
+    float *logits = calloc((size_t)n * V, sizeof *logits);
+    nx_forward_out fo = {.logits = logits, .all_rows = 1};
+    nx_status st = s ? nx_forward(m, s, seq, n, &fo, err, sizeof err) : NX_ESTATE;
+    CHECKF(st == NX_OK, "%s", err);
+    nx_state_free(s);
+    return logits;
+}
+
+int nx_test_generate(nx_model *m, nx_drafter *d, const nx_spec_opts *o, const int32_t *prompt, int n_prompt, int n_gen,
+                     int32_t *out, nx_spec_stats *stats) {
+    char err[512];
+    nx_spec *s = NULL;
+    if (stats) memset(stats, 0, sizeof *stats);
+    nx_status st = nx_spec_new(m, d, n_prompt + n_gen + 1, o, &s, err, sizeof err);
+    CHECKF(st == NX_OK, "%s", err);
+    if (st) return 0;
+    st = nx_spec_prefill(s, prompt, n_prompt, &out[0], err, sizeof err);
+    CHECKF(st == NX_OK, "%s", err);
+    int n = st ? 0 : 1, stopped = 0;
+    for (int i = 0; i < o->n_stop && n; i++) stopped |= out[0] == o->stop_ids[i];
+    while (!st && n < n_gen && !stopped) {
+        int got;
+        st = nx_spec_step(s, n_gen - n, out + n, &got, err, sizeof err);
+        CHECKF(st == NX_OK, "%s", err);
+        for (int i = 0; i < got && !stopped; i++)
+            for (int k = 0; k < o->n_stop; k++) stopped |= out[n + i] == o->stop_ids[k];
+        n += got;
+    }
+    if (stats) *stats = *nx_spec_get_stats(s);
+    nx_spec_free(s);
+    return n;
+}
+
 void nx_test_tokens(int32_t *t, int n, int vocab, unsigned seed) {
     for (int i = 0; i < n; i++) {
         seed = seed * 1664525u + 1013904223u;

@@ -90,6 +90,15 @@ nx_drafter *nx_test_drafter(nx_model *m, int prenorm);
  * temporary directory named after `name`; returns the directory (one of 8
  * rotating static buffers). */
 const char *nx_test_fixture(const char *name, const char *args);
+/* Logits of every row of seq[0..n) from a fresh state ([n][vocab], caller
+ * frees); a failed CHECK on error. */
+float *nx_test_logits(nx_model *m, const int32_t *seq, int n);
+/* Generates up to n_gen tokens (the prefill's first included) with
+ * nx_spec_step; d NULL: plain decoding. Stops after one of o->stop_ids.
+ * Returns how many tokens were written to out; stats, if not NULL, gets the
+ * session's statistics. Errors are failed CHECKs. */
+int nx_test_generate(nx_model *m, nx_drafter *d, const nx_spec_opts *o, const int32_t *prompt, int n_prompt, int n_gen,
+                     int32_t *out, nx_spec_stats *stats);
 /* n deterministic pseudo-random token ids below vocab. */
 void nx_test_tokens(int32_t *t, int n, int vocab, unsigned seed);
 

@@ -27,19 +27,6 @@ static const char *quantize(const char *name, const char *in, int bits, int grou
     return dir;
 }
 
-/* logits of every row of seq */
-static float *logits_of(nx_model *m, const int32_t *seq, int n) {
-    char err[512];
-    long V = nx_model_get_info(m)->vocab_size;
-    nx_state *s = NULL;
-    CHECK(nx_state_new(m, n, &s, err, sizeof err) == NX_OK);
-    float *out = calloc((size_t)n * V, sizeof *out);
-    nx_forward_out fo = {.logits = out, .all_rows = 1};
-    if (s) CHECK(nx_forward(m, s, seq, n, &fo, err, sizeof err) == NX_OK);
-    nx_state_free(s);
-    return out;
-}
-
 static int32_t *golden_tokens(int *n) {
     int *v = nx_test_read_ids(NX_TEST_DATA "/default-model/seq0.txt", n);
     int32_t *t = malloc((size_t)*n * sizeof *t);
@@ -65,7 +52,7 @@ static void quantized_default_model_stays_close(void) {
     nx_drafter *dd = dense ? nx_test_drafter(dense, 0) : NULL;
     if (!dd) goto done;
     long V = nx_model_get_info(dense)->vocab_size;
-    float *ref = logits_of(dense, seq, n), *ref_mtp = malloc((size_t)(n - 1) * V * sizeof(float));
+    float *ref = nx_test_logits(dense, seq, n), *ref_mtp = malloc((size_t)(n - 1) * V * sizeof(float));
     char err[512];
     CHECK(nx_drafter_teacher_forced(dd, seq, n, ref_mtp, NULL, err, sizeof err) == NX_OK);
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
@@ -77,7 +64,7 @@ static void quantized_default_model_stays_close(void) {
         char want[64];
         snprintf(want, sizeof want, "%d bits, group %d", cases[c].bits, cases[c].group);
         CHECKF(strstr(in->quantization, want) && strcmp(in->layout, "mlx") == 0, "%s / %s", in->quantization, in->layout);
-        float *got = logits_of(q, seq, n), *got_mtp = malloc((size_t)(n - 1) * V * sizeof(float));
+        float *got = nx_test_logits(q, seq, n), *got_mtp = malloc((size_t)(n - 1) * V * sizeof(float));
         CHECK(nx_drafter_teacher_forced(qd, seq, n, got_mtp, NULL, err, sizeof err) == NX_OK);
         nx_test_diff d = nx_test_compare(got, ref, (long)n * V), dm = nx_test_compare(got_mtp, ref_mtp, (long)(n - 1) * V);
         int same = 0, same_mtp = 0;
@@ -99,17 +86,10 @@ done:
     free(seq);
 }
 
-/* nx_spec_step until n tokens; d NULL: plain */
+/* n greedy tokens with K drafts a round; d NULL: plain */
 static void run(nx_model *m, nx_drafter *d, const int32_t *prompt, int np, int K, int n, int32_t *out) {
-    char err[512];
-    nx_spec *s = NULL;
     nx_spec_opts o = {.draft = K, .accept = NX_ACCEPT_GREEDY};
-    CHECK(nx_spec_new(m, d, np + n + 1, &o, &s, err, sizeof err) == NX_OK);
-    int got = 0, k;
-    if (s && nx_spec_prefill(s, prompt, np, out, err, sizeof err) == NX_OK) got = 1;
-    while (s && got > 0 && got < n && nx_spec_step(s, n - got, out + got, &k, err, sizeof err) == NX_OK) got += k;
-    CHECKF(got == n, "%s", err);
-    nx_spec_free(s);
+    CHECK(nx_test_generate(m, d, &o, prompt, np, n, out, NULL) == n);
 }
 
 static void greedy_speculative_equals_plain_on_quantized_weights(void) {

@@ -38,20 +38,6 @@ static int32_t *read_ids32(const char *path, int *n) {
     return out;
 }
 
-/* Target logits of every row of seq from a fresh state. */
-static float *target_logits(nx_model *m, const int32_t *seq, int n) {
-    char err[512];
-    long V = nx_model_get_info(m)->vocab_size;
-    nx_state *s = NULL;
-    CHECK(nx_state_new(m, n, &s, err, sizeof err) == NX_OK);
-    float *logits = malloc((size_t)n * V * sizeof *logits);
-    nx_forward_out fo = {.logits = logits, .all_rows = 1};
-    nx_status st = s ? nx_forward(m, s, seq, n, &fo, err, sizeof err) : NX_ESTATE;
-    CHECKF(st == NX_OK, "%s", err);
-    nx_state_free(s);
-    return logits;
-}
-
 static void compare(const char *what, const float *ours, const char *ref_path, long rows, long V) {
     long r, c;
     float *ref = nx_test_read_npy(ref_path, &r, &c);
@@ -80,7 +66,7 @@ static void logits_match_the_training_side_forward(void) {
         snprintf(path, sizeof path, GOLDEN_DIR "/seq%d.txt", k);
         int32_t *seq = read_ids32(path, &n);
         if (!seq) continue;
-        float *logits = target_logits(m, seq, n);
+        float *logits = nx_test_logits(m, seq, n);
         snprintf(path, sizeof path, GOLDEN_DIR "/seq%d_logits.npy", k);
         snprintf(what, sizeof what, "seq%d target logits", k);
         compare(what, logits, path, n, V);
@@ -107,7 +93,7 @@ static void first_draft_acceptance_on_held_out_text(void) {
     int32_t *seq = read_ids32(GOLDEN_DIR "/heldout.txt", &n);
     if (rep && d && seq) {
         long V = nx_model_get_info(m)->vocab_size;
-        float *logits = target_logits(m, seq, n);
+        float *logits = nx_test_logits(m, seq, n);
         float *mtp = malloc((size_t)(n - 1) * V * sizeof *mtp);
         char err[512];
         CHECK(nx_drafter_teacher_forced(d, seq, n, mtp, NULL, err, sizeof err) == NX_OK);
@@ -151,39 +137,12 @@ static void greedy_speculative_runs_match_the_training_side(void) {
             int np = (int)json_array_size(pj);
             int32_t *prompt = malloc((size_t)np * sizeof *prompt);
             for (int j = 0; j < np; j++) prompt[j] = (int32_t)json_integer_value(json_array_get(pj, (size_t)j));
-            char err[512];
-            nx_spec *s = NULL;
             nx_spec_opts o = {.draft = K, .accept = NX_ACCEPT_GREEDY};
-            CHECK(nx_spec_new(m, d, np + n_gen + 1, &o, &s, err, sizeof err) == NX_OK);
-            int n = 0;
-            if (s && nx_spec_prefill(s, prompt, np, &out[0], err, sizeof err) == NX_OK) n = 1;
-            while (s && n > 0 && n < n_gen) {
-                int got;
-                nx_status st = nx_spec_step(s, n_gen - n, out + n, &got, err, sizeof err);
-                CHECKF(st == NX_OK, "%s", err);
-                if (st) break;
-                n += got;
-            }
-            CHECK(n == n_gen);
-            if (s) {
-                const nx_spec_stats *st = nx_spec_get_stats(s);
-                for (int k = 0; k < K; k++) tried[k] += st->tried[k], hits[k] += st->hits[k];
-            }
-            nx_spec_free(s);
+            nx_spec_stats st;
+            CHECK(nx_test_generate(m, d, &o, prompt, np, n_gen, out, &st) == n_gen);
+            for (int k = 0; k < K; k++) tried[k] += st.tried[k], hits[k] += st.hits[k];
             /* plain greedy decoding of the same prompt (no drafter) */
-            nx_spec *p = NULL;
-            nx_spec_opts po = {.draft = 1, .accept = NX_ACCEPT_GREEDY};
-            int np_out = 0;
-            if (nx_spec_new(m, NULL, np + n_gen + 1, &po, &p, err, sizeof err) == NX_OK &&
-                nx_spec_prefill(p, prompt, np, &plain[0], err, sizeof err) == NX_OK) {
-                np_out = 1;
-                while (np_out < n_gen) {
-                    int got;
-                    if (nx_spec_step(p, n_gen - np_out, plain + np_out, &got, err, sizeof err)) break;
-                    np_out += got;
-                }
-            }
-            nx_spec_free(p);
+            int np_out = nx_test_generate(m, NULL, &o, prompt, np, n_gen, plain, NULL);
             CHECK(np_out == n_gen && memcmp(out, plain, (size_t)n_gen * sizeof *out) == 0);
             json_t *ref = json_array_get(json_object_get(theirs, "outputs"), (size_t)i);
             int same = (int)json_array_size(ref) == n_gen;

@@ -43,19 +43,11 @@ static void draft_logits_are_the_head_rows_below_n(void) {
     nx_model_free(m);
 }
 
-/* n tokens from the prompt; d NULL: plain */
+/* n tokens from the prompt, K = 2; d NULL: plain */
 static void run(nx_model *m, nx_drafter *d, nx_accept_mode acc, nx_sampling sp, const int32_t *prompt, int np, int n,
                 int32_t *out, nx_spec_stats *stats) {
-    char err[512];
-    nx_spec *s = NULL;
     nx_spec_opts o = {.draft = 2, .accept = acc, .sampling = sp};
-    CHECK(nx_spec_new(m, d, np + n + 1, &o, &s, err, sizeof err) == NX_OK);
-    int got = 0, k;
-    if (s && nx_spec_prefill(s, prompt, np, out, err, sizeof err) == NX_OK) got = 1;
-    while (s && got > 0 && got < n && nx_spec_step(s, n - got, out + got, &k, err, sizeof err) == NX_OK) got += k;
-    CHECKF(got == n, "%s", err);
-    if (s && stats) *stats = *nx_spec_get_stats(s);
-    nx_spec_free(s);
+    CHECK(nx_test_generate(m, d, &o, prompt, np, n, out, stats) == n);
 }
 
 static void output_is_exact_for_every_draft_vocabulary(void) {

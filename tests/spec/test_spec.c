@@ -118,29 +118,8 @@ typedef struct {
  * returns how many (stops after a stop id). d NULL: plain decoding. */
 static int generate(nx_model *m, nx_drafter *d, const int32_t *prompt, int n_prompt, int n_gen, const run_cfg *rc,
                     int32_t *out, nx_spec_stats *stats) {
-    char err[512];
-    nx_spec *s = NULL;
     nx_spec_opts o = {rc->draft, rc->accept, rc->sp, rc->stop, rc->n_stop};
-    nx_status st = nx_spec_new(m, d, n_prompt + n_gen + 1, &o, &s, err, sizeof err);
-    CHECKF(st == NX_OK, "%s", err);
-    if (st) return 0;
-    int n = 0;
-    st = nx_spec_prefill(s, prompt, n_prompt, &out[0], err, sizeof err);
-    CHECKF(st == NX_OK, "%s", err);
-    n = st ? 0 : 1;
-    int stopped = 0;
-    for (int i = 0; i < rc->n_stop && n; i++) stopped |= out[0] == rc->stop[i];
-    while (!st && n < n_gen && !stopped) {
-        int got;
-        st = nx_spec_step(s, n_gen - n, out + n, &got, err, sizeof err);
-        CHECKF(st == NX_OK, "%s", err);
-        for (int i = 0; i < got && !stopped; i++)
-            for (int k = 0; k < rc->n_stop; k++) stopped |= out[n + i] == rc->stop[k];
-        n += got;
-    }
-    if (stats) *stats = *nx_spec_get_stats(s);
-    nx_spec_free(s);
-    return n;
+    return nx_test_generate(m, d, &o, prompt, n_prompt, n_gen, out, stats);
 }
 
 /* The golden speculative files: K drafts per round, drafter rows rebuilt from
