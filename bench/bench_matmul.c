@@ -77,12 +77,24 @@ static uint16_t *random_bf16(size_t n, float lo, float hi) {
 
 /* Median seconds of reps full-matrix calls at T activation rows; *best gets
  * the fastest call (the better figure on a busy machine). */
-static double median_s(const kn_mat *w, const float *x, int T, float *y, int reps, double *best) {
+/* One call over all rows; qx non-NULL: quantize x into it and run the int8
+ * product (both timed, as the model runs them). */
+static void call(const kn_mat *w, const float *x, int T, kn_qx *qx, float *y) {
+    if (!qx) {
+        kn_matmul_rows(w, x, COLS, T, y, w->rows, 0, w->rows);
+        return;
+    }
+    qx->T = T;
+    kn_quantize_x(qx, x, COLS);
+    kn_matmul_qx_rows(w, qx, y, w->rows, 0, w->rows);
+}
+
+static double median_s(const kn_mat *w, const float *x, int T, kn_qx *qx, float *y, int reps, double *best) {
     double *s = malloc((size_t)reps * sizeof *s);
-    kn_matmul_rows(w, x, COLS, T, y, w->rows, 0, w->rows);   /* warm-up */
+    call(w, x, T, qx, y);   /* warm-up */
     for (int r = 0; r < reps; r++) {
         double t0 = now_s();
-        kn_matmul_rows(w, x, COLS, T, y, w->rows, 0, w->rows);
+        call(w, x, T, qx, y);
         s[r] = now_s() - t0;
     }
     qsort(s, (size_t)reps, sizeof *s, cmp_double);
@@ -113,6 +125,7 @@ int main(int argc, char **argv) {
 
     float *x = malloc(MAX_T * COLS * sizeof *x);
     for (int i = 0; i < MAX_T * COLS; i++) x[i] = (float)(rng_next() >> 40) * 0x1p-24f - 0.5f;
+    void *qxbuf = malloc(kn_qx_bytes(MAX_T, COLS));
     static const int formats[] = {0, 8, 6, 5, 4, 3, 2};   /* 0: dense bf16; else affine bits */
     for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
         const int bits = formats[f];
@@ -127,15 +140,21 @@ int main(int argc, char **argv) {
             w.biases = random_bf16((size_t)rows * (COLS / GROUP), -0.1f, 0.0f);
         }
         float *y = malloc((size_t)(MAX_T * rows) * sizeof *y);
-        char name[32];
-        if (bits) snprintf(name, sizeof name, "affine q%d g%d bf16", bits, GROUP);
-        else snprintf(name, sizeof name, "dense bf16");
-        for (int k = 0; k < nts; k++) {
-            const int T = ts[k];
-            double best, s = median_s(&w, x, T, y, reps, &best), bytes = (double)rows * (double)row_bytes;
-            printf("| %s | %lld | %.1f | %d | %.3f | %.2f | %.2f | %.2f |\n", name, (long long)rows, bytes / 1e6, T,
-                   s * 1e3, bytes / s / 1e9, (double)rows * COLS / s / 1e9, (double)rows * COLS / best / 1e9);
-            fflush(stdout);
+        /* affine: f32 activations, then int8 activations (kn_matmul_qx_rows) */
+        for (int int8 = 0; int8 <= (bits != 0); int8++) {
+            char name[48];
+            if (bits) snprintf(name, sizeof name, "affine q%d g%d bf16, %s x", bits, GROUP, int8 ? "int8" : "f32");
+            else snprintf(name, sizeof name, "dense bf16");
+            kn_qx qx;
+            if (int8) kn_qx_bind(&qx, qxbuf, MAX_T, &w);
+            for (int k = 0; k < nts; k++) {
+                const int T = ts[k];
+                double best, s = median_s(&w, x, T, int8 ? &qx : NULL, y, reps, &best);
+                double bytes = (double)rows * (double)row_bytes;
+                printf("| %s | %lld | %.1f | %d | %.3f | %.2f | %.2f | %.2f |\n", name, (long long)rows, bytes / 1e6,
+                       T, s * 1e3, bytes / s / 1e9, (double)rows * COLS / s / 1e9, (double)rows * COLS / best / 1e9);
+                fflush(stdout);
+            }
         }
         free((void *)w.data);
         free((void *)w.scales);
@@ -143,5 +162,6 @@ int main(int argc, char **argv) {
         free(y);
     }
     free(x);
+    free(qxbuf);
     return 0;
 }

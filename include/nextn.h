@@ -46,6 +46,10 @@ typedef struct nx_model nx_model;
 typedef struct {
     int n_threads;          /* worker threads for kernels; <= 0: one per core   */
     int force_reference;    /* 1: route every kernel to its scalar reference    */
+    int f32_activations;    /* 1: quantized weights multiply f32 activations
+                               (slower); 0: activations are rounded to int8 per
+                               weight group and multiplied with integer dot
+                               products (the default)                        */
 } nx_load_opts;
 
 /* Loads a Qwen3.5 checkpoint directory: config.json plus model.safetensors or

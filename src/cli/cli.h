@@ -40,7 +40,7 @@ const char *cli_value(int argc, char **argv, int *i);
 /* The model directory: -m DIR, else $NEXTN_MODEL, else the bundled default model. */
 const char *cli_default_model(void);
 
-/* Options every model-loading command takes: -m DIR, -t N, --ref. */
+/* Options every model-loading command takes: -m DIR, -t N, --ref, --f32-activations. */
 typedef struct {
     const char *dir;
     nx_load_opts load;
@@ -49,7 +49,8 @@ typedef struct {
 #define CLI_MODEL_HELP                                                              \
     "  -m, --model DIR    checkpoint directory (default: $NEXTN_MODEL, else the bundled model)\n" \
     "  -t, --threads N    worker threads (default: one per physical core)\n"                  \
-    "  --ref              use the scalar reference kernels (slow; for checking)\n"
+    "  --ref              use the scalar reference kernels (slow; for checking)\n"                 \
+    "  --f32-activations  quantized weights multiply f32 activations, not int8 (slower, closer)\n"
 
 /* If argv[*i] is one of the model options, consumes it (and its value) and
  * returns 1; returns 0 if it is not; -1 (error printed) on a bad value. */

@@ -148,6 +148,10 @@ int cli_model_option(int argc, char **argv, int *i, cli_model_opts *o) {
         o->load.force_reference = 1;
         return 1;
     }
+    if (strcmp(a, "--f32-activations") == 0) {
+        o->load.f32_activations = 1;
+        return 1;
+    }
     return 0;
 }
 

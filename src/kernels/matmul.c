@@ -348,12 +348,17 @@ typedef struct {
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
     void (*scale_f32)(float *y, float a, int64_t n);
+    void (*quantize_x)(kn_qx *qx, const float *x, int64_t ldx);
+    void (*matmul_qx_rows)(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
 } kn_impl;
 
-static const kn_impl kn_impl_scalar = {"scalar", kn_matmul_rows_ref, kn_dot_f32_ref, kn_axpy_f32_ref,
-                                       kn_scale_f32_ref};
+static const kn_impl kn_impl_scalar = {"scalar",         kn_matmul_rows_ref, kn_dot_f32_ref,
+                                       kn_axpy_f32_ref,  kn_scale_f32_ref,   kn_quantize_x_ref,
+                                       kn_matmul_qx_rows_ref};
 #if KN_HAVE_X86
-static const kn_impl kn_impl_avx2 = {"avx2", matmul_rows_avx2, dot_f32_avx2, axpy_f32_avx2, scale_f32_avx2};
+static const kn_impl kn_impl_avx2 = {"avx2",         matmul_rows_avx2,   dot_f32_avx2,
+                                     axpy_f32_avx2,  scale_f32_avx2,     kn_quantize_x_avx2,
+                                     kn_matmul_qx_rows_avx2};
 #endif
 
 static const kn_impl *kn_active = &kn_impl_scalar;
@@ -389,3 +394,9 @@ float kn_dot_f32(const float *a, const float *b, int64_t n) { return kn_active->
 void kn_axpy_f32(float *y, float a, const float *x, int64_t n) { kn_active->axpy_f32(y, a, x, n); }
 
 void kn_scale_f32(float *y, float a, int64_t n) { kn_active->scale_f32(y, a, n); }
+
+void kn_quantize_x(kn_qx *qx, const float *x, int64_t ldx) { kn_active->quantize_x(qx, x, ldx); }
+
+void kn_matmul_qx_rows(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    kn_active->matmul_qx_rows(w, qx, y, ldy, r0, r1);
+}

@@ -11,6 +11,7 @@
 #include "kernels/quant.h"
 
 #include <assert.h>
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -66,9 +67,18 @@ static unsigned code_at(const void *words, int64_t c, int bits) {
     return (unsigned)(v >> (k % 32)) & ((1u << bits) - 1);
 }
 
-/* Bytes of one row's codes, of its scales (or biases). */
-static size_t codes_row_bytes(const kn_mat *w) { return (size_t)kn_affine_row_words(w->cols, w->bits) * 4; }
-static size_t sd_row_bytes(const kn_mat *w) { return (size_t)(w->cols / w->group) * nx_dtype_size(w->sdtype); }
+/* Row r of w: where its codes, scales and biases start. */
+typedef struct {
+    const unsigned char *codes;
+    const void *sc, *bi;
+} affine_row;
+
+static inline affine_row row_at(const kn_mat *w, int64_t r) {
+    const size_t cb = (size_t)kn_affine_row_words(w->cols, w->bits) * 4;
+    const size_t sb = (size_t)(w->cols / w->group) * nx_dtype_size(w->sdtype);
+    return (affine_row){(const unsigned char *)w->data + (size_t)r * cb, (const char *)w->scales + (size_t)r * sb,
+                        (const char *)w->biases + (size_t)r * sb};
+}
 
 /* ---- Quantizer ---------------------------------------------------------- */
 
@@ -149,9 +159,8 @@ static inline float dequant_ref(const kn_mat *w, const void *codes, const void *
 
 void kn_affine_row_f32(const kn_mat *w, int64_t row, float *out) {
     assert(kn_affine_valid(w) && 0 <= row && row < w->rows);
-    const void *codes = (const char *)w->data + (size_t)row * codes_row_bytes(w);
-    const void *sc = (const char *)w->scales + (size_t)row * sd_row_bytes(w);
-    const void *bi = (const char *)w->biases + (size_t)row * sd_row_bytes(w);
+    const affine_row ar = row_at(w, row);
+    const void *codes = ar.codes, *sc = ar.sc, *bi = ar.bi;
     for (int64_t c = 0; c < w->cols; c++) out[c] = dequant_ref(w, codes, sc, bi, c);
 }
 
@@ -161,14 +170,118 @@ void kn_affine_matmul_rows_ref(const kn_mat *w, const float *x, int64_t ldx, int
                                int64_t r0, int64_t r1) {
     assert(kn_affine_valid(w));
     for (int64_t r = r0; r < r1; r++) {
-        const void *codes = (const char *)w->data + (size_t)r * codes_row_bytes(w);
-        const void *sc = (const char *)w->scales + (size_t)r * sd_row_bytes(w);
-        const void *bi = (const char *)w->biases + (size_t)r * sd_row_bytes(w);
+        const affine_row ar = row_at(w, r);
+        const void *codes = ar.codes, *sc = ar.sc, *bi = ar.bi;
         for (int t = 0; t < T; t++) {
             const float *xt = x + (int64_t)t * ldx;
             double acc = 0.0;
             for (int64_t c = 0; c < w->cols; c++) acc += (double)dequant_ref(w, codes, sc, bi, c) * (double)xt[c];
             y[(int64_t)t * ldy + r] = (float)acc;
+        }
+    }
+}
+
+/* ---- Int8 activations: scalar twins (the definition, quant.h) ------------ */
+
+size_t kn_qx_bytes(int T, int64_t cols) {
+    assert(T >= 0 && cols >= 0);
+    const size_t G = (size_t)(cols / 32);   /* the most groups any group size gives */
+    return (size_t)T * ((size_t)cols + G * (2 * sizeof(float) + 8 * sizeof(int32_t)));
+}
+
+void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w) {
+    assert(qx != NULL && T >= 0 && kn_affine_valid(w));
+    const int64_t cols = w->cols;
+    const size_t G = (size_t)(cols / w->group);
+    char *p = buf;
+    qx->T = T;
+    qx->cols = cols;
+    qx->group = w->group;
+    qx->nibbles = w->bits == 4 && w->group >= 64;
+    /* cols is a multiple of 32, so every array after q starts 4-byte aligned. */
+    qx->q = (int8_t *)p, p += (size_t)T * (size_t)cols;
+    qx->d = (float *)(void *)p, p += (size_t)T * G * sizeof(float);
+    qx->s = (float *)(void *)p, p += (size_t)T * G * sizeof(float);
+    qx->lsum = (int32_t *)(void *)p;
+}
+
+/* The lane of element c of a group (c counts from a multiple of 64) and where
+ * its int8 value is stored, relative to the group (quant.h). */
+static inline int qx_lane(int nibbles, int64_t c) { return nibbles ? (int)(c % 64 / 8) : (int)(c % 32 / 4); }
+static inline int64_t qx_pos(int nibbles, int64_t c) { return nibbles ? c - c % 64 + c % 2 * 32 + c % 64 / 2 : c; }
+
+/* Quantizes one group of n elements of x into q, *d, *s, lsum[8] (quant.h). */
+static void quantize_group_ref(const float *x, int n, int nibbles, int8_t *q, float *d, float *s, int32_t lsum[8]) {
+    float amax = 0.0f;
+    int bad = 0;
+    for (int c = 0; c < n; c++) {
+        const float a = fabsf(x[c]);
+        if (!(a <= FLT_MAX)) bad = 1;   /* NaN or infinity */
+        else if (a > amax) amax = a;
+    }
+    memset(lsum, 0, 8 * sizeof *lsum);
+    if (bad) {
+        memset(q, 0, (size_t)n);
+        *d = *s = NAN;
+        return;
+    }
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int32_t sum = 0;
+    for (int c = 0; c < n; c++) {
+        float v = nearbyintf(x[c] * id);   /* the current rounding mode: half to even */
+        v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+        q[qx_pos(nibbles, c)] = (int8_t)v;
+        sum += (int32_t)v;
+        lsum[qx_lane(nibbles, c)] += (int32_t)v;
+    }
+    *d = amax / 127.0f;
+    *s = *d * (float)sum;
+}
+
+/* Quantizer of one group, as quantize_group_ref. */
+typedef void (*qx_group_fn)(const float *x, int n, int nibbles, int8_t *q, float *d, float *s, int32_t lsum[8]);
+
+/* Every group of every row of x through one twin's group quantizer. */
+static void quantize_rows(kn_qx *qx, const float *x, int64_t ldx, qx_group_fn quantize_group) {
+    assert(qx != NULL && (qx->T <= 1 || ldx >= qx->cols));
+    const int64_t n = qx->cols, G = n / qx->group;
+    for (int t = 0; t < qx->T; t++)
+        for (int64_t g = 0; g < G; g++) {
+            const int64_t k = (int64_t)t * G + g;
+            quantize_group(x + (int64_t)t * ldx + g * qx->group, qx->group, qx->nibbles,
+                           qx->q + (int64_t)t * n + g * qx->group, qx->d + k, qx->s + k, qx->lsum + 8 * k);
+        }
+}
+
+void kn_quantize_x_ref(kn_qx *qx, const float *x, int64_t ldx) { quantize_rows(qx, x, ldx, quantize_group_ref); }
+
+/* ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)): the AVX2 combine order. */
+static float combine8_ref(const float a[8]) {
+    const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
+    return (s0 + s2) + (s1 + s3);
+}
+
+void kn_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    assert(kn_affine_valid(w) && qx != NULL && qx->cols == w->cols && qx->group == w->group);
+    assert(qx->nibbles == (w->bits == 4 && w->group >= 64));
+    assert(0 <= r0 && r0 <= r1 && r1 <= w->rows && (qx->T <= 1 || ldy >= r1));
+    const int64_t n = w->cols, group = w->group, G = n / group;
+    for (int64_t r = r0; r < r1; r++) {
+        const affine_row ar = row_at(w, r);
+        const void *codes = ar.codes, *sc = ar.sc, *bi = ar.bi;
+        for (int t = 0; t < qx->T; t++) {
+            const int8_t *xq = qx->q + (int64_t)t * n;
+            float acc[8] = {0}, bl[8] = {0};
+            for (int64_t g = 0; g < G; g++) {
+                int32_t lane[8] = {0};
+                for (int64_t c = g * group; c < (g + 1) * group; c++)
+                    lane[qx_lane(qx->nibbles, c)] += (int32_t)code_at(codes, c, w->bits) * xq[qx_pos(qx->nibbles, c)];
+                const int64_t k = (int64_t)t * G + g;
+                const float dg = qx->d[k] * sd_load(sc, w->sdtype, g);
+                for (int j = 0; j < 8; j++) acc[j] = fmaf((float)lane[j], dg, acc[j]);
+                bl[g % 8] = fmaf(sd_load(bi, w->sdtype, g), qx->s[k], bl[g % 8]);
+            }
+            y[(int64_t)t * ldy + r] = combine8_ref(acc) + combine8_ref(bl);
         }
     }
 }
@@ -264,9 +377,11 @@ KN_AVX2_INLINE float sd_load_avx2(const void *p, nx_dtype dt, int64_t i) {
             _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (int64_t)t * ldx + (i)), acc[t][acc_k]); \
     } while (0)
 
-/* matmul.c's combine (step 2 of its layout); no tail, n % 32 == 0. */
-KN_AVX2_INLINE float combine_avx2(const __m256 acc[4]) {
-    __m256 v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+/* matmul.c's combine (step 2 of its layout); no tail, n % 32 == 0. With
+ * nacc = 1, the lanes of one vector alone, in the same order:
+ * ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). nacc is a constant. */
+KN_AVX2_INLINE float combine_avx2(const __m256 *acc, int nacc) {
+    __m256 v = nacc == 1 ? acc[0] : _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -274,11 +389,12 @@ KN_AVX2_INLINE float combine_avx2(const __m256 acc[4]) {
 }
 
 /* y[t * ldy] = dot(row, x[t * ldx ..]) for t < nt (1 <= nt <= KN_QTBLOCK), over
- * one row of n elements (a multiple of group); codes, sc and bi are the row's.
+ * one row of n elements (a multiple of group); ar is the row.
  * bits and nt are constants after inlining. */
-KN_AVX2_INLINE void dot_rows_affine_avx2(const unsigned char *codes, const void *sc, const void *bi, nx_dtype sdt,
-                                         int bits, int64_t group, const float *x, int64_t ldx, int nt, int64_t n,
-                                         float *y, int64_t ldy) {
+KN_AVX2_INLINE void dot_rows_affine_avx2(affine_row ar, nx_dtype sdt, int bits, int64_t group, const float *x,
+                                         int64_t ldx, int nt, int64_t n, float *y, int64_t ldy) {
+    const unsigned char *codes = ar.codes;
+    const void *sc = ar.sc, *bi = ar.bi;
     __m256 acc[KN_QTBLOCK][4];
     for (int t = 0; t < nt; t++)
         for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();
@@ -294,7 +410,7 @@ KN_AVX2_INLINE void dot_rows_affine_avx2(const unsigned char *codes, const void 
             KN_QFMA_ROWS(3, w[3], i + 24);
         }
     }
-    for (int t = 0; t < nt; t++) y[(int64_t)t * ldy] = combine_avx2(acc[t]);
+    for (int t = 0; t < nt; t++) y[(int64_t)t * ldy] = combine_avx2(acc[t], 4);
 }
 
 /* All rows [r0, r1) at one bit width (a constant in each caller), row by row:
@@ -302,16 +418,14 @@ KN_AVX2_INLINE void dot_rows_affine_avx2(const unsigned char *codes, const void 
 KN_AVX2_INLINE void affine_rows_bits_avx2(const kn_mat *w, int bits, const float *x, int64_t ldx, int T, float *y,
                                           int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t n = w->cols;
-    const size_t cb = codes_row_bytes(w), sb = sd_row_bytes(w);
     for (int64_t r = r0; r < r1; r++) {
-        const unsigned char *codes = (const unsigned char *)w->data + (size_t)r * cb;
-        const void *sc = (const char *)w->scales + (size_t)r * sb, *bi = (const char *)w->biases + (size_t)r * sb;
+        const affine_row ar = row_at(w, r);
         int t = 0;
         for (; t + KN_QTBLOCK <= T; t += KN_QTBLOCK)
-            dot_rows_affine_avx2(codes, sc, bi, w->sdtype, bits, w->group, x + (int64_t)t * ldx, ldx, KN_QTBLOCK, n,
+            dot_rows_affine_avx2(ar, w->sdtype, bits, w->group, x + (int64_t)t * ldx, ldx, KN_QTBLOCK, n,
                                  y + (int64_t)t * ldy + r, ldy);
         if (t < T)   /* odd T: the last activation row alone */
-            dot_rows_affine_avx2(codes, sc, bi, w->sdtype, bits, w->group, x + (int64_t)t * ldx, ldx, 1, n,
+            dot_rows_affine_avx2(ar, w->sdtype, bits, w->group, x + (int64_t)t * ldx, ldx, 1, n,
                                  y + (int64_t)t * ldy + r, ldy);
     }
 }
@@ -338,6 +452,270 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
     case 5: affine_rows_q5_avx2(w, x, ldx, T, y, ldy, r0, r1); break;
     case 6: affine_rows_q6_avx2(w, x, ldx, T, y, ldy, r0, r1); break;
     case 8: affine_rows_q8_avx2(w, x, ldx, T, y, ldy, r0, r1); break;
+    default: assert(!"unsupported bit width");
+    }
+}
+
+/* ---- Int8 activations: AVX2 twins ------------------------------------------
+ * The quantizer packs 32 int32 codes at a time into bytes in element order.
+ * The matmul unpacks the weight codes of a 32-element block to 32 bytes in
+ * element order (q4: nibbles split and interleaved; q8: loaded as they are;
+ * 2, 3, 5, 6: unpack8_avx2 four times, then packed), so a maddubs + madd puts
+ * elements 4j..4j+3 of the block into int32 lane j, and adding the blocks of a
+ * group gives quant.h's I_j exactly. The int16 pair sums cannot saturate: a
+ * code is at most 63 for bits <= 6 (63 * 127 * 2 < 32767). 8-bit codes (up to
+ * 255) would, so they are shifted to q - 128 in [-128, 127] and multiplied with
+ * the sign trick (|q - 128| times xq with q - 128's sign; 128 * 127 * 2 <
+ * 32767); the group's I_j gets 128 * lsum[j] back, exactly.
+ *
+ * Schedule: row by row; per row, up to KN_QXBLOCK activation rows share each
+ * unpacked block (an int32 group accumulator and an f32 accumulator each), so
+ * a verify block of 4 tokens unpacks every weight once. */
+
+#define KN_QXBLOCK 4
+
+/* The 32 codes of the block from element i (a multiple of 32) of a row of n,
+ * as unsigned bytes in element order. bits is a constant after inlining. */
+KN_AVX2_INLINE __m256i unpack32_u8_avx2(const unsigned char *codes, int bits, int64_t i, int64_t n) {
+    const unsigned char *p = codes + (uint64_t)i / 8 * (unsigned)bits;
+    if (bits == 8) return _mm256_loadu_si256((const __m256i *)(const void *)p);
+    if (bits == 4) {
+        const __m128i m = _mm_set1_epi8(0x0f), raw = _mm_loadu_si128((const __m128i *)(const void *)p);
+        const __m128i lo = _mm_and_si128(raw, m), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
+        return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+    }
+    const __m256i a = unpack8_avx2(p, bits, 0), b = unpack8_avx2(p + bits, bits, 0);
+    const __m256i c = unpack8_avx2(p + 2 * bits, bits, 0), d = unpack8_avx2(p + 3 * bits, bits, i + 32 == n);
+    /* dwords [a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7] -> element order */
+    const __m256i v = _mm256_packus_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+    return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* 32 int32 values (each in [-127, 127]) a..d, elements 0-7 .. 24-31, as 32
+ * int8 in element order. */
+KN_AVX2_INLINE __m256i pack32_i8_avx2(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+    return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+KN_AVX2_INLINE int32_t hsum_epi32_avx2(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* quantize_group_ref with vectors; n is a multiple of 32 (of 64 with nibbles). */
+static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8_t *q, float *d, float *s,
+                                        int32_t lsum[8]) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), big = _mm256_set1_ps(FLT_MAX);
+    __m256 vmax = _mm256_setzero_ps(), vbad = _mm256_setzero_ps();
+    for (int c = 0; c < n; c += 8) {
+        const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + c), absmask);
+        vbad = _mm256_or_ps(vbad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));   /* !(a <= FLT_MAX) */
+        vmax = _mm256_max_ps(vmax, a);
+    }
+    if (_mm256_movemask_ps(vbad)) {
+        memset(q, 0, (size_t)n);
+        memset(lsum, 0, 8 * sizeof *lsum);
+        *d = *s = NAN;
+        return;
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));   /* max is exact in any order */
+    const __m256 id = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    /* nibbles: per 128-bit lane, the even bytes first, then the odd ones */
+    const __m256i deint = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                           0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    __m256i lanes = _mm256_setzero_si256(), prev = _mm256_setzero_si256();
+    for (int c = 0; c < n; c += 32) {
+        __m256i v[4];
+        for (int k = 0; k < 4; k++) {
+            /* cvtps rounds in the current mode, like nearbyintf */
+            const __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + c + 8 * k), id));
+            v[k] = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
+        }
+        __m256i b = pack32_i8_avx2(v[0], v[1], v[2], v[3]);
+        if (nibbles) {
+            /* qwords [even 0-14, odd 1-15, even 16-30, odd 17-31] -> [evens | odds] of these 32 */
+            b = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(b, deint), _MM_SHUFFLE(3, 1, 2, 0));
+            if (c % 64 == 0) {
+                prev = b;
+                continue;
+            }
+            /* the 64 elements from c - 32: all evens, then all odds */
+            const __m256i ev = _mm256_permute2x128_si256(prev, b, 0x20), od = _mm256_permute2x128_si256(prev, b, 0x31);
+            _mm256_storeu_si256((__m256i *)(void *)(q + c - 32), ev);
+            _mm256_storeu_si256((__m256i *)(void *)(q + c), od);
+            lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, ev), ones16));
+            b = od;
+        } else {
+            _mm256_storeu_si256((__m256i *)(void *)(q + c), b);
+        }
+        lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, b), ones16));
+    }
+    _mm256_storeu_si256((__m256i *)(void *)lsum, lanes);
+    *d = amax / 127.0f;
+    *s = *d * (float)hsum_epi32_avx2(lanes);
+}
+
+void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx) { quantize_rows(qx, x, ldx, quantize_group_avx2); }
+
+/* Elements g .. g+cnt-1 (1 <= cnt <= 8) of a scale or bias array as f32 lanes,
+ * 0 beyond cnt. dt is a constant after inlining. */
+KN_AVX2_INLINE __m256 load8_sd_avx2(const void *p, nx_dtype dt, int64_t g, int64_t cnt) {
+    const size_t es = dt == NX_DT_F32 ? 4 : 2;
+    const unsigned char *src = (const unsigned char *)p + (size_t)g * es;
+    unsigned char tmp[32] = {0};
+    if (cnt < 8) {   /* a row's last groups: never read past the array */
+        memcpy(tmp, src, (size_t)cnt * es);
+        src = tmp;
+    }
+    if (dt == NX_DT_F32) return _mm256_loadu_ps((const float *)(const void *)src);
+    const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)src);
+    if (dt == NX_DT_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* y[t * ldy] = the product of one weight row (ar; n elements) with
+ * activation rows t0 .. t0 + nt - 1 of qx, for 1 <= nt <= KN_QXBLOCK. bits, nt
+ * and sdt are constants after inlining.
+ *
+ * Per 8 groups, the 8 weight scales and biases are widened at once; for each
+ * activation row, d * scale goes to a small buffer (each group then broadcasts
+ * its lane from it) and the bias term takes one vector fma. Within a group,
+ * maddubs results are summed as int16 while that cannot overflow (acc16: the
+ * largest pair sum, 2 * (2^bits - 1) * 127, times the group's blocks fits in
+ * 32767 - bits <= 5 up to group 128, 6 up to 64), then widened once by madd. */
+KN_AVX2_INLINE void dot_rows_qx_avx2(affine_row ar, nx_dtype sdt, int bits, int64_t group, int64_t n,
+                                     const kn_qx *qx, int t0, int nt, float *y, int64_t ldy) {
+    const unsigned char *codes = ar.codes;
+    const void *sc = ar.sc, *bi = ar.bi;
+    const int64_t G = n / group;
+    const int acc16 = bits <= 6 && 2 * ((1 << bits) - 1) * 127 * (group / 32) <= 32767;
+    const __m256i ones16 = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+    const __m256i lane_idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 acc[KN_QXBLOCK], bl[KN_QXBLOCK];
+    float dg[KN_QXBLOCK][8] __attribute__((aligned(32)));
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps(), bl[t] = _mm256_setzero_ps();
+    for (int64_t g8 = 0; g8 < G; g8 += 8) {
+        const int64_t cnt = G - g8 < 8 ? G - g8 : 8;
+        const __m256 sv = load8_sd_avx2(sc, sdt, g8, cnt), bv = load8_sd_avx2(bi, sdt, g8, cnt);
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)cnt), lane_idx);
+        for (int t = 0; t < nt; t++) {
+            const int64_t k = (int64_t)(t0 + t) * G + g8;
+            _mm256_store_ps(dg[t], _mm256_mul_ps(_mm256_maskload_ps(qx->d + k, mask), sv));
+            bl[t] = _mm256_fmadd_ps(bv, _mm256_maskload_ps(qx->s + k, mask), bl[t]);
+        }
+        for (int64_t gg = 0; gg < cnt; gg++) {
+            const int64_t g = g8 + gg, i0 = g * group, i1 = i0 + group;
+            __m256i gi[KN_QXBLOCK];
+            if (bits == 8) {
+                for (int t = 0; t < nt; t++) gi[t] = _mm256_setzero_si256();
+                for (int64_t i = i0; i < i1; i += 32) {
+                    const __m256i wq = unpack32_u8_avx2(codes, bits, i, n);
+                    const __m256i ws = _mm256_xor_si256(wq, flip), wa = _mm256_abs_epi8(ws);   /* q - 128, |q - 128| */
+                    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
+                        const __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(qx->q + (int64_t)(t0 + t) * n + i));
+                        gi[t] = _mm256_add_epi32(gi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(xv, ws)), ones16));
+                    }
+                }
+                _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {   /* back from q - 128 to q: + 128 * lane sums */
+                    const int32_t *ls = qx->lsum + 8 * ((int64_t)(t0 + t) * G + g);
+                    gi[t] = _mm256_add_epi32(gi[t], _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(const void *)ls), 7));
+                }
+            } else if (bits == 4 && group >= 64) {   /* nibbles layout: 64 elements per 32 code bytes */
+                const __m256i m4 = _mm256_set1_epi8(0x0f);
+                __m256i p[KN_QXBLOCK];
+                for (int t = 0; t < nt; t++) p[t] = _mm256_setzero_si256();
+                for (int64_t i = i0; i < i1; i += 64) {
+                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(const void *)(codes + (uint64_t)i / 2));
+                    const __m256i ev = _mm256_and_si256(raw, m4), od = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
+                        const int8_t *xt = qx->q + (int64_t)(t0 + t) * n + i;
+                        const __m256i xe = _mm256_loadu_si256((const __m256i *)(const void *)xt);
+                        const __m256i xo = _mm256_loadu_si256((const __m256i *)(const void *)(xt + 32));
+                        p[t] = _mm256_add_epi16(p[t], _mm256_add_epi16(_mm256_maddubs_epi16(ev, xe), _mm256_maddubs_epi16(od, xo)));
+                    }
+                }
+                for (int t = 0; t < nt; t++) gi[t] = _mm256_madd_epi16(p[t], ones16);
+            } else if (acc16) {
+                __m256i p[KN_QXBLOCK];
+                for (int t = 0; t < nt; t++) p[t] = _mm256_setzero_si256();
+                for (int64_t i = i0; i < i1; i += 32) {
+                    const __m256i wq = unpack32_u8_avx2(codes, bits, i, n);
+                    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
+                        const __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(qx->q + (int64_t)(t0 + t) * n + i));
+                        p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(wq, xv));
+                    }
+                }
+                for (int t = 0; t < nt; t++) gi[t] = _mm256_madd_epi16(p[t], ones16);
+            } else {
+                for (int t = 0; t < nt; t++) gi[t] = _mm256_setzero_si256();
+                for (int64_t i = i0; i < i1; i += 32) {
+                    const __m256i wq = unpack32_u8_avx2(codes, bits, i, n);
+                    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
+                        const __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(qx->q + (int64_t)(t0 + t) * n + i));
+                        gi[t] = _mm256_add_epi32(gi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xv), ones16));
+                    }
+                }
+            }
+            _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++)
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(gi[t]), _mm256_broadcast_ss(&dg[t][gg]), acc[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) y[(int64_t)t * ldy] = combine_avx2(&acc[t], 1) + combine_avx2(&bl[t], 1);
+}
+
+KN_AVX2_INLINE void qx_rows_bits_avx2(const kn_mat *w, int bits, int group, const kn_qx *qx, float *y, int64_t ldy,
+                                      int64_t r0, int64_t r1) {
+    const int64_t n = w->cols;
+    for (int64_t r = r0; r < r1; r++) {
+        const affine_row ar = row_at(w, r);
+        int t = 0;
+        for (; t + KN_QXBLOCK <= qx->T; t += KN_QXBLOCK)
+            dot_rows_qx_avx2(ar, w->sdtype, bits, group, n, qx, t, KN_QXBLOCK, y + (int64_t)t * ldy + r, ldy);
+        switch (qx->T - t) {   /* the leftover rows, each count its own inlined copy */
+        case 3: dot_rows_qx_avx2(ar, w->sdtype, bits, group, n, qx, t, 3, y + (int64_t)t * ldy + r, ldy); break;
+        case 2: dot_rows_qx_avx2(ar, w->sdtype, bits, group, n, qx, t, 2, y + (int64_t)t * ldy + r, ldy); break;
+        case 1: dot_rows_qx_avx2(ar, w->sdtype, bits, group, n, qx, t, 1, y + (int64_t)t * ldy + r, ldy); break;
+        default: break;
+        }
+    }
+}
+
+/* One copy per bit width and group size, both constants inside, so a
+ * group's blocks unroll. */
+#define KN_QX_ROWS_AVX2(b)                                                                                    \
+    static KN_AVX2 void qx_rows_q##b##_avx2(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, \
+                                            int64_t r1) {                                                     \
+        switch (w->group) {                                                                                   \
+        case 32: qx_rows_bits_avx2(w, b, 32, qx, y, ldy, r0, r1); break;                                     \
+        case 64: qx_rows_bits_avx2(w, b, 64, qx, y, ldy, r0, r1); break;                                     \
+        default: qx_rows_bits_avx2(w, b, 128, qx, y, ldy, r0, r1); break;                                    \
+        }                                                                                                     \
+    }
+KN_QX_ROWS_AVX2(2)
+KN_QX_ROWS_AVX2(3)
+KN_QX_ROWS_AVX2(4)
+KN_QX_ROWS_AVX2(5)
+KN_QX_ROWS_AVX2(6)
+KN_QX_ROWS_AVX2(8)
+
+void kn_matmul_qx_rows_avx2(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    assert(kn_affine_valid(w) && qx != NULL && qx->cols == w->cols && qx->group == w->group);
+    assert(0 <= r0 && r0 <= r1 && r1 <= w->rows && (qx->T <= 1 || ldy >= r1));
+    if (qx->T == 0 || r0 == r1) return;
+    switch (w->bits) {
+    case 2: qx_rows_q2_avx2(w, qx, y, ldy, r0, r1); break;
+    case 3: qx_rows_q3_avx2(w, qx, y, ldy, r0, r1); break;
+    case 4: qx_rows_q4_avx2(w, qx, y, ldy, r0, r1); break;
+    case 5: qx_rows_q5_avx2(w, qx, y, ldy, r0, r1); break;
+    case 6: qx_rows_q6_avx2(w, qx, y, ldy, r0, r1); break;
+    case 8: qx_rows_q8_avx2(w, qx, y, ldy, r0, r1); break;
     default: assert(!"unsupported bit width");
     }
 }

@@ -77,4 +77,79 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
                                 int64_t r0, int64_t r1);
 #endif
 
+/* ---- Int8 activations and integer dot products ---------------------------
+ * The fast path for affine weights: the activations are quantized to int8 in
+ * groups of the weights' group size, so that over one group the products are
+ * integers and one f32 fused multiply-add per 8 lanes applies both scales.
+ *
+ * Activation row t, group g (elements [g*group, (g+1)*group)):
+ *   amax    = max |x| over the group
+ *   d[t][g] = amax / 127   (f32 division)
+ *   xq[c]   = round-half-even(x[c] * (127 / amax)), clamped to [-127, 127];
+ *             all 0 when amax is 0
+ *   s[t][g] = d * (sum of xq over the group)   (the exact integer times d)
+ *   lsum[t][g][j] = sum of xq over the group's elements c with lane(c) == j
+ * A group holding a NaN or an infinity gets xq = 0 and d = s = NaN, so the
+ * product is NaN, as an f32 product would be NaN or infinite.
+ *
+ * Lanes and storage order follow how the weights unpack. In general lane(c) =
+ * (c % 32) / 4 and xq is stored in element order. For 4-bit weights in groups
+ * of 64 or 128 ("nibbles"), whose 32 code bytes hold 64 elements as low and
+ * high nibbles, each 64 elements are stored evens first, then odds (element
+ * c at c - c%64 + (c%2)*32 + (c%64)/2), and lane(c) = (c % 64) / 8.
+ *
+ * The product of weight row r (scale sc_g, bias b_g, codes q) with activation
+ * row t is, with 8 f32 lanes acc[j] and 8 more bl[j], all starting at 0:
+ *   for each group g in order:
+ *     I_j     = sum of q[c] * xq[c] over the group's c with lane(c) == j
+ *               (an exact integer: lane j of a maddubs + madd over the
+ *               group's 32-element blocks)
+ *     acc[j]  = fma((float)I_j, d[t][g] * sc_g, acc[j])   for j = 0..7
+ *     bl[g % 8] = fma(b_g, s[t][g], bl[g % 8])
+ *   y = comb(acc) + comb(bl), comb(a) = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
+ * which is sum_c (sc_g q + b_g) * (d xq[c]): the dequantized weights times the
+ * dequantized activations, rounded in a fixed order. Both twins compute
+ * exactly this, so they agree bit for bit, and Y[t][r] depends only on W row
+ * r and X row t (matmul.h's contract). Error against the f32 product: the
+ * activation rounding, |x - d xq| <= d / 2 = amax / 254 per element. */
+
+/* Quantized activations: T rows of cols (a multiple of group) elements,
+ * quantized for weights of group size `group`. A view over a caller's buffer
+ * (kn_qx_bind); nothing is owned. */
+typedef struct {
+    int T;
+    int64_t cols;
+    int group;          /* 32, 64 or 128: the weights' group size            */
+    int nibbles;        /* 1: the 4-bit storage order (above)                */
+    int8_t *q;          /* [T][cols]                                         */
+    float *d;           /* [T][cols / group] activation scales               */
+    float *s;           /* [T][cols / group] d * sum of the group's q        */
+    int32_t *lsum;      /* [T][cols / group][8] per-lane sums of q (8-bit weights use them) */
+} kn_qx;
+
+/* Bytes of buffer a kn_qx of T rows of cols needs for any group size. */
+size_t kn_qx_bytes(int T, int64_t cols);
+
+/* Sets qx up for T rows to multiply affine w with (its cols, group and
+ * storage order) and points its arrays into buf (kn_qx_bytes(T, w->cols)
+ * bytes, 4-byte aligned). */
+void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w);
+
+/* Quantizes x (T rows, row stride ldx >= qx->cols) into qx as above. */
+void kn_quantize_x(kn_qx *qx, const float *x, int64_t ldx);
+
+/* Y[t*ldy + r] = the product above of W row r and qx row t, for t < qx->T and
+ * r in [r0, r1). qx was bound for w (or a matrix of the same cols, group and
+ * bit width). A row-range worker like kn_matmul_rows. */
+void kn_matmul_qx_rows(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
+
+/* The twins behind kn_quantize_x and kn_matmul_qx_rows (the scalar ones are the
+ * definition; matmul.c's kn_init picks one set). */
+void kn_quantize_x_ref(kn_qx *qx, const float *x, int64_t ldx);
+void kn_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
+#if defined(__x86_64__) || defined(__i386__)
+void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx);
+void kn_matmul_qx_rows_avx2(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
+#endif
+
 #endif

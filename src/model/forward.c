@@ -52,7 +52,7 @@ static nx_status check_call(const nx_model *m, const nx_state *s, const int32_t 
 static void run(const nx_model *m, nx_state *s, const int32_t *tokens, int n, const nx_forward_out *out, int record) {
     static const nx_forward_out none = {0};
     if (!out) out = &none;
-    const mdl_scratch *sc = &s->sc;
+    mdl_scratch *sc = &s->sc;
     int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size;
     s->rb.T = 0; /* any forward consumes the rollback record */
     int start = s->pos;
@@ -69,7 +69,7 @@ static void run(const nx_model *m, nx_state *s, const int32_t *tokens, int n, co
         }
         if (out->logits && (out->all_rows || last)) {
             int first = out->all_rows ? 0 : T - 1;
-            mdl_linear(m, &m->lm_head, sc->hfinal + first * H, T - first, out->logits + (out->all_rows ? done : 0) * V);
+            mdl_linear(m, sc, &m->lm_head, sc->hfinal + first * H, T - first, out->logits + (out->all_rows ? done : 0) * V);
         }
         done += T;
     }

@@ -9,6 +9,7 @@
  * over the cache, the GDN recurrence steps token by token. That is what makes
  * a verify block of T tokens bit-identical to T single steps (spec §6.6).
  * No SIMD and no allocation here: kernels do the math, the pool splits ranges. */
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@
 #include "kernels/attention.h"
 #include "kernels/gdn.h"
 #include "kernels/norm.h"
+#include "kernels/quant.h"
 #include "kernels/rope.h"
 #include "model/model.h"
 
@@ -26,18 +28,29 @@
 
 typedef struct {
     const kn_mat *w;
-    const float *x;
+    const float *x;       /* f32 activations, or NULL when qx holds them */
+    const kn_qx *qx;
     int T;
     float *y;
 } linear_job;
 
 static void linear_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
     const linear_job *j = ctx;
-    kn_matmul_rows(j->w, j->x, j->w->cols, j->T, j->y, j->w->rows, r0, r1);
+    if (j->x) kn_matmul_rows(j->w, j->x, j->w->cols, j->T, j->y, j->w->rows, r0, r1);
+    else kn_matmul_qx_rows(j->w, j->qx, j->y, j->w->rows, r0, r1);
 }
 
-void mdl_linear(const nx_model *m, const kn_mat *w, const float *x, int T, float *y) {
-    linear_job j = {w, x, T, y};
+void mdl_linear(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float *x, int T, float *y) {
+    assert(T <= MDL_CHUNK);
+    linear_job j = {w, x, NULL, T, y};
+    kn_qx qx;
+    if (w->bits && !m->f32_activations) {
+        /* Quantized once here, on the calling thread: T * cols work, against
+         * T * cols * rows for the product the workers then split. */
+        kn_qx_bind(&qx, sc->qx, T, w);
+        kn_quantize_x(&qx, x, w->cols);
+        j.x = NULL, j.qx = &qx;
+    }
     nx_pool_run(m->pool, linear_rows, &j, w->rows, 16);
 }
 
@@ -58,10 +71,10 @@ static void add_rows(float *x, const float *y, int64_t n) {
 
 static void mlp_block(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, int T) {
     int64_t n = (int64_t)T * m->cfg.intermediate_size;
-    mdl_linear(m, &L->gate_proj, sc->xn, T, sc->ff1);
-    mdl_linear(m, &L->up_proj, sc->xn, T, sc->ff2);
+    mdl_linear(m, sc, &L->gate_proj, sc->xn, T, sc->ff1);
+    mdl_linear(m, sc, &L->up_proj, sc->xn, T, sc->ff2);
     for (int64_t i = 0; i < n; i++) sc->ff1[i] = kn_silu(sc->ff1[i]) * sc->ff2[i];
-    mdl_linear(m, &L->down_proj, sc->ff1, T, sc->out);
+    mdl_linear(m, sc, &L->down_proj, sc->ff1, T, sc->out);
 }
 
 /* The second half of every layer: x += SwiGLU(rmsnorm0(x)). */
@@ -109,8 +122,8 @@ static void attention_kv_rows(const nx_model *m, const mdl_layer *L, mdl_scratch
     const cfg_model *c = &m->cfg;
     int hd = c->head_dim, rd = c->rotary_dim, Nkv = c->n_kv_heads;
     int64_t kvd = (int64_t)Nkv * hd;
-    mdl_linear(m, &L->k_proj, sc->xn, T, sc->kbuf);   /* [T][Nkv*hd]              */
-    mdl_linear(m, &L->v_proj, sc->xn, T, sc->vbuf);   /* [T][Nkv*hd]              */
+    mdl_linear(m, sc, &L->k_proj, sc->xn, T, sc->kbuf);   /* [T][Nkv*hd]              */
+    mdl_linear(m, sc, &L->v_proj, sc->xn, T, sc->vbuf);   /* [T][Nkv*hd]              */
     for (int t = 0; t < T; t++) {
         const float *cs = sc->rope + (int64_t)t * rd;
         float *kc = k_cache + (int64_t)(pos + t) * kvd, *vc = v_cache + (int64_t)(pos + t) * kvd;
@@ -136,7 +149,7 @@ void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc,
     float eps = (float)c->rms_norm_eps;
 
     norm_rows(m, sc->xn, sc->x, L->input_norm, T);
-    mdl_linear(m, &L->q_proj, sc->xn, T, sc->proj);   /* [T][Nh * (query | gate)] */
+    mdl_linear(m, sc, &L->q_proj, sc->xn, T, sc->proj);   /* [T][Nh * (query | gate)] */
     attention_kv_rows(m, L, sc, k_cache, v_cache, pos, T);
     for (int t = 0; t < T; t++) {
         const float *cs = sc->rope + (int64_t)t * rd;
@@ -148,7 +161,7 @@ void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc,
     }
     attn_job j = {m, sc, k_cache, v_cache, pos};
     nx_pool_run(m->pool, attention_rows, &j, (int64_t)T * Nh, 1);
-    mdl_linear(m, &L->o_proj, sc->mix, T, sc->out);
+    mdl_linear(m, sc, &L->o_proj, sc->mix, T, sc->out);
     add_rows(sc->x, sc->out, (int64_t)T * c->hidden_size);
     ffn_half(m, L, sc, T);
 }
@@ -214,10 +227,10 @@ void mdl_gdn_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float
     int64_t CD = cfg_conv_dim(c), keep = c->conv_kernel - 1;
 
     norm_rows(m, sc->xn, sc->x, L->input_norm, T);
-    mdl_linear(m, &L->in_qkv, sc->xn, T, sc->proj);   /* [T][CD] pre-conv q|k|v */
-    mdl_linear(m, &L->in_z, sc->xn, T, sc->zbuf);     /* [T][VD] output gate    */
-    mdl_linear(m, &L->in_b, sc->xn, T, sc->bbuf);     /* [T][Hv] beta logits    */
-    mdl_linear(m, &L->in_a, sc->xn, T, sc->abuf);     /* [T][Hv] decay logits   */
+    mdl_linear(m, sc, &L->in_qkv, sc->xn, T, sc->proj);   /* [T][CD] pre-conv q|k|v */
+    mdl_linear(m, sc, &L->in_z, sc->xn, T, sc->zbuf);     /* [T][VD] output gate    */
+    mdl_linear(m, sc, &L->in_b, sc->xn, T, sc->bbuf);     /* [T][Hv] beta logits    */
+    mdl_linear(m, sc, &L->in_a, sc->xn, T, sc->abuf);     /* [T][Hv] decay logits   */
 
     /* Conv window = [conv state (Kc-1 rows) | this chunk's T rows]; the new
      * conv state is its last Kc-1 rows. */
@@ -230,7 +243,7 @@ void mdl_gdn_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float
 
     nx_pool_run(m->pool, qk_l2norm, &j, (int64_t)T * c->linear_k_heads, 1);
     nx_pool_run(m->pool, delta_heads, &j, c->linear_v_heads, 1);
-    mdl_linear(m, &L->out_proj, sc->mix, T, sc->out);
+    mdl_linear(m, sc, &L->out_proj, sc->mix, T, sc->out);
     add_rows(sc->x, sc->out, (int64_t)T * c->hidden_size);
     ffn_half(m, L, sc, T);
 }

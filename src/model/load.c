@@ -292,6 +292,9 @@ static uint64_t model_identity(const nx_model *m) {
     if (!h) return 0;
     XXH64_reset(h, 0x6e657874746172ull); /* "nexttar" */
     XXH64_update(h, &m->cfg, sizeof m->cfg);
+    /* The activation arithmetic changes results (kernels/quant.h), so states
+     * saved under one mode are not valid under the other. */
+    XXH64_update(h, &m->f32_activations, sizeof m->f32_activations);
     for (int i = 0; i < st_count(m->st); i++) {
         const st_tensor *t = st_at(m->st, i);
         XXH64_update(h, t->name, strlen(t->name) + 1);
@@ -410,7 +413,7 @@ static void fill_info(nx_model *m) {
 
 nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **out, char *err, size_t errlen) {
     *out = NULL;
-    nx_load_opts defaults = {0, 0};
+    nx_load_opts defaults = {0, 0, 0};
     if (!opts) opts = &defaults;
     kn_init(opts->force_reference);
     nx_model *m = nx_calloc(1, sizeof *m);
@@ -431,6 +434,7 @@ nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **ou
         goto fail;
     }
     m->layout_mlx = detect_mlx_layout(m);
+    m->f32_activations = opts->f32_activations != 0;
     m->layers = nx_calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) { st = nx_fail(err, errlen, NX_ENOMEM, "out of memory"); goto fail; }
 

@@ -62,6 +62,7 @@ struct nx_model {
     st_set *st;
     nx_pool *pool;
     int layout_mlx;               /* 1: norms already store 1+w (mlx-community) */
+    int f32_activations;          /* nx_load_opts: no int8 activations          */
     const char *prefix;           /* tensor name prefix of the language model  */
     kn_mat embed;                 /* [V, H]                                    */
     kn_mat lm_head;               /* [V, H] (the embedding when tied)          */
@@ -94,6 +95,7 @@ typedef struct {
     float *hfinal;                /* [C][H] post-final-norm                    */
     float *rope;                  /* [C][rd] cos/sin table per chunk row        */
     float *scores;                /* [n_threads][max_ctx] attention scratch     */
+    void *qx;                     /* kn_qx buffer: int8 activations of C rows of the widest linear input */
 } mdl_scratch;
 
 nx_status mdl_scratch_init(mdl_scratch *sc, const nx_model *m, int max_ctx);
@@ -154,8 +156,10 @@ nx_status mdl_bind_attention_layer(mdl_binder *b, const cfg_model *c, const char
 
 /* ---- decoder layers (layer.c), shared by the target and the MTP head ---- */
 
-/* y[T][w.rows] = x[T][w.cols] W^T, rows split across the model's pool. */
-void mdl_linear(const nx_model *m, const kn_mat *w, const float *x, int T, float *y);
+/* y[T][w.rows] = x[T][w.cols] W^T, rows split across the model's pool;
+ * T <= MDL_CHUNK. A quantized W multiplies x rounded to int8 in sc->qx
+ * (kernels/quant.h) unless the model was loaded with f32_activations. */
+void mdl_linear(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float *x, int T, float *y);
 /* RoPE tables for positions pos..pos+T-1 into sc->rope. */
 void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int pos, int T);
 /* One pre-norm decoder layer with gated full attention over the T rows of

@@ -7,6 +7,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "kernels/quant.h"
 #include "model/model.h"
 
 static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
@@ -19,6 +20,9 @@ nx_status mdl_scratch_init(mdl_scratch *sc, const nx_model *m, int max_ctx) {
     size_t H = (size_t)c->hidden_size, kvd = (size_t)c->n_kv_heads * c->head_dim, CD = (size_t)cfg_conv_dim(c);
     size_t VD = (size_t)cfg_value_dim(c), Hv = (size_t)c->linear_v_heads, I = (size_t)c->intermediate_size;
     size_t qrows = (size_t)c->n_heads * c->head_dim * 2;
+    /* The widest input of any linear: hidden (2 hidden for the MTP fc), the
+     * MLP's intermediate, the attention or GDN output. */
+    size_t in_max = max_z(max_z(2 * H, I), max_z((size_t)c->n_heads * c->head_dim, VD));
     int ok = (sc->x = nx_alloc_aligned(C * H * F)) && (sc->xn = nx_alloc_aligned(C * H * F)) &&
              (sc->proj = nx_alloc_aligned(C * max_z(qrows, CD) * F)) && (sc->kbuf = nx_alloc_aligned(C * kvd * F)) &&
              (sc->vbuf = nx_alloc_aligned(C * kvd * F)) && (sc->zbuf = nx_alloc_aligned(C * VD * F)) &&
@@ -29,7 +33,8 @@ nx_status mdl_scratch_init(mdl_scratch *sc, const nx_model *m, int max_ctx) {
              (sc->ff1 = nx_alloc_aligned(C * I * F)) && (sc->ff2 = nx_alloc_aligned(C * I * F)) &&
              (sc->out = nx_alloc_aligned(C * H * F)) && (sc->hfinal = nx_alloc_aligned(C * H * F)) &&
              (sc->rope = nx_alloc_aligned(C * (size_t)c->rotary_dim * F)) &&
-             (sc->scores = nx_alloc_aligned((size_t)nx_pool_size(m->pool) * (size_t)max_ctx * F));
+             (sc->scores = nx_alloc_aligned((size_t)nx_pool_size(m->pool) * (size_t)max_ctx * F)) &&
+             (sc->qx = nx_alloc_aligned(kn_qx_bytes((int)C, (int64_t)in_max)));
     if (!ok) {
         mdl_scratch_free(sc);
         return NX_ENOMEM;
@@ -41,6 +46,7 @@ void mdl_scratch_free(mdl_scratch *sc) {
     float *all[] = {sc->x, sc->xn, sc->proj, sc->kbuf, sc->vbuf, sc->zbuf, sc->bbuf, sc->abuf, sc->window,
                     sc->conv_out, sc->mix, sc->ff1, sc->ff2, sc->out, sc->hfinal, sc->rope, sc->scores};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) nx_free_aligned(all[i]);
+    nx_free_aligned(sc->qx);
     memset(sc, 0, sizeof *sc);
 }
 

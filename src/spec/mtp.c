@@ -183,7 +183,7 @@ static void mtp_chunk(mtp_rows *r, const int32_t *tokens, const float *hidden, i
         kn_rmsnorm(u, u, d->norm_embed, H, eps);
         kn_rmsnorm(u + H, hidden + t * H, d->norm_hidden, H, eps);
     }
-    mdl_linear(m, &d->fc, r->u, T, sc->x);                  /* x = fc u            */
+    mdl_linear(m, sc, &d->fc, r->u, T, sc->x);                  /* x = fc u            */
     int n_kv = T - n_full;
     if (n_kv > 0) {
         mdl_rope_rows(m, sc, r->n, n_kv);
@@ -199,17 +199,17 @@ static void mtp_chunk(mtp_rows *r, const int32_t *tokens, const float *hidden, i
 }
 
 /* Draft logits of n entries: the drafter's head rows, -inf beyond them. */
-static void draft_logits(const nx_drafter *d, const float *m_rows, int n, float *logits) {
+static void draft_logits(const nx_drafter *d, mdl_scratch *sc, const float *m_rows, int n, float *logits) {
     const nx_model *m = d->target;
     int64_t V = m->cfg.vocab_size, N = d->head.rows;
     if (N == V) {
-        mdl_linear(m, &d->head, m_rows, n, logits);
+        mdl_linear(m, sc, &d->head, m_rows, n, logits);
         return;
     }
     /* mdl_linear writes rows of N: run row by row into the [V]-strided output */
     for (int t = 0; t < n; t++) {
         float *row = logits + (int64_t)t * V;
-        mdl_linear(m, &d->head, m_rows + (int64_t)t * m->cfg.hidden_size, 1, row);
+        mdl_linear(m, sc, &d->head, m_rows + (int64_t)t * m->cfg.hidden_size, 1, row);
         for (int64_t v = N; v < V; v++) row[v] = -INFINITY;
     }
 }
@@ -224,17 +224,17 @@ void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, in
          * (drafting from it), or none (prefill entries) */
         int n_full = logits_out && !last_only ? n : logits_out && last_chunk ? 1 : 0;
         mtp_chunk(r, tokens + done, hidden + done * H, n, n_full);
-        if (logits_out && !last_only) draft_logits(r->d, r->sc.hfinal, n, logits_out + done * V);
+        if (logits_out && !last_only) draft_logits(r->d, &r->sc, r->sc.hfinal, n, logits_out + done * V);
         done += n;
         if (last_chunk && n_full) {
             memcpy(r->m, r->sc.hfinal + (int64_t)(n_full - 1) * H, (size_t)H * sizeof(float));
-            if (last_only) draft_logits(r->d, r->m, 1, logits_out);
+            if (last_only) draft_logits(r->d, &r->sc, r->m, 1, logits_out);
         }
     }
 }
 
 int32_t mtp_redraft(mtp_rows *r) {
-    draft_logits(r->d, r->m, 1, r->logits);
+    draft_logits(r->d, &r->sc, r->m, 1, r->logits);
     return mtp_argmax(r->logits, r->d->target->cfg.vocab_size);
 }
 

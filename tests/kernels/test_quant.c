@@ -352,18 +352,33 @@ static void test_affine_matmul_equals_dense_matmul_on_dequantized_weights(void) 
     kn_init(0);
 }
 
+/* A row-range matmul under test: Y rows t0 .. t0+T-1 of the product for
+ * weight rows [r0, r1), into y with row stride ldy. */
+typedef void (*rows_fn)(const void *ctx, int t0, int T, float *y, int64_t ldy, int64_t r0, int64_t r1);
+
+typedef struct {
+    const kn_mat *w;
+    const float *x;
+    int64_t ldx;
+} f32_rows_ctx;
+
+static void f32_rows(const void *ctx, int t0, int T, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    const f32_rows_ctx *c = ctx;
+    kn_matmul_rows(c->w, c->x + t0 * c->ldx, c->ldx, T, y, ldy, r0, r1);
+}
+
 /* Y[t][r] from one call per (r, t) pair, against calls over every T and
  * uneven row ranges; also checks no call writes outside its rows. */
-static void check_bit_exact(const kn_mat *w, const float *x, int64_t ldx, const char *what) {
+static void check_bit_exact(rows_fn mm, const void *ctx, int64_t rows, const char *what) {
     enum { PAD = 5, CAP = MAX_T * (MAX_ROWS + PAD) };
     const float canary = -12345.0f;
-    const int64_t rows = w->rows, ldy = rows + PAD;
+    const int64_t ldy = rows + PAD;
     float base[MAX_T][MAX_ROWS], y[CAP];
     for (int t = 0; t < MAX_T; t++)
-        for (int64_t row = 0; row < rows; row++) kn_matmul_rows(w, x + t * ldx, ldx, 1, base[t], 0, row, row + 1);
+        for (int64_t row = 0; row < rows; row++) mm(ctx, t, 1, base[t], 0, row, row + 1);
     for (int T = 1; T <= MAX_T; T++) {
         for (int i = 0; i < CAP; i++) y[i] = canary;
-        kn_matmul_rows(w, x, ldx, T, y, ldy, 0, rows);
+        mm(ctx, 0, T, y, ldy, 0, rows);
         for (int t = 0; t < T; t++)
             CHECKF(memcmp(&y[t * ldy], base[t], (size_t)rows * sizeof(float)) == 0, "%s: T=%d row t=%d differs",
                    what, T, t);
@@ -376,7 +391,7 @@ static void check_bit_exact(const kn_mat *w, const float *x, int64_t ldx, const 
         int64_t r0 = 0;
         for (int k = 0; r0 < rows; k = (k + 1) % 5) {
             int64_t r1 = r0 + chunks[k] < rows ? r0 + chunks[k] : rows;
-            kn_matmul_rows(w, x, ldx, T, y, ldy, r0, r1);
+            mm(ctx, 0, T, y, ldy, r0, r1);
             for (int t = 0; t < T; t++)
                 CHECKF(memcmp(&y[t * ldy + r0], &base[t][r0], (size_t)(r1 - r0) * sizeof(float)) == 0,
                        "%s: T=%d rows [%lld,%lld) differ at t=%d", what, T, (long long)r0, (long long)r1, t);
@@ -400,7 +415,8 @@ static void test_affine_rows_are_bit_identical_whatever_t_and_row_range(void) {
                     set_impl(simd);
                     char what[96];
                     describe(what, sizeof what, &q.m, 1);
-                    check_bit_exact(&q.m, x, ldx, what);
+                    f32_rows_ctx ctx = {&q.m, x, ldx};
+                    check_bit_exact(f32_rows, &ctx, q.m.rows, what);
                 }
                 free(x);
                 free_affine(&q);
@@ -430,6 +446,256 @@ static void test_affine_matmul_with_no_rows_or_no_tokens_writes_nothing(void) {
     free_affine(&q);
 }
 
+/* ---- Int8 activations (quant.h) ------------------------------------------ */
+
+/* A kn_qx for w over an exactly sized malloc'd buffer (free .q). */
+static kn_qx make_qx(int T, const kn_mat *w) {
+    kn_qx qx;
+    kn_qx_bind(&qx, malloc(kn_qx_bytes(T, w->cols) + 1), T, w);   /* +1: never a 0-byte malloc */
+    return qx;
+}
+
+/* Straight from quant.h: where element c (counted from a multiple of 64) of a
+ * group is stored, relative to the group, and its lane. */
+static int64_t naive_pos(const kn_qx *qx, int64_t c) {
+    if (!qx->nibbles) return c;
+    const int64_t base = c / 64 * 64, e = c % 64;
+    return base + (e % 2 == 0 ? e / 2 : 32 + e / 2);
+}
+
+static int naive_lane(const kn_qx *qx, int64_t c) { return qx->nibbles ? (int)(c % 64 / 8) : (int)(c % 32 / 4); }
+
+/* Rows t0 .. t0+T-1 of qx as a view of its own. */
+static kn_qx qx_rows(const kn_qx *qx, int t0, int T) {
+    const int64_t G = qx->cols / qx->group;
+    kn_qx v = *qx;
+    v.T = T;
+    v.q += t0 * qx->cols, v.d += t0 * G, v.s += t0 * G, v.lsum += 8 * t0 * G;
+    return v;
+}
+
+/* Activation rows with every kind of group: ~N(0, 1), tiny (1e-30), all
+ * zero, a single large outlier, exact ties (amax 127: x*127/amax lands on
+ * k + 0.5), and, when with_bad, a NaN and an infinity. One group per kind,
+ * cycling over the groups of all rows. */
+static float *make_act_kinds(nx_test_rng *r, int T, int64_t n, int group, int with_bad) {
+    float *x = make_acts(r, T * n);
+    const int kinds = with_bad ? 7 : 5;
+    for (int64_t g = 0; g < T * n / group; g++) {
+        float *xg = x + g * group;
+        switch (g % kinds) {
+        case 1: for (int c = 0; c < group; c++) xg[c] *= 1e-30f; break;
+        case 2: memset(xg, 0, (size_t)group * sizeof *xg); break;
+        case 3: xg[(g * 7) % group] = 300.0f; break;
+        case 4:
+            for (int c = 0; c < group; c++) xg[c] = (float)((c % 9) - 4) + 0.5f;   /* +-0.5 .. +-4.5 */
+            xg[0] = 127.0f;
+            break;
+        case 5: xg[group / 2] = NAN; break;
+        case 6: xg[group - 1] = -INFINITY; break;
+        default: break;
+        }
+    }
+    return x;
+}
+
+/* Checks qx against quant.h's definition for rows x (stride ldx). */
+static void check_quantized_acts(const kn_qx *qx, const float *x, int64_t ldx, const char *what) {
+    const int64_t n = qx->cols, G = n / qx->group;
+    int bad = 0;
+    for (int t = 0; t < qx->T; t++)
+        for (int64_t g = 0; g < G; g++) {
+            const float *xg = x + t * ldx + g * qx->group;
+            const int8_t *q = qx->q + t * n + g * qx->group;
+            const int64_t k = t * G + g;
+            float amax = 0;
+            int finite = 1;
+            for (int c = 0; c < qx->group; c++) {
+                finite &= isfinite(xg[c]);
+                if (fabsf(xg[c]) > amax) amax = fabsf(xg[c]);
+            }
+            int32_t sum = 0, lane[8] = {0};
+            for (int c = 0; c < qx->group; c++) sum += q[c], lane[naive_lane(qx, c)] += q[naive_pos(qx, c)];
+            bad += memcmp(lane, qx->lsum + 8 * k, sizeof lane) != 0;
+            if (!finite) {
+                bad += !(isnan(qx->d[k]) && isnan(qx->s[k]) && sum == 0 && lane[0] == 0);
+                for (int c = 0; c < qx->group; c++) bad += q[c] != 0;
+                continue;
+            }
+            bad += qx->d[k] != amax / 127.0f || qx->s[k] != qx->d[k] * (float)sum;
+            for (int c = 0; c < qx->group; c++) {
+                const int qc = q[naive_pos(qx, c)];
+                const double e = fabs((double)xg[c] - (double)qx->d[k] * qc);
+                /* half a step, plus the rounding of 127 / amax and of the product */
+                bad += qc < -127 || e > 0.5 * qx->d[k] * (1 + 0x1p-20);
+                /* the largest element maps to +-127, and ties go to even */
+                if (fabsf(xg[c]) == amax && amax > 0) bad += abs(qc) != 127;
+                if (amax == 127.0f && xg[c] - floorf(xg[c]) == 0.5f) bad += (qc & 1) != 0;
+            }
+        }
+    CHECKF(bad == 0, "%s: %d deviations from the definition", what, bad);
+}
+
+static void test_activation_quantizer_follows_the_definition_in_both_twins(void) {
+    enum { T = 5 };
+    nx_test_rng r = {0x5EED0F1A77C0FFEEULL};
+    for (int g = 0; g < N_GROUPS; g++)
+        for (int cs = 0; cs < N_SHAPES * 2; cs++) {
+            /* for 8-bit and for 4-bit weights (the nibbles order from group 64) */
+            const int group = groups[g], bits = cs % 2 ? 4 : 8;
+            const int64_t n = group * groups_per_row[cs / 2], ldx = n + 5;
+            const kn_mat w = {.dtype = NX_DT_U32, .cols = n, .bits = bits, .group = group, .sdtype = NX_DT_F32};
+            float *x = calloc((size_t)(T * ldx), sizeof *x);   /* rows at an odd stride */
+            float *rows = make_act_kinds(&r, T, n, group, 1);
+            for (int t = 0; t < T; t++) memcpy(x + t * ldx, rows + t * n, (size_t)n * sizeof *x);
+            kn_qx a = make_qx(T, &w), b = make_qx(T, &w);
+            CHECK(a.nibbles == (bits == 4 && group >= 64));
+            char what[64];
+            set_impl(1);
+            snprintf(what, sizeof what, "%s q%d g%d n%lld", kn_impl_name(), bits, group, (long long)n);
+            kn_quantize_x(&a, x, ldx);
+            check_quantized_acts(&a, x, ldx, what);
+            set_impl(0);
+            snprintf(what, sizeof what, "%s q%d g%d n%lld", kn_impl_name(), bits, group, (long long)n);
+            kn_quantize_x(&b, x, ldx);
+            check_quantized_acts(&b, x, ldx, what);
+            const int64_t G = n / group;
+            CHECKF(memcmp(a.q, b.q, (size_t)(T * n)) == 0 && memcmp(a.lsum, b.lsum, (size_t)(T * G * 8) * 4) == 0,
+                   "g%d n%lld: twins quantize differently", group, (long long)n);
+            for (int64_t k = 0; k < T * G; k++)
+                CHECKF((a.d[k] == b.d[k] || (isnan(a.d[k]) && isnan(b.d[k]))) &&
+                           (a.s[k] == b.s[k] || (isnan(a.s[k]) && isnan(b.s[k]))),
+                       "g%d n%lld group %lld: twins give scales %g/%g sums %g/%g", group, (long long)n, (long long)k,
+                       a.d[k], b.d[k], a.s[k], b.s[k]);
+            free(a.q), free(b.q), free(x), free(rows);
+        }
+    kn_init(0);
+}
+
+/* Both twins of the int8 product are quant.h's formula bit for bit (scalar
+ * with SIMD), that formula is the dequantized weights times the dequantized
+ * activations (to f32 rounding), and it stays within the activation rounding
+ * of the f32 product. T = 7: a 4-row SIMD block plus 3. */
+static void test_int8_matmul_twins_agree_and_stay_within_the_activation_rounding(void) {
+    enum { T = 7 };
+    nx_test_rng r = {0x1A2B3C4D5E6F7081ULL};
+    float ya[T * MAX_ROWS], yr[T * MAX_ROWS];
+    for (int b = 0; b < N_BITS; b++)
+        for (int g = 0; g < N_GROUPS; g++)
+            for (int s = 0; s < N_SD; s++)
+                for (int sh = 0; sh < N_SHAPES; sh++)
+                    for (int cs = 0; cs < N_SHAPES; cs++) {
+                        const int64_t rows = row_counts[sh], n = groups[g] * groups_per_row[cs], G = n / groups[g];
+                        qmat q = make_affine(&r, rows, n, bit_widths[b], groups[g], sdtypes[s], WEIGHT_SIGMA);
+                        float *x = make_act_kinds(&r, T, n, groups[g], 0);
+                        kn_qx qx = make_qx(T, &q.m);
+                        kn_quantize_x_ref(&qx, x, n);
+                        char what[96];
+                        describe(what, sizeof what, &q.m, 0);
+                        kn_matmul_qx_rows_ref(&q.m, &qx, yr, rows, 0, rows);
+                        use_simd();
+                        kn_matmul_qx_rows(&q.m, &qx, ya, rows, 0, rows);
+                        CHECKF(memcmp(ya, yr, sizeof(float) * (size_t)(T * rows)) == 0, "%s: the twins differ", what);
+                        int off_def = 0, off_f32 = 0;
+                        for (int t = 0; t < T; t++)
+                            for (int64_t row = 0; row < rows; row++) {
+                                double dq = 0, f32 = 0, mag = 0, round = 0;
+                                for (int64_t c = 0; c < n; c++) {
+                                    const double w = naive_weight(&q.m, row, c), xc = x[t * n + c];
+                                    const double d = qx.d[t * G + c / groups[g]];
+                                    const int64_t g0 = c / groups[g] * groups[g];
+                                    dq += w * (d * qx.q[t * n + g0 + naive_pos(&qx, c - g0)]);
+                                    f32 += w * xc;
+                                    mag += fabs(w * xc) + fabs(w) * d;
+                                    round += fabs(w) * d / 2;
+                                }
+                                const double y = yr[t * rows + row];
+                                off_def += fabs(y - dq) > 1e-5 * mag;
+                                off_f32 += fabs(y - f32) > round + 1e-5 * mag;
+                            }
+                        CHECKF(off_def == 0, "%s: %d results off the dequantized product", what, off_def);
+                        CHECKF(off_f32 == 0, "%s: %d results beyond the activation rounding of the f32 product", what,
+                               off_f32);
+                        free(qx.q), free(x);
+                        free_affine(&q);
+                    }
+    kn_init(0);
+}
+
+typedef struct {
+    const kn_mat *w;
+    const kn_qx *qx;
+} qx_rows_ctx;
+
+static void int8_rows(const void *ctx, int t0, int T, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    const qx_rows_ctx *c = ctx;
+    kn_qx v = qx_rows(c->qx, t0, T);
+    kn_matmul_qx_rows(c->w, &v, y, ldy, r0, r1);
+}
+
+static void test_int8_rows_are_bit_identical_whatever_t_and_row_range(void) {
+    nx_test_rng r = {0x7E57AB1E5EEDULL};
+    for (int b = 0; b < N_BITS; b++)
+        for (int g = 0; g < N_GROUPS; g++) {
+            const int64_t n = groups[g] * groups_per_row[(b + g) % N_SHAPES];
+            qmat q = make_affine(&r, MAX_ROWS, n, bit_widths[b], groups[g], sdtypes[(b + g) % N_SD], WEIGHT_SIGMA);
+            float *x = make_acts(&r, MAX_T * n);
+            kn_qx qx = make_qx(MAX_T, &q.m);
+            for (int simd = 1; simd >= 0; simd--) {
+                set_impl(simd);
+                kn_quantize_x(&qx, x, n);
+                char what[96];
+                describe(what, sizeof what, &q.m, 1);
+                qx_rows_ctx ctx = {&q.m, &qx};
+                check_bit_exact(int8_rows, &ctx, q.m.rows, what);
+            }
+            free(qx.q), free(x);
+            free_affine(&q);
+        }
+    kn_init(0);
+}
+
+/* The largest codes against the largest activations: 8-bit codes 0 and 255
+ * (q - 128 = -128 and 127) and 6-bit 63 with xq = +-127 would overflow an
+ * int16 pair sum taken naively; the result must be the exact integer sum.
+ * A NaN in the activations gives NaN. */
+static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(void) {
+    enum { n = 64, rows = 3 };
+    static const int bits_list[] = {8, 6, 4};
+    for (int bi = 0; bi < 3; bi++) {
+        const int bits = bits_list[bi];
+        const unsigned top = (1u << bits) - 1;
+        unsigned codes[rows * n];
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < n; c++) codes[r * n + c] = r == 0 ? top : r == 1 ? 0 : (c % 2 ? top : 0);
+        uint32_t words[rows * n];   /* more than enough */
+        for (int r = 0; r < rows; r++) naive_pack(codes + r * n, n, bits, words + r * kn_affine_row_words(n, bits));
+        float sc[rows * 2], bs[rows * 2];
+        for (int i = 0; i < rows * 2; i++) sc[i] = 1.0f, bs[i] = 0.0f;
+        kn_mat w = {.data = words, .dtype = NX_DT_U32, .rows = rows, .cols = n, .bits = bits, .group = 64,
+                    .scales = sc, .biases = bs, .sdtype = NX_DT_F32};
+        float x[2 * n];
+        for (int c = 0; c < n; c++) x[c] = c % 2 ? -127.0f : 127.0f, x[n + c] = 127.0f;
+        x[n + 5] = NAN;
+        kn_qx qx = make_qx(2, &w);
+        for (int simd = 1; simd >= 0; simd--) {
+            set_impl(simd);
+            kn_quantize_x(&qx, x, n);
+            float y[2 * rows];
+            kn_matmul_qx_rows(&w, &qx, y, rows, 0, rows);
+            for (int r = 0; r < rows; r++) {
+                double want = 0;
+                for (int c = 0; c < n; c++) want += (double)codes[r * n + c] * x[c];
+                CHECKF(y[r] == (float)want, "%s q%d row %d: %g, want %g", kn_impl_name(), bits, r, y[r], want);
+                CHECKF(isnan(y[rows + r]), "%s q%d row %d: a NaN activation gave %g", kn_impl_name(), bits, r,
+                       y[rows + r]);
+            }
+        }
+        free(qx.q);
+    }
+    kn_init(0);
+}
+
 static const nx_test tests[] = {
     {"hand_packed_words_decode_as_the_spec_says",
      "4-bit nibbles low first, 8-bit bytes, the spec's 3-bit example; kn_mat_row_f32 and both twins",
@@ -452,6 +718,18 @@ static const nx_test tests[] = {
     {"affine_matmul_with_no_rows_or_no_tokens_writes_nothing",
      "T=0 or r0=r1 is a no-op; zero columns give 0; an empty row quantizes to nothing",
      test_affine_matmul_with_no_rows_or_no_tokens_writes_nothing},
+    {"activation_quantizer_follows_the_definition_in_both_twins",
+     "int8 activations per group: |x - d q| <= d/2, amax -> 127, ties to even, sums; NaN/inf groups; twins equal",
+     test_activation_quantizer_follows_the_definition_in_both_twins},
+    {"int8_matmul_twins_agree_and_stay_within_the_activation_rounding",
+     "scalar == SIMD bit for bit, = dequantized W times dequantized x, within sum|w| d/2 of the f32 product",
+     test_int8_matmul_twins_agree_and_stay_within_the_activation_rounding},
+    {"int8_rows_are_bit_identical_whatever_t_and_row_range",
+     "Y[t][r] is the same bits for T=1..16 and uneven row ranges, every bit width and group, both twins",
+     test_int8_rows_are_bit_identical_whatever_t_and_row_range},
+    {"int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates",
+     "8-bit codes 0/255, 6-bit 63 against xq = +-127 give the exact sum; a NaN activation gives NaN",
+     test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates},
 };
 
 NX_TEST_MAIN(tests)
