@@ -25,7 +25,9 @@
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 
+#ifndef COLS
 #define COLS 4096
+#endif
 #define GROUP 64
 #define MAX_T 16
 

@@ -174,12 +174,15 @@ void kn_mat_row_f32(const kn_mat *w, int64_t row, float *out) {
  * cycle, so one chain would run far below the memory bandwidth at T = 1, while
  * four 8-lane chains keep up with DRAM; more buys nothing when memory bound.
  *
- * For T > 1, KN_TBLOCK activation rows share each widened weight vector, so
- * the bf16/f16 -> f32 widening is paid once per block. Three rows use 12
- * accumulators, which with the weight vector fits the 16 ymm registers (four
- * rows would spill). A 2-row x 3-token tile with two accumulators per product
- * (to need fewer loads per FMA) was tried and measured slower from DRAM at
- * T = 1..4. */
+ * For T > 1, dot_rows_avx2 lets KN_TBLOCK activation rows share each widened
+ * weight vector (three rows use 12 accumulators, which with the weight vector
+ * fits the 16 ymm registers), but it still loads an activation vector per FMA.
+ * dot_tile_avx2 shares both ways over a tile of weight rows x activation rows
+ * and keeps the layout by running one accumulator of each product at a time
+ * (see there). Measured with bench/bench_matmul.c, bf16, 1024 columns, one
+ * thread, G weights/s at T = 1 / 2 / 3 / 4: from L3 17.8 / 9.9 / 7.9 / 5.2
+ * (row by row before: 17.1 / 10.2 / 6.9 / 4.7), from DRAM 7.6 / 4.7 / 5.1 /
+ * 4.6 (before: 6.2 / 4.6 / 2.9 / 2.5). */
 
 #if KN_HAVE_X86
 
@@ -214,6 +217,17 @@ KN_AVX2_INLINE float load1_avx2(const void *w, nx_dtype dt, int64_t i) {
             _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (int64_t)t * ldx + (i)), acc[t][acc_k]); \
     } while (0)
 
+/* Steps 2 and 3 of the layout: the four accumulators of one product combined,
+ * plus the tail [n8, n) of weights w and activations xt. */
+KN_AVX2_INLINE float finish_avx2(const __m256 acc[4], const void *w, nx_dtype dt, const float *xt, int64_t n) {
+    __m256 v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    for (int64_t j = n & ~(int64_t)7; j < n; j++) s = _mm_fmadd_ss(_mm_set_ss(load1_avx2(w, dt, j)), _mm_set_ss(xt[j]), s);
+    return _mm_cvtss_f32(s);
+}
+
 /* y[t * ldy] = dot(w[0..n), x[t * ldx ..]) for t < nt (1 <= nt <= KN_TBLOCK),
  * each in the layout above. nt and dt are constants after inlining. */
 KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, int64_t ldx, int nt,
@@ -237,28 +251,128 @@ KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, in
     if (i < n8) { __m256 wv = load8_avx2(w, dt, i); KN_FMA_ROWS(0, wv, i); i += 8; }
     if (i < n8) { __m256 wv = load8_avx2(w, dt, i); KN_FMA_ROWS(1, wv, i); i += 8; }
     if (i < n8) { __m256 wv = load8_avx2(w, dt, i); KN_FMA_ROWS(2, wv, i); i += 8; }
-    for (int t = 0; t < nt; t++) {
-        __m256 v = _mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3]));
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        const float *xt = x + (int64_t)t * ldx;
-        for (int64_t j = n8; j < n; j++)
-            s = _mm_fmadd_ss(_mm_set_ss(load1_avx2(w, dt, j)), _mm_set_ss(xt[j]), s);
-        y[(int64_t)t * ldy] = _mm_cvtss_f32(s);
-    }
+    for (int t = 0; t < nt; t++) y[(int64_t)t * ldy] = finish_avx2(acc[t], w, dt, x + (int64_t)t * ldx, n);
 }
 
+/* Steps 1-3 of the layout for a tile of rw weight rows (at w, rows apart by
+ * row_bytes) against nt activation rows at once: rw * nt products share each
+ * loaded weight vector nt times and each activation vector rw times, where
+ * dot_rows_avx2 loads an activation vector per FMA. Shapes (rw x nt): 4 x 1,
+ * 4 x 2, 3 x 3, 2 x 4, so the accumulators plus the activation vectors fit
+ * the 16 registers. That leaves no room for four accumulators per product, so
+ * the columns go in chunks of KN_TILE_COLS (the chunk's weights and
+ * activations stay in L1), and each chunk makes four passes, pass k running
+ * accumulator k of every product over its blocks in the chunk (i with
+ * (i / 8) % 4 == k, increasing) and parking it in `part`; after the last chunk
+ * each accumulator k < 3 takes its step in [n32, n8), if any. Every
+ * accumulator sees exactly the FMAs, in the order, that dot_rows_avx2 gives it,
+ * so the results are the same bits.
+ *
+ * prefetch: also fetch the same chunk of the rows KN_TILE_GROUP further on
+ * (the next row group's): with rows of a few KB, the hardware prefetcher does
+ * not run far enough ahead of several interleaved streams. */
+#define KN_TILE_COLS 256
+#define KN_TILE_GROUP 12   /* rows per group: a multiple of every tile height */
+#define KN_TILE_MIN_T 5    /* fewer activation rows go row by row (see matmul_rows_fmt_avx2) */
+
+/* a[r][t] = fma(w_r[i..i+8), x_t[i..i+8), a[r][t]) over the tile; a macro
+ * over dot_tile_avx2's locals, so that a stays registers. */
+#define KN_TILE_STEP(i)                                                                                        \
+    do {                                                                                                       \
+        __m256 v[4];                                                                                           \
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) v[t] = _mm256_loadu_ps(x + (int64_t)t * ldx + (i)); \
+        _Pragma("GCC unroll 4") for (int r = 0; r < rw; r++) {                                                 \
+            const __m256 wv = load8_avx2(w0 + (size_t)r * row_bytes, dt, (i));                                 \
+            _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) a[r][t] = _mm256_fmadd_ps(wv, v[t], a[r][t]);  \
+        }                                                                                                      \
+    } while (0)
+
+/* a = part[k], part[k] = a: accumulator k of every product of the tile. */
+#define KN_TILE_LOAD(k)                                                             \
+    _Pragma("GCC unroll 4") for (int r = 0; r < rw; r++)                            \
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) a[r][t] = part[k][r][t]
+#define KN_TILE_STORE(k)                                                            \
+    _Pragma("GCC unroll 4") for (int r = 0; r < rw; r++)                            \
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) part[k][r][t] = a[r][t]
+
+KN_AVX2_INLINE void dot_tile_avx2(const void *w, size_t row_bytes, int rw, nx_dtype dt, const float *x, int64_t ldx,
+                                  int nt, int64_t n, float *y, int64_t ldy, int prefetch) {
+    __m256 part[4][4][4];   /* [accumulator][weight row][activation row] */
+    const int64_t es = (int64_t)nx_dtype_size(dt), n32 = n & ~(int64_t)31, n8 = n & ~(int64_t)7;
+    const char *w0 = w;
+    for (int k = 0; k < 4; k++)
+        for (int r = 0; r < rw; r++)
+            for (int t = 0; t < nt; t++) part[k][r][t] = _mm256_setzero_ps();
+    for (int64_t c0 = 0; c0 < n32; c0 += KN_TILE_COLS) {
+        const int64_t c1 = c0 + KN_TILE_COLS < n32 ? c0 + KN_TILE_COLS : n32;
+        if (prefetch)
+            for (int r = 0; r < rw; r++)
+                for (int64_t b = c0 * es; b < c1 * es; b += 64)
+                    _mm_prefetch(w0 + (size_t)(r + KN_TILE_GROUP) * row_bytes + (size_t)b, _MM_HINT_T1);
+        for (int k = 0; k < 4; k++) {
+            __m256 a[4][4];
+            KN_TILE_LOAD(k);
+            for (int64_t i = c0 + 8 * k; i < c1; i += 32) KN_TILE_STEP(i);
+            KN_TILE_STORE(k);
+        }
+    }
+    for (int k = 0; k < 3 && n32 + 8 * k < n8; k++) {   /* accumulator k's last step, in [n32, n8) */
+        __m256 a[4][4];
+        KN_TILE_LOAD(k);
+        KN_TILE_STEP(n32 + 8 * k);
+        KN_TILE_STORE(k);
+    }
+    for (int r = 0; r < rw; r++)
+        for (int t = 0; t < nt; t++) {
+            const __m256 acc[4] = {part[0][r][t], part[1][r][t], part[2][r][t], part[3][r][t]};
+            y[(int64_t)t * ldy + r] = finish_avx2(acc, w0 + (size_t)r * row_bytes, dt, x + (int64_t)t * ldx, n);
+        }
+}
+
+/* Tile height for nt activation rows (dot_tile_avx2's shapes). */
+static inline int tile_rows(int nt) { return nt == 4 ? 2 : nt == 3 ? 3 : 4; }
+
 /* All rows [r0, r1) of one weight format; dt is a constant in each caller.
- * Grouping several weight rows per block of activations (so X stays in L1 at
- * large T) measured 10-20% faster at T = 16 but slower at T = 4 and T = 1 from
- * DRAM, and decode and verify run at small T, so each row is finished here
- * before the next one starts. */
+ * Below KN_TILE_MIN_T activation rows (decode, verify) the rows go one by one
+ * through dot_rows_avx2: that is bound by memory, one stream per thread is
+ * what the prefetcher follows best, and tiles there measured slower in the
+ * model (whole-process A/B of MTP decode, K = 2, 0.8B-shape bf16, 2 threads:
+ * 1.15x the wall time). From KN_TILE_MIN_T (prefill chunks) the rows go in
+ * groups of KN_TILE_GROUP (24 KB of bf16 at 1024 columns, so
+ * the group stays in L1/L2 while every block of activation rows passes over
+ * it: the weights are read from DRAM once whatever T is); activation rows go
+ * in blocks of 3 (the fastest tile, 3 x 3), the last 1 to 4 as one block;
+ * each block tiles the group. Rows short of a whole group run row by row
+ * (dot_rows_avx2). A 500-token bf16 prefill of the same model took 0.92x the
+ * wall time of row by row (whole-process A/B, median of 4 pairs). */
 KN_AVX2_INLINE void matmul_rows_fmt_avx2(const kn_mat *w, nx_dtype dt, const float *x, int64_t ldx, int T,
                                          float *y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t n = w->cols;
     const size_t row_bytes = (size_t)n * nx_dtype_size(dt);
-    for (int64_t r = r0; r < r1; r++) {
+    int64_t r = r0;
+    if (T >= KN_TILE_MIN_T)
+        for (; r + KN_TILE_GROUP <= r1; r += KN_TILE_GROUP) {
+            const char *wg = (const char *)w->data + (size_t)r * row_bytes;
+            for (int t = 0; t < T;) {
+                const int left = T - t, nt = left >= 5 ? 3 : left;
+                const int rw = tile_rows(nt);
+                const float *xt = x + (int64_t)t * ldx;
+                float *yt = y + (int64_t)t * ldy + r;
+                /* every (rw, nt) pair its own inlined copy; prefetch on the first block only */
+                for (int j = 0; j < KN_TILE_GROUP; j += rw) {
+                    const void *wj = wg + (size_t)j * row_bytes;
+                    const int pf = t == 0;
+                    switch (nt) {
+                    case 4: dot_tile_avx2(wj, row_bytes, 2, dt, xt, ldx, 4, n, yt + j, ldy, pf); break;
+                    case 3: dot_tile_avx2(wj, row_bytes, 3, dt, xt, ldx, 3, n, yt + j, ldy, pf); break;
+                    case 2: dot_tile_avx2(wj, row_bytes, 4, dt, xt, ldx, 2, n, yt + j, ldy, pf); break;
+                    default: dot_tile_avx2(wj, row_bytes, 4, dt, xt, ldx, 1, n, yt + j, ldy, pf); break;
+                    }
+                }
+                t += nt;
+            }
+        }
+    for (; r < r1; r++) {
         const void *wr = (const char *)w->data + (size_t)r * row_bytes;
         int t = 0;
         for (; t + KN_TBLOCK <= T; t += KN_TBLOCK)

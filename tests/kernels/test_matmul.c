@@ -185,10 +185,10 @@ static void check_bit_exact(const kn_mat *w, const float *x, int64_t ldx, const 
 
 static void test_matmul_rows_are_bit_identical_whatever_t_and_row_range(void) {
     enum { ROWS = 37 };   /* odd, and not a multiple of any chunk size */
-    static const int64_t cols[] = {1, 7, 33, 255, 1023};
+    static const int64_t cols[] = {1, 7, 33, 255, 1023, 1050};   /* 1050: 1024 (whole tile chunks) + 3 x 8 + 2 */
     nx_test_rng r = {0xD1B54A32D192ED03ULL};
     for (int f = 0; f < 3; f++) {
-        for (int ci = 0; ci < 5; ci++) {
+        for (int ci = 0; ci < 6; ci++) {
             int64_t n = cols[ci], ldx = n + 3;   /* odd stride: rows of X unaligned */
             kn_mat w = make_weights(&r, formats[f], ROWS, n);
             float *x = make_acts(&r, MAX_T * ldx);
