@@ -66,7 +66,7 @@ typedef struct {
     const char *dir;
     const char *model_type;          /* "qwen3_5" or "qwen3_5_text"            */
     const char *layout;              /* "hf" (raw, norms +1) or "mlx" (baked)  */
-    const char *weight_dtype;        /* dtype of the big matrices, e.g. "BF16" */
+    const char *weight_dtype;        /* format of most weight bytes, e.g. "BF16", "AFFINE-Q4 (+BF16)" */
     int vocab_size, hidden_size, n_layers, intermediate_size;
     int n_heads, n_kv_heads, head_dim, rotary_dim;
     int linear_k_heads, linear_v_heads, linear_k_dim, linear_v_dim, conv_kernel;

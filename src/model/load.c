@@ -351,14 +351,67 @@ static int64_t tensor_params(const nx_model *m, const st_tensor *t) {
     return t->numel;
 }
 
+/* "BF16", "AFFINE-Q4", ...: the stored format of w. */
+static void format_name(const kn_mat *w, char *out, size_t n) {
+    if (w->bits) snprintf(out, n, "AFFINE-Q%d", w->bits);
+    else snprintf(out, n, "%s", nx_dtype_name(w->dtype));
+}
+
+/* Bytes per format over a model's matrices (describe_formats). */
+enum { MAX_FORMATS = 8 };
+typedef struct {
+    int n;
+    char name[MAX_FORMATS][16];
+    double bytes[MAX_FORMATS];
+} format_tally;
+
+static void tally(format_tally *ft, const kn_mat *w) {
+    if (!w->data || w->rows * w->cols == 0) return;   /* the other mixer kind's empty slots */
+    char name[16];
+    format_name(w, name, sizeof name);
+    int f = 0;
+    while (f < ft->n && strcmp(ft->name[f], name) != 0) f++;
+    if (f == ft->n) {
+        if (ft->n == MAX_FORMATS) return;
+        snprintf(ft->name[ft->n++], sizeof ft->name[0], "%s", name);
+    }
+    ft->bytes[f] += (double)w->rows * (double)w->cols * (w->bits ? w->bits / 8.0 : (double)nx_dtype_size(w->dtype));
+}
+
+/* nx_model_info.weight_dtype: the format holding most of the bytes of the
+ * embedding, the decoder layers' matrices and the LM head, with the other
+ * formats found named after it ("AFFINE-Q4 (+AFFINE-Q8 BF16)"), so that a
+ * mixed-precision checkpoint does not pass for its embedding's format. */
+static void describe_formats(nx_model *m) {
+    format_tally ft = {0};
+    tally(&ft, &m->embed);
+    if (!m->cfg.tie_word_embeddings) tally(&ft, &m->lm_head);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const mdl_layer *L = &m->layers[l];
+        const kn_mat *mats[] = {&L->q_proj, &L->k_proj,    &L->v_proj,    &L->o_proj,  &L->in_qkv,  &L->in_z,
+                                &L->in_b,   &L->in_a,      &L->out_proj,  &L->gate_proj, &L->up_proj, &L->down_proj};
+        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++) tally(&ft, mats[i]);
+    }
+    int top = 0;
+    for (int f = 1; f < ft.n; f++)
+        if (ft.bytes[f] > ft.bytes[top]) top = f;
+    size_t cap = sizeof m->weight_dtype;
+    int len = snprintf(m->weight_dtype, cap, "%s", ft.n ? ft.name[top] : "?");
+    for (int f = 0, first = 1; f < ft.n && len < (int)cap; f++)
+        if (f != top) {
+            len += snprintf(m->weight_dtype + len, cap - (size_t)len, "%s%s", first ? " (+" : " ", ft.name[f]);
+            first = 0;
+        }
+    if (ft.n > 1 && len < (int)cap) snprintf(m->weight_dtype + len, cap - (size_t)len, ")");
+}
+
 static void fill_info(nx_model *m) {
     const cfg_model *c = &m->cfg;
     nx_model_info *in = &m->info;
     in->dir = m->dir;
     in->model_type = c->model_type;
     in->layout = m->layout_mlx ? "mlx" : "hf";
-    if (m->embed.bits) snprintf(m->weight_dtype, sizeof m->weight_dtype, "AFFINE-Q%d", m->embed.bits);
-    else snprintf(m->weight_dtype, sizeof m->weight_dtype, "%s", nx_dtype_name(m->embed.dtype));
+    describe_formats(m);
     in->weight_dtype = m->weight_dtype;
     in->vocab_size = c->vocab_size;
     in->hidden_size = c->hidden_size;

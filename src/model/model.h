@@ -72,7 +72,7 @@ struct nx_model {
     uint64_t identity;            /* artifact identity: config + tensor index  */
     nx_model_info info;
     char layer_pattern[CFG_MAX_LAYERS + 1];
-    char weight_dtype[16];
+    char weight_dtype[96];
     char quant_desc[80];
     int n_mtp_tensors;
 };

@@ -138,7 +138,42 @@ static void generation_config_adds_eos_ids(void) {
     CHECK(cfg_load_dir("/nonexistent", &c, err, sizeof err) == NX_EIO && strstr(err, "/nonexistent/config.json"));
 }
 
+/* nested plus a quantization block with n per-module entries
+ * "model.layers.<i>.mlp.down_proj": {"bits": 8 (odd i) or false (even i)};
+ * caller frees. */
+static char *with_overrides(int n) {
+    size_t cap = strlen(nested) + 64 + (size_t)n * 64;
+    char *buf = malloc(cap);
+    size_t len = (size_t)snprintf(buf, cap, "%.*s,\"quantization\":{\"bits\":4,\"group_size\":64", (int)strlen(nested) - 1, nested);
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(buf + len, cap - len, ",\"model.layers.%d.mlp.down_proj\":%s", i,
+                                i % 2 ? "{\"bits\":8}" : "false");
+    snprintf(buf + len, cap - len, "}}");
+    return buf;
+}
+
+static void quantization_block_takes_a_thousand_module_entries(void) {
+    char err[512];
+    cfg_model *c = malloc(sizeof *c);
+    char *text = with_overrides(CFG_MAX_QOVERRIDES);
+    CHECKF(parse(text, c, err) == NX_OK, "%s", err);
+    int bits = 0, group = 0;
+    char name[64];
+    snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj", CFG_MAX_QOVERRIDES - 1);
+    CHECK(c->n_q_overrides == CFG_MAX_QOVERRIDES && cfg_quant_for(c, name, &bits, &group) == 1 && bits == 8 && group == 64);
+    CHECK(cfg_quant_for(c, "model.layers.0.mlp.down_proj", &bits, &group) == 0);
+    CHECK(cfg_quant_for(c, "model.layers.0.mlp.up_proj", &bits, &group) == 1 && bits == 4);
+    free(text);
+    text = with_overrides(CFG_MAX_QOVERRIDES + 1);
+    CHECK(parse(text, c, err) == NX_EUNSUPPORTED && strstr(err, "per-module entries") && strstr(err, "quantization"));
+    free(text);
+    free(c);
+}
+
 static const nx_test tests[] = {
+    {"quantization_block_takes_a_thousand_module_entries",
+     "CFG_MAX_QOVERRIDES per-module entries (bits or false) parse and are found; one more is a clear error",
+     quantization_block_takes_a_thousand_module_entries},
     {"nested_layout_parses_every_field", "text_config layout: every field and derived size", nested_layout_parses_every_field},
     {"flat_layout_equals_nested", "the flat layout parses to the same config", flat_layout_equals_nested},
     {"layer_types_override_the_interval", "layer_types wins over full_attention_interval; length checked", layer_types_override_the_interval},

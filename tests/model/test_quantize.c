@@ -268,6 +268,62 @@ static void set_override_off(json_t *r) {
     json_object_set_new(json_object_get(r, "quantization"), "language_model.model.layers.0.mlp.up_proj", json_false());
 }
 
+static void set_embed_dense(json_t *r) {
+    json_object_set_new(json_object_get(r, "quantization"), "language_model.model.embed_tokens", json_false());
+}
+
+/* A mixed checkpoint: the q4 model with its (tied) embedding swapped for the
+ * dense bf16 one and a `false` entry for it in the quantization block. It
+ * loads, names both formats (the embedding holds most bytes in this small
+ * model), stays close to the q4 model, and decodes speculatively == plain. */
+static void mixed_dense_embedding_and_quantized_layers_load_and_decode(void) {
+    const char *q4 = quantize("quant-mixed-src", DEFAULT_MODEL, 4, 64, 0);
+    char dir[1024], path[1200], err[512];
+    snprintf(dir, sizeof dir, "%s", nx_test_tmpdir("quant-mixed"));
+    st_set *qs = NULL, *ds = NULL;
+    st_writer *w = NULL;
+    snprintf(path, sizeof path, "%s/model.safetensors", q4);
+    CHECK(st_open_file(path, &qs, err, sizeof err) == NX_OK);
+    snprintf(path, sizeof path, "%s/model.safetensors", DEFAULT_MODEL);
+    CHECK(st_open_file(path, &ds, err, sizeof err) == NX_OK && st_writer_new(&w, err, sizeof err) == NX_OK);
+    static const char embed[] = "language_model.model.embed_tokens.";
+    for (int i = 0; qs && ds && w && i < st_count(qs); i++) {
+        const st_tensor *t = st_at(qs, i);
+        if (strncmp(t->name, embed, sizeof embed - 1) == 0) continue;
+        CHECK(st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err, sizeof err) == NX_OK);
+    }
+    const st_tensor *e = ds ? st_find(ds, "model.language_model.embed_tokens.weight") : NULL;
+    CHECK(e != NULL && e->dtype == NX_DT_BF16);
+    if (e && w) CHECK(st_writer_add(w, "language_model.model.embed_tokens.weight", e->dtype, e->ndim, e->shape, e->data,
+                                    e->nbytes, err, sizeof err) == NX_OK);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(w && st_writer_write(w, path, err, sizeof err) == NX_OK);
+    st_writer_free(w), st_close(qs), st_close(ds);
+    CHECK(nx_test_system("cp %s/config.json %s/tokenizer.json %s/", q4, q4, dir) == 0);
+    edit_config(dir, set_embed_dense);
+    nx_model *m = nx_test_model(dir, 2), *ref = nx_test_model(q4, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (d && ref) {
+        CHECKF(strcmp(nx_model_get_info(m)->weight_dtype, "BF16 (+AFFINE-Q4)") == 0, "weights named '%s'",
+               nx_model_get_info(m)->weight_dtype);
+        CHECK(strcmp(nx_model_get_info(ref)->weight_dtype, "AFFINE-Q4") == 0);
+        int n;
+        int32_t *seq = golden_tokens(&n);
+        long V = nx_model_get_info(m)->vocab_size;
+        float *a = nx_test_logits(m, seq, n), *b = nx_test_logits(ref, seq, n);
+        nx_test_diff diff = nx_test_compare(a, b, (long)n * V);
+        printf("  dense embedding vs q4 embedding: logits nmse %.2e\n", diff.nmse);
+        CHECKF(diff.nmse < 5e-3, "nmse %.2e", diff.nmse);
+        int32_t plain[64], spec[64];
+        run(m, NULL, seq, 16, 1, 64, plain);
+        run(m, d, seq, 16, 2, 64, spec);
+        CHECK(memcmp(plain, spec, sizeof plain) == 0);
+        free(a), free(b), free(seq);
+    }
+    nx_drafter_free(d);
+    nx_model_free(m), nx_model_free(ref);
+}
+
 /* Loads dir and expects failure with a message containing want. */
 static void expect_error(const char *dir, const char *want) {
     char err[512] = "";
@@ -317,6 +373,9 @@ static void malformed_quantization_is_a_clear_error(void) {
 }
 
 static const nx_test tests[] = {
+    {"mixed_dense_embedding_and_quantized_layers_load_and_decode",
+     "q4 layers + a dense bf16 embedding (a false entry): loads, names both formats, close to q4, spec == plain",
+     mixed_dense_embedding_and_quantized_layers_load_and_decode},
     {"quantized_default_model_stays_close", "2..8 bits: target and MTP logits vs dense (NMSE, argmax), mlx layout",
      quantized_default_model_stays_close},
     {"greedy_speculative_equals_plain_on_quantized_weights", "q2..q8 (every unpacking path), tied and untied, dense f16; K = 1..3",
