@@ -206,6 +206,12 @@ typedef struct {
                              merge order, most frequent first); other ids get
                              logit -inf. Verification always uses the full
                              head, so output stays exact. 0 or >= vocab: all */
+    int draft_head_bits;  /* B in 2..8: draft with a copy of those head rows
+                             quantized at load to B bits (MLX affine, group
+                             64, bf16 scales), held by the drafter; made only
+                             when smaller than the head as stored. Drafts get
+                             cheaper, acceptance may drop a little; output
+                             stays exact. 0: the head as stored */
 } nx_drafter_opts;
 
 /* dir NULL: the target checkpoint's own mtp.* tensors (or an mtp.safetensors

@@ -34,7 +34,7 @@
 #include "cli.h"
 
 static const char *bench_help =
-    "usage: nextn bench [-m DIR] [-t N] [--prompt 512] [--gen 128] [--mtp on|off|DIR] [--draft K|auto] [--draft-vocab N] [--repeat 3] [--json]\n"
+    "usage: nextn bench [-m DIR] [-t N] [--prompt 512] [--gen 128] [--mtp on|off|DIR] [--draft K|auto] [--draft-vocab N] [--draft-head-bits B] [--repeat 3] [--json]\n"
     "Measures load time, prefill and decode speed (plain and MTP, greedy, stop tokens\n"
     "ignored), MTP acceptance, the cost of a T-token verify against a 1-token step, and\n"
     "this machine's read bandwidth and FMA throughput, and prints decode as a share of\n"
@@ -45,6 +45,7 @@ static const char *bench_help =
     "                     none, or a drafter directory\n"
     "  --draft K|auto     drafts per round (default: the drafter's block_size - 1)\n"
     "  --draft-vocab N    draft over token ids [0, N) only (verification uses all)\n"
+    "  --draft-head-bits B  draft with a B-bit copy of the LM head (verification uses the head)\n"
     "  --repeat R         runs of prefill, decode and MTP decode (default 3): median [min-max]\n"
     "  --json             one JSON object instead of the table\n"
     "  (--ref also routes the machine probes to their plain C paths)\n";
@@ -64,6 +65,7 @@ typedef struct {
     const char *mtp;             /* NULL: the checkpoint's head if it has one    */
     int draft;                   /* 0: the drafter's default; NX_DRAFT_AUTO      */
     long draft_vocab;            /* 0: the whole vocabulary                      */
+    long draft_head_bits;        /* 0: draft with the head as stored             */
     int json;
 } bench_opts;
 
@@ -94,7 +96,7 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, bench_opts *o) 
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { fputs(bench_help, stdout); return -1; }
         if (strcmp(a, "--json") == 0) { o->json = 1; continue; }
         if (strcmp(a, "--prompt") != 0 && strcmp(a, "--gen") != 0 && strcmp(a, "--repeat") != 0 && strcmp(a, "--mtp") != 0 &&
-            strcmp(a, "--draft") != 0 && strcmp(a, "--draft-vocab") != 0)
+            strcmp(a, "--draft") != 0 && strcmp(a, "--draft-vocab") != 0 && strcmp(a, "--draft-head-bits") != 0)
             return cli_usage_error("bench: unknown option '%s' (see nextn bench --help)", a);
         if (!(v = cli_value(argc, argv, &i))) return 2;
         if (strcmp(a, "--prompt") == 0) {
@@ -107,6 +109,9 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, bench_opts *o) 
             o->mtp = v;
         } else if (strcmp(a, "--draft-vocab") == 0) {
             if (cli_parse_int(v, 1, 1 << 30, &o->draft_vocab)) return cli_usage_error("--draft-vocab wants a positive integer, got '%s'", v);
+        } else if (strcmp(a, "--draft-head-bits") == 0) {
+            if (cli_parse_int(v, 2, 8, &o->draft_head_bits) || o->draft_head_bits == 7)
+                return cli_usage_error("--draft-head-bits wants 2, 3, 4, 5, 6 or 8, got '%s'", v);
         } else if (strcmp(v, "auto") == 0) {
             o->draft = NX_DRAFT_AUTO;
         } else if (cli_parse_int(v, 1, NX_SPEC_MAX_DRAFT, &k)) {
@@ -241,7 +246,7 @@ static nx_drafter *load_drafter(const bench_opts *o, const nx_model *m, const ch
     }
     char err[1024];
     nx_drafter *d = NULL;
-    nx_drafter_opts dop = {0, (int)o->draft_vocab};
+    nx_drafter_opts dop = {0, (int)o->draft_vocab, (int)o->draft_head_bits};
     if (nx_drafter_load(m, strcmp(mtp, "on") == 0 ? NULL : mtp, &dop, &d, err, sizeof err)) *rc = cli_fail("%s", err);
     return d;
 }
@@ -373,6 +378,7 @@ static int print_json(const bench_result *r, const bench_summary *s, const bench
     PUT("mtp_speedup", jnum(s->mtp_speedup));
     PUT("draft", has_mtp ? json_integer(r->k_max) : json_null());
     PUT("draft_vocab", o->draft_vocab ? json_integer(o->draft_vocab) : json_null());
+    PUT("draft_head_bits", o->draft_head_bits ? json_integer(o->draft_head_bits) : json_null());
     PUT("acceptance", jnum(s->acceptance));
     PUT("accepted", has_mtp ? json_integer(r->st.accepted) : json_null());
     PUT("drafted", has_mtp ? json_integer(r->st.drafted) : json_null());

@@ -33,6 +33,8 @@ static const char *generate_help =
     "  --mtp-hidden post|prenorm   target hidden fed to the head (default post)\n"
     "  --draft-vocab N    draft over token ids [0, N) only (the first N rows of the LM\n"
     "                     head); verification still uses the whole vocabulary\n"
+    "  --draft-head-bits B  draft with a B-bit copy of the LM head made at load (2-6, 8;\n"
+    "                     only when smaller than the head); verification uses the head\n"
     "  --save-state F     write the session (target state, drafter entries, sequence) to F\n"
     "  --load-state F     continue the session saved in F: the prompt, if any, is appended\n"
     "                     after it as tokens (no chat rendering), then generation goes on\n"
@@ -46,6 +48,7 @@ typedef struct {
     const char *chat_template, *thinking, *mtp, *mtp_hidden, *save_state, *load_state;
     int draft;
     long draft_vocab;
+    long draft_head_bits;
     nx_accept_mode accept;
     long max_tokens;
     nx_sampling sp;
@@ -84,6 +87,9 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
             else g->draft = (int)k;
         } else if (strcmp(a, "--draft-vocab") == 0) {
             if (cli_parse_int(v, 1, 1 << 30, &g->draft_vocab)) return cli_usage_error("--draft-vocab wants a positive integer, got '%s'", v);
+        } else if (strcmp(a, "--draft-head-bits") == 0) {
+            if (cli_parse_int(v, 2, 8, &g->draft_head_bits) || g->draft_head_bits == 7)
+                return cli_usage_error("--draft-head-bits wants 2, 3, 4, 5, 6 or 8, got '%s'", v);
         } else if (strcmp(a, "--accept") == 0) {
             if (strcmp(v, "greedy") == 0) g->accept = NX_ACCEPT_GREEDY;
             else if (strcmp(v, "match") == 0) g->accept = NX_ACCEPT_MATCH;
@@ -218,7 +224,8 @@ static nx_drafter *load_drafter(const gen_opts *g, const nx_model *m, int *rc) {
     if (strcmp(mtp, "default") == 0 && !nx_model_get_info(m)->has_mtp) return NULL;
     char err[1024];
     nx_drafter *d = NULL;
-    nx_drafter_opts o = {g->mtp_hidden && strcmp(g->mtp_hidden, "prenorm") == 0, (int)g->draft_vocab};
+    nx_drafter_opts o = {g->mtp_hidden && strcmp(g->mtp_hidden, "prenorm") == 0, (int)g->draft_vocab,
+                         (int)g->draft_head_bits};
     const char *dir = strcmp(mtp, "on") == 0 || strcmp(mtp, "default") == 0 ? NULL : mtp;
     if (nx_drafter_load(m, dir, &o, &d, err, sizeof err)) *rc = cli_fail("%s", err);
     return d;

@@ -20,6 +20,7 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "kernels/norm.h"
+#include "kernels/quant.h"
 
 /* ---- loading ------------------------------------------------------------ */
 
@@ -97,10 +98,78 @@ void nx_drafter_free(nx_drafter *d) {
     if (!d) return;
     mdl_owned_free(&d->owned);
     st_close(d->own);
+    nx_free_aligned(d->head_copy);
     nx_free(d);
 }
 
 int nx_drafter_block_size(const nx_drafter *d) { return d->block_size; }
+
+/* ---- a lower-bit copy of the draft head (nx_drafter_opts.draft_head_bits) ---- */
+
+#define DRAFT_HEAD_GROUP 64
+
+typedef struct {
+    const kn_mat *src;
+    kn_mat *dst;
+    float *rows;               /* [n_threads][cols] a dequantized source row each */
+    int64_t bad_row;           /* first row with a weight the quantizer cannot take, or -1 */
+} head_copy_job;
+
+/* Quantizes rows [r0, r1) of the head into the copy; the pool splits rows. */
+static void quantize_head_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
+    head_copy_job *j = ctx;
+    const int64_t cols = j->src->cols, words = kn_affine_row_words(cols, j->dst->bits), groups = cols / j->dst->group;
+    float *row = j->rows + (size_t)tid * (size_t)cols;
+    for (int64_t r = r0; r < r1; r++) {
+        kn_mat_row_f32(j->src, r, row);
+        int ok = 1;
+        for (int64_t c = 0; c < cols; c++) ok &= fabsf(row[c]) <= 1e30f;   /* also false for NaN */
+        if (!ok) {
+            __atomic_store_n(&j->bad_row, r, __ATOMIC_RELAXED);   /* any bad row will do for the message */
+            continue;
+        }
+        kn_affine_quantize_row(row, cols, j->dst->bits, j->dst->group, NX_DT_BF16,
+                               (uint32_t *)j->dst->data + r * words, (uint16_t *)j->dst->scales + r * groups,
+                               (uint16_t *)j->dst->biases + r * groups);
+    }
+}
+
+/* Replaces d->head (a view of the target's) by a copy quantized to `bits`,
+ * unless that would not be smaller. */
+static nx_status quantize_draft_head(nx_drafter *d, int bits, char *err, size_t errlen) {
+    const kn_mat *h = &d->head;
+    if (bits < 2 || bits > 8 || bits == 7)
+        return nx_fail(err, errlen, NX_EINVAL, "draft_head_bits %d: must be 2, 3, 4, 5, 6 or 8", bits);
+    if (h->cols % DRAFT_HEAD_GROUP)
+        return nx_fail(err, errlen, NX_EUNSUPPORTED, "draft_head_bits: hidden size %lld is not a multiple of %d",
+                       (long long)h->cols, DRAFT_HEAD_GROUP);
+    /* bits per weight, a group's scale and bias included */
+    const double stored_bits = h->bits ? h->bits + 16.0 * nx_dtype_size(h->sdtype) / h->group : 8.0 * nx_dtype_size(h->dtype);
+    if (bits + 32.0 / DRAFT_HEAD_GROUP >= stored_bits) return NX_OK;   /* no smaller than the head as stored */
+    const int64_t rows = h->rows, cols = h->cols, groups = cols / DRAFT_HEAD_GROUP;
+    const size_t code_bytes = (size_t)(rows * kn_affine_row_words(cols, bits)) * 4, sd_bytes = (size_t)(rows * groups) * 2;
+    const int nt = nx_pool_size(d->target->pool);
+    kn_mat q = {.dtype = NX_DT_U32, .rows = rows, .cols = cols, .bits = bits, .group = DRAFT_HEAD_GROUP,
+                .sdtype = NX_DT_BF16};
+    head_copy_job j = {h, &q, nx_alloc_aligned((size_t)nt * (size_t)cols * sizeof(float)), -1};
+    char *buf = nx_alloc_aligned(code_bytes + 2 * sd_bytes);
+    if (!buf || !j.rows) {
+        nx_free_aligned(buf), nx_free_aligned(j.rows);
+        return nx_fail(err, errlen, NX_ENOMEM, "out of memory for a %d-bit draft head (%zu MB)", bits,
+                       (code_bytes + 2 * sd_bytes) >> 20);
+    }
+    q.data = buf, q.scales = buf + code_bytes, q.biases = buf + code_bytes + sd_bytes;
+    nx_pool_run(d->target->pool, quantize_head_rows, &j, rows, 256);
+    nx_free_aligned(j.rows);
+    if (j.bad_row >= 0) {
+        nx_free_aligned(buf);
+        return nx_fail(err, errlen, NX_EFORMAT, "%s: lm_head row %lld has a weight that is not finite or beyond 1e30; "
+                       "draft_head_bits cannot quantize it", d->target->dir, (long long)j.bad_row);
+    }
+    d->head = q;
+    d->head_copy = buf;
+    return NX_OK;
+}
 
 nx_status nx_drafter_load(const nx_model *target, const char *dir, const nx_drafter_opts *opts, nx_drafter **out, char *err,
                           size_t errlen) {
@@ -132,6 +201,10 @@ nx_status nx_drafter_load(const nx_model *target, const char *dir, const nx_draf
         return nx_fail(err, errlen, NX_EINVAL, "draft_vocab %d must be >= 0", opts->draft_vocab);
     }
     if (opts && opts->draft_vocab > 0 && opts->draft_vocab < d->head.rows) d->head.rows = opts->draft_vocab;
+    if (opts && opts->draft_head_bits && (st = quantize_draft_head(d, opts->draft_head_bits, err, errlen))) {
+        nx_drafter_free(d);
+        return st;
+    }
     *out = d;
     return NX_OK;
 }

@@ -30,7 +30,9 @@ struct nx_drafter {
     int block_size;               /* verify block: pending token + drafts      */
     int hidden_prenorm;           /* feed the pre-final-norm hidden instead    */
     kn_mat head;                  /* rows of lm_head drafts are scored over:
-                                     all, or the first draft_vocab (a view)    */
+                                     all, or the first draft_vocab (a view), or
+                                     a draft_head_bits copy of those (owned)   */
+    void *head_copy;              /* the copy's codes | scales | biases, or NULL */
     uint64_t identity;            /* artifact identity (config + tensor index) */
     char source[256];             /* where the tensors came from, for messages */
 };

@@ -1,20 +1,33 @@
-/* test_draft_vocab.c — drafting over a reduced vocabulary (nx_drafter_opts
- * .draft_vocab): the draft logits are the full head's on ids [0, N) and -inf
- * beyond, and the output of greedy and match decoding is exactly the plain
- * output whatever N is, since verification always uses the whole head. */
+/* test_draft_vocab.c — cheaper drafts: a reduced vocabulary (nx_drafter_opts
+ * .draft_vocab: the draft logits are the full head's on ids [0, N) and -inf
+ * beyond) and a lower-bit copy of the head (.draft_head_bits: close to the
+ * head's logits, made only when smaller). The output of greedy and match
+ * decoding is exactly the plain output either way, since verification always
+ * uses the whole head. */
 #include "test.h"
 
+#include "io/safetensors.h"
 #include "nextn.h"
 
 #define MODEL NX_MODELS_DIR "/default"
 
-static nx_drafter *drafter(nx_model *m, int draft_vocab) {
+static nx_drafter *drafter_bits(nx_model *m, int draft_vocab, int head_bits) {
     char err[512];
     nx_drafter *d = NULL;
-    nx_drafter_opts o = {.draft_vocab = draft_vocab};
+    nx_drafter_opts o = {.draft_vocab = draft_vocab, .draft_head_bits = head_bits};
     nx_status st = nx_drafter_load(m, NULL, &o, &d, err, sizeof err);
     CHECKF(st == NX_OK, "%s", err);
     return d;
+}
+
+static nx_drafter *drafter(nx_model *m, int draft_vocab) { return drafter_bits(m, draft_vocab, 0); }
+
+/* Teacher-forced draft logits of n tokens through d ([n-1][V], caller frees). */
+static float *draft_logits(nx_drafter *d, const int32_t *tok, int n, int V) {
+    float *out = malloc((size_t)(n - 1) * V * sizeof *out);
+    char err[512];
+    CHECKF(nx_drafter_teacher_forced(d, tok, n, out, NULL, err, sizeof err) == NX_OK, "%s", err);
+    return out;
 }
 
 static void draft_logits_are_the_head_rows_below_n(void) {
@@ -43,6 +56,108 @@ static void draft_logits_are_the_head_rows_below_n(void) {
     nx_model_free(m);
 }
 
+/* The q8 and q4 copies stay close to the bf16 head (q8 closer), a copy over
+ * a reduced vocabulary still gives -inf beyond N, and bad bit widths are
+ * refused. */
+static void a_lower_bit_head_copy_stays_close_to_the_head(void) {
+    nx_model *m = nx_test_model(MODEL, 2);
+    if (!m) return;
+    const int V = nx_model_get_info(m)->vocab_size, n = 40, N = 1000;
+    int32_t tok[40];
+    nx_test_tokens(tok, n, 3000, 6);
+    nx_drafter *full = drafter(m, 0), *q8 = drafter_bits(m, 0, 8), *q4 = drafter_bits(m, 0, 4), *q4n = drafter_bits(m, N, 4);
+    if (full && q8 && q4 && q4n) {
+        float *a = draft_logits(full, tok, n, V), *b8 = draft_logits(q8, tok, n, V), *b4 = draft_logits(q4, tok, n, V);
+        float *c = draft_logits(q4n, tok, n, V);
+        nx_test_diff d8 = nx_test_compare(b8, a, (long)(n - 1) * V), d4 = nx_test_compare(b4, a, (long)(n - 1) * V);
+        int same8 = 0, same4 = 0, tail_inf = 1, head_equal = 1;
+        for (int p = 0; p + 1 < n; p++) {
+            same8 += nx_test_argmax(b8 + (long)p * V, V) == nx_test_argmax(a + (long)p * V, V);
+            same4 += nx_test_argmax(b4 + (long)p * V, V) == nx_test_argmax(a + (long)p * V, V);
+            for (int v = N; v < V; v++) tail_inf &= isinf(c[(long)p * V + v]) && c[(long)p * V + v] < 0;
+            head_equal &= memcmp(c + (long)p * V, b4 + (long)p * V, (size_t)N * sizeof *c) == 0;
+        }
+        printf("  draft head copy q8: nmse %.2e argmax %d/%d; q4: nmse %.2e argmax %d/%d\n", d8.nmse, same8, n - 1,
+               d4.nmse, same4, n - 1);
+        /* measured: q8 7.1e-6 (39/39), q4 9.0e-4 (39/39); bounds about 4x above */
+        CHECKF(d8.nmse < 3e-5 && d8.nmse < d4.nmse && d4.nmse < 4e-3, "nmse q8 %.2e q4 %.2e", d8.nmse, d4.nmse);
+        CHECK(same8 >= n - 2 && same4 >= (n - 1) * 3 / 4);
+        CHECK(tail_inf && head_equal);   /* the reduced copy is the first N rows of the full copy */
+        free(a), free(b8), free(b4), free(c);
+    }
+    nx_drafter_free(full), nx_drafter_free(q8), nx_drafter_free(q4), nx_drafter_free(q4n);
+    char err[512];
+    static const int bad[] = {1, 7, 9, -3};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        nx_drafter *x = NULL;
+        nx_drafter_opts o = {.draft_head_bits = bad[i]};
+        CHECKF(nx_drafter_load(m, NULL, &o, &x, err, sizeof err) == NX_EINVAL && x == NULL && strstr(err, "draft_head_bits"),
+               "bits %d: %s", bad[i], err);
+    }
+    nx_model_free(m);
+}
+
+/* A head already stored at 4 bits (group 64, bf16 scales: 4.5 bits a weight)
+ * gets no 4-bit copy: the drafts are the plain drafter's bit for bit. */
+static void no_copy_when_the_head_is_no_larger(void) {
+    const char *dir = nx_test_tmpdir("draft-head-q4");
+    char err[512];
+    nx_quantize_opts qo = {4, 64, 0};
+    nx_quantize_report r;
+    CHECKF(nx_quantize(MODEL, dir, &qo, &r, err, sizeof err) == NX_OK, "%s", err);
+    nx_model *m = nx_test_model(dir, 2);
+    nx_drafter *plain = m ? drafter(m, 0) : NULL, *q4 = m ? drafter_bits(m, 0, 4) : NULL;
+    if (plain && q4) {
+        const int V = nx_model_get_info(m)->vocab_size;
+        int32_t tok[24];
+        nx_test_tokens(tok, 24, 3000, 8);
+        float *a = draft_logits(plain, tok, 24, V), *b = draft_logits(q4, tok, 24, V);
+        CHECK(memcmp(a, b, (size_t)23 * V * sizeof *a) == 0);
+        free(a), free(b);
+    }
+    nx_drafter_free(plain), nx_drafter_free(q4);
+    nx_model_free(m);
+}
+
+/* A head weight the quantizer cannot take (NaN) is a clear error naming the
+ * row, not a crash; the plain drafter still loads (the NaN is the model's). */
+static void a_non_finite_head_weight_is_refused_by_name(void) {
+    const char *dir = nx_test_tmpdir("draft-head-nan");
+    char err[512], path[1200];
+    st_set *st = NULL;
+    st_writer *w = NULL;
+    snprintf(path, sizeof path, "%s/model.safetensors", MODEL);
+    CHECK(st_open_file(path, &st, err, sizeof err) == NX_OK && st_writer_new(&w, err, sizeof err) == NX_OK);
+    for (int i = 0; st && w && i < st_count(st); i++) {
+        const st_tensor *t = st_at(st, i);
+        void *data = (void *)t->data;
+        unsigned char *copy = NULL;
+        if (strstr(t->name, "embed_tokens.weight")) {   /* tied: the head; row 77, column 3 := NaN (bf16) */
+            copy = malloc(t->nbytes);
+            memcpy(copy, t->data, t->nbytes);
+            const uint16_t nan = 0x7FC0;
+            memcpy(copy + ((size_t)77 * (size_t)t->shape[1] + 3) * 2, &nan, 2);
+            data = copy;
+        }
+        CHECK(st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, data, t->nbytes, err, sizeof err) == NX_OK);
+        free(copy);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(w && st_writer_write(w, path, err, sizeof err) == NX_OK);
+    st_writer_free(w), st_close(st);
+    CHECK(nx_test_system("cp %s/config.json %s/", MODEL, dir) == 0);
+    nx_model *m = nx_test_model(dir, 2);
+    if (m) {
+        nx_drafter *x = NULL;
+        nx_drafter_opts o = {.draft_head_bits = 4};
+        CHECKF(nx_drafter_load(m, NULL, &o, &x, err, sizeof err) == NX_EFORMAT && x == NULL && strstr(err, "row 77"),
+               "%s", err);
+        CHECK(nx_drafter_load(m, NULL, NULL, &x, err, sizeof err) == NX_OK);
+        nx_drafter_free(x);
+    }
+    nx_model_free(m);
+}
+
 /* n tokens from the prompt, K = 2; d NULL: plain */
 static void run(nx_model *m, nx_drafter *d, nx_accept_mode acc, nx_sampling sp, const int32_t *prompt, int np, int n,
                 int32_t *out, nx_spec_stats *stats) {
@@ -60,16 +175,21 @@ static void output_is_exact_for_every_draft_vocabulary(void) {
     warm.temperature = 0.8f, warm.seed = 4;
     run(m, NULL, NX_ACCEPT_GREEDY, greedy, prompt, 16, 120, plain, NULL);
     run(m, NULL, NX_ACCEPT_MATCH, warm, prompt, 16, 120, plain_s, NULL);
-    const int sizes[] = {1, 64, 512, 2048, V - 1, V};
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
-        nx_drafter *d = drafter(m, sizes[i]);
+    /* draft vocabularies, then head copies (bits), alone and with a reduced vocabulary */
+    const struct { int vocab, bits; } cases[] = {{1, 0}, {64, 0}, {512, 0}, {2048, 0}, {V - 1, 0}, {V, 0},
+                                                 {0, 8}, {0, 4}, {0, 2}, {512, 4}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        nx_drafter *d = drafter_bits(m, cases[i].vocab, cases[i].bits);
         if (!d) continue;
         nx_spec_stats st;
         run(m, d, NX_ACCEPT_GREEDY, greedy, prompt, 16, 120, spec, &st);
-        CHECKF(memcmp(plain, spec, sizeof plain) == 0, "greedy, draft_vocab %d: output differs from plain", sizes[i]);
-        printf("  draft_vocab %4d: greedy acceptance %.3f\n", sizes[i], st.drafted ? (double)st.accepted / st.drafted : 0);
+        CHECKF(memcmp(plain, spec, sizeof plain) == 0, "greedy, draft_vocab %d bits %d: output differs from plain",
+               cases[i].vocab, cases[i].bits);
+        printf("  draft_vocab %4d head bits %d: greedy acceptance %.3f\n", cases[i].vocab, cases[i].bits,
+               st.drafted ? (double)st.accepted / st.drafted : 0);
         run(m, d, NX_ACCEPT_MATCH, warm, prompt, 16, 120, spec, NULL);
-        CHECKF(memcmp(plain_s, spec, sizeof plain_s) == 0, "match, draft_vocab %d: output differs from plain sampling", sizes[i]);
+        CHECKF(memcmp(plain_s, spec, sizeof plain_s) == 0, "match, draft_vocab %d bits %d: output differs from plain sampling",
+               cases[i].vocab, cases[i].bits);
         nx_drafter_free(d);
     }
     nx_model_free(m);
@@ -104,8 +224,16 @@ done:
 static const nx_test tests[] = {
     {"draft_logits_are_the_head_rows_below_n", "ids < N: the full head's logits bit for bit; ids >= N: -inf; N < 0 refused",
      draft_logits_are_the_head_rows_below_n},
-    {"output_is_exact_for_every_draft_vocabulary", "N = 1 .. V: greedy == plain greedy, match == plain sampling",
+    {"output_is_exact_for_every_draft_vocabulary",
+     "N = 1 .. V and 8/4/2-bit head copies: greedy == plain greedy, match == plain sampling",
      output_is_exact_for_every_draft_vocabulary},
+    {"a_lower_bit_head_copy_stays_close_to_the_head",
+     "q8 / q4 copies: draft logits near the head's (q8 nearer), -inf beyond N with a vocabulary; bad bits refused",
+     a_lower_bit_head_copy_stays_close_to_the_head},
+    {"no_copy_when_the_head_is_no_larger", "a q4 g64 head gets no 4-bit copy: drafts equal the plain drafter's",
+     no_copy_when_the_head_is_no_larger},
+    {"a_non_finite_head_weight_is_refused_by_name", "a NaN in the head: draft_head_bits fails naming the row",
+     a_non_finite_head_weight_is_refused_by_name},
     {"a_checkpoint_loads_into_a_reduced_drafter", "saved with the whole head, loaded with N = 7: drafts from [0, 7)",
      a_checkpoint_loads_into_a_reduced_drafter},
 };
