@@ -684,7 +684,7 @@ KN_AVX2_INLINE void qx_rows_bits_avx2(const kn_mat *w, int bits, int group, cons
     const size_t cb = (size_t)kn_affine_row_words(n, bits) * 4, sb = (size_t)(n / group) * nx_dtype_size(w->sdtype);
     for (int64_t r = r0; r < r1; r++) {
         const affine_row ar = row_at(w, r);
-        if (r + KN_QX_PREFETCH < r1) {   /* see KN_QX_PREFETCH */
+        if (qx->T < 5 && r + KN_QX_PREFETCH < r1) {   /* see KN_QX_PREFETCH; larger T is compute-bound */
             const affine_row ahead = row_at(w, r + KN_QX_PREFETCH);
             for (size_t b = 0; b < cb; b += 64) _mm_prefetch((const char *)ahead.codes + b, _MM_HINT_T0);
             for (size_t b = 0; b < sb; b += 64) {
