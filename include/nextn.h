@@ -208,7 +208,8 @@ typedef struct {
                              head, so output stays exact. 0 or >= vocab: all */
     int draft_head_bits;  /* B in 2..8: draft with a copy of those head rows
                              quantized at load to B bits (MLX affine, group
-                             64, bf16 scales), held by the drafter; made only
+                             64 (32 if the hidden size needs it), bf16
+                             scales), held by the drafter; made only
                              when smaller than the head as stored. Drafts get
                              cheaper, acceptance may drop a little; output
                              stays exact. 0: the head as stored */

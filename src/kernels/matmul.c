@@ -257,9 +257,9 @@ KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, in
 /* Steps 1-3 of the layout for a tile of rw weight rows (at w, rows apart by
  * row_bytes) against nt activation rows at once: rw * nt products share each
  * loaded weight vector nt times and each activation vector rw times, where
- * dot_rows_avx2 loads an activation vector per FMA. Shapes (rw x nt): 4 x 1,
- * 4 x 2, 3 x 3, 2 x 4, so the accumulators plus the activation vectors fit
- * the 16 registers. That leaves no room for four accumulators per product, so
+ * dot_rows_avx2 loads an activation vector per FMA. Shapes (rw x nt): 4 x 2,
+ * 3 x 3, 2 x 4, so the accumulators plus the activation vectors fit the 16
+ * registers. That leaves no room for four accumulators per product, so
  * the columns go in chunks of KN_TILE_COLS (the chunk's weights and
  * activations stay in L1), and each chunk makes four passes, pass k running
  * accumulator k of every product over its blocks in the chunk (i with
@@ -269,8 +269,9 @@ KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, in
  * so the results are the same bits.
  *
  * prefetch: also fetch the same chunk of the rows KN_TILE_GROUP further on
- * (the next row group's): with rows of a few KB, the hardware prefetcher does
- * not run far enough ahead of several interleaved streams. */
+ * (the next row group's; the caller says so only when that group exists):
+ * with rows of a few KB, the hardware prefetcher does not run far enough
+ * ahead of several interleaved streams. */
 #define KN_TILE_COLS 256
 #define KN_TILE_GROUP 12   /* rows per group: a multiple of every tile height */
 #define KN_TILE_MIN_T 5    /* fewer activation rows go row by row (see matmul_rows_fmt_avx2) */
@@ -329,7 +330,7 @@ KN_AVX2_INLINE void dot_tile_avx2(const void *w, size_t row_bytes, int rw, nx_dt
         }
 }
 
-/* Tile height for nt activation rows (dot_tile_avx2's shapes). */
+/* Tile height for nt activation rows (2, 3 or 4: dot_tile_avx2's shapes). */
 static inline int tile_rows(int nt) { return nt == 4 ? 2 : nt == 3 ? 3 : 4; }
 
 /* All rows [r0, r1) of one weight format; dt is a constant in each caller.
@@ -341,8 +342,8 @@ static inline int tile_rows(int nt) { return nt == 4 ? 2 : nt == 3 ? 3 : 4; }
  * groups of KN_TILE_GROUP (24 KB of bf16 at 1024 columns, so
  * the group stays in L1/L2 while every block of activation rows passes over
  * it: the weights are read from DRAM once whatever T is); activation rows go
- * in blocks of 3 (the fastest tile, 3 x 3), the last 1 to 4 as one block;
- * each block tiles the group. Rows short of a whole group run row by row
+ * in blocks of 3 (the fastest tile, 3 x 3), the last 2 to 4 as one block
+ * (T >= 5 never leaves a single row); each block tiles the group. Rows short of a whole group run row by row
  * (dot_rows_avx2). A 500-token bf16 prefill of the same model took 0.92x the
  * wall time of row by row (whole-process A/B, median of 4 pairs). */
 KN_AVX2_INLINE void matmul_rows_fmt_avx2(const kn_mat *w, nx_dtype dt, const float *x, int64_t ldx, int T,
@@ -361,12 +362,11 @@ KN_AVX2_INLINE void matmul_rows_fmt_avx2(const kn_mat *w, nx_dtype dt, const flo
                 /* every (rw, nt) pair its own inlined copy; prefetch on the first block only */
                 for (int j = 0; j < KN_TILE_GROUP; j += rw) {
                     const void *wj = wg + (size_t)j * row_bytes;
-                    const int pf = t == 0;
+                    const int pf = t == 0 && r + 2 * KN_TILE_GROUP <= r1;   /* the next group exists */
                     switch (nt) {
                     case 4: dot_tile_avx2(wj, row_bytes, 2, dt, xt, ldx, 4, n, yt + j, ldy, pf); break;
                     case 3: dot_tile_avx2(wj, row_bytes, 3, dt, xt, ldx, 3, n, yt + j, ldy, pf); break;
-                    case 2: dot_tile_avx2(wj, row_bytes, 4, dt, xt, ldx, 2, n, yt + j, ldy, pf); break;
-                    default: dot_tile_avx2(wj, row_bytes, 4, dt, xt, ldx, 1, n, yt + j, ldy, pf); break;
+                    default: dot_tile_avx2(wj, row_bytes, 4, dt, xt, ldx, 2, n, yt + j, ldy, pf); break;
                     }
                 }
                 t += nt;

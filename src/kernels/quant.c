@@ -210,6 +210,17 @@ void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w) {
 static inline int qx_lane(int nibbles, int64_t c) { return nibbles ? (int)(c % 64 / 8) : (int)(c % 32 / 4); }
 static inline int64_t qx_pos(int nibbles, int64_t c) { return nibbles ? c - c % 64 + c % 2 * 32 + c % 64 / 2 : c; }
 
+/* The scale d and its inverse id for a group whose largest magnitude is amax
+ * (finite): 0 and 0 below KN_QX_MIN_AMAX, where 127 / amax could overflow. */
+static inline void qx_scale(float amax, float *d, float *id) {
+    if (amax < KN_QX_MIN_AMAX) {
+        *d = *id = 0.0f;
+        return;
+    }
+    *d = amax / 127.0f;
+    *id = 127.0f / amax;
+}
+
 /* Quantizes one group of n elements of x into q, *d, *s, lsum[8] (quant.h). */
 static void quantize_group_ref(const float *x, int n, int nibbles, int8_t *q, float *d, float *s, int32_t lsum[8]) {
     float amax = 0.0f;
@@ -225,7 +236,8 @@ static void quantize_group_ref(const float *x, int n, int nibbles, int8_t *q, fl
         *d = *s = NAN;
         return;
     }
-    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    float scale, id;
+    qx_scale(amax, &scale, &id);
     int32_t sum = 0;
     for (int c = 0; c < n; c++) {
         float v = nearbyintf(x[c] * id);   /* the current rounding mode: half to even */
@@ -234,8 +246,8 @@ static void quantize_group_ref(const float *x, int n, int nibbles, int8_t *q, fl
         sum += (int32_t)v;
         lsum[qx_lane(nibbles, c)] += (int32_t)v;
     }
-    *d = amax / 127.0f;
-    *s = *d * (float)sum;
+    *d = scale;
+    *s = scale * (float)sum;
 }
 
 /* Quantizer of one group, as quantize_group_ref. */
@@ -532,7 +544,9 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));   /* max is exact in any order */
-    const __m256 id = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    float scale, inv;
+    qx_scale(amax, &scale, &inv);
+    const __m256 id = _mm256_set1_ps(inv);
     const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     /* nibbles: per 128-bit lane, the even bytes first, then the odd ones */
@@ -566,8 +580,8 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8
         lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, b), ones16));
     }
     _mm256_storeu_si256((__m256i *)(void *)lsum, lanes);
-    *d = amax / 127.0f;
-    *s = *d * (float)hsum_epi32_avx2(lanes);
+    *d = scale;
+    *s = scale * (float)hsum_epi32_avx2(lanes);
 }
 
 void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx) { quantize_rows(qx, x, ldx, quantize_group_avx2); }
@@ -724,6 +738,7 @@ KN_QX_ROWS_AVX2(8)
 
 void kn_matmul_qx_rows_avx2(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     assert(kn_affine_valid(w) && qx != NULL && qx->cols == w->cols && qx->group == w->group);
+    assert(qx->nibbles == (w->bits == 4 && w->group >= 64));
     assert(0 <= r0 && r0 <= r1 && r1 <= w->rows && (qx->T <= 1 || ldy >= r1));
     if (qx->T == 0 || r0 == r1) return;
     switch (w->bits) {

@@ -86,11 +86,15 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  *   amax    = max |x| over the group
  *   d[t][g] = amax / 127   (f32 division)
  *   xq[c]   = round-half-even(x[c] * (127 / amax)), clamped to [-127, 127];
- *             all 0 when amax is 0
+ *             all 0, and d = 0, when amax < KN_QX_MIN_AMAX (2^-100: 127 / amax
+ *             could overflow f32; such a group adds nothing to the product)
  *   s[t][g] = d * (sum of xq over the group)   (the exact integer times d)
  *   lsum[t][g][j] = sum of xq over the group's elements c with lane(c) == j
  * A group holding a NaN or an infinity gets xq = 0 and d = s = NaN, so the
- * product is NaN, as an f32 product would be NaN or infinite.
+ * product is NaN, as an f32 product would be NaN or infinite. (At the other
+ * extreme, s and d * scale overflow to infinity for activations beyond about
+ * 1e36, where the f32 product might still be finite: far outside what a
+ * normed activation is.)
  *
  * Lanes and storage order follow how the weights unpack. In general lane(c) =
  * (c % 32) / 4 and xq is stored in element order. For 4-bit weights in groups
@@ -112,6 +116,8 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * exactly this, so they agree bit for bit, and Y[t][r] depends only on W row
  * r and X row t (matmul.h's contract). Error against the f32 product: the
  * activation rounding, |x - d xq| <= d / 2 = amax / 254 per element. */
+
+#define KN_QX_MIN_AMAX 0x1p-100f
 
 /* Quantized activations: T rows of cols (a multiple of group) elements,
  * quantized for weights of group size `group`. A view over a caller's buffer

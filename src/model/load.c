@@ -292,9 +292,10 @@ static uint64_t model_identity(const nx_model *m) {
     if (!h) return 0;
     XXH64_reset(h, 0x6e657874746172ull); /* "nexttar" */
     XXH64_update(h, &m->cfg, sizeof m->cfg);
-    /* The activation arithmetic changes results (kernels/quant.h), so states
-     * saved under one mode are not valid under the other. */
-    XXH64_update(h, &m->f32_activations, sizeof m->f32_activations);
+    /* The activation arithmetic of quantized weights changes results
+     * (kernels/quant.h), so their states saved under one mode are not valid
+     * under the other; dense models are the same in both. */
+    if (m->cfg.has_quantization) XXH64_update(h, &m->f32_activations, sizeof m->f32_activations);
     for (int i = 0; i < st_count(m->st); i++) {
         const st_tensor *t = st_at(m->st, i);
         XXH64_update(h, t->name, strlen(t->name) + 1);
@@ -358,7 +359,7 @@ static void format_name(const kn_mat *w, char *out, size_t n) {
 }
 
 /* Bytes per format over a model's matrices (describe_formats). */
-enum { MAX_FORMATS = 8 };
+enum { MAX_FORMATS = 12 };   /* F32, F16, BF16 and six affine widths fit */
 typedef struct {
     int n;
     char name[MAX_FORMATS][16];
@@ -375,7 +376,10 @@ static void tally(format_tally *ft, const kn_mat *w) {
         if (ft->n == MAX_FORMATS) return;
         snprintf(ft->name[ft->n++], sizeof ft->name[0], "%s", name);
     }
-    ft->bytes[f] += (double)w->rows * (double)w->cols * (w->bits ? w->bits / 8.0 : (double)nx_dtype_size(w->dtype));
+    /* affine: codes plus a scale and a bias per group */
+    const double per = w->bits ? w->bits / 8.0 + 2.0 * (double)nx_dtype_size(w->sdtype) / w->group
+                               : (double)nx_dtype_size(w->dtype);
+    ft->bytes[f] += (double)w->rows * (double)w->cols * per;
 }
 
 /* nx_model_info.weight_dtype: the format holding most of the bytes of the

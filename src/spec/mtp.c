@@ -106,7 +106,6 @@ int nx_drafter_block_size(const nx_drafter *d) { return d->block_size; }
 
 /* ---- a lower-bit copy of the draft head (nx_drafter_opts.draft_head_bits) ---- */
 
-#define DRAFT_HEAD_GROUP 64
 
 typedef struct {
     const kn_mat *src;
@@ -140,16 +139,18 @@ static nx_status quantize_draft_head(nx_drafter *d, int bits, char *err, size_t 
     const kn_mat *h = &d->head;
     if (bits < 2 || bits > 8 || bits == 7)
         return nx_fail(err, errlen, NX_EINVAL, "draft_head_bits %d: must be 2, 3, 4, 5, 6 or 8", bits);
-    if (h->cols % DRAFT_HEAD_GROUP)
-        return nx_fail(err, errlen, NX_EUNSUPPORTED, "draft_head_bits: hidden size %lld is not a multiple of %d",
-                       (long long)h->cols, DRAFT_HEAD_GROUP);
+    /* group 64 as mlx quantizes by default, 32 where the hidden size needs it */
+    const int group = h->cols % 64 == 0 ? 64 : 32;
+    if (h->cols % group)
+        return nx_fail(err, errlen, NX_EUNSUPPORTED, "draft_head_bits: hidden size %lld is not a multiple of 32",
+                       (long long)h->cols);
     /* bits per weight, a group's scale and bias included */
     const double stored_bits = h->bits ? h->bits + 16.0 * nx_dtype_size(h->sdtype) / h->group : 8.0 * nx_dtype_size(h->dtype);
-    if (bits + 32.0 / DRAFT_HEAD_GROUP >= stored_bits) return NX_OK;   /* no smaller than the head as stored */
-    const int64_t rows = h->rows, cols = h->cols, groups = cols / DRAFT_HEAD_GROUP;
+    if (bits + 32.0 / group >= stored_bits) return NX_OK;   /* no smaller than the head as stored */
+    const int64_t rows = h->rows, cols = h->cols, groups = cols / group;
     const size_t code_bytes = (size_t)(rows * kn_affine_row_words(cols, bits)) * 4, sd_bytes = (size_t)(rows * groups) * 2;
     const int nt = nx_pool_size(d->target->pool);
-    kn_mat q = {.dtype = NX_DT_U32, .rows = rows, .cols = cols, .bits = bits, .group = DRAFT_HEAD_GROUP,
+    kn_mat q = {.dtype = NX_DT_U32, .rows = rows, .cols = cols, .bits = bits, .group = group,
                 .sdtype = NX_DT_BF16};
     head_copy_job j = {h, &q, nx_alloc_aligned((size_t)nt * (size_t)cols * sizeof(float)), -1};
     char *buf = nx_alloc_aligned(code_bytes + 2 * sd_bytes);

@@ -476,11 +476,12 @@ static kn_qx qx_rows(const kn_qx *qx, int t0, int T) {
 
 /* Activation rows with every kind of group: ~N(0, 1), tiny (1e-30), all
  * zero, a single large outlier, exact ties (amax 127: x*127/amax lands on
- * k + 0.5), and, when with_bad, a NaN and an infinity. One group per kind,
- * cycling over the groups of all rows. */
+ * k + 0.5), below KN_QX_MIN_AMAX (1e-38, where 127 / amax overflows f32),
+ * and, when with_bad, a NaN and an infinity. One group per kind, cycling over
+ * the groups of all rows. */
 static float *make_act_kinds(nx_test_rng *r, int T, int64_t n, int group, int with_bad) {
     float *x = make_acts(r, T * n);
-    const int kinds = with_bad ? 7 : 5;
+    const int kinds = with_bad ? 8 : 6;
     for (int64_t g = 0; g < T * n / group; g++) {
         float *xg = x + g * group;
         switch (g % kinds) {
@@ -491,8 +492,9 @@ static float *make_act_kinds(nx_test_rng *r, int T, int64_t n, int group, int wi
             for (int c = 0; c < group; c++) xg[c] = (float)((c % 9) - 4) + 0.5f;   /* +-0.5 .. +-4.5 */
             xg[0] = 127.0f;
             break;
-        case 5: xg[group / 2] = NAN; break;
-        case 6: xg[group - 1] = -INFINITY; break;
+        case 5: for (int c = 0; c < group; c++) xg[c] *= 1e-38f; break;
+        case 6: xg[group / 2] = NAN; break;
+        case 7: xg[group - 1] = -INFINITY; break;
         default: break;
         }
     }
@@ -519,6 +521,11 @@ static void check_quantized_acts(const kn_qx *qx, const float *x, int64_t ldx, c
             bad += memcmp(lane, qx->lsum + 8 * k, sizeof lane) != 0;
             if (!finite) {
                 bad += !(isnan(qx->d[k]) && isnan(qx->s[k]) && sum == 0 && lane[0] == 0);
+                for (int c = 0; c < qx->group; c++) bad += q[c] != 0;
+                continue;
+            }
+            if (amax < KN_QX_MIN_AMAX) {   /* counts as zero: 127 / amax could overflow */
+                bad += qx->d[k] != 0.0f || qx->s[k] != 0.0f || sum != 0;
                 for (int c = 0; c < qx->group; c++) bad += q[c] != 0;
                 continue;
             }
@@ -607,7 +614,8 @@ static void test_int8_matmul_twins_agree_and_stay_within_the_activation_rounding
                                     dq += w * (d * qx.q[t * n + g0 + naive_pos(&qx, c - g0)]);
                                     f32 += w * xc;
                                     mag += fabs(w * xc) + fabs(w) * d;
-                                    round += fabs(w) * d / 2;
+                                    /* a group below KN_QX_MIN_AMAX counts as zero (d = 0) */
+                                    round += d == 0 ? fabs(w * xc) : fabs(w) * d / 2;
                                 }
                                 const double y = yr[t * rows + row];
                                 off_def += fabs(y - dq) > 1e-5 * mag;
@@ -655,41 +663,82 @@ static void test_int8_rows_are_bit_identical_whatever_t_and_row_range(void) {
     kn_init(0);
 }
 
-/* The largest codes against the largest activations: 8-bit codes 0 and 255
- * (q - 128 = -128 and 127) and 6-bit 63 with xq = +-127 would overflow an
- * int16 pair sum taken naively; the result must be the exact integer sum.
- * A NaN in the activations gives NaN. */
+/* Long and many rows: 8, 9 and 17 groups per row (full and partial blocks of
+ * eight scales, more than one of them) and 30 rows (past the kernel's
+ * prefetch distance): the twins agree bit for bit, and a T = 5 call equals
+ * T = 1 calls row by row. */
+static void test_int8_matmul_on_long_and_many_rows_matches_the_reference(void) {
+    enum { T = 5, ROWS = 30 };
+    static const int64_t gprs[] = {8, 9, 17};
+    nx_test_rng r = {0x51DE5EED0DDBA11ULL};
+    float *ya = malloc(sizeof(float) * T * ROWS), *yr = malloc(sizeof(float) * T * ROWS), y1[ROWS];
+    for (int b = 0; b < N_BITS; b++)
+        for (int g = 0; g < N_GROUPS; g++)
+            for (int k = 0; k < 3; k++) {
+                const int64_t n = groups[g] * gprs[k];
+                qmat q = make_affine(&r, ROWS, n, bit_widths[b], groups[g], sdtypes[(b + k) % N_SD], WEIGHT_SIGMA);
+                float *x = make_act_kinds(&r, T, n, groups[g], 0);
+                kn_qx qx = make_qx(T, &q.m);
+                char what[96];
+                describe(what, sizeof what, &q.m, 0);
+                kn_quantize_x_ref(&qx, x, n);
+                kn_matmul_qx_rows_ref(&q.m, &qx, yr, ROWS, 0, ROWS);
+                use_simd();
+                kn_matmul_qx_rows(&q.m, &qx, ya, ROWS, 0, ROWS);
+                CHECKF(memcmp(ya, yr, sizeof(float) * T * ROWS) == 0, "%s: the twins differ", what);
+                for (int t = 0; t < T; t++) {
+                    kn_qx one = qx_rows(&qx, t, 1);
+                    kn_matmul_qx_rows(&q.m, &one, y1, ROWS, 0, ROWS);
+                    CHECKF(memcmp(y1, ya + t * ROWS, sizeof y1) == 0, "%s: row t=%d alone differs", what, t);
+                }
+                free(qx.q), free(x);
+                free_affine(&q);
+            }
+    free(ya), free(yr);
+    kn_init(0);
+}
+
+/* The largest codes against the largest activations, where the int16 sums
+ * come closest to overflowing: 8-bit codes 0 and 255 (q - 128 = -128 and 127:
+ * a pair sum of 32512 with the sign trick), and the int16 group sums of
+ * 6-bit codes in groups of 64 (2 * 63 * 127 * 2 = 32004) and of 5- and 4-bit
+ * codes in groups of 128 (31496, 15240; 6-bit in 128 would not fit and must
+ * take the int32 path), all codes at their maximum against
+ * xq = 127. Every result must be the exact sum; a NaN activation gives NaN. */
 static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(void) {
-    enum { n = 64, rows = 3 };
-    static const int bits_list[] = {8, 6, 4};
-    for (int bi = 0; bi < 3; bi++) {
-        const int bits = bits_list[bi];
+    enum { n = 128, rows = 3 };
+    static const struct { int bits, group; } cases[] = {{8, 64}, {8, 128}, {6, 64}, {6, 128}, {5, 128}, {4, 128}, {4, 64}, {3, 128}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const int bits = cases[ci].bits, group = cases[ci].group;
         const unsigned top = (1u << bits) - 1;
-        unsigned codes[rows * n];
+        unsigned codes[rows * n];   /* row 0 all at the top, row 1 all 0, row 2 alternating */
         for (int r = 0; r < rows; r++)
             for (int c = 0; c < n; c++) codes[r * n + c] = r == 0 ? top : r == 1 ? 0 : (c % 2 ? top : 0);
         uint32_t words[rows * n];   /* more than enough */
         for (int r = 0; r < rows; r++) naive_pack(codes + r * n, n, bits, words + r * kn_affine_row_words(n, bits));
-        float sc[rows * 2], bs[rows * 2];
-        for (int i = 0; i < rows * 2; i++) sc[i] = 1.0f, bs[i] = 0.0f;
-        kn_mat w = {.data = words, .dtype = NX_DT_U32, .rows = rows, .cols = n, .bits = bits, .group = 64,
+        float sc[rows * 4], bs[rows * 4];
+        for (int i = 0; i < rows * 4; i++) sc[i] = 1.0f, bs[i] = 0.0f;
+        kn_mat w = {.data = words, .dtype = NX_DT_U32, .rows = rows, .cols = n, .bits = bits, .group = group,
                     .scales = sc, .biases = bs, .sdtype = NX_DT_F32};
-        float x[2 * n];
-        for (int c = 0; c < n; c++) x[c] = c % 2 ? -127.0f : 127.0f, x[n + c] = 127.0f;
-        x[n + 5] = NAN;
-        kn_qx qx = make_qx(2, &w);
+        float x[3 * n];   /* row 0 all +127; row 1 alternating +-127; row 2 with a NaN */
+        for (int c = 0; c < n; c++) x[c] = 127.0f, x[n + c] = c % 2 ? -127.0f : 127.0f, x[2 * n + c] = 127.0f;
+        x[2 * n + 5] = NAN;
+        kn_qx qx = make_qx(3, &w);
         for (int simd = 1; simd >= 0; simd--) {
             set_impl(simd);
             kn_quantize_x(&qx, x, n);
-            float y[2 * rows];
+            float y[3 * rows];
             kn_matmul_qx_rows(&w, &qx, y, rows, 0, rows);
-            for (int r = 0; r < rows; r++) {
-                double want = 0;
-                for (int c = 0; c < n; c++) want += (double)codes[r * n + c] * x[c];
-                CHECKF(y[r] == (float)want, "%s q%d row %d: %g, want %g", kn_impl_name(), bits, r, y[r], want);
-                CHECKF(isnan(y[rows + r]), "%s q%d row %d: a NaN activation gave %g", kn_impl_name(), bits, r,
-                       y[rows + r]);
-            }
+            for (int t = 0; t < 2; t++)
+                for (int r = 0; r < rows; r++) {
+                    double want = 0;
+                    for (int c = 0; c < n; c++) want += (double)codes[r * n + c] * x[t * n + c];
+                    CHECKF(y[t * rows + r] == (float)want, "%s q%d g%d t=%d row %d: %g, want %g", kn_impl_name(), bits,
+                           group, t, r, y[t * rows + r], want);
+                }
+            for (int r = 0; r < rows; r++)
+                CHECKF(isnan(y[2 * rows + r]), "%s q%d row %d: a NaN activation gave %g", kn_impl_name(), bits, r,
+                       y[2 * rows + r]);
         }
         free(qx.q);
     }
@@ -727,8 +776,11 @@ static const nx_test tests[] = {
     {"int8_rows_are_bit_identical_whatever_t_and_row_range",
      "Y[t][r] is the same bits for T=1..16 and uneven row ranges, every bit width and group, both twins",
      test_int8_rows_are_bit_identical_whatever_t_and_row_range},
+    {"int8_matmul_on_long_and_many_rows_matches_the_reference",
+     "8, 9, 17 groups a row and 30 rows: twins bit for bit, T = 5 equals T = 1 row by row",
+     test_int8_matmul_on_long_and_many_rows_matches_the_reference},
     {"int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates",
-     "8-bit codes 0/255, 6-bit 63 against xq = +-127 give the exact sum; a NaN activation gives NaN",
+     "q8 0/255, q6 g64, q5/q4/q3 g128 at their largest sums against xq = 127: exact; a NaN activation gives NaN",
      test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates},
 };
 
