@@ -19,20 +19,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "model/model.h"
 
 #define MAX_T 8
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Bytes of w as stored. */
 static double mat_bytes(const kn_mat *w) {
@@ -47,10 +37,9 @@ static double mat_bytes(const kn_mat *w) {
 static int step_matrices(const nx_model *m, const kn_mat **out, int cap) {
     int n = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
-        const mdl_layer *L = &m->layers[l];
-        const kn_mat *mats[] = {&L->q_proj, &L->k_proj, &L->v_proj,   &L->o_proj,    &L->in_qkv,  &L->in_z,
-                                &L->in_b,   &L->in_a,   &L->out_proj, &L->gate_proj, &L->up_proj, &L->down_proj};
-        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
+        const kn_mat *mats[MDL_LAYER_MATS];
+        mdl_layer_mats(&m->layers[l], mats);
+        for (int i = 0; i < MDL_LAYER_MATS; i++)
             if (mats[i]->data && mats[i]->rows > 0 && n < cap) out[n++] = mats[i];
     }
     if (n < cap) out[n++] = &m->lm_head;
@@ -112,12 +101,11 @@ int main(int argc, char **argv) {
     for (int k = 0; k < nts; k++) {
         const int T = ts[k];
         for (int rep = -1; rep < reps; rep++) {   /* rep -1: warm-up */
-            const double t0 = now_s();
+            const double t0 = bench_now();
             for (int i = 0; i < nm; i++) mdl_linear(m, &sc, mats[i], x, T, y);
-            if (rep >= 0) s[rep] = now_s() - t0;
+            if (rep >= 0) s[rep] = bench_now() - t0;
         }
-        qsort(s, (size_t)reps, sizeof *s, cmp_double);
-        const double med = s[reps / 2];
+        const double med = bench_median(s, reps);
         if (T == 1) base = med;   /* the ratio column needs T = 1 measured first */
         if (base > 0) printf("| %d | %.2f | %.2f | %.2f |\n", T, med * 1e3, bytes / med / 1e9, med / base);
         else printf("| %d | %.2f | %.2f | - |\n", T, med * 1e3, bytes / med / 1e9);

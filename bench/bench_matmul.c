@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 
@@ -30,17 +31,6 @@
 #endif
 #define GROUP 64
 #define MAX_T 16
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
 static uint64_t rng_next(void) {   /* xorshift64* */
@@ -95,13 +85,12 @@ static double median_s(const kn_mat *w, const float *x, int T, kn_qx *qx, float 
     double *s = malloc((size_t)reps * sizeof *s);
     call(w, x, T, qx, y);   /* warm-up */
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = bench_now();
         call(w, x, T, qx, y);
-        s[r] = now_s() - t0;
+        s[r] = bench_now() - t0;
     }
-    qsort(s, (size_t)reps, sizeof *s, cmp_double);
-    double med = s[reps / 2];
-    *best = s[0];
+    double med = bench_median(s, reps);
+    *best = s[0];   /* sorted by bench_median */
     free(s);
     return med;
 }

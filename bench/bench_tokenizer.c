@@ -20,32 +20,22 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "nextn.h"
 #include "tokenizer/tokenizer.h" /* nx_tok_cache_free/init: empty the cache for cold runs */
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Median of encodes: at least 7, and enough to fill ~200 ms. cold: empty
  * the piece cache (untimed) before each encode. */
 static double median_ms(nx_tokenizer *t, const char *text, size_t len, int cold, int *n_tokens) {
     char err[256];
     int32_t *ids;
-    double t0 = now_ms();
+    double t0 = (1e3 * bench_now());
     if (nx_tokenize(t, text, len, NX_SPECIAL_PARSE, &ids, n_tokens, err, sizeof err) != NX_OK) {
         fprintf(stderr, "encode: %s\n", err);
         exit(1);
     }
     nx_free(ids);
-    double first = now_ms() - t0;
+    double first = (1e3 * bench_now()) - t0;
     int reps = first > 0 ? (int)(200.0 / first) : 1000;
     reps = reps < 7 ? 7 : reps > 2001 ? 2001 : reps;
     double *ms = malloc((size_t)reps * sizeof *ms);
@@ -55,13 +45,12 @@ static double median_ms(nx_tokenizer *t, const char *text, size_t len, int cold,
             nx_tok_cache_free(t);
             nx_tok_cache_init(t);
         }
-        t0 = now_ms();
+        t0 = (1e3 * bench_now());
         nx_tokenize(t, text, len, NX_SPECIAL_PARSE, &ids, &n, err, sizeof err);
-        ms[r] = now_ms() - t0;
+        ms[r] = (1e3 * bench_now()) - t0;
         nx_free(ids);
     }
-    qsort(ms, (size_t)reps, sizeof *ms, cmp_double);
-    double med = ms[reps / 2];
+    double med = bench_median(ms, reps);
     free(ms);
     return med;
 }
@@ -70,12 +59,12 @@ int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/data/tokenizer";
     char path[1024], err[512];
     nx_tokenizer *t;
-    double t0 = now_ms();
+    double t0 = (1e3 * bench_now());
     if (nx_tokenizer_load(dir, &t, err, sizeof err) != NX_OK) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    double load_ms = now_ms() - t0;
+    double load_ms = (1e3 * bench_now()) - t0;
     json_error_t je;
     snprintf(path, sizeof path, "%s/timing-js.json", dir);
     json_t *timing = json_load_file(path, 0, &je);

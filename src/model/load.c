@@ -391,10 +391,9 @@ static void describe_formats(nx_model *m) {
     tally(&ft, &m->embed);
     if (!m->cfg.tie_word_embeddings) tally(&ft, &m->lm_head);
     for (int l = 0; l < m->cfg.n_layers; l++) {
-        const mdl_layer *L = &m->layers[l];
-        const kn_mat *mats[] = {&L->q_proj, &L->k_proj,    &L->v_proj,    &L->o_proj,  &L->in_qkv,  &L->in_z,
-                                &L->in_b,   &L->in_a,      &L->out_proj,  &L->gate_proj, &L->up_proj, &L->down_proj};
-        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++) tally(&ft, mats[i]);
+        const kn_mat *mats[MDL_LAYER_MATS];
+        mdl_layer_mats(&m->layers[l], mats);
+        for (int i = 0; i < MDL_LAYER_MATS; i++) tally(&ft, mats[i]);
     }
     int top = 0;
     for (int f = 1; f < ft.n; f++)

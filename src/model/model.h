@@ -47,6 +47,15 @@ typedef struct {
     kn_mat down_proj;             /* [H, I]                                    */
 } mdl_layer;
 
+/* The weight matrices of a layer, in forward order; the slots of the other
+ * mixer kind are zero views (data NULL). */
+#define MDL_LAYER_MATS 12
+static inline void mdl_layer_mats(const mdl_layer *L, const kn_mat *out[MDL_LAYER_MATS]) {
+    const kn_mat *m[MDL_LAYER_MATS] = {&L->q_proj,   &L->k_proj, &L->v_proj, &L->o_proj,    &L->in_qkv,  &L->in_z,
+                                       &L->in_b,     &L->in_a,   &L->out_proj, &L->gate_proj, &L->up_proj, &L->down_proj};
+    for (int i = 0; i < MDL_LAYER_MATS; i++) out[i] = m[i];
+}
+
 /* Blocks a loader allocated (f32 vectors, aligned copies of misaligned
  * tensors), freed together with their owner. */
 typedef struct {
