@@ -74,8 +74,9 @@ typedef struct {
 } affine_row;
 
 static inline affine_row row_at(const kn_mat *w, int64_t r) {
+    /* inline sizes: this runs once per row (twice with the prefetch) */
     const size_t cb = (size_t)kn_affine_row_words(w->cols, w->bits) * 4;
-    const size_t sb = (size_t)(w->cols / w->group) * nx_dtype_size(w->sdtype);
+    const size_t sb = (size_t)(w->cols / w->group) * (w->sdtype == NX_DT_F32 ? 4u : 2u);
     return (affine_row){(const unsigned char *)w->data + (size_t)r * cb, (const char *)w->scales + (size_t)r * sb,
                         (const char *)w->biases + (size_t)r * sb};
 }
@@ -695,7 +696,7 @@ KN_AVX2_INLINE void dot_rows_qx_avx2(affine_row ar, nx_dtype sdt, int bits, int6
 KN_AVX2_INLINE void qx_rows_bits_avx2(const kn_mat *w, int bits, int group, const kn_qx *qx, float *y, int64_t ldy,
                                       int64_t r0, int64_t r1) {
     const int64_t n = w->cols;
-    const size_t cb = (size_t)kn_affine_row_words(n, bits) * 4, sb = (size_t)(n / group) * nx_dtype_size(w->sdtype);
+    const size_t cb = (size_t)kn_affine_row_words(n, bits) * 4, sb = (size_t)(n / group) * (w->sdtype == NX_DT_F32 ? 4u : 2u);
     for (int64_t r = r0; r < r1; r++) {
         const affine_row ar = row_at(w, r);
         if (qx->T < 5 && r + KN_QX_PREFETCH < r1) {   /* see KN_QX_PREFETCH; larger T is compute-bound */
