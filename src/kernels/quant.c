@@ -1,13 +1,18 @@
 /* quant.c — MLX affine quantized weights: reading and writing the packed bit
- * stream, the quantizer, and the dequantizing matmul twins (see quant.h).
+ * stream, the quantizer, and two pairs of matmul twins (see quant.h).
  *
- * Both twins compute the dense product with the dequantized matrix: they
- * dequantize each weight with one f32 fma and then sum exactly as the dense
- * twins of matmul.c sum f32 weights. The reference sums in double in index
- * order; the AVX2 twin follows the dense "Dot product layout" of matmul.c with
- * no tail (cols is a multiple of 32). So the bit-exactness contract of
- * matmul.h carries over unchanged, and the tests can compare each affine twin
- * with its dense twin on kn_mat_row_f32's rows, bit for bit. */
+ * f32 activations (kn_matmul_rows, --f32-activations): both twins compute the
+ * dense product with the dequantized matrix: they dequantize each weight with
+ * one f32 fma and then sum exactly as the dense twins of matmul.c sum f32
+ * weights. The reference sums in double in index order; the AVX2 twin follows
+ * the dense "Dot product layout" of matmul.c with no tail (cols is a multiple
+ * of 32). So the bit-exactness contract of matmul.h carries over unchanged,
+ * and the tests can compare each affine twin with its dense twin on
+ * kn_mat_row_f32's rows, bit for bit.
+ *
+ * int8 activations (kn_quantize_x + kn_matmul_qx_rows, the default): integer
+ * dot products per group, the formula written out in quant.h, which the
+ * scalar twin follows literally and the AVX2 twin reproduces bit for bit. */
 #include "kernels/quant.h"
 
 #include <assert.h>
