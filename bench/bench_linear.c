@@ -24,14 +24,6 @@
 
 #define MAX_T 8
 
-/* Bytes of w as stored. */
-static double mat_bytes(const kn_mat *w) {
-    if (!w->data) return 0;
-    const double per = w->bits ? w->bits / 8.0 + 2.0 * (double)nx_dtype_size(w->sdtype) / w->group
-                               : (double)nx_dtype_size(w->dtype);
-    return (double)w->rows * (double)w->cols * per;
-}
-
 /* Every matrix a step multiplies: the layers' (the other mixer kind's slots
  * are empty) and the LM head. Returns the count written to out. */
 static int step_matrices(const nx_model *m, const kn_mat **out, int cap) {
@@ -78,7 +70,7 @@ int main(int argc, char **argv) {
     double bytes = 0;
     int64_t in_max = 0, out_max = 0;
     for (int i = 0; i < nm; i++) {
-        bytes += mat_bytes(mats[i]);
+        bytes += kn_mat_bytes(mats[i]);
         if (mats[i]->cols > in_max) in_max = mats[i]->cols;
         if (mats[i]->rows > out_max) out_max = mats[i]->rows;
     }

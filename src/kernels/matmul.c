@@ -26,12 +26,9 @@
 #include "base/fp16.h"
 #include "kernels/quant.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#define KN_HAVE_X86 1
+#include "kernels/avx2.h"
+#if KN_HAVE_X86
 #include <cpuid.h>
-#include <immintrin.h>
-#else
-#define KN_HAVE_X86 0
 #endif
 
 /* ---- Preconditions -----------------------------------------------------
@@ -150,6 +147,12 @@ void kn_to_f32(nx_dtype dt, const void *src, float *dst, int64_t n) {
     }
 }
 
+double kn_mat_bytes(const kn_mat *w) {
+    const double per = w->bits ? w->bits / 8.0 + 2.0 * (double)nx_dtype_size(w->sdtype) / w->group
+                               : (double)nx_dtype_size(w->dtype);
+    return (double)w->rows * (double)w->cols * per;
+}
+
 void kn_mat_row_f32(const kn_mat *w, int64_t row, float *out) {
     assert(w != NULL);
     if (w->bits) {
@@ -188,43 +191,11 @@ void kn_mat_row_f32(const kn_mat *w, int64_t row, float *out) {
 
 #define KN_TBLOCK 3
 
-#define KN_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define KN_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
-
-/* Weights w[i .. i+8) widened to f32. dt is a constant after inlining. */
-KN_AVX2_INLINE __m256 load8_avx2(const void *w, nx_dtype dt, int64_t i) {
-    if (dt == NX_DT_F32) return _mm256_loadu_ps((const float *)w + i);
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
-    if (dt == NX_DT_F16) return _mm256_cvtph_ps(h);
-    /* bf16 is the top half of an f32: zero-extend to 32 bits, shift up 16. */
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-/* Weight w[i] as f32, for the tail; the same values load8_avx2 produces. */
-KN_AVX2_INLINE float load1_avx2(const void *w, nx_dtype dt, int64_t i) {
-    if (dt == NX_DT_F32) return ((const float *)w)[i];
-    uint16_t h = ((const uint16_t *)w)[i];
-    if (dt == NX_DT_F16) return _cvtsh_ss(h);
-    return nx_bf16_to_f32(h);
-}
-
-/* acc[t][acc_k] = fma(w[i..i+8), x_t[i..i+8), acc[t][acc_k]) for t < nt. A macro
- * over dot_rows_avx2's locals (acc, nt, x, ldx) so that acc stays an array of
- * registers; a helper taking acc by pointer would risk spilling it. */
-#define KN_FMA_ROWS(acc_k, wv, i)                                                       \
-    do {                                                                                \
-        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) acc[t][acc_k] =            \
-            _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (int64_t)t * ldx + (i)), acc[t][acc_k]); \
-    } while (0)
-
 /* Steps 2 and 3 of the layout: the four accumulators of one product combined,
  * plus the tail [n8, n) of weights w and activations xt. */
 KN_AVX2_INLINE float finish_avx2(const __m256 acc[4], const void *w, nx_dtype dt, const float *xt, int64_t n) {
-    __m256 v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    for (int64_t j = n & ~(int64_t)7; j < n; j++) s = _mm_fmadd_ss(_mm_set_ss(load1_avx2(w, dt, j)), _mm_set_ss(xt[j]), s);
+    __m128 s = kn_hsum_avx2(acc, 4);
+    for (int64_t j = n & ~(int64_t)7; j < n; j++) s = _mm_fmadd_ss(_mm_set_ss(kn_load1_avx2(w, dt, j)), _mm_set_ss(xt[j]), s);
     return _mm_cvtss_f32(s);
 }
 
@@ -238,19 +209,19 @@ KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, in
     const int64_t n32 = n & ~(int64_t)31, n8 = n & ~(int64_t)7;
     int64_t i = 0;
     for (; i < n32; i += 32) {
-        __m256 w0 = load8_avx2(w, dt, i);
+        __m256 w0 = kn_load8_avx2(w, dt, i);
         KN_FMA_ROWS(0, w0, i);
-        __m256 w1 = load8_avx2(w, dt, i + 8);
+        __m256 w1 = kn_load8_avx2(w, dt, i + 8);
         KN_FMA_ROWS(1, w1, i + 8);
-        __m256 w2 = load8_avx2(w, dt, i + 16);
+        __m256 w2 = kn_load8_avx2(w, dt, i + 16);
         KN_FMA_ROWS(2, w2, i + 16);
-        __m256 w3 = load8_avx2(w, dt, i + 24);
+        __m256 w3 = kn_load8_avx2(w, dt, i + 24);
         KN_FMA_ROWS(3, w3, i + 24);
     }
     /* Written out rather than indexed by (i / 8) % 4, so acc stays in registers. */
-    if (i < n8) { __m256 wv = load8_avx2(w, dt, i); KN_FMA_ROWS(0, wv, i); i += 8; }
-    if (i < n8) { __m256 wv = load8_avx2(w, dt, i); KN_FMA_ROWS(1, wv, i); i += 8; }
-    if (i < n8) { __m256 wv = load8_avx2(w, dt, i); KN_FMA_ROWS(2, wv, i); i += 8; }
+    if (i < n8) { __m256 wv = kn_load8_avx2(w, dt, i); KN_FMA_ROWS(0, wv, i); i += 8; }
+    if (i < n8) { __m256 wv = kn_load8_avx2(w, dt, i); KN_FMA_ROWS(1, wv, i); i += 8; }
+    if (i < n8) { __m256 wv = kn_load8_avx2(w, dt, i); KN_FMA_ROWS(2, wv, i); i += 8; }
     for (int t = 0; t < nt; t++) y[(int64_t)t * ldy] = finish_avx2(acc[t], w, dt, x + (int64_t)t * ldx, n);
 }
 
@@ -283,7 +254,7 @@ KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, in
         __m256 v[4];                                                                                           \
         _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) v[t] = _mm256_loadu_ps(x + (int64_t)t * ldx + (i)); \
         _Pragma("GCC unroll 4") for (int r = 0; r < rw; r++) {                                                 \
-            const __m256 wv = load8_avx2(w0 + (size_t)r * row_bytes, dt, (i));                                 \
+            const __m256 wv = kn_load8_avx2(w0 + (size_t)r * row_bytes, dt, (i));                                 \
             _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) a[r][t] = _mm256_fmadd_ps(wv, v[t], a[r][t]);  \
         }                                                                                                      \
     } while (0)

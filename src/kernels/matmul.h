@@ -60,6 +60,10 @@ void kn_matmul_rows(const kn_mat *w, const float *x, int64_t ldx, int T,
  * uses. */
 void kn_mat_row_f32(const kn_mat *w, int64_t row, float *out);
 
+/* Bytes w occupies as stored: its elements, or an affine matrix's codes plus
+ * a scale and a bias per group. */
+double kn_mat_bytes(const kn_mat *w);
+
 /* Converts n stored elements of type dt at src to f32 (src may be unaligned). */
 void kn_to_f32(nx_dtype dt, const void *src, float *dst, int64_t n);
 

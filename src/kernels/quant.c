@@ -22,12 +22,7 @@
 
 #include "base/fp16.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#define KN_HAVE_X86 1
-#include <immintrin.h>
-#else
-#define KN_HAVE_X86 0
-#endif
+#include "kernels/avx2.h"
 
 /* ---- Format helpers --------------------------------------------------- */
 
@@ -203,7 +198,7 @@ void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w) {
     qx->T = T;
     qx->cols = cols;
     qx->group = w->group;
-    qx->nibbles = w->bits == 4 && w->group >= 64;
+    qx->nibbles = kn_qx_nibbles(w);
     /* cols is a multiple of 32, so every array after q starts 4-byte aligned. */
     qx->q = (int8_t *)p, p += (size_t)T * (size_t)cols;
     qx->d = (float *)(void *)p, p += (size_t)T * G * sizeof(float);
@@ -281,7 +276,7 @@ static float combine8_ref(const float a[8]) {
 
 void kn_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     assert(kn_affine_valid(w) && qx != NULL && qx->cols == w->cols && qx->group == w->group);
-    assert(qx->nibbles == (w->bits == 4 && w->group >= 64));
+    assert(qx->nibbles == kn_qx_nibbles(w));
     assert(0 <= r0 && r0 <= r1 && r1 <= w->rows && (qx->T <= 1 || ldy >= r1));
     const int64_t n = w->cols, group = w->group, G = n / group;
     for (int64_t r = r0; r < r1; r++) {
@@ -342,8 +337,6 @@ void kn_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t l
 /* Activation rows per register block (see "Schedule" above). */
 #define KN_QTBLOCK 2
 
-#define KN_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define KN_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
 /* Codes of the 8 elements whose packed bytes start at p, element j in lane j.
  * bits is a constant after inlining; exact: read only the bits*8/8 bytes. */
@@ -387,25 +380,6 @@ KN_AVX2_INLINE float sd_load_avx2(const void *p, nx_dtype dt, int64_t i) {
     return _cvtsh_ss(h);
 }
 
-/* acc[t][acc_k] = fma(wv, x_t[i..i+8), acc[t][acc_k]) for t < nt; the same
- * macro as matmul.c's KN_FMA_ROWS, for the same reason (acc stays registers). */
-#define KN_QFMA_ROWS(acc_k, wv, i)                                                      \
-    do {                                                                                \
-        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) acc[t][acc_k] =            \
-            _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (int64_t)t * ldx + (i)), acc[t][acc_k]); \
-    } while (0)
-
-/* matmul.c's combine (step 2 of its layout); no tail, n % 32 == 0. With
- * nacc = 1, the lanes of one vector alone, in the same order:
- * ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). nacc is a constant. */
-KN_AVX2_INLINE float combine_avx2(const __m256 *acc, int nacc) {
-    __m256 v = nacc == 1 ? acc[0] : _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* y[t * ldy] = dot(row, x[t * ldx ..]) for t < nt (1 <= nt <= KN_QTBLOCK), over
  * one row of n elements (a multiple of group); ar is the row.
  * bits and nt are constants after inlining. */
@@ -422,13 +396,13 @@ KN_AVX2_INLINE void dot_rows_affine_avx2(affine_row ar, nx_dtype sdt, int bits, 
         for (const int64_t end = i + group; i < end; i += 32) {
             __m256 w[4];
             dequant32_avx2(codes, bits, i, n, sv, bv, w);
-            KN_QFMA_ROWS(0, w[0], i);
-            KN_QFMA_ROWS(1, w[1], i + 8);
-            KN_QFMA_ROWS(2, w[2], i + 16);
-            KN_QFMA_ROWS(3, w[3], i + 24);
+            KN_FMA_ROWS(0, w[0], i);
+            KN_FMA_ROWS(1, w[1], i + 8);
+            KN_FMA_ROWS(2, w[2], i + 16);
+            KN_FMA_ROWS(3, w[3], i + 24);
         }
     }
-    for (int t = 0; t < nt; t++) y[(int64_t)t * ldy] = combine_avx2(acc[t], 4);
+    for (int t = 0; t < nt; t++) y[(int64_t)t * ldy] = _mm_cvtss_f32(kn_hsum_avx2(acc[t], 4));   /* n % 32 == 0: no tail */
 }
 
 /* All rows [r0, r1) at one bit width (a constant in each caller), row by row:
@@ -602,10 +576,7 @@ KN_AVX2_INLINE __m256 load8_sd_avx2(const void *p, nx_dtype dt, int64_t g, int64
         memcpy(tmp, src, (size_t)cnt * es);
         src = tmp;
     }
-    if (dt == NX_DT_F32) return _mm256_loadu_ps((const float *)(const void *)src);
-    const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)src);
-    if (dt == NX_DT_F16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return kn_load8_avx2(src, dt, 0);
 }
 
 /* y[t * ldy] = the product of one weight row (ar; n elements) with
@@ -695,7 +666,8 @@ KN_AVX2_INLINE void dot_rows_qx_avx2(affine_row ar, nx_dtype sdt, int bits, int6
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(gi[t]), _mm256_broadcast_ss(&dg[t][gg]), acc[t]);
         }
     }
-    for (int t = 0; t < nt; t++) y[(int64_t)t * ldy] = combine_avx2(&acc[t], 1) + combine_avx2(&bl[t], 1);
+    for (int t = 0; t < nt; t++)
+        y[(int64_t)t * ldy] = _mm_cvtss_f32(kn_hsum_avx2(&acc[t], 1)) + _mm_cvtss_f32(kn_hsum_avx2(&bl[t], 1));
 }
 
 KN_AVX2_INLINE void qx_rows_bits_avx2(const kn_mat *w, int bits, int group, const kn_qx *qx, float *y, int64_t ldy,
@@ -744,7 +716,7 @@ KN_QX_ROWS_AVX2(8)
 
 void kn_matmul_qx_rows_avx2(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     assert(kn_affine_valid(w) && qx != NULL && qx->cols == w->cols && qx->group == w->group);
-    assert(qx->nibbles == (w->bits == 4 && w->group >= 64));
+    assert(qx->nibbles == kn_qx_nibbles(w));
     assert(0 <= r0 && r0 <= r1 && r1 <= w->rows && (qx->T <= 1 || ldy >= r1));
     if (qx->T == 0 || r0 == r1) return;
     switch (w->bits) {

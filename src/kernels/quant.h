@@ -133,6 +133,9 @@ typedef struct {
     int32_t *lsum;      /* [T][cols / group][8] per-lane sums of q (8-bit weights use them) */
 } kn_qx;
 
+/* 1 if activations for affine w are stored in the nibbles order (above). */
+static inline int kn_qx_nibbles(const kn_mat *w) { return w->bits == 4 && w->group >= 64; }
+
 /* Bytes of buffer a kn_qx of T rows of cols needs for any group size. */
 size_t kn_qx_bytes(int T, int64_t cols);
 

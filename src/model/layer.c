@@ -26,32 +26,61 @@
 
 /* ---- threaded ops ------------------------------------------------------ */
 
+#define MDL_MAX_LINEARS 4
+
+/* Products of matrices that read the same input, their rows numbered one
+ * after another: row r of matrix i is job row start[i] + r. */
 typedef struct {
-    const kn_mat *w;
+    int n;
+    const kn_mat *const *ws;
+    float *const *ys;
+    int64_t start[MDL_MAX_LINEARS + 1];
     const float *x;       /* f32 activations, or NULL when qx holds them */
     const kn_qx *qx;
     int T;
-    float *y;
 } linear_job;
 
 static void linear_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
     const linear_job *j = ctx;
-    if (j->x) kn_matmul_rows(j->w, j->x, j->w->cols, j->T, j->y, j->w->rows, r0, r1);
-    else kn_matmul_qx_rows(j->w, j->qx, j->y, j->w->rows, r0, r1);
+    for (int i = 0; i < j->n; i++) {
+        const int64_t a = r0 > j->start[i] ? r0 : j->start[i], b = r1 < j->start[i + 1] ? r1 : j->start[i + 1];
+        if (a >= b) continue;
+        const kn_mat *w = j->ws[i];
+        if (j->x) kn_matmul_rows(w, j->x, w->cols, j->T, j->ys[i], w->rows, a - j->start[i], b - j->start[i]);
+        else kn_matmul_qx_rows(w, j->qx, j->ys[i], w->rows, a - j->start[i], b - j->start[i]);
+    }
+}
+
+/* 1 if a and b take their activations the same way (kernels/quant.h). */
+static int same_activations(const nx_model *m, const kn_mat *a, const kn_mat *b) {
+    if (m->f32_activations || !a->bits || !b->bits) return m->f32_activations || (!a->bits && !b->bits);
+    return a->group == b->group && kn_qx_nibbles(a) == kn_qx_nibbles(b);
+}
+
+void mdl_linears(const nx_model *m, mdl_scratch *sc, const float *x, int T, int n, const kn_mat *const ws[],
+                 float *const ys[]) {
+    assert(T <= MDL_CHUNK && 1 <= n && n <= MDL_MAX_LINEARS);
+    for (int i = 1; i < n; i++)
+        if (!same_activations(m, ws[0], ws[i])) {   /* mixed precision: one product at a time */
+            for (int k = 0; k < n; k++) mdl_linears(m, sc, x, T, 1, &ws[k], &ys[k]);
+            return;
+        }
+    linear_job j = {n, ws, ys, {0}, x, NULL, T};
+    for (int i = 0; i < n; i++) j.start[i + 1] = j.start[i] + ws[i]->rows;
+    kn_qx qx;
+    if (ws[0]->bits && !m->f32_activations) {
+        /* Quantized once here, on the calling thread, for all n products: T *
+         * cols work, against T * cols * rows for the products the workers
+         * then split. */
+        kn_qx_bind(&qx, sc->qx, T, ws[0]);
+        kn_quantize_x(&qx, x, ws[0]->cols);
+        j.x = NULL, j.qx = &qx;
+    }
+    nx_pool_run(m->pool, linear_rows, &j, j.start[n], 16);
 }
 
 void mdl_linear(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float *x, int T, float *y) {
-    assert(T <= MDL_CHUNK);
-    linear_job j = {w, x, NULL, T, y};
-    kn_qx qx;
-    if (w->bits && !m->f32_activations) {
-        /* Quantized once here, on the calling thread: T * cols work, against
-         * T * cols * rows for the product the workers then split. */
-        kn_qx_bind(&qx, sc->qx, T, w);
-        kn_quantize_x(&qx, x, w->cols);
-        j.x = NULL, j.qx = &qx;
-    }
-    nx_pool_run(m->pool, linear_rows, &j, w->rows, 16);
+    mdl_linears(m, sc, x, T, 1, &w, &y);
 }
 
 void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int pos, int T) {
@@ -71,8 +100,9 @@ static void add_rows(float *x, const float *y, int64_t n) {
 
 static void mlp_block(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, int T) {
     int64_t n = (int64_t)T * m->cfg.intermediate_size;
-    mdl_linear(m, sc, &L->gate_proj, sc->xn, T, sc->ff1);
-    mdl_linear(m, sc, &L->up_proj, sc->xn, T, sc->ff2);
+    const kn_mat *ws[] = {&L->gate_proj, &L->up_proj};
+    float *ys[] = {sc->ff1, sc->ff2};
+    mdl_linears(m, sc, sc->xn, T, 2, ws, ys);
     for (int64_t i = 0; i < n; i++) sc->ff1[i] = kn_silu(sc->ff1[i]) * sc->ff2[i];
     mdl_linear(m, sc, &L->down_proj, sc->ff1, T, sc->out);
 }
@@ -117,13 +147,17 @@ static void attention_rows(void *ctx, int64_t i0, int64_t i1, int tid) {
 
 /* K and V of the T normed rows sc->xn: k_proj / v_proj, per-head k_norm and
  * RoPE, written at positions pos..pos+T-1 of the caches. */
+/* K and V of T rows into the caches; with_q: also the queries (and gates)
+ * into sc->proj, in the same pass over sc->xn. */
 static void attention_kv_rows(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache,
-                              int pos, int T) {
+                              int pos, int T, int with_q) {
     const cfg_model *c = &m->cfg;
     int hd = c->head_dim, rd = c->rotary_dim, Nkv = c->n_kv_heads;
     int64_t kvd = (int64_t)Nkv * hd;
-    mdl_linear(m, sc, &L->k_proj, sc->xn, T, sc->kbuf);   /* [T][Nkv*hd]              */
-    mdl_linear(m, sc, &L->v_proj, sc->xn, T, sc->vbuf);   /* [T][Nkv*hd]              */
+    /* [T][Nkv*hd] each, and [T][Nh * (query | gate)] */
+    const kn_mat *ws[] = {&L->k_proj, &L->v_proj, &L->q_proj};
+    float *ys[] = {sc->kbuf, sc->vbuf, sc->proj};
+    mdl_linears(m, sc, sc->xn, T, with_q ? 3 : 2, ws, ys);
     for (int t = 0; t < T; t++) {
         const float *cs = sc->rope + (int64_t)t * rd;
         float *kc = k_cache + (int64_t)(pos + t) * kvd, *vc = v_cache + (int64_t)(pos + t) * kvd;
@@ -138,7 +172,7 @@ static void attention_kv_rows(const nx_model *m, const mdl_layer *L, mdl_scratch
 void mdl_attention_kv(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache, int pos,
                       int T) {
     norm_rows(m, sc->xn, sc->x, L->input_norm, T);
-    attention_kv_rows(m, L, sc, k_cache, v_cache, pos, T);
+    attention_kv_rows(m, L, sc, k_cache, v_cache, pos, T, 0);
 }
 
 void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache,
@@ -149,8 +183,7 @@ void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc,
     float eps = (float)c->rms_norm_eps;
 
     norm_rows(m, sc->xn, sc->x, L->input_norm, T);
-    mdl_linear(m, sc, &L->q_proj, sc->xn, T, sc->proj);   /* [T][Nh * (query | gate)] */
-    attention_kv_rows(m, L, sc, k_cache, v_cache, pos, T);
+    attention_kv_rows(m, L, sc, k_cache, v_cache, pos, T, 1);
     for (int t = 0; t < T; t++) {
         const float *cs = sc->rope + (int64_t)t * rd;
         for (int h = 0; h < Nh; h++) {                 /* q: per-head norm, then RoPE */
@@ -227,10 +260,10 @@ void mdl_gdn_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float
     int64_t CD = cfg_conv_dim(c), keep = c->conv_kernel - 1;
 
     norm_rows(m, sc->xn, sc->x, L->input_norm, T);
-    mdl_linear(m, sc, &L->in_qkv, sc->xn, T, sc->proj);   /* [T][CD] pre-conv q|k|v */
-    mdl_linear(m, sc, &L->in_z, sc->xn, T, sc->zbuf);     /* [T][VD] output gate    */
-    mdl_linear(m, sc, &L->in_b, sc->xn, T, sc->bbuf);     /* [T][Hv] beta logits    */
-    mdl_linear(m, sc, &L->in_a, sc->xn, T, sc->abuf);     /* [T][Hv] decay logits   */
+    /* [T][CD] pre-conv q|k|v, [T][VD] output gate, [T][Hv] beta and decay logits */
+    const kn_mat *ws[] = {&L->in_qkv, &L->in_z, &L->in_b, &L->in_a};
+    float *ys[] = {sc->proj, sc->zbuf, sc->bbuf, sc->abuf};
+    mdl_linears(m, sc, sc->xn, T, 4, ws, ys);
 
     /* Conv window = [conv state (Kc-1 rows) | this chunk's T rows]; the new
      * conv state is its last Kc-1 rows. */

@@ -376,10 +376,7 @@ static void tally(format_tally *ft, const kn_mat *w) {
         if (ft->n == MAX_FORMATS) return;
         snprintf(ft->name[ft->n++], sizeof ft->name[0], "%s", name);
     }
-    /* affine: codes plus a scale and a bias per group */
-    const double per = w->bits ? w->bits / 8.0 + 2.0 * (double)nx_dtype_size(w->sdtype) / w->group
-                               : (double)nx_dtype_size(w->dtype);
-    ft->bytes[f] += (double)w->rows * (double)w->cols * per;
+    ft->bytes[f] += kn_mat_bytes(w);
 }
 
 /* nx_model_info.weight_dtype: the format holding most of the bytes of the

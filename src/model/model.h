@@ -169,6 +169,12 @@ nx_status mdl_bind_attention_layer(mdl_binder *b, const cfg_model *c, const char
  * T <= MDL_CHUNK. A quantized W multiplies x rounded to int8 in sc->qx
  * (kernels/quant.h) unless the model was loaded with f32_activations. */
 void mdl_linear(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float *x, int T, float *y);
+/* ys[i] = x ws[i]^T for i < n <= 4 matrices that read the same x (equal
+ * cols): x is rounded to int8 once, and one pool run splits all their rows
+ * (matrices whose activations differ, in mixed-precision checkpoints, run one
+ * by one). The same results as n mdl_linear calls. */
+void mdl_linears(const nx_model *m, mdl_scratch *sc, const float *x, int T, int n, const kn_mat *const ws[],
+                 float *const ys[]);
 /* RoPE tables for positions pos..pos+T-1 into sc->rope. */
 void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int pos, int T);
 /* One pre-norm decoder layer with gated full attention over the T rows of

@@ -144,14 +144,12 @@ static nx_status quantize_draft_head(nx_drafter *d, int bits, char *err, size_t 
     if (h->cols % group)
         return nx_fail(err, errlen, NX_EUNSUPPORTED, "draft_head_bits: hidden size %lld is not a multiple of 32",
                        (long long)h->cols);
-    /* bits per weight, a group's scale and bias included */
-    const double stored_bits = h->bits ? h->bits + 16.0 * nx_dtype_size(h->sdtype) / h->group : 8.0 * nx_dtype_size(h->dtype);
-    if (bits + 32.0 / group >= stored_bits) return NX_OK;   /* no smaller than the head as stored */
     const int64_t rows = h->rows, cols = h->cols, groups = cols / group;
-    const size_t code_bytes = (size_t)(rows * kn_affine_row_words(cols, bits)) * 4, sd_bytes = (size_t)(rows * groups) * 2;
-    const int nt = nx_pool_size(d->target->pool);
     kn_mat q = {.dtype = NX_DT_U32, .rows = rows, .cols = cols, .bits = bits, .group = group,
                 .sdtype = NX_DT_BF16};
+    if (kn_mat_bytes(&q) >= kn_mat_bytes(h)) return NX_OK;   /* no smaller than the head as stored */
+    const size_t code_bytes = (size_t)(rows * kn_affine_row_words(cols, bits)) * 4, sd_bytes = (size_t)(rows * groups) * 2;
+    const int nt = nx_pool_size(d->target->pool);
     head_copy_job j = {h, &q, nx_alloc_aligned((size_t)nt * (size_t)cols * sizeof(float)), -1};
     char *buf = nx_alloc_aligned(code_bytes + 2 * sd_bytes);
     if (!buf || !j.rows) {

@@ -268,14 +268,33 @@ static void set_override_off(json_t *r) {
     json_object_set_new(json_object_get(r, "quantization"), "language_model.model.layers.0.mlp.up_proj", json_false());
 }
 
-static void set_embed_dense(json_t *r) {
-    json_object_set_new(json_object_get(r, "quantization"), "language_model.model.embed_tokens", json_false());
+/* The modules the mixed checkpoint keeps dense: the mlx name (a `false`
+ * entry) and the raw tensor it comes from. in_proj_b makes layer 0's four
+ * input projections mixed, so they cannot share one int8 rounding. */
+static const char *const dense_modules[][2] = {
+    {"language_model.model.embed_tokens", "model.language_model.embed_tokens.weight"},
+    {"language_model.model.layers.0.linear_attn.in_proj_b", "model.language_model.layers.0.linear_attn.in_proj_b.weight"},
+};
+
+static void set_modules_dense(json_t *r) {
+    for (size_t i = 0; i < sizeof dense_modules / sizeof *dense_modules; i++)
+        json_object_set_new(json_object_get(r, "quantization"), dense_modules[i][0], json_false());
 }
 
-/* A mixed checkpoint: the q4 model with its (tied) embedding swapped for the
- * dense bf16 one and a `false` entry for it in the quantization block. It
- * loads, names both formats (the embedding holds most bytes in this small
- * model), stays close to the q4 model, and decodes speculatively == plain. */
+/* dense_modules[i][0] if name is one of that module's tensors, else NULL. */
+static const char *dense_module_of(const char *name) {
+    for (size_t i = 0; i < sizeof dense_modules / sizeof *dense_modules; i++) {
+        size_t n = strlen(dense_modules[i][0]);
+        if (strncmp(name, dense_modules[i][0], n) == 0 && name[n] == '.') return dense_modules[i][0];
+    }
+    return NULL;
+}
+
+/* A mixed checkpoint: the q4 model with its (tied) embedding and layer 0's
+ * in_proj_b swapped for the dense bf16 ones and `false` entries for them in
+ * the quantization block. It loads, names both formats (the embedding holds
+ * most bytes in this small model), stays close to the q4 model, and decodes
+ * speculatively == plain. */
 static void mixed_dense_embedding_and_quantized_layers_load_and_decode(void) {
     const char *q4 = quantize("quant-mixed-src", DEFAULT_MODEL, 4, 64, 0);
     char dir[1024], path[1200], err[512];
@@ -286,21 +305,23 @@ static void mixed_dense_embedding_and_quantized_layers_load_and_decode(void) {
     CHECK(st_open_file(path, &qs, err, sizeof err) == NX_OK);
     snprintf(path, sizeof path, "%s/model.safetensors", DEFAULT_MODEL);
     CHECK(st_open_file(path, &ds, err, sizeof err) == NX_OK && st_writer_new(&w, err, sizeof err) == NX_OK);
-    static const char embed[] = "language_model.model.embed_tokens.";
     for (int i = 0; qs && ds && w && i < st_count(qs); i++) {
         const st_tensor *t = st_at(qs, i);
-        if (strncmp(t->name, embed, sizeof embed - 1) == 0) continue;
+        if (dense_module_of(t->name)) continue;
         CHECK(st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err, sizeof err) == NX_OK);
     }
-    const st_tensor *e = ds ? st_find(ds, "model.language_model.embed_tokens.weight") : NULL;
-    CHECK(e != NULL && e->dtype == NX_DT_BF16);
-    if (e && w) CHECK(st_writer_add(w, "language_model.model.embed_tokens.weight", e->dtype, e->ndim, e->shape, e->data,
-                                    e->nbytes, err, sizeof err) == NX_OK);
+    for (size_t i = 0; i < sizeof dense_modules / sizeof *dense_modules; i++) {
+        const st_tensor *e = ds ? st_find(ds, dense_modules[i][1]) : NULL;
+        char name[256];
+        snprintf(name, sizeof name, "%s.weight", dense_modules[i][0]);
+        CHECK(e != NULL && e->dtype == NX_DT_BF16);
+        if (e && w) CHECK(st_writer_add(w, name, e->dtype, e->ndim, e->shape, e->data, e->nbytes, err, sizeof err) == NX_OK);
+    }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     CHECK(w && st_writer_write(w, path, err, sizeof err) == NX_OK);
     st_writer_free(w), st_close(qs), st_close(ds);
     CHECK(nx_test_system("cp %s/config.json %s/tokenizer.json %s/", q4, q4, dir) == 0);
-    edit_config(dir, set_embed_dense);
+    edit_config(dir, set_modules_dense);
     nx_model *m = nx_test_model(dir, 2), *ref = nx_test_model(q4, 2);
     nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
     if (d && ref) {
@@ -374,7 +395,7 @@ static void malformed_quantization_is_a_clear_error(void) {
 
 static const nx_test tests[] = {
     {"mixed_dense_embedding_and_quantized_layers_load_and_decode",
-     "q4 layers + a dense bf16 embedding (a false entry): loads, names both formats, close to q4, spec == plain",
+     "q4 layers + a dense bf16 embedding and in_proj_b (false entries): loads, names both formats, close to q4, spec == plain",
      mixed_dense_embedding_and_quantized_layers_load_and_decode},
     {"quantized_default_model_stays_close", "2..8 bits: target and MTP logits vs dense (NMSE, argmax), mlx layout",
      quantized_default_model_stays_close},

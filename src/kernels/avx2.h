@@ -1,0 +1,65 @@
+/* avx2.h — the AVX2+FMA+F16C pieces matmul.c and quant.c share (internal to
+ * kernels/): the target attributes, the widening of stored elements to f32,
+ * the per-row FMA step and the fixed horizontal sum of the "Dot product
+ * layout" (matmul.c). One definition, so that the dense and the affine twins
+ * cannot drift apart in the order that makes their results bit-identical.
+ *
+ * Everything here is static inline with a target attribute: the build stays
+ * portable (no -mavx2) and kn_init() only routes to these after a CPUID check. */
+#ifndef NX_KERNELS_AVX2_H
+#define NX_KERNELS_AVX2_H
+
+#if defined(__x86_64__) || defined(__i386__)
+#define KN_HAVE_X86 1
+#include <immintrin.h>
+#include <stdint.h>
+#include "base/dtype.h"
+#include "base/fp16.h"
+
+#define KN_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define KN_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+/* Stored elements w[i .. i+8) of type dt (f32, bf16, f16) widened to f32;
+ * unaligned loads. dt is a constant after inlining. */
+KN_AVX2_INLINE __m256 kn_load8_avx2(const void *w, nx_dtype dt, int64_t i) {
+    if (dt == NX_DT_F32) return _mm256_loadu_ps((const float *)w + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
+    if (dt == NX_DT_F16) return _mm256_cvtph_ps(h);
+    /* bf16 is the top half of an f32: zero-extend to 32 bits, shift up 16. */
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* Element w[i] as f32 (w aligned to its element size): the value
+ * kn_load8_avx2 produces for it. */
+KN_AVX2_INLINE float kn_load1_avx2(const void *w, nx_dtype dt, int64_t i) {
+    if (dt == NX_DT_F32) return ((const float *)w)[i];
+    uint16_t h = ((const uint16_t *)w)[i];
+    if (dt == NX_DT_F16) return _cvtsh_ss(h);
+    return nx_bf16_to_f32(h);
+}
+
+/* acc[t][acc_k] = fma(wv, x_t[i..i+8), acc[t][acc_k]) for t < nt. A macro
+ * over the caller's locals (acc, nt, x, ldx) so that acc stays an array of
+ * registers; a helper taking acc by pointer would risk spilling it. */
+#define KN_FMA_ROWS(acc_k, wv, i)                                                       \
+    do {                                                                                \
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) acc[t][acc_k] =            \
+            _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (int64_t)t * ldx + (i)), acc[t][acc_k]); \
+    } while (0)
+
+/* The layout's horizontal sum, in lane 0 of the result: nacc = 4 accumulators
+ * combined as (acc0 + acc1) + (acc2 + acc3) first; then the 8 lanes v as
+ * ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). nacc (1 or 4) is a
+ * constant after inlining. */
+KN_AVX2_INLINE __m128 kn_hsum_avx2(const __m256 *acc, int nacc) {
+    __m256 v = nacc == 1 ? acc[0] : _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_add_ss(s, _mm_movehdup_ps(s));
+}
+
+#else
+#define KN_HAVE_X86 0
+#endif
+
+#endif
