@@ -305,6 +305,13 @@ nx_status nx_spec_step(nx_spec *s, int max_emit, int32_t *emitted, int *n_emitte
  * pending token and tokens[0..n) through the target and the drafter and
  * emits the next token in *first. n may be 0. */
 nx_status nx_spec_extend(nx_spec *s, const int32_t *tokens, int n, int32_t *first, char *err, size_t errlen);
+/* Reads input whose continuation is already known, without sampling: a
+ * prompt taken in pieces, or the part of one before a cache checkpoint. From
+ * FRESH (n >= 2) it runs tokens[0..n-1); from READY the pending token and
+ * tokens[0..n-1) (n >= 1). Either way tokens[n-1] becomes the pending token
+ * and the session is READY, exactly as if tokens[n-1] had been emitted, so a
+ * later extend (or a checkpoint) continues from there. Nothing is emitted. */
+nx_status nx_spec_absorb(nx_spec *s, const int32_t *tokens, int n, char *err, size_t errlen);
 
 /* Checkpoints (the reference's capture/restore). nx_spec_save writes a READY
  * session at its committed boundary: the sequence, the target state (KV rows,
@@ -317,6 +324,11 @@ nx_status nx_spec_extend(nx_spec *s, const int32_t *tokens, int n, int32_t *firs
  * stays FRESH. */
 nx_status nx_spec_save(const nx_spec *s, const char *path, char *err, size_t errlen);
 nx_status nx_spec_load(nx_spec *s, const char *path, char *err, size_t errlen);
+/* The same checkpoint in memory: nx_spec_snapshot returns the file's bytes
+ * in *blob (the caller frees with nx_free), nx_spec_restore reads them back
+ * with the checks and errors of nx_spec_load ("snapshot" names the source). */
+nx_status nx_spec_snapshot(const nx_spec *s, void **blob, size_t *len, char *err, size_t errlen);
+nx_status nx_spec_restore(nx_spec *s, const void *blob, size_t len, char *err, size_t errlen);
 /* Tokens a checkpoint file holds (to size the session that loads it), or -1
  * if path is not a readable nextn checkpoint. */
 int nx_spec_checkpoint_tokens(const char *path);

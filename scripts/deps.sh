@@ -2,7 +2,7 @@
 # Installs the Debian packages nextn builds with, if any are missing.
 # Runs as root (or through sudo); a no-op when everything is present.
 set -euo pipefail
-pkgs=(gcc make cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libxxhash-dev)
+pkgs=(gcc make cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libxxhash-dev libmicrohttpd-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

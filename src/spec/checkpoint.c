@@ -1,5 +1,6 @@
 /* checkpoint.c — save and restore a speculative session at a committed
- * boundary (nx_spec_save / nx_spec_load).
+ * boundary, in memory (nx_spec_snapshot / nx_spec_restore: the prefix cache)
+ * or in a file (nx_spec_save / nx_spec_load: the same bytes).
  *
  * File layout (little endian, this machine's float format):
  *   ckpt_header                    magic, version, identities, sizes, checksum
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "spec/spec.h"
 
@@ -86,30 +88,46 @@ static void header_of(const nx_spec *s, ckpt_header *h) {
     h->vocab = c->vocab_size;
 }
 
-nx_status nx_spec_save(const nx_spec *cs, const char *path, char *err, size_t errlen) {
+nx_status nx_spec_snapshot(const nx_spec *cs, void **blob, size_t *len, char *err, size_t errlen) {
     nx_spec *s = (nx_spec *)cs; /* parts_of hands out pointers; nothing is written */
+    *blob = NULL;
+    *len = 0;
     if (s->state != SPEC_READY)
-        return nx_fail(err, errlen, NX_ESTATE, "save: the session is not at a committed boundary (state %d)", s->state);
+        return nx_fail(err, errlen, NX_ESTATE, "snapshot: the session is not at a committed boundary (state %d)", s->state);
     ckpt_part parts[4 * CFG_MAX_LAYERS + 8];
     int np = parts_of(s, parts, (int)(sizeof parts / sizeof *parts));
     ckpt_header h;
     header_of(s, &h);
-    XXH64_state_t *x = XXH64_createState();
-    if (!x) return nx_fail(err, errlen, NX_ENOMEM, "out of memory");
-    XXH64_reset(x, 0);
+    for (int i = 0; i < np; i++) h.payload_bytes += parts[i].bytes;
+    unsigned char *out = nx_alloc(sizeof h + h.payload_bytes);
+    if (!out) return nx_fail(err, errlen, NX_ENOMEM, "snapshot: out of memory for %llu bytes",
+                             (unsigned long long)(sizeof h + h.payload_bytes));
+    size_t at = sizeof h;
     for (int i = 0; i < np; i++) {
-        XXH64_update(x, parts[i].p, parts[i].bytes);
-        h.payload_bytes += parts[i].bytes;
+        if (parts[i].bytes) memcpy(out + at, parts[i].p, parts[i].bytes);
+        at += parts[i].bytes;
     }
-    h.payload_hash = XXH64_digest(x);
-    XXH64_freeState(x);
+    h.payload_hash = XXH64(out + sizeof h, h.payload_bytes, 0);
+    memcpy(out, &h, sizeof h);
+    *blob = out;
+    *len = at;
+    return NX_OK;
+}
+
+nx_status nx_spec_save(const nx_spec *s, const char *path, char *err, size_t errlen) {
+    void *blob;
+    size_t len;
+    nx_status st = nx_spec_snapshot(s, &blob, &len, err, errlen);
+    if (st) {
+        if (st == NX_ESTATE) return nx_fail(err, errlen, NX_ESTATE, "save: the session is not at a committed boundary");
+        return st;
+    }
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
-    if (!f) return nx_fail(err, errlen, NX_EIO, "%s: cannot write", tmp);
-    int ok = fwrite(&h, sizeof h, 1, f) == 1;
-    for (int i = 0; ok && i < np; i++) ok = parts[i].bytes == 0 || fwrite(parts[i].p, parts[i].bytes, 1, f) == 1;
-    ok = (fclose(f) == 0) && ok;
+    int ok = f && fwrite(blob, len, 1, f) == 1;
+    if (f) ok = (fclose(f) == 0) && ok;
+    nx_free(blob);
     if (!ok || rename(tmp, path) != 0) {
         remove(tmp);
         return nx_fail(err, errlen, NX_EIO, "%s: cannot write the checkpoint", path);
@@ -117,65 +135,51 @@ nx_status nx_spec_save(const nx_spec *cs, const char *path, char *err, size_t er
     return NX_OK;
 }
 
-nx_status nx_spec_load(nx_spec *s, const char *path, char *err, size_t errlen) {
+/* Restores from blob; `name` (a path, or "snapshot") is used in messages. */
+static nx_status restore(nx_spec *s, const unsigned char *blob, size_t len, const char *name, char *err, size_t errlen) {
     if (s->state != SPEC_FRESH)
         return nx_fail(err, errlen, NX_ESTATE, "load: a checkpoint restores only into a fresh session (this one is in use)");
-    FILE *f = fopen(path, "rb");
-    if (!f) return nx_fail(err, errlen, NX_EIO, "%s: cannot read", path);
     ckpt_header h, want;
-    nx_status st = NX_OK;
     header_of(s, &want);
-    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, CKPT_MAGIC, 8) != 0 || h.version != CKPT_VERSION ||
-        h.header_bytes != sizeof h) {
-        st = nx_fail(err, errlen, NX_EFORMAT, "%s: not a nextn checkpoint (or another version)", path);
-        goto done;
-    }
-    if (h.target_id != want.target_id) {
-        st = nx_fail(err, errlen, NX_EINVAL, "%s: the checkpoint is from another model (identity %016llx, this model %016llx)", path,
-                     (unsigned long long)h.target_id, (unsigned long long)want.target_id);
-        goto done;
-    }
-    if (h.drafter_id != want.drafter_id) {
-        st = nx_fail(err, errlen, NX_EINVAL, "%s: the checkpoint is from another drafter (identity %016llx, this one %016llx)", path,
-                     (unsigned long long)h.drafter_id, (unsigned long long)want.drafter_id);
-        goto done;
-    }
+    if (len < sizeof h) return nx_fail(err, errlen, NX_EFORMAT, "%s: not a nextn checkpoint (or another version)", name);
+    memcpy(&h, blob, sizeof h);
+    if (memcmp(h.magic, CKPT_MAGIC, 8) != 0 || h.version != CKPT_VERSION || h.header_bytes != sizeof h)
+        return nx_fail(err, errlen, NX_EFORMAT, "%s: not a nextn checkpoint (or another version)", name);
+    if (h.target_id != want.target_id)
+        return nx_fail(err, errlen, NX_EINVAL, "%s: the checkpoint is from another model (identity %016llx, this model %016llx)", name,
+                       (unsigned long long)h.target_id, (unsigned long long)want.target_id);
+    if (h.drafter_id != want.drafter_id)
+        return nx_fail(err, errlen, NX_EINVAL, "%s: the checkpoint is from another drafter (identity %016llx, this one %016llx)", name,
+                       (unsigned long long)h.drafter_id, (unsigned long long)want.drafter_id);
     if (h.n_layers != want.n_layers || h.kvd != want.kvd || h.conv_floats != want.conv_floats || h.rec_floats != want.rec_floats ||
         h.hidden != want.hidden || h.vocab != want.vocab || h.n < 1 || h.n >= CKPT_MAX_TOKENS || h.rows < 0 || h.n_defer < 0 || h.n_defer > SPEC_MAX_DEFER ||
-        (s->d && h.rows + h.n_defer > h.n) || h.rows > h.n || h.d1 < 0 || h.d1 >= want.vocab) {
-        st = nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint's sizes do not fit this model", path);
-        goto done;
-    }
-    if (h.n + 1 + s->k_max + 1 > s->max_ctx) {
-        st = nx_fail(err, errlen, NX_ERANGE, "%s: the checkpoint holds %d tokens; the session's context of %d is too small", path,
-                     h.n + 1, s->max_ctx);
-        goto done;
-    }
+        (s->d && h.rows + h.n_defer > h.n) || h.rows > h.n || h.d1 < 0 || h.d1 >= want.vocab)
+        return nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint's sizes do not fit this model", name);
+    if (h.n + 1 + s->k_max + 1 > s->max_ctx)
+        return nx_fail(err, errlen, NX_ERANGE, "%s: the checkpoint holds %d tokens; the session's context of %d is too small", name,
+                       h.n + 1, s->max_ctx);
+    /* the whole payload is checked before any of it is copied: a damaged
+     * blob leaves the session FRESH and untouched */
+    if (h.payload_bytes != len - sizeof h || XXH64(blob + sizeof h, h.payload_bytes, 0) != h.payload_hash)
+        return nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint is truncated or damaged (checksum mismatch)", name);
     s->n = h.n;
     if (s->d) s->rows.n = s->mtp_committed = h.rows;
     s->n_defer = h.n_defer;
     ckpt_part parts[4 * CFG_MAX_LAYERS + 8];
     int np = parts_of(s, parts, (int)(sizeof parts / sizeof *parts));
-    XXH64_state_t *x = XXH64_createState();
-    uint64_t total = 0;
-    int ok = x != NULL;
-    if (ok) XXH64_reset(x, 0);
-    for (int i = 0; ok && i < np; i++) {
-        ok = parts[i].bytes == 0 || fread(parts[i].p, parts[i].bytes, 1, f) == 1;
-        if (ok) XXH64_update(x, parts[i].p, parts[i].bytes);
-        total += parts[i].bytes;
-    }
-    ok = ok && total == h.payload_bytes && fgetc(f) == EOF && XXH64_digest(x) == h.payload_hash;
-    XXH64_freeState(x);
+    size_t total = 0;
+    for (int i = 0; i < np; i++) total += parts[i].bytes;
+    int ok = total == h.payload_bytes;
+    for (size_t i = 0, at = sizeof h; ok && i < (size_t)np; at += parts[i].bytes, i++)
+        if (parts[i].bytes) memcpy(parts[i].p, blob + at, parts[i].bytes);
     for (int i = 0; ok && i <= h.n; i++) ok = s->hist[i] >= 0 && s->hist[i] < want.vocab;
     if (!ok) {
-        /* back to FRESH: nothing of the damaged file may be used */
+        /* back to FRESH: nothing of the bad blob may be used */
         nx_state_reset(s->target);
         s->n = 0;
         s->n_defer = 0;
         if (s->d) s->rows.n = s->mtp_committed = 0;
-        st = nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint is truncated or damaged (checksum mismatch)", path);
-        goto done;
+        return nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint's contents do not fit this model", name);
     }
     s->target->pos = h.n;
     s->d1 = h.d1;
@@ -184,8 +188,27 @@ nx_status nx_spec_load(nx_spec *s, const char *path, char *err, size_t errlen) {
      * saved m, which is what an uninterrupted run with it would hold */
     if (s->d && h.rows > 0 && h.n_defer == 0) s->d1 = mtp_redraft(&s->rows);
     s->state = SPEC_READY;
-done:
+    return NX_OK;
+}
+
+nx_status nx_spec_restore(nx_spec *s, const void *blob, size_t len, char *err, size_t errlen) {
+    return restore(s, blob, len, "snapshot", err, errlen);
+}
+
+nx_status nx_spec_load(nx_spec *s, const char *path, char *err, size_t errlen) {
+    if (s->state != SPEC_FRESH)
+        return nx_fail(err, errlen, NX_ESTATE, "load: a checkpoint restores only into a fresh session (this one is in use)");
+    FILE *f = fopen(path, "rb");
+    if (!f) return nx_fail(err, errlen, NX_EIO, "%s: cannot read", path);
+    unsigned char *blob = NULL;
+    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    nx_status st = NX_OK;
+    if (len < 0 || fseek(f, 0, SEEK_SET) != 0) st = nx_fail(err, errlen, NX_EIO, "%s: cannot read", path);
+    else if (!(blob = nx_alloc(len ? (size_t)len : 1))) st = nx_fail(err, errlen, NX_ENOMEM, "%s: out of memory", path);
+    else if (len && fread(blob, (size_t)len, 1, f) != 1) st = nx_fail(err, errlen, NX_EIO, "%s: cannot read", path);
     fclose(f);
+    if (!st) st = restore(s, blob, (size_t)len, path, err, errlen);
+    nx_free(blob);
     return st;
 }
 

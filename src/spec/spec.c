@@ -211,9 +211,10 @@ static void add_entries(nx_spec *s, const int32_t *toks, const float *h, int n, 
 /* ---- prefill ------------------------------------------------------------- */
 
 /* Runs hist[n .. n+count) through the target from position n, adds the
- * drafter entries whose next token is known, samples the token after them and
+ * drafter entries whose next token is known, takes the token after them --
+ * `next` when the caller knows it (>= 0), else sampled and emitted -- and
  * completes the last entry with it (spec §6.2). On failure nothing changed. */
-static nx_status feed(nx_spec *s, int count, int32_t *first, char *err, size_t errlen) {
+static nx_status feed(nx_spec *s, int count, int32_t next, int32_t *first, char *err, size_t errlen) {
     int64_t H = s->m->cfg.hidden_size;
     int start = s->n, rows_before = s->d ? s->rows.n : 0;
     const int32_t *seq = s->hist + start;
@@ -237,12 +238,22 @@ static nx_status feed(nx_spec *s, int count, int32_t *first, char *err, size_t e
     if (s->d) s->mtp_committed = s->rows.n;
     int n = start + count;
     s->n = n;
-    int32_t b = nx_sample(s->smp, &s->opts.sampling, s->vlogits, s->hist, n, n);
+    int32_t b = next >= 0 ? next : nx_sample(s->smp, &s->opts.sampling, s->vlogits, s->hist, n, n);
     s->hist[n] = b;
     if (s->d) add_entries(s, &b, s->hbuf + (int64_t)((count - 1) % SPEC_PREFILL_PIECE) * H, 1, 0);
-    s->stats.emitted++;
+    s->stats.emitted += next < 0;
     s->stats.target_forwards++;
-    *first = b;
+    if (first) *first = b;
+    return NX_OK;
+}
+
+/* Token ids are checked before anything moves: a bad id is a plain error,
+ * not a broken session. */
+static nx_status check_tokens(const nx_spec *s, const char *call, const int32_t *tokens, int n, char *err, size_t errlen) {
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= s->m->cfg.vocab_size)
+            return nx_fail(err, errlen, NX_EINVAL, "%s: token %d at index %d is outside the vocabulary [0, %d)", call, tokens[i], i,
+                           s->m->cfg.vocab_size);
     return NX_OK;
 }
 
@@ -254,7 +265,7 @@ nx_status nx_spec_prefill(nx_spec *s, const int32_t *prompt, int n, int32_t *fir
     double t0 = now_s();
     memcpy(s->hist, prompt, (size_t)n * sizeof *s->hist);
     s->n = 0;
-    nx_status st = feed(s, n, first, err, errlen);
+    nx_status st = feed(s, n, -1, first, err, errlen);
     if (st) return st;
     s->stats.prefill_s += now_s() - t0;
     s->state = SPEC_READY;
@@ -262,23 +273,45 @@ nx_status nx_spec_prefill(nx_spec *s, const int32_t *prompt, int n, int32_t *fir
     return NX_OK;
 }
 
-nx_status nx_spec_extend(nx_spec *s, const int32_t *tokens, int n, int32_t *first, char *err, size_t errlen) {
-    if (s->state != SPEC_READY) return wrong_state(s, "extend", err, errlen);
-    if (n < 0) return nx_fail(err, errlen, NX_EINVAL, "extend: %d tokens", n);
+/* Shared by extend and absorb: the pending token, then tokens[0..n) with
+ * the last of them held back as the new pending token when next_known. */
+static nx_status extend(nx_spec *s, const char *call, const int32_t *tokens, int n, int next_known, int32_t *first,
+                        char *err, size_t errlen) {
+    if (s->state != SPEC_READY) return wrong_state(s, call, err, errlen);
+    if (n < (next_known ? 1 : 0)) return nx_fail(err, errlen, NX_EINVAL, "%s: %d tokens", call, n);
     if (n > s->max_ctx - s->n - 2)
-        return nx_fail(err, errlen, NX_ERANGE, "extend: %d more tokens exceed the context of %d (%d held)", n, s->max_ctx, s->n + 1);
-    /* validated here, before anything moves: a bad id is a plain error, not a
-     * broken session */
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= s->m->cfg.vocab_size)
-            return nx_fail(err, errlen, NX_EINVAL, "extend: token %d at index %d is outside the vocabulary [0, %d)", tokens[i], i,
-                           s->m->cfg.vocab_size);
+        return nx_fail(err, errlen, NX_ERANGE, "%s: %d more tokens exceed the context of %d (%d held)", call, n, s->max_ctx,
+                       s->n + 1);
+    nx_status st = check_tokens(s, call, tokens, n, err, errlen);
+    if (st) return st;
     double t0 = now_s();
     if (s->d) flush_deferred(s);
     if (n) memcpy(s->hist + s->n + 1, tokens, (size_t)n * sizeof *tokens); /* after the pending token */
-    nx_status st = feed(s, n + 1, first, err, errlen);
+    st = next_known ? feed(s, n, tokens[n - 1], NULL, err, errlen) : feed(s, n + 1, -1, first, err, errlen);
     if (st) return st;
     s->stats.prefill_s += now_s() - t0;
+    assert(spec_invariants(s));
+    return NX_OK;
+}
+
+nx_status nx_spec_extend(nx_spec *s, const int32_t *tokens, int n, int32_t *first, char *err, size_t errlen) {
+    return extend(s, "extend", tokens, n, 0, first, err, errlen);
+}
+
+nx_status nx_spec_absorb(nx_spec *s, const int32_t *tokens, int n, char *err, size_t errlen) {
+    if (s->state != SPEC_FRESH) return extend(s, "absorb", tokens, n, 1, NULL, err, errlen);
+    if (n < 2) return nx_fail(err, errlen, NX_EINVAL, "absorb: a fresh session needs at least 2 tokens (got %d)", n);
+    if (n + 1 > s->max_ctx)
+        return nx_fail(err, errlen, NX_ERANGE, "absorb: %d tokens leave no room in a context of %d", n, s->max_ctx);
+    nx_status st = check_tokens(s, "absorb", tokens, n, err, errlen);
+    if (st) return st;
+    double t0 = now_s();
+    memcpy(s->hist, tokens, (size_t)n * sizeof *s->hist);
+    s->n = 0;
+    st = feed(s, n - 1, tokens[n - 1], NULL, err, errlen);
+    if (st) return st;
+    s->stats.prefill_s += now_s() - t0;
+    s->state = SPEC_READY;
     assert(spec_invariants(s));
     return NX_OK;
 }

@@ -132,11 +132,73 @@ out:
     nx_model_free(m), nx_model_free(other);
 }
 
+
+/* A prompt read in pieces with nx_spec_absorb, snapshotted in memory at a
+ * piece boundary and restored elsewhere, continues exactly like the prompt
+ * prefilled at once (the server's chunked prefill and prefix cache). */
+static void absorbed_pieces_and_memory_snapshots_continue_exactly(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    static const int32_t long_prompt[12] = {11, 42, 7, 300, 5, 9, 17, 250, 3, 99, 64, 8};
+    char err[512];
+    for (int K = 0; K <= 3; K++) {
+        nx_drafter *dk = K ? d : NULL;
+        int32_t a[64], b[64], first;
+        nx_spec *s = session(m, dk, K);
+        CHECK(nx_spec_prefill(s, long_prompt, 12, &a[0], err, sizeof err) == NX_OK);
+        run_to(s, a, 1, 30);
+        nx_spec_free(s);
+
+        s = session(m, dk, K);
+        CHECKF(nx_spec_absorb(s, long_prompt, 5, err, sizeof err) == NX_OK, "%s", err);
+        CHECKF(nx_spec_absorb(s, long_prompt + 5, 4, err, sizeof err) == NX_OK, "%s", err);
+        CHECK(nx_spec_length(s) == 9 && nx_spec_get_stats(s)->emitted == 0);
+        void *blob = NULL;
+        size_t len = 0;
+        CHECKF(nx_spec_snapshot(s, &blob, &len, err, sizeof err) == NX_OK, "%s", err);
+        nx_spec_free(s);
+        s = session(m, dk, K);
+        CHECKF(blob && nx_spec_restore(s, blob, len, err, sizeof err) == NX_OK, "%s", err);
+        CHECK(nx_spec_extend(s, long_prompt + 9, 3, &first, err, sizeof err) == NX_OK);
+        b[0] = first;
+        run_to(s, b, 1, 30);
+        CHECKF(memcmp(a, b, 30 * sizeof *a) == 0, "K %d: absorbed + restored diverges", K);
+        nx_spec_free(s);
+
+        /* a damaged blob is refused and leaves the session fresh */
+        if (blob && len > 100) {
+            ((unsigned char *)blob)[len - 7] ^= 0x21;
+            s = session(m, dk, K);
+            CHECK(nx_spec_restore(s, blob, len, err, sizeof err) == NX_EFORMAT && strstr(err, "damaged"));
+            CHECK(nx_spec_restore(s, blob, 10, err, sizeof err) == NX_EFORMAT);
+            CHECK(nx_spec_prefill(s, long_prompt, 12, &first, err, sizeof err) == NX_OK && first == a[0]);
+            nx_spec_free(s);
+        }
+        nx_free(blob);
+    }
+    /* misuse: one token into a fresh session, absorb while a round is open */
+    nx_spec *s = session(m, d, 2);
+    CHECK(nx_spec_absorb(s, prompt, 1, err, sizeof err) == NX_EINVAL);
+    CHECK(nx_spec_absorb(s, (const int32_t[]){1, 1 << 30}, 2, err, sizeof err) == NX_EINVAL && strstr(err, "vocabulary"));
+    CHECK(nx_spec_absorb(s, prompt, 6, err, sizeof err) == NX_OK);
+    int32_t dr[4];
+    int nd;
+    CHECK(nx_spec_draft(s, 2, dr, &nd, err, sizeof err) == NX_OK);
+    CHECK(nx_spec_absorb(s, prompt, 2, err, sizeof err) == NX_ESTATE);
+    nx_spec_free(s);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 static const nx_test tests[] = {
     {"restored_session_continues_exactly", "save after 20 tokens, restore, add a turn, go on: equals the uninterrupted run",
      restored_session_continues_exactly},
     {"foreign_and_damaged_checkpoints_are_refused", "another model or drafter, damaged or truncated files, used sessions: refused",
      foreign_and_damaged_checkpoints_are_refused},
+    {"absorbed_pieces_and_memory_snapshots_continue_exactly",
+     "prompt absorbed in pieces, snapshot in memory, restored, extended: equals one prefill; damaged blobs refused",
+     absorbed_pieces_and_memory_snapshots_continue_exactly},
 };
 
 NX_TEST_MAIN(tests)
