@@ -30,7 +30,8 @@ typedef enum {
     NX_EUNSUPPORTED,  /* well-formed input this build does not handle (yet)   */
     NX_ENOMEM,        /* an allocation failed                                 */
     NX_ESTATE,        /* the object is not in a state that allows this call   */
-    NX_ERANGE         /* a size limit was exceeded (e.g. context length)      */
+    NX_ERANGE,        /* a size limit was exceeded (e.g. context length)      */
+    NX_EBUSY          /* the engine's queue is full: try again later          */
 } nx_status;
 
 /* "ok", "invalid argument", ... — a static string. */
@@ -338,6 +339,109 @@ const nx_spec_stats *nx_spec_get_stats(const nx_spec *s);
 int nx_spec_max_draft(const nx_spec *s);
 /* Tokens of the sequence so far (prompt + emitted). */
 int nx_spec_length(const nx_spec *s);
+
+/* ---- Engine: many requests, one model ---------------------------------- */
+
+/* The serving engine owns one thread that runs every model forward. Requests
+ * queue for one of `parallel` rows; each row is a speculative session
+ * (nx_spec) with its own target state and drafter entries. Every scheduler
+ * round gives each row in prefill one prompt piece (so running streams keep
+ * flowing while a long prompt is read) and each decoding row one draft /
+ * verify / commit round; rows join after their prefill and leave when done or
+ * cancelled without disturbing the others. A row's output does not depend on
+ * the other rows: greedy output is the same alone or in company.
+ *
+ * Prefix cache: a row resumes from the longest cached checkpoint whose tokens
+ * begin its prompt (KV rows + Gated DeltaNet state + drafter entries, see
+ * src/engine/cache.h), and leaves checkpoints at the request's cache_at
+ * boundary and at its end, in RAM (LRU byte budget) and optionally on disk.
+ *
+ * Thread safety: every nx_engine_* and nx_request_* call may come from any
+ * thread; one thread at a time per request. */
+typedef struct nx_engine nx_engine;
+typedef struct nx_request nx_request;
+
+typedef struct {
+    int parallel;              /* rows decoded together (default 4)            */
+    int max_ctx;               /* tokens per row: prompt + output (default 4096) */
+    int max_queue;             /* requests waiting beyond the rows; more are
+                                  refused with NX_EBUSY (default 64)           */
+    int prefill_chunk;         /* prompt tokens a row reads per round (default 256) */
+    int draft;                 /* drafts per round (nx_spec_opts.draft); ignored
+                                  without a drafter                            */
+    size_t cache_ram_bytes;    /* RAM tier budget; 0 with no cache_dir: no cache */
+    const char *cache_dir;     /* disk tier directory, or NULL                 */
+    void (*log)(void *ctx, const char *line);   /* engine messages, or NULL    */
+    void *log_ctx;
+} nx_engine_opts;
+
+/* m and d (d may be NULL: plain decoding) must outlive the engine. The
+ * engine's thread starts here. Free with nx_engine_free. */
+nx_status nx_engine_new(const nx_model *m, const nx_drafter *d, const nx_engine_opts *opts, nx_engine **out,
+                        char *err, size_t errlen);
+/* Cancels every queued and running request, stops the thread, frees the
+ * engine. Requests not yet freed by their owners stay valid (finished as
+ * NX_FINISH_CANCELLED) until nx_request_free. */
+void nx_engine_free(nx_engine *e);
+
+typedef struct {
+    const int32_t *prompt;     /* copied                                        */
+    int n_prompt;              /* >= 1                                          */
+    int cache_at;              /* a prefix length worth a checkpoint (the
+                                  conversation before the generation prompt),
+                                  0: none                                       */
+    int max_tokens;            /* tokens to generate at most; <= 0: up to the context */
+    nx_sampling sampling;
+    nx_accept_mode accept;
+    const int32_t *stop_ids;   /* ids that end the output (besides the model's eos) */
+    int n_stop;
+} nx_request_opts;
+
+typedef enum {
+    NX_FINISH_NONE = 0,        /* still running                                 */
+    NX_FINISH_STOP,            /* a stop id came (not part of the output)      */
+    NX_FINISH_LENGTH,          /* max_tokens or the context                     */
+    NX_FINISH_CANCELLED,       /* nx_request_cancel, or the engine shut down    */
+    NX_FINISH_ERROR            /* see nx_request_info.error                     */
+} nx_finish;
+
+/* Queues a request. NX_EBUSY when the queue is full, NX_ERANGE when the
+ * prompt does not fit the context, NX_EINVAL for bad ids or options. The
+ * caller owns *out and frees it with nx_request_free. */
+nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **out, char *err, size_t errlen);
+
+/* Waits up to timeout_ms (< 0: forever) for output the caller has not seen;
+ * copies up to cap new token ids into ids and returns how many. *finish is
+ * set to the finish reason once the request ended and every token was read
+ * (NX_FINISH_NONE before). */
+int nx_request_read(nx_request *r, int32_t *ids, int cap, int timeout_ms, nx_finish *finish);
+/* Asks the engine to stop the request; its row is freed at the next round. */
+void nx_request_cancel(nx_request *r);
+/* Cancels the request if it still runs and releases the caller's hold. */
+void nx_request_free(nx_request *r);
+
+typedef struct {
+    int prompt_tokens, cached_tokens, completion_tokens;
+    int64_t drafted, accepted;
+    double queue_s, ttft_s, total_s;   /* seconds: waiting, submit to first token, submit to end */
+    char error[512];
+} nx_request_info;
+void nx_request_get_info(nx_request *r, nx_request_info *out);
+
+typedef struct {
+    int64_t requests, finished, cancelled, errors, rejected;
+    int active, prefilling, queued;    /* now                                   */
+    int64_t prompt_tokens, cached_tokens, generated_tokens;
+    int64_t rounds;                    /* decode rounds over all rows            */
+    int64_t row_rounds;                /* sum of active rows per scheduler round */
+    int64_t sched_rounds;              /* scheduler rounds that decoded          */
+    double decode_s;                   /* seconds spent in decode rounds         */
+    int64_t drafted, accepted;
+    int64_t tried[NX_SPEC_MAX_DRAFT], hits[NX_SPEC_MAX_DRAFT];
+    int64_t cache_hits, cache_misses, cache_hit_tokens, cache_entries, cache_ram_bytes, cache_disk_bytes,
+        cache_evictions, cache_bad_files;
+} nx_engine_stats;
+void nx_engine_get_stats(nx_engine *e, nx_engine_stats *out);
 
 /* ---- Memory returned by the library ------------------------------------ */
 

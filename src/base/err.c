@@ -36,6 +36,7 @@ const char *nx_status_str(nx_status s) {
     case NX_ENOMEM: return "out of memory";
     case NX_ESTATE: return "invalid state";
     case NX_ERANGE: return "out of range";
+    case NX_EBUSY: return "busy";
     }
     return "unknown status";
 }

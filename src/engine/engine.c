@@ -1,0 +1,592 @@
+/* engine.c — the serving engine (nextn.h "Engine"): a queue, `parallel` rows
+ * and one scheduler thread that owns every model forward.
+ *
+ * A request's life:
+ *
+ *   QUEUED --admitted--> PREFILL --last piece emits the first token--> DECODE --stop/length--> DONE
+ *      \__________________\__________cancel or error (any time)___________________________/
+ *
+ * PREFILL first resumes from the longest prefix-cache checkpoint that begins
+ * the prompt, then reads the rest in pieces of prefill_chunk tokens, one per
+ * scheduler round (nx_spec_absorb: the continuation is known, nothing is
+ * sampled), stopping exactly at cache_at to leave a checkpoint there; the last
+ * piece goes through nx_spec_prefill / nx_spec_extend, which samples the first
+ * token. DECODE runs one nx_spec_step per round. At the end the row leaves a
+ * checkpoint of its whole sequence and frees its session.
+ *
+ * Locks: e->mu guards the queue, the row list and the statistics; r->mu guards
+ * what a request shares with its reader (output, finish, cancel, owners).
+ * The scheduler never holds e->mu during a forward, so submit, cancel and
+ * metrics never wait for the model. A request has two owners, its caller and
+ * the engine; the last one to let go frees it (owners under r->mu).
+ *
+ * Batching: each row runs its own forward per round, so a round reads the
+ * weights once per row; fusing the rows' verify blocks into one forward is
+ * the next step (the kernels already take any number of rows). */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "engine/cache.h"
+#include "spec/mtp.h"
+
+#define ENG_MAX_STOP 16
+
+typedef enum { RQ_QUEUED, RQ_PREFILL, RQ_DECODE, RQ_DONE } rq_phase;
+
+struct nx_request {
+    /* fixed at submit */
+    int32_t *prompt;
+    int n_prompt, cache_at, max_tokens;
+    nx_spec_opts so;
+    int32_t stop[ENG_MAX_STOP];
+    double t_submit;
+
+    /* the engine thread's own */
+    rq_phase phase;
+    nx_spec *spec;
+    int fed;                      /* prompt tokens in the session               */
+    int generated;
+    int generated_seen;           /* of those, already in the engine's statistics */
+    int32_t stop_tok;             /* the stop id that ended it, or -1           */
+    nx_spec_stats seen;           /* spec statistics already added to the engine's */
+    struct nx_request *next;      /* queue link                                  */
+
+    /* shared with the reader, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t *out;
+    int n_out, cap_out, n_read;
+    nx_finish finish;
+    int cancel;
+    int owners;
+    nx_request_info info;
+};
+
+struct nx_engine {
+    const nx_model *m;
+    const nx_drafter *d;
+    nx_engine_opts o;
+    pcache *cache;
+    pthread_t thread;
+    int started;
+
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    int stopping;
+    nx_request *q_head, *q_tail;
+    int n_queued;
+    nx_request **rows;            /* [parallel] running requests, NULL = free    */
+    nx_engine_stats st;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void elog(const nx_engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void elog(const nx_engine *e, const char *fmt, ...) {
+    if (!e->o.log) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    e->o.log(e->o.log_ctx, line);
+}
+
+static void cache_log(void *ctx, const char *line) { elog(ctx, "%s", line); }
+
+/* ---- requests: ownership and output --------------------------------------- */
+
+static void request_destroy(nx_request *r) {
+    nx_spec_free(r->spec);
+    nx_free(r->prompt);
+    nx_free(r->out);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    nx_free(r);
+}
+
+/* One owner lets go; the last frees. */
+static void request_release(nx_request *r) {
+    pthread_mutex_lock(&r->mu);
+    int left = --r->owners;
+    pthread_mutex_unlock(&r->mu);
+    if (left == 0) request_destroy(r);
+}
+
+/* Appends output for the reader. Returns 0, or -1 when out of memory. */
+static int request_push(nx_request *r, const int32_t *ids, int n) {
+    pthread_mutex_lock(&r->mu);
+    int ok = 1;
+    if (r->n_out + n > r->cap_out) {
+        int cap = r->cap_out ? r->cap_out : 64;
+        while (cap < r->n_out + n) cap *= 2;
+        int32_t *p = nx_realloc(r->out, (size_t)cap * sizeof *p);
+        if (p) r->out = p, r->cap_out = cap;
+        else ok = 0;
+    }
+    if (ok) {
+        memcpy(r->out + r->n_out, ids, (size_t)n * sizeof *ids);
+        r->n_out += n;
+        r->info.completion_tokens = r->n_out;
+        if (r->info.ttft_s == 0 && n) r->info.ttft_s = now_s() - r->t_submit;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return ok ? 0 : -1;
+}
+
+static void request_finish(nx_request *r, nx_finish f, const char *error) {
+    pthread_mutex_lock(&r->mu);
+    if (r->finish == NX_FINISH_NONE) {
+        r->finish = f;
+        r->info.total_s = now_s() - r->t_submit;
+        if (r->info.ttft_s == 0) r->info.ttft_s = r->info.total_s;
+        if (error) snprintf(r->info.error, sizeof r->info.error, "%s", error);
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    r->phase = RQ_DONE;
+}
+
+int nx_request_read(nx_request *r, int32_t *ids, int cap, int timeout_ms, nx_finish *finish) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    if (timeout_ms > 0) {
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&r->mu);
+    while (r->n_read == r->n_out && r->finish == NX_FINISH_NONE && timeout_ms != 0) {
+        if (timeout_ms < 0) pthread_cond_wait(&r->cv, &r->mu);
+        else if (pthread_cond_timedwait(&r->cv, &r->mu, &until) != 0) break;
+    }
+    int n = r->n_out - r->n_read;
+    if (n > cap) n = cap;
+    if (n > 0) memcpy(ids, r->out + r->n_read, (size_t)n * sizeof *ids);
+    r->n_read += n;
+    *finish = r->n_read == r->n_out ? r->finish : NX_FINISH_NONE;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+void nx_request_cancel(nx_request *r) {
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    r->cancel = 1;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void nx_request_free(nx_request *r) {
+    if (!r) return;
+    nx_request_cancel(r);
+    request_release(r);
+}
+
+void nx_request_get_info(nx_request *r, nx_request_info *out) {
+    pthread_mutex_lock(&r->mu);
+    *out = r->info;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static int request_cancelled(nx_request *r) {
+    pthread_mutex_lock(&r->mu);
+    int c = r->cancel;
+    pthread_mutex_unlock(&r->mu);
+    return c;
+}
+
+/* ---- submit ----------------------------------------------------------------- */
+
+nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **out, char *err, size_t errlen) {
+    *out = NULL;
+    int V = nx_model_get_info(e->m)->vocab_size;
+    if (o->n_prompt < 1) return nx_fail(err, errlen, NX_EINVAL, "request: empty prompt");
+    if (o->n_stop < 0 || o->n_stop > ENG_MAX_STOP)
+        return nx_fail(err, errlen, NX_EINVAL, "request: %d stop ids (at most %d)", o->n_stop, ENG_MAX_STOP);
+    if (o->n_prompt + 2 > e->o.max_ctx) /* the prompt, one output token, the next round's input */
+        return nx_fail(err, errlen, NX_ERANGE, "request: the prompt has %d tokens; the context holds %d", o->n_prompt, e->o.max_ctx);
+    for (int i = 0; i < o->n_prompt; i++)
+        if (o->prompt[i] < 0 || o->prompt[i] >= V)
+            return nx_fail(err, errlen, NX_EINVAL, "request: prompt token %d at index %d is outside the vocabulary [0, %d)",
+                           o->prompt[i], i, V);
+    nx_request *r = nx_calloc(1, sizeof *r);
+    if (!r || !(r->prompt = nx_alloc((size_t)o->n_prompt * sizeof *r->prompt))) {
+        nx_free(r);
+        return nx_fail(err, errlen, NX_ENOMEM, "request: out of memory");
+    }
+    memcpy(r->prompt, o->prompt, (size_t)o->n_prompt * sizeof *r->prompt);
+    r->n_prompt = o->n_prompt;
+    r->cache_at = o->cache_at >= 2 && o->cache_at <= o->n_prompt ? o->cache_at : 0;
+    r->max_tokens = o->max_tokens;
+    if (o->n_stop) memcpy(r->stop, o->stop_ids, (size_t)o->n_stop * sizeof *r->stop);
+    r->so = (nx_spec_opts){e->d ? e->o.draft : 0, o->accept, o->sampling, r->stop, o->n_stop};
+    r->stop_tok = -1;
+    r->owners = 2;
+    r->t_submit = now_s();
+    r->info.prompt_tokens = o->n_prompt;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping || e->n_queued >= e->o.max_queue) {
+        e->st.rejected++;
+        pthread_mutex_unlock(&e->mu);
+        request_destroy(r);
+        return nx_fail(err, errlen, NX_EBUSY, "request: the queue is full (%d waiting)", e->o.max_queue);
+    }
+    if (e->q_tail) e->q_tail->next = r;
+    else e->q_head = r;
+    e->q_tail = r;
+    e->n_queued++;
+    e->st.requests++;
+    e->st.prompt_tokens += o->n_prompt;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->mu);
+    *out = r;
+    return NX_OK;
+}
+
+/* ---- one row's work per round ------------------------------------------------ */
+
+static int is_stop(const nx_engine *e, const nx_request *r, int32_t t) {
+    const nx_model_info *mi = nx_model_get_info(e->m);
+    for (int i = 0; i < r->so.n_stop; i++)
+        if (r->stop[i] == t) return 1;
+    for (int i = 0; i < mi->n_eos; i++)
+        if (mi->eos_ids[i] == t) return 1;
+    return 0;
+}
+
+/* Leaves a checkpoint of the row's session under tokens[0..n). */
+static void checkpoint(nx_engine *e, nx_request *r, const int32_t *tokens, int n) {
+    if (!e->cache || pcache_has(e->cache, tokens, n)) return;
+    void *blob;
+    size_t len;
+    char err[512];
+    if (nx_spec_snapshot(r->spec, &blob, &len, err, sizeof err) != NX_OK) {
+        elog(e, "prefix cache: no checkpoint: %s", err);
+        return;
+    }
+    pcache_put(e->cache, tokens, n, blob, len);
+}
+
+/* The session, resumed from the cache when a checkpoint begins the prompt. */
+static nx_status row_start(nx_engine *e, nx_request *r, char *err, size_t errlen) {
+    nx_status st = nx_spec_new(e->m, e->d, e->o.max_ctx, &r->so, &r->spec, err, errlen);
+    if (st || !e->cache) return st;
+    void *blob;
+    size_t len;
+    int got = pcache_lookup(e->cache, r->prompt, r->n_prompt, 2, &blob, &len);
+    if (!got) return NX_OK;
+    char why[512];
+    if (nx_spec_restore(r->spec, blob, len, why, sizeof why) == NX_OK) {
+        r->fed = got;
+        r->info.cached_tokens = got;
+    } else {
+        /* a checkpoint that will not restore (e.g. made for a larger context)
+         * is a miss; the session is still fresh */
+        elog(e, "prefix cache: checkpoint of %d tokens not used: %s", got, why);
+        if (nx_spec_length(r->spec) == 0 && strstr(why, "damaged")) pcache_drop(e->cache, r->prompt, got);
+    }
+    nx_free(blob);
+    return NX_OK;
+}
+
+/* Emits ids (ending the row at a stop id or the length limit). */
+static void row_emit(nx_engine *e, nx_request *r, const int32_t *ids, int n) {
+    int keep = 0;
+    nx_finish f = NX_FINISH_NONE;
+    for (; keep < n; keep++) {
+        if (is_stop(e, r, ids[keep])) {
+            r->stop_tok = ids[keep];
+            f = NX_FINISH_STOP;
+            break;
+        }
+        if (r->max_tokens > 0 && r->generated + keep + 1 >= r->max_tokens) {
+            keep++;
+            f = NX_FINISH_LENGTH;
+            break;
+        }
+    }
+    if (keep && request_push(r, ids, keep) != 0) {
+        request_finish(r, NX_FINISH_ERROR, "out of memory for the output");
+        return;
+    }
+    r->generated += keep;
+    if (f == NX_FINISH_NONE && nx_spec_length(r->spec) + 2 > e->o.max_ctx) f = NX_FINISH_LENGTH;
+    if (f != NX_FINISH_NONE) request_finish(r, f, NULL);
+}
+
+static void row_prefill(nx_engine *e, nx_request *r) {
+    char err[512];
+    nx_status st = NX_OK;
+    if (!r->spec && (st = row_start(e, r, err, sizeof err)) != NX_OK) {
+        request_finish(r, NX_FINISH_ERROR, err);
+        return;
+    }
+    int n = r->n_prompt, fed = r->fed, ca = r->cache_at;
+    int want_ckpt = e->cache && ca > fed && !pcache_has(e->cache, r->prompt, ca);
+    int end = fed + e->o.prefill_chunk < n ? fed + e->o.prefill_chunk : n;
+    if (want_ckpt && ca <= end) end = ca;
+    if (fed == 0 && end < 2) end = n < 2 ? n : 2;   /* a fresh session absorbs at least 2 */
+    if (end < n || (want_ckpt && end == ca)) {
+        st = fed == 0 ? nx_spec_absorb(r->spec, r->prompt, end, err, sizeof err)
+                      : nx_spec_absorb(r->spec, r->prompt + fed, end - fed, err, sizeof err);
+        if (st) {
+            request_finish(r, NX_FINISH_ERROR, err);
+            return;
+        }
+        r->fed = end;
+        if (want_ckpt && end == ca) checkpoint(e, r, r->prompt, ca);
+        return;
+    }
+    int32_t first;
+    st = fed == 0 ? nx_spec_prefill(r->spec, r->prompt, n, &first, err, sizeof err)
+                  : nx_spec_extend(r->spec, r->prompt + fed, n - fed, &first, err, sizeof err);
+    if (st) {
+        request_finish(r, st == NX_ERANGE ? NX_FINISH_LENGTH : NX_FINISH_ERROR, err);
+        return;
+    }
+    r->fed = n;
+    r->phase = RQ_DECODE;
+    row_emit(e, r, &first, 1);
+}
+
+static void row_decode(nx_engine *e, nx_request *r) {
+    int32_t ids[NX_SPEC_MAX_DRAFT + 1];
+    int got = 0;
+    char err[512];
+    int room = r->max_tokens > 0 ? r->max_tokens - r->generated : NX_SPEC_MAX_DRAFT + 1;
+    nx_status st = nx_spec_step(r->spec, room > 0 ? room : 1, ids, &got, err, sizeof err);
+    if (st == NX_ERANGE) request_finish(r, NX_FINISH_LENGTH, NULL);
+    else if (st) request_finish(r, NX_FINISH_ERROR, err);
+    else row_emit(e, r, ids, got);
+}
+
+/* Adds what the row's session measured since last time to the engine's
+ * statistics (under e->mu). */
+static void row_account(nx_engine *e, nx_request *r) {
+    e->st.generated_tokens += r->generated - r->generated_seen;
+    r->generated_seen = r->generated;
+    if (!r->spec) return;
+    const nx_spec_stats *s = nx_spec_get_stats(r->spec);
+    e->st.drafted += s->drafted - r->seen.drafted;
+    e->st.accepted += s->accepted - r->seen.accepted;
+    e->st.rounds += s->rounds - r->seen.rounds;
+    for (int i = 0; i < NX_SPEC_MAX_DRAFT; i++) {
+        e->st.tried[i] += s->tried[i] - r->seen.tried[i];
+        e->st.hits[i] += s->hits[i] - r->seen.hits[i];
+    }
+    r->seen = *s;
+    pthread_mutex_lock(&r->mu);
+    r->info.drafted = s->drafted;
+    r->info.accepted = s->accepted;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* A finished row: a checkpoint of its whole sequence (prompt + output + the
+ * stop id, the session's pending token), then the session goes. */
+static void row_end(nx_engine *e, nx_request *r) {
+    nx_finish f;
+    pthread_mutex_lock(&r->mu);
+    f = r->finish;
+    pthread_mutex_unlock(&r->mu);
+    if (e->cache && r->spec && (f == NX_FINISH_STOP || f == NX_FINISH_LENGTH) && r->phase == RQ_DONE) {
+        int n = r->n_prompt + r->generated + (r->stop_tok >= 0);
+        int32_t *seq = nx_spec_length(r->spec) == n ? nx_alloc((size_t)n * sizeof *seq) : NULL;
+        if (seq) {
+            memcpy(seq, r->prompt, (size_t)r->n_prompt * sizeof *seq);
+            pthread_mutex_lock(&r->mu);
+            memcpy(seq + r->n_prompt, r->out, (size_t)r->generated * sizeof *seq);
+            pthread_mutex_unlock(&r->mu);
+            if (r->stop_tok >= 0) seq[n - 1] = r->stop_tok;
+            checkpoint(e, r, seq, n);
+            nx_free(seq);
+        }
+    }
+    nx_spec_free(r->spec);
+    r->spec = NULL;
+}
+
+/* ---- the scheduler thread ------------------------------------------------------ */
+
+static void publish_cache_stats(nx_engine *e) {
+    if (!e->cache) return;
+    pcache_stats c = pcache_get_stats(e->cache);
+    e->st.cache_hits = c.hits, e->st.cache_misses = c.misses, e->st.cache_hit_tokens = c.hit_tokens;
+    e->st.cache_entries = c.entries, e->st.cache_ram_bytes = c.ram_bytes, e->st.cache_disk_bytes = c.disk_bytes;
+    e->st.cache_evictions = c.evictions, e->st.cache_bad_files = c.bad_files;
+}
+
+static void *engine_main(void *arg) {
+    nx_engine *e = arg;
+    int P = e->o.parallel;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        int busy = 0;
+        for (int i = 0; i < P; i++) busy += e->rows[i] != NULL;
+        while (!e->stopping && !busy && !e->q_head) pthread_cond_wait(&e->wake, &e->mu);
+        if (e->stopping) break;
+        for (int i = 0; i < P && e->q_head; i++) {   /* admit into free rows */
+            if (e->rows[i]) continue;
+            nx_request *r = e->q_head;
+            e->q_head = r->next;
+            if (!e->q_head) e->q_tail = NULL;
+            e->n_queued--;
+            r->next = NULL;
+            r->phase = RQ_PREFILL;
+            r->info.queue_s = now_s() - r->t_submit;
+            e->rows[i] = r;
+        }
+        nx_request *rows[64];
+        int n = 0, decoding = 0, prefilling = 0;
+        for (int i = 0; i < P; i++)
+            if (e->rows[i]) {
+                rows[n++] = e->rows[i];
+                decoding += e->rows[i]->phase == RQ_DECODE;
+                prefilling += e->rows[i]->phase == RQ_PREFILL;
+            }
+        e->st.active = n, e->st.prefilling = prefilling, e->st.queued = e->n_queued;
+        pthread_mutex_unlock(&e->mu);
+
+        double t0 = now_s();
+        int decoded = 0;
+        for (int i = 0; i < n; i++) {
+            nx_request *r = rows[i];
+            if (request_cancelled(r)) request_finish(r, NX_FINISH_CANCELLED, NULL);
+            else if (r->phase == RQ_PREFILL) row_prefill(e, r);
+            else if (r->phase == RQ_DECODE) row_decode(e, r), decoded++;
+        }
+        double dt = now_s() - t0;
+
+        pthread_mutex_lock(&e->mu);
+        if (decoded) {
+            e->st.sched_rounds++;
+            e->st.row_rounds += decoded;
+            e->st.decode_s += dt;
+        }
+        for (int i = 0; i < n; i++) {
+            nx_request *r = rows[i];
+            row_account(e, r);
+            if (r->phase != RQ_DONE) continue;
+            nx_finish f;
+            pthread_mutex_lock(&r->mu);
+            f = r->finish;
+            e->st.cached_tokens += r->info.cached_tokens;
+            pthread_mutex_unlock(&r->mu);
+            e->st.finished++;
+            e->st.cancelled += f == NX_FINISH_CANCELLED;
+            e->st.errors += f == NX_FINISH_ERROR;
+            if (f == NX_FINISH_ERROR) elog(e, "request failed: %s", r->info.error);
+            pthread_mutex_unlock(&e->mu);
+            row_end(e, r);                 /* may write a cache file: not under e->mu */
+            pthread_mutex_lock(&e->mu);
+            for (int k = 0; k < P; k++)
+                if (e->rows[k] == r) e->rows[k] = NULL;
+            request_release(r);
+        }
+        publish_cache_stats(e);
+        n = 0;
+        for (int i = 0; i < P; i++) n += e->rows[i] != NULL;
+        e->st.active = n;
+    }
+    /* shutting down: every row and queued request ends cancelled */
+    for (int i = 0; i < P; i++)
+        if (e->rows[i]) {
+            nx_request *r = e->rows[i];
+            e->rows[i] = NULL;
+            request_finish(r, NX_FINISH_CANCELLED, NULL);
+            nx_spec_free(r->spec);
+            r->spec = NULL;
+            request_release(r);
+        }
+    while (e->q_head) {
+        nx_request *r = e->q_head;
+        e->q_head = r->next;
+        request_finish(r, NX_FINISH_CANCELLED, NULL);
+        request_release(r);
+    }
+    e->q_tail = NULL;
+    e->n_queued = 0;
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---- setup --------------------------------------------------------------------- */
+
+nx_status nx_engine_new(const nx_model *m, const nx_drafter *d, const nx_engine_opts *opts, nx_engine **out,
+                        char *err, size_t errlen) {
+    *out = NULL;
+    nx_engine_opts o = opts ? *opts : (nx_engine_opts){0};
+    if (o.parallel <= 0) o.parallel = 4;
+    if (o.max_ctx <= 0) o.max_ctx = 4096;
+    if (o.max_queue <= 0) o.max_queue = 64;
+    if (o.prefill_chunk <= 0) o.prefill_chunk = 256;
+    if (o.parallel > 64) return nx_fail(err, errlen, NX_EINVAL, "engine: parallel %d (at most 64)", o.parallel);
+    if (o.prefill_chunk < 2) o.prefill_chunk = 2;
+    if (d && d->target != m) return nx_fail(err, errlen, NX_EINVAL, "engine: the drafter is bound to another model");
+    nx_engine *e = nx_calloc(1, sizeof *e);
+    if (!e || !(e->rows = nx_calloc((size_t)o.parallel, sizeof *e->rows))) {
+        nx_free(e);
+        return nx_fail(err, errlen, NX_ENOMEM, "engine: out of memory");
+    }
+    e->m = m;
+    e->d = d;
+    e->o = o;
+    e->o.cache_dir = NULL; /* not kept: the cache copies it */
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->wake, NULL);
+    nx_status st = NX_OK;
+    if (o.cache_ram_bytes || o.cache_dir) {
+        /* namespaced by both identities: a checkpoint restores only into the
+         * weights and head that made it */
+        uint64_t ns = m->identity ^ (d ? d->identity * 0x9e3779b97f4a7c15ull + 1 : 0);
+        st = pcache_new(o.cache_ram_bytes, o.cache_dir, ns, cache_log, e, &e->cache, err, errlen);
+    }
+    if (!st && pthread_create(&e->thread, NULL, engine_main, e) != 0)
+        st = nx_fail(err, errlen, NX_ENOMEM, "engine: cannot start its thread");
+    if (st) {
+        e->started = 0;
+        nx_engine_free(e);
+        return st;
+    }
+    e->started = 1;
+    pthread_mutex_lock(&e->mu);
+    publish_cache_stats(e);
+    pthread_mutex_unlock(&e->mu);
+    *out = e;
+    return NX_OK;
+}
+
+void nx_engine_free(nx_engine *e) {
+    if (!e) return;
+    if (e->started) {
+        pthread_mutex_lock(&e->mu);
+        e->stopping = 1;
+        pthread_cond_signal(&e->wake);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    pcache_free(e->cache);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->wake);
+    nx_free(e->rows);
+    nx_free(e);
+}
+
+void nx_engine_get_stats(nx_engine *e, nx_engine_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->st;
+    out->queued = e->n_queued;
+    pthread_mutex_unlock(&e->mu);
+}

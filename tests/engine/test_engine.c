@@ -1,0 +1,311 @@
+/* test_engine.c — the serving engine: rows in company give what they give
+ * alone, cancellation frees a row without disturbing the others, the prefix
+ * cache resumes prompts exactly (RAM and disk tiers, damaged files are
+ * misses), and bad submissions are refused cleanly. */
+#include <dirent.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#include "nextn.h"
+
+/* the bundled model: trained, so its output depends on the whole context */
+#define COPY NX_MODELS_DIR "/default"
+
+static nx_engine *engine(nx_model *m, nx_drafter *d, int parallel, size_t cache_ram, const char *cache_dir, int chunk) {
+    nx_engine_opts o = {0};
+    o.parallel = parallel;
+    o.max_ctx = 256;
+    o.max_queue = 16;
+    o.prefill_chunk = chunk;
+    o.draft = 2;
+    o.cache_ram_bytes = cache_ram;
+    o.cache_dir = cache_dir;
+    char err[512];
+    nx_engine *e = NULL;
+    CHECKF(nx_engine_new(m, d, &o, &e, err, sizeof err) == NX_OK, "%s", err);
+    return e;
+}
+
+static nx_request *submit(nx_engine *e, const int32_t *prompt, int n, int cache_at, int max_tokens, float temp, uint64_t seed) {
+    nx_request_opts o = {0};
+    o.prompt = prompt;
+    o.n_prompt = n;
+    o.cache_at = cache_at;
+    o.max_tokens = max_tokens;
+    o.sampling = nx_sampling_default();
+    o.sampling.temperature = temp;
+    o.sampling.seed = seed;
+    o.accept = temp > 0 ? NX_ACCEPT_MATCH : NX_ACCEPT_GREEDY;
+    char err[512];
+    nx_request *r = NULL;
+    CHECKF(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_OK, "%s", err);
+    return r;
+}
+
+/* Reads a request to its end; returns the token count, *fin the reason. */
+static int drain(nx_request *r, int32_t *out, int cap, nx_finish *fin) {
+    int n = 0;
+    *fin = NX_FINISH_NONE;
+    while (r && *fin == NX_FINISH_NONE) n += nx_request_read(r, out + n, cap - n, 1000, fin);
+    return n;
+}
+
+/* The output the same request gives through a plain speculative session. */
+static int reference(nx_model *m, nx_drafter *d, const int32_t *prompt, int n, int max_tokens, float temp, uint64_t seed,
+                     int32_t *out) {
+    nx_spec_opts o = {2, temp > 0 ? NX_ACCEPT_MATCH : NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    o.sampling.temperature = temp;
+    o.sampling.seed = seed;
+    return nx_test_generate(m, d, &o, prompt, n, max_tokens, out, NULL);
+}
+
+static void prompt_of(int32_t *p, int n, unsigned seed) { nx_test_tokens(p, n, 200, seed); }
+
+static void rows_in_company_equal_rows_alone(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    enum { R = 6, GEN = 24 };
+    int32_t prompts[R][40], out[R][64], ref[64];
+    int lens[R];
+    nx_engine *e = engine(m, d, 4, 0, NULL, 7); /* 4 rows for 6 requests: two wait in the queue */
+    nx_request *rq[R];
+    for (int i = 0; i < R; i++) {
+        lens[i] = 5 + 6 * i;
+        prompt_of(prompts[i], lens[i], 100 + i);
+        rq[i] = submit(e, prompts[i], lens[i], 0, GEN, i % 2 ? 0.8f : 0.0f, 7 + i);
+    }
+    for (int i = 0; i < R; i++) {
+        nx_finish fin;
+        int n = drain(rq[i], out[i], 64, &fin);
+        int nr = reference(m, d, prompts[i], lens[i], GEN, i % 2 ? 0.8f : 0.0f, 7 + i, ref);
+        CHECKF(fin == NX_FINISH_LENGTH || fin == NX_FINISH_STOP, "request %d finished with %d", i, fin);
+        CHECKF(n == (fin == NX_FINISH_STOP ? nr - 1 : nr), "request %d: %d tokens, alone %d", i, n, nr);
+        CHECKF(memcmp(out[i], ref, (size_t)n * sizeof *ref) == 0, "request %d differs from the same request alone", i);
+        nx_request_info info;
+        nx_request_get_info(rq[i], &info);
+        CHECK(info.prompt_tokens == lens[i] && info.completion_tokens == n && info.ttft_s > 0 && info.total_s >= info.ttft_s);
+        nx_request_free(rq[i]);
+    }
+    nx_engine_stats st;
+    nx_engine_get_stats(e, &st);
+    CHECK(st.requests == R && st.finished == R && st.errors == 0 && st.active == 0 && st.queued == 0);
+    CHECK(st.drafted > 0 && st.accepted > 0 && st.accepted <= st.drafted && st.generated_tokens > 0);
+    CHECKF(st.row_rounds > st.sched_rounds, "rows never ran together (%lld row rounds in %lld rounds)",
+           (long long)st.row_rounds, (long long)st.sched_rounds);
+    nx_engine_free(e);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+static void cancelling_frees_the_row_and_others_go_on(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    int32_t p1[12], p2[9], out[256], ref[64];
+    prompt_of(p1, 12, 5);
+    prompt_of(p2, 9, 6);
+    nx_engine *e = engine(m, d, 2, 0, NULL, 64);
+    nx_request *a = submit(e, p1, 12, 0, 0, 0, 0), *b = submit(e, p2, 9, 0, 20, 0, 0);
+    nx_finish fin;
+    int n = 0;
+    while (n < 3) n += nx_request_read(a, out + n, 256 - n, 1000, &fin);
+    nx_request_cancel(a);
+    n += drain(a, out + n, 256 - n, &fin);
+    CHECKF(fin == NX_FINISH_CANCELLED, "finish %d", fin);
+    int nb = drain(b, out, 64, &fin), nr = reference(m, d, p2, 9, 20, 0, 0, ref);
+    CHECK(nb == nr && memcmp(out, ref, (size_t)nb * sizeof *ref) == 0);
+    nx_engine_stats st;
+    nx_engine_get_stats(e, &st);
+    CHECK(st.cancelled == 1 && st.active == 0);
+    /* a request freed by its caller mid-stream is cancelled too */
+    nx_request *c = submit(e, p1, 12, 0, 0, 0, 0);
+    nx_request_read(c, out, 4, 1000, &fin);
+    nx_request_free(c);
+    nx_request_free(a);
+    nx_request_free(b);
+    for (int i = 0; i < 200; i++) {
+        nx_engine_get_stats(e, &st);
+        if (st.cancelled == 2) break;
+        usleep(10000);
+    }
+    CHECK(st.cancelled == 2 && st.active == 0);
+    /* requests left running when the engine goes end cancelled and stay readable */
+    nx_request *left = submit(e, p1, 12, 0, 0, 0, 0);
+    nx_engine_free(e);
+    drain(left, out, 256, &fin);
+    CHECK(fin == NX_FINISH_CANCELLED);
+    nx_request_free(left);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+static void bad_submissions_are_refused(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    if (!m) return;
+    nx_engine *e = engine(m, NULL, 1, 0, NULL, 64);
+    int32_t p[300];
+    prompt_of(p, 300, 1);
+    nx_request_opts o = {0};
+    o.sampling = nx_sampling_default();
+    char err[512];
+    nx_request *r = NULL;
+    o.prompt = p, o.n_prompt = 0;
+    CHECK(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_EINVAL && !r);
+    o.n_prompt = 300;
+    CHECK(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_ERANGE && strstr(err, "300"));
+    int32_t bad[2] = {1, 1 << 30};
+    o.prompt = bad, o.n_prompt = 2;
+    CHECK(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_EINVAL && strstr(err, "vocabulary"));
+    /* the queue holds 16: the 18th waiting request is refused (one row runs) */
+    o.prompt = p, o.n_prompt = 8;
+    nx_request *many[20] = {0};
+    int busy = 0;
+    for (int i = 0; i < 20; i++)
+        if (nx_engine_submit(e, &o, &many[i], err, sizeof err) == NX_EBUSY) busy++;
+    CHECKF(busy >= 2, "%d refused", busy);
+    for (int i = 0; i < 20; i++) nx_request_free(many[i]);
+    nx_engine_stats st;
+    nx_engine_get_stats(e, &st);
+    CHECK(st.rejected == busy);
+    nx_engine_free(e);
+    nx_model_free(m);
+}
+
+/* files in dir ending in .nxc */
+static int cache_files(const char *dir, char *first, size_t cap) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l > 4 && strcmp(de->d_name + l - 4, ".nxc") == 0) {
+            if (n++ == 0 && first) snprintf(first, cap, "%s/%s", dir, de->d_name);
+        }
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* Token ids of text in the bundled model's vocabulary; returns the count. */
+static int text_ids(const char *text, int32_t *out, int cap) {
+    char err[512];
+    nx_tokenizer *t = NULL;
+    int32_t *ids = NULL;
+    int n = 0;
+    CHECKF(nx_tokenizer_load(COPY, &t, err, sizeof err) == NX_OK, "%s", err);
+    if (t) CHECK(nx_tokenize(t, text, strlen(text), NX_SPECIAL_PARSE, &ids, &n, err, sizeof err) == NX_OK && n <= cap);
+    if (n > cap) n = cap;
+    if (n) memcpy(out, ids, (size_t)n * sizeof *ids);
+    nx_free(ids);
+    nx_tokenizer_free(t);
+    return n;
+}
+
+static void prefix_cache_resumes_exactly(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    /* a conversation: turn 1 checkpoints at cache_at (its text before the
+     * generation prompt); turn 2 = that text + a little more */
+    int32_t t1[64], t2[96], out[64], ref[64];
+    int ca = text_ids("And God said unto Moses, I AM THAT I AM: and he said, Thus shalt thou say unto the children", t1, 64);
+    int n1 = ca + text_ids(" of Israel", t1 + ca, 64 - ca);
+    memcpy(t2, t1, (size_t)ca * sizeof *t1);
+    int n2 = ca + text_ids(" of Egypt, and", t2 + ca, 96 - ca);
+    CHECK(ca > 10 && n1 > ca && n2 > ca);
+    nx_finish fin;
+    for (int tier = 0; tier < 2; tier++) {
+        const char *dir = tier ? nx_test_tmpdir("pcache") : NULL;
+        nx_engine *e = engine(m, d, 2, tier ? 0 : 64u << 20, dir, 8);
+        nx_request *r = submit(e, t1, n1, ca, 10, 0, 0);
+        drain(r, out, 64, &fin);
+        nx_request_free(r);
+        if (tier) { /* the disk tier outlives the engine */
+            nx_engine_free(e);
+            CHECK(cache_files(dir, NULL, 0) == 2); /* at cache_at and at the end */
+            e = engine(m, d, 2, 0, dir, 8);
+        }
+        /* sampled at temperature 1: the output follows every logit, so a
+         * resumed state that is off shows */
+        r = submit(e, t2, n2, 0, 24, 1.0f, 3);
+        int n = drain(r, out, 64, &fin), nr = reference(m, d, t2, n2, 24, 1.0f, 3, ref);
+        CHECKF(n == nr && memcmp(out, ref, (size_t)n * sizeof *ref) == 0, "tier %d: the resumed prompt's output differs", tier);
+        nx_request_info info;
+        nx_request_get_info(r, &info);
+        CHECKF(info.cached_tokens == ca, "tier %d: %d cached tokens", tier, info.cached_tokens);
+        nx_request_free(r);
+        nx_engine_stats st;
+        nx_engine_get_stats(e, &st);
+        CHECK(st.cache_hits == 1 && st.cache_hit_tokens == ca && st.cache_entries >= 2);
+        CHECK(tier ? st.cache_disk_bytes > 0 : st.cache_ram_bytes > 0);
+        nx_engine_free(e);
+    }
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+static void damaged_cache_files_are_misses(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    int32_t t1[20], out[64], ref[64];
+    prompt_of(t1, 20, 21);
+    const char *dir = nx_test_tmpdir("pcache-bad");
+    nx_finish fin;
+    nx_engine *e = engine(m, d, 1, 0, dir, 64);
+    nx_request *r = submit(e, t1, 20, 15, 4, 0, 0);
+    drain(r, out, 64, &fin);
+    nx_request_free(r);
+    nx_engine_free(e);
+    /* damage every file: one flipped byte deep inside, one truncated */
+    char path[1400];
+    int files = cache_files(dir, path, sizeof path);
+    CHECK(files == 2);
+    DIR *dd = opendir(dir);
+    struct dirent *de;
+    int k = 0;
+    while (dd && (de = readdir(dd))) {
+        size_t l = strlen(de->d_name);
+        if (l < 5 || strcmp(de->d_name + l - 4, ".nxc") != 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        size_t n;
+        unsigned char *b = nx_test_read_file(path, &n);
+        if (!b) continue;
+        if (k++ == 0) b[n - 100] ^= 0x40, nx_test_write_file(path, b, n);
+        else nx_test_write_file(path, b, n / 2);
+        free(b);
+    }
+    if (dd) closedir(dd);
+    e = engine(m, d, 1, 0, dir, 64);
+    r = submit(e, t1, 20, 0, 8, 0, 0);
+    int n = drain(r, out, 64, &fin), nr = reference(m, d, t1, 20, 8, 0, 0, ref);
+    CHECK(n == nr && memcmp(out, ref, (size_t)n * sizeof *ref) == 0);
+    nx_request_info info;
+    nx_request_get_info(r, &info);
+    CHECK(info.cached_tokens == 0);
+    nx_request_free(r);
+    nx_engine_stats st;
+    nx_engine_get_stats(e, &st);
+    CHECKF(st.cache_bad_files == 2 && st.cache_hits == 0, "%lld bad files, %lld hits", (long long)st.cache_bad_files,
+           (long long)st.cache_hits);
+    nx_engine_free(e);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+static const nx_test tests[] = {
+    {"rows_in_company_equal_rows_alone", "6 requests on 4 rows (greedy and seeded sampling): each equals the request alone",
+     rows_in_company_equal_rows_alone},
+    {"cancelling_frees_the_row_and_others_go_on", "cancel or free mid-stream, shut down with a row running: cancelled, others exact",
+     cancelling_frees_the_row_and_others_go_on},
+    {"bad_submissions_are_refused", "empty or too long prompts, bad ids, a full queue: refused with the right status",
+     bad_submissions_are_refused},
+    {"prefix_cache_resumes_exactly", "turn 2 resumes from turn 1's checkpoint (RAM, and disk after a restart): same output",
+     prefix_cache_resumes_exactly},
+    {"damaged_cache_files_are_misses", "flipped or truncated cache files: misses, deleted, output still exact",
+     damaged_cache_files_are_misses},
+};
+
+NX_TEST_MAIN(tests)
