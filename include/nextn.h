@@ -547,6 +547,39 @@ typedef struct {
 nx_status nx_chat_render(const nx_chat_template *c, const nx_chat_request *req, char **out,
                          char *err, size_t errlen);
 
+/* ---- HTTP server ---------------------------------------------------------- */
+
+/* An OpenAI-compatible HTTP server over an engine (libmicrohttpd, one thread
+ * per connection): POST /v1/chat/completions and /v1/completions (streamed as
+ * server-sent events, or whole), GET /v1/models, /health and /metrics
+ * (Prometheus text). docs/server.md lists the fields and errors. */
+typedef struct nx_server nx_server;
+
+typedef struct {
+    const char *host;          /* address to bind (default "127.0.0.1")        */
+    int port;                  /* 0: any free port (see nx_server_port)         */
+    const char *api_key;       /* non-NULL: every /v1/ path and /metrics need
+                                  "Authorization: Bearer KEY" (else 401)       */
+    const char *model_name;    /* the id /v1/models lists (default "nextn")     */
+    size_t max_body;           /* request body limit in bytes (default 4 MiB)   */
+    int max_connections;       /* default 64                                    */
+    int max_ctx;               /* the engine's context (for 400s on overflow)   */
+    nx_engine *engine;         /* these three must outlive the server          */
+    nx_tokenizer *tokenizer;
+    const nx_chat_template *chat_template;   /* NULL: chat requests get a 400  */
+    void (*log)(void *ctx, const char *line);
+    void *log_ctx;
+} nx_server_opts;
+
+/* Binds and starts serving. Free with nx_server_stop. */
+nx_status nx_server_start(const nx_server_opts *opts, nx_server **out, char *err, size_t errlen);
+/* The port the server listens on. */
+int nx_server_port(const nx_server *s);
+/* Stops accepting connections, ends open streams (their requests are
+ * cancelled and each stream closes with its final chunk and [DONE]), waits
+ * for the connection threads and frees the server. NULL is a no-op. */
+void nx_server_stop(nx_server *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+# the openai client the server tests use, at the version package-lock.json pins
+[ -d tests/server/node_modules/openai ] || npm ci --prefix tests/server --no-audit --no-fund --loglevel=error
 jobs=$(nproc)
 for mode in release sanitize; do
   echo "== $mode build" >&2

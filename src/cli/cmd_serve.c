@@ -1,0 +1,167 @@
+/* cmd_serve.c — `nextn serve`: the OpenAI-compatible HTTP server. Loads the
+ * model, its MTP head, the tokenizer and chat template, starts the engine and
+ * the server, and waits for SIGINT / SIGTERM to shut both down cleanly. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+static const char *serve_help =
+    "usage: nextn serve [-m DIR] [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx N]\n"
+    "                   [--cache-ram MB] [--cache-dir DIR] [--mtp on|off|DIR] [--api-key KEY]\n"
+    "Serves the model over HTTP with OpenAI's API (POST /v1/chat/completions, /v1/completions;\n"
+    "GET /v1/models, /health, /metrics), speculative decoding on for every request.\n\n" CLI_MODEL_HELP
+    "  --host ADDR        IPv4 address to bind (default 127.0.0.1: this machine only)\n"
+    "  --port N           TCP port (default 8080; 0 picks a free one, see --port-file)\n"
+    "  --port-file F      write the port listened on to F once ready\n"
+    "  --parallel N       requests decoded at once (default 4); more wait in a queue\n"
+    "  --max-queue N      waiting requests before new ones get 503 (default 64)\n"
+    "  --ctx N            tokens per request: prompt + output (default 4096)\n"
+    "  --prefill-chunk N  prompt tokens a request reads per scheduler round (default 256)\n"
+    "  --cache-ram MB     prefix cache budget in RAM (default 1024; 0 = off)\n"
+    "  --cache-dir DIR    also keep prefix-cache checkpoints in DIR (survives restarts)\n"
+    "  --mtp on|off|DIR   the MTP drafter: the checkpoint's own (default), none, or a directory\n"
+    "  --draft K          drafts per round (default: the drafter's block_size - 1)\n"
+    "  --draft-head-bits B  draft with a B-bit copy of the LM head (see nextn generate)\n"
+    "  --api-key KEY      require Authorization: Bearer KEY on /v1/ and /metrics\n"
+    "  --model-name NAME  the model id /v1/models lists (default: the directory's name)\n"
+    "  --chat-template F  use this template file instead of the checkpoint's\n"
+    "  --max-body BYTES   request body limit (default 4194304)\n";
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void log_line(void *ctx, const char *line) {
+    char when[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&t, &tm));
+    pthread_mutex_lock(&log_mu);
+    fprintf(stderr, "%s nextn: %s\n", when, line);
+    pthread_mutex_unlock(&log_mu);
+}
+
+typedef struct {
+    const char *host, *port_file, *cache_dir, *mtp, *api_key, *model_name, *chat_template;
+    long port, parallel, max_queue, ctx, chunk, cache_mb, draft, head_bits, max_body;
+} serve_opts;
+
+static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
+    for (int i = 1; i < argc; i++) {
+        int r = cli_model_option(argc, argv, &i, mo);
+        if (r < 0) return 2;
+        if (r) continue;
+        const char *a = argv[i], *v;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(serve_help, stdout);
+            return -1;
+        }
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        struct {
+            const char *name;
+            long *out, lo, hi;
+        } nums[] = {{"--port", &o->port, 0, 65535},          {"--parallel", &o->parallel, 1, 64},
+                    {"--max-queue", &o->max_queue, 1, 100000}, {"--ctx", &o->ctx, 16, 1 << 20},
+                    {"--prefill-chunk", &o->chunk, 2, 1 << 20}, {"--cache-ram", &o->cache_mb, 0, 1 << 24},
+                    {"--draft", &o->draft, 1, NX_SPEC_MAX_DRAFT}, {"--draft-head-bits", &o->head_bits, 2, 8},
+                    {"--max-body", &o->max_body, 1024, 1L << 30}};
+        int done = 0;
+        for (size_t k = 0; k < sizeof nums / sizeof *nums && !done; k++)
+            if (strcmp(a, nums[k].name) == 0) {
+                if (cli_parse_int(v, nums[k].lo, nums[k].hi, nums[k].out))
+                    return cli_usage_error("%s wants an integer in %ld..%ld, got '%s'", a, nums[k].lo, nums[k].hi, v);
+                done = 1;
+            }
+        if (done) continue;
+        if (strcmp(a, "--host") == 0) o->host = v;
+        else if (strcmp(a, "--port-file") == 0) o->port_file = v;
+        else if (strcmp(a, "--cache-dir") == 0) o->cache_dir = v;
+        else if (strcmp(a, "--mtp") == 0) o->mtp = v;
+        else if (strcmp(a, "--api-key") == 0) o->api_key = v;
+        else if (strcmp(a, "--model-name") == 0) o->model_name = v;
+        else if (strcmp(a, "--chat-template") == 0) o->chat_template = v;
+        else return cli_usage_error("serve: unknown option '%s' (see nextn serve --help)", a);
+    }
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+    cli_model_opts mo = {cli_default_model(), {0}};
+    serve_opts o = {"127.0.0.1", NULL, NULL, "default", NULL, NULL, NULL, 8080, 4, 64, 4096, 256, 1024, 0, 0, 4 << 20};
+    int rc = parse(argc, argv, &mo, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+
+    /* SIGINT / SIGTERM are taken by sigwait below; blocked before any thread
+     * starts, so every thread inherits the mask and none is interrupted */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a client that hangs up is an error return, not a death */
+
+    char err[1024];
+    nx_model *m = cli_load_model(&mo);
+    nx_drafter *d = NULL;
+    nx_tokenizer *tok = NULL;
+    nx_chat_template *tmpl = NULL;
+    nx_engine *e = NULL;
+    nx_server *srv = NULL;
+    rc = 1;
+    if (!m) goto out;
+    if (strcmp(o.mtp, "off") != 0 && (strcmp(o.mtp, "default") != 0 || nx_model_get_info(m)->has_mtp)) {
+        nx_drafter_opts dopts = {0, 0, (int)o.head_bits};
+        const char *ddir = strcmp(o.mtp, "on") == 0 || strcmp(o.mtp, "default") == 0 ? NULL : o.mtp;
+        if (nx_drafter_load(m, ddir, &dopts, &d, err, sizeof err)) {
+            cli_fail("%s", err);
+            goto out;
+        }
+    }
+    if (!(tok = cli_load_tokenizer(mo.dir))) goto out;
+    if (o.chat_template || nx_tokenizer_chat_template(tok)) {
+        if (!(tmpl = cli_load_chat_template(o.chat_template, tok, mo.dir))) goto out;
+    }
+    nx_engine_opts eo = {(int)o.parallel, (int)o.ctx, (int)o.max_queue, (int)o.chunk, (int)o.draft,
+                         (size_t)o.cache_mb << 20, o.cache_dir, log_line, NULL};
+    if (nx_engine_new(m, d, &eo, &e, err, sizeof err)) {
+        cli_fail("%s", err);
+        goto out;
+    }
+    const char *name = o.model_name;
+    if (!name) {
+        name = strrchr(mo.dir, '/');
+        name = name && name[1] ? name + 1 : mo.dir;
+    }
+    nx_server_opts so = {o.host, (int)o.port, o.api_key, name, (size_t)o.max_body, 64, (int)o.ctx, e, tok, tmpl, log_line, NULL};
+    if (nx_server_start(&so, &srv, err, sizeof err)) {
+        cli_fail("%s", err);
+        goto out;
+    }
+    char line[512];
+    snprintf(line, sizeof line, "serving %s on http://%s:%d (MTP %s, %ld parallel, context %ld, prefix cache %ld MB%s%s)", name,
+             o.host, nx_server_port(srv), d ? "on" : "off", o.parallel, o.ctx, o.cache_mb, o.cache_dir ? " + " : "",
+             o.cache_dir ? o.cache_dir : "");
+    log_line(NULL, line);
+    if (o.port_file) {
+        FILE *f = fopen(o.port_file, "w");
+        if (!f || fprintf(f, "%d\n", nx_server_port(srv)) < 0 || fclose(f) != 0) {
+            cli_fail("%s: cannot write the port", o.port_file);
+            goto out;
+        }
+    }
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    snprintf(line, sizeof line, "%s: shutting down (open streams end now)", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    log_line(NULL, line);
+    rc = 0;
+out:
+    nx_server_stop(srv); /* first: its connections hold engine requests */
+    nx_engine_free(e);
+    nx_chat_template_free(tmpl);
+    nx_tokenizer_free(tok);
+    nx_drafter_free(d);
+    nx_model_free(m);
+    return rc;
+}

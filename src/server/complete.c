@@ -1,0 +1,426 @@
+/* complete.c — POST /v1/chat/completions and /v1/completions.
+ *
+ *   body --oai_parse_request--> request --render (chat) + tokenize--> prompt ids
+ *        --nx_engine_submit--> tokens --detokenize--> text --oai_output--> deltas
+ *        --> one JSON body, or SSE chunks: "data: {chunk}\n\n" ... "data: [DONE]\n\n"
+ *
+ * The prefix cache needs to know where a chat's reusable prefix ends: the
+ * next turn renders this turn's assistant message differently from the
+ * generation prompt (Qwen templates drop the <think> block of earlier turns),
+ * so the checkpoint goes where the two renderings part. We find that point by
+ * rendering the conversation as the next turn will see it (plus a placeholder
+ * assistant reply and user message) and taking the common token prefix with
+ * this prompt: no template-specific knowledge needed.
+ *
+ * A client that goes away is noticed by polling its socket between token
+ * reads (POLLRDHUP); its request is cancelled, which frees its row. */
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "server/http.h"
+#include "server/oai.h"
+
+#define GEN_READ 64          /* tokens taken from the engine per read        */
+#define GEN_WAIT_MS 100      /* longest wait for tokens between socket checks */
+
+/* One generation in flight: what a non-stream handler or a stream's content
+ * reader pumps. */
+typedef struct {
+    nx_server *s;
+    int fd;                       /* the client's socket, polled for hang-ups   */
+    int chat, stream;
+    nx_request *rq;
+    nx_detok_stream *detok;
+    oai_output *out;
+    oai_meta meta;
+    char id[64];
+    char *model;
+    int n_prompt, n_completion;
+    int done;                     /* generation over (engine finished, or a stop string) */
+    nx_finish fin;
+    int error;                    /* the engine failed                          */
+    char errmsg[600];
+    /* stream output waiting to be sent */
+    char *buf;
+    size_t len, off, cap;
+    int eos;                      /* [DONE] is in buf                           */
+    int oom;
+} gen;
+
+/* The request's log line: sizes, cache reuse, speed, how it ended. */
+static void log_done(const gen *g) {
+    static const char *const how[] = {"running", "stop", "length", "cancelled", "error"};
+    nx_request_info in;
+    nx_request_get_info(g->rq, &in);
+    srv_log(g->s, "%s %s: prompt %d (cached %d), output %d, ttft %.0f ms, %.1f tok/s, MTP %lld/%lld accepted, %s",
+            g->chat ? "chat" : "completion", g->stream ? "stream" : "whole", in.prompt_tokens, in.cached_tokens,
+            in.completion_tokens, in.ttft_s * 1e3,
+            in.total_s > in.ttft_s ? (in.completion_tokens - 1) / (in.total_s - in.ttft_s) : 0.0, (long long)in.accepted,
+            (long long)in.drafted, g->fin == NX_FINISH_STOP && g->done ? "stop" : how[g->fin]);
+}
+
+static void gen_free(gen *g) {
+    if (!g) return;
+    if (g->rq && g->done) log_done(g);
+    nx_request_free(g->rq);
+    nx_detok_stream_free(g->detok);
+    oai_output_free(g->out);
+    free(g->model);
+    free(g->buf);
+    free(g);
+}
+
+/* ---- stream buffer ---------------------------------------------------------- */
+
+static void put(gen *g, const char *a, size_t n) {
+    if (g->oom) return;
+    if (g->len + n > g->cap) {
+        size_t cap = g->cap ? g->cap : 4096;
+        while (cap < g->len + n) cap *= 2;
+        char *p = realloc(g->buf, cap);
+        if (!p) {
+            g->oom = 1;
+            return;
+        }
+        g->buf = p, g->cap = cap;
+    }
+    memcpy(g->buf + g->len, a, n);
+    g->len += n;
+}
+
+/* Frames one JSON chunk as a server-sent event (takes ownership of json). */
+static void put_event(gen *g, char *json) {
+    if (!json) {
+        g->oom = 1;
+        return;
+    }
+    put(g, "data: ", 6);
+    put(g, json, strlen(json));
+    put(g, "\n\n", 2);
+    free(json);
+}
+
+static void put_delta(gen *g, const oai_delta *d) {
+    if (!g->stream || oai_delta_empty(d)) return;
+    put_event(g, g->chat ? oai_chat_chunk_json(&g->meta, d, 0, NULL) : oai_text_chunk_json(&g->meta, d, NULL));
+}
+
+static oai_usage usage_of(const gen *g) { return (oai_usage){g->n_prompt, g->n_completion}; }
+
+static const char *finish_reason(const gen *g) { return oai_finish_reason(g->out, g->fin == NX_FINISH_LENGTH); }
+
+/* The end of a stream: the last chunk with finish_reason, usage, [DONE]. */
+static void put_end(gen *g) {
+    if (g->error) {
+        char *e = oai_error_json(g->errmsg, "server_error", NULL, NULL);
+        put_event(g, e);
+    } else {
+        const char *why = finish_reason(g);
+        put_event(g, g->chat ? oai_chat_chunk_json(&g->meta, NULL, 0, why) : oai_text_chunk_json(&g->meta, NULL, why));
+        if (g->meta.include_usage) put_event(g, oai_usage_chunk_json(&g->meta, g->chat, usage_of(g)));
+    }
+    put(g, "data: [DONE]\n\n", 14);
+    g->eos = 1;
+}
+
+/* ---- generation ---------------------------------------------------------------- */
+
+/* 1 if the client closed its side of the connection. */
+static int peer_gone(const gen *g) {
+    if (g->fd < 0) return 0;
+    struct pollfd p = {g->fd, POLLRDHUP, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+static void push_text(gen *g, const char *text, size_t n) {
+    oai_delta d;
+    if (!n || g->done) return;
+    if (oai_output_push(g->out, text, n, &d) != 0) {
+        g->oom = 1;
+        return;
+    }
+    put_delta(g, &d);
+    if (d.stopped) { /* a stop string: the rest of the output is not wanted */
+        nx_request_cancel(g->rq);
+        g->done = 1;
+        g->fin = NX_FINISH_STOP;
+    }
+}
+
+/* Finishes the text: flushes the decoder and the assembler. */
+static void gen_close(gen *g) {
+    size_t n;
+    const char *tail = nx_detok_stream_flush(g->detok, &n);
+    push_text(g, tail, n);
+    oai_delta d;
+    if (oai_output_finish(g->out, &d) != 0) g->oom = 1;
+    else put_delta(g, &d);
+    g->done = 1;
+}
+
+/* Takes what the engine produced within wait_ms and runs it through the
+ * decoder and the assembler. */
+static void gen_pump(gen *g, int wait_ms) {
+    int32_t ids[GEN_READ];
+    nx_finish fin;
+    int n = nx_request_read(g->rq, ids, GEN_READ, wait_ms, &fin);
+    for (int i = 0; i < n && !g->done; i++) {
+        size_t len;
+        const char *text = nx_detok_stream_push(g->detok, ids[i], &len);
+        g->n_completion++;
+        push_text(g, text, len);
+    }
+    if (g->done) return;
+    if (fin != NX_FINISH_NONE) {
+        g->fin = fin;
+        if (fin == NX_FINISH_ERROR) {
+            nx_request_info info;
+            nx_request_get_info(g->rq, &info);
+            g->error = 1;
+            snprintf(g->errmsg, sizeof g->errmsg, "generation failed: %s", info.error);
+        }
+        gen_close(g);
+    }
+}
+
+/* ---- streaming ------------------------------------------------------------------- */
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    gen *g = cls;
+    while (g->off == g->len) {
+        if (g->eos || g->oom) return g->oom ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
+        g->off = g->len = 0;
+        if (peer_gone(g)) {
+            nx_request_cancel(g->rq);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (atomic_load(&g->s->closing)) nx_request_cancel(g->rq); /* shutdown: end it with its final chunk */
+        if (!g->done) gen_pump(g, GEN_WAIT_MS);
+        if (g->done) put_end(g);
+    }
+    size_t n = g->len - g->off < max ? g->len - g->off : max;
+    memcpy(buf, g->buf + g->off, n);
+    g->off += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+    gen *g = cls;
+    pthread_mutex_lock(&g->s->mu);
+    g->s->streams_open--;
+    g->s->in_flight--;
+    pthread_mutex_unlock(&g->s->mu);
+    gen_free(g); /* cancels the request if it still runs */
+}
+
+/* ---- the prompt --------------------------------------------------------------------- */
+
+static int tokenize(nx_server *s, const char *text, int32_t **ids, int *n, char *err, size_t errlen) {
+    return nx_tokenize(s->o.tokenizer, text, strlen(text), NX_SPECIAL_PARSE, ids, n, err, errlen) == NX_OK ? 0 : -1;
+}
+
+/* Where this chat's prompt and the next turn's rendering of it part (see
+ * the file comment); 0 when that cannot be told. */
+static int chat_cache_at(nx_server *s, const oai_request *q, const char *messages_json, const int32_t *ids, int n) {
+    static const char more[] = ",{\"role\":\"assistant\",\"content\":\"x\"},{\"role\":\"user\",\"content\":\"x\"}]";
+    size_t ml = strlen(messages_json);
+    if (ml < 2 || messages_json[ml - 1] != ']') return 0;
+    char *msgs = malloc(ml + sizeof more);
+    if (!msgs) return 0;
+    memcpy(msgs, messages_json, ml - 1);
+    memcpy(msgs + ml - 1, more, sizeof more);
+    nx_chat_request cr = {msgs, q->tools_json, 0, q->enable_thinking};
+    char *text = NULL;
+    int32_t *next = NULL;
+    int nn = 0, common = 0;
+    if (nx_chat_render(s->o.chat_template, &cr, &text, NULL, 0) == NX_OK && tokenize(s, text, &next, &nn, NULL, 0) == 0)
+        while (common < n && common < nn && ids[common] == next[common]) common++;
+    nx_free(text);
+    nx_free(next);
+    free(msgs);
+    return common;
+}
+
+/* OpenAI clients send a tool call's "arguments" as a JSON string; the Qwen
+ * templates iterate them as a mapping. Arguments that parse as a JSON object
+ * become that object (others are left for the template to judge). Returns a
+ * malloc'd array text, or NULL to use the original. */
+static char *tool_arguments_as_objects(const char *messages_json) {
+    if (!strstr(messages_json, "\"tool_calls\"")) return NULL;
+    json_t *msgs = json_loads(messages_json, JSON_DECODE_ANY, NULL);
+    size_t i, k;
+    json_t *m, *call;
+    int changed = 0;
+    json_array_foreach(msgs, i, m) {
+        json_array_foreach(json_object_get(m, "tool_calls"), k, call) {
+            json_t *fn = json_object_get(call, "function");
+            json_t *args = json_object_get(fn ? fn : call, "arguments");
+            if (!json_is_string(args)) continue;
+            json_t *obj = json_loads(json_string_value(args), 0, NULL);
+            if (json_is_object(obj)) changed |= json_object_set(fn ? fn : call, "arguments", obj) == 0;
+            json_decref(obj);
+        }
+    }
+    char *out = changed ? json_dumps(msgs, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(msgs);
+    return out;
+}
+
+/* The prompt's ids (caller frees with nx_free); on failure a 400 was sent. */
+static int build_prompt(nx_server *s, struct MHD_Connection *c, const oai_request *q, int32_t **ids, int *n, int *think_open,
+                        int *cache_at, enum MHD_Result *sent) {
+    char err[600];
+    char *text = NULL, *fixed = NULL;
+    *think_open = -1;
+    *cache_at = 0;
+    if (q->chat) {
+        if (!s->o.chat_template) {
+            *sent = srv_send_error(s, c, 400, "this model has no chat template: use /v1/completions", "invalid_request_error",
+                                   "messages");
+            return -1;
+        }
+        fixed = tool_arguments_as_objects(q->messages_json);
+        nx_chat_request cr = {fixed ? fixed : q->messages_json, q->tools_json, 1, q->enable_thinking};
+        if (nx_chat_render(s->o.chat_template, &cr, &text, err, sizeof err) != NX_OK) {
+            free(fixed);
+            *sent = srv_send_error(s, c, 400, err, "invalid_request_error", "messages");
+            return -1;
+        }
+        size_t tl = strlen(text);
+        *think_open = tl >= 8 && strcmp(text + tl - 8, "<think>\n") == 0;
+    }
+    int bad = tokenize(s, q->chat ? text : q->prompt, ids, n, err, sizeof err);
+    nx_free(text);
+    if (bad || *n == 0) {
+        *sent = srv_send_error(s, c, 400, bad ? err : "the prompt is empty", "invalid_request_error", q->chat ? "messages" : "prompt");
+        nx_free(*ids);
+        *ids = NULL;
+        free(fixed);
+        return -1;
+    }
+    if (q->chat) *cache_at = chat_cache_at(s, q, fixed ? fixed : q->messages_json, *ids, *n);
+    free(fixed);
+    return 0;
+}
+
+/* ---- the endpoint ---------------------------------------------------------------------- */
+
+static enum MHD_Result respond_whole(gen *g, struct MHD_Connection *c) {
+    nx_server *s = g->s;
+    while (!g->done) {
+        if (peer_gone(g)) { /* nobody to answer: free the row */
+            gen_free(g);
+            return MHD_NO;
+        }
+        if (atomic_load(&s->closing)) nx_request_cancel(g->rq);
+        gen_pump(g, GEN_WAIT_MS);
+    }
+    char *json = NULL;
+    enum MHD_Result r;
+    if (g->error) r = srv_send_error(s, c, 500, g->errmsg, "server_error", NULL);
+    else if (g->oom || !(json = g->chat ? oai_chat_completion_json(&g->meta, g->out, finish_reason(g), usage_of(g))
+                                        : oai_text_completion_json(&g->meta, g->out, finish_reason(g), usage_of(g))))
+        r = srv_send_error(s, c, 500, "out of memory", "server_error", NULL);
+    else r = srv_send_json(s, c, 200, json);
+    free(json);
+    gen_free(g);
+    return r;
+}
+
+static enum MHD_Result complete(nx_server *s, struct MHD_Connection *c, int chat, const char *body, size_t len, int *streaming) {
+    oai_request q;
+    int status;
+    char err[600];
+    if (oai_parse_request(body, len, chat, &q, &status, err, sizeof err) != 0)
+        return srv_send_error(s, c, (unsigned)status, err, status == 400 ? "invalid_request_error" : "server_error", NULL);
+    enum MHD_Result sent = MHD_NO;
+    int32_t *ids = NULL;
+    int n = 0, think_open, cache_at;
+    if (build_prompt(s, c, &q, &ids, &n, &think_open, &cache_at, &sent) != 0) {
+        oai_request_free(&q);
+        return sent;
+    }
+    int ctx = s->o.max_ctx;
+    if (q.max_tokens == 0 || (q.max_tokens > 0 && n + q.max_tokens > ctx) || n + 2 > ctx) {
+        if (q.max_tokens == 0) snprintf(err, sizeof err, "max_tokens must be at least 1");
+        else
+            snprintf(err, sizeof err,
+                     "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the %s, %d in the "
+                     "completion). Please reduce the length of the %s or completion.",
+                     ctx, n + (q.max_tokens > 0 ? q.max_tokens : 0), n, chat ? "messages" : "prompt", q.max_tokens > 0 ? q.max_tokens : 0,
+                     chat ? "messages" : "prompt");
+        const char *param = q.max_tokens == 0 ? "max_tokens" : chat ? "messages" : "prompt";
+        nx_free(ids);
+        oai_request_free(&q);
+        return srv_send_error(s, c, 400, err, "invalid_request_error", param);
+    }
+    gen *g = calloc(1, sizeof *g);
+    uint64_t idnum = srv_next_id(s);
+    const int32_t *stop_ids;
+    int n_stop = nx_tokenizer_stop_ids(s->o.tokenizer, &stop_ids);
+    nx_request_opts ro = {ids, n, cache_at, q.max_tokens > 0 ? q.max_tokens : 0, q.sampling, NX_ACCEPT_DEFAULT, stop_ids, n_stop};
+    if (!q.seed_given) ro.sampling.seed = idnum;
+    nx_status st = NX_ENOMEM;
+    if (g) {
+        g->s = s;
+        g->chat = chat;
+        g->stream = q.stream;
+        g->n_prompt = n;
+        g->fin = NX_FINISH_NONE;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        g->fd = ci ? ci->connect_fd : -1;
+        g->model = strdup(q.model ? q.model : s->model_name);
+        oai_make_id(g->id, sizeof g->id, chat ? "chatcmpl-" : "cmpl-", idnum);
+        g->meta = (oai_meta){g->id, (long long)time(NULL), g->model, q.stream && q.include_usage};
+        g->out = oai_output_new(q.stop, q.n_stop, chat ? think_open : -1, chat && q.tools_json != NULL);
+        if (g->out) oai_output_seed_ids(g->out, idnum);
+        if (g->model && g->out && nx_detok_stream_new(s->o.tokenizer, 1, &g->detok, err, sizeof err) == NX_OK)
+            st = nx_engine_submit(s->o.engine, &ro, &g->rq, err, sizeof err);
+    }
+    nx_free(ids);
+    oai_request_free(&q);
+    if (st) {
+        gen_free(g);
+        if (st == NX_EBUSY) return srv_send_error(s, c, 503, "the server is busy: too many requests are waiting", "server_error", NULL);
+        if (st == NX_ERANGE || st == NX_EINVAL) return srv_send_error(s, c, 400, err, "invalid_request_error", NULL);
+        return srv_send_error(s, c, 500, "out of memory", "server_error", NULL);
+    }
+    if (!g->stream) return respond_whole(g, c);
+
+    /* the first chunk goes out at once: the client sees the stream open */
+    if (chat) put_event(g, oai_chat_chunk_json(&g->meta, NULL, 1, NULL));
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, g, stream_free);
+    if (!r) {
+        gen_free(g);
+        return MHD_NO;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->streams_open++;
+    pthread_mutex_unlock(&s->mu);
+    *streaming = 1; /* in flight until stream_free */
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    return srv_queue(s, c, 200, r);
+}
+
+/* Counts the request in flight until it is answered (a stream: until it
+ * closes), so nx_server_stop can let it finish. */
+enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, int chat, const char *body, size_t len) {
+    pthread_mutex_lock(&s->mu);
+    s->in_flight++;
+    pthread_mutex_unlock(&s->mu);
+    int streaming = 0;
+    enum MHD_Result r = complete(s, c, chat, body, len, &streaming);
+    if (!streaming) {
+        pthread_mutex_lock(&s->mu);
+        s->in_flight--;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return r;
+}

@@ -1,0 +1,53 @@
+/* http.h — what the server's two files share (internal): the server object,
+ * one connection's state, and the helpers that send a whole response.
+ *
+ *   server.c    the daemon: binding, routing, auth, request bodies, the small
+ *               GET endpoints (/health, /v1/models, /metrics)
+ *   complete.c  the completion endpoints: prompt -> engine request -> text
+ *               assembly -> one JSON body or a stream of SSE chunks */
+#ifndef NX_SERVER_HTTP_H
+#define NX_SERVER_HTTP_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "nextn.h"
+
+struct nx_server {
+    nx_server_opts o;
+    char *host, *api_key, *model_name;   /* owned copies of the options' strings */
+    struct MHD_Daemon *daemon;
+    int port;
+    atomic_int closing;                  /* set by nx_server_stop: streams end   */
+    pthread_mutex_t mu;                  /* guards the counters below            */
+    int64_t http[6];                     /* responses by class: 2xx..5xx, other  */
+    int64_t by_code[600];
+    int64_t streams_open;
+    int64_t in_flight;                   /* completions not yet answered/closed  */
+    uint64_t id_counter;                 /* response ids and default seeds       */
+};
+
+/* One connection's request body, collected across handler calls. */
+typedef struct {
+    char *body;
+    size_t len, cap;
+    int too_big;
+} srv_conn;
+
+/* Sends a JSON body (copied) with status; counts it. */
+enum MHD_Result srv_send_json(nx_server *s, struct MHD_Connection *c, unsigned status, const char *json);
+/* Sends {"error":{...}}: type e.g. "invalid_request_error"; param may be NULL. */
+enum MHD_Result srv_send_error(nx_server *s, struct MHD_Connection *c, unsigned status, const char *message,
+                               const char *type, const char *param);
+/* Queues a prepared response and counts its status; destroys resp. */
+enum MHD_Result srv_queue(nx_server *s, struct MHD_Connection *c, unsigned status, struct MHD_Response *resp);
+/* One line to the log callback of the options (if any). */
+void srv_log(const nx_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A fresh number for ids and seeds. */
+uint64_t srv_next_id(nx_server *s);
+
+/* complete.c: POST /v1/chat/completions (chat = 1) and /v1/completions. */
+enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, int chat, const char *body, size_t len);
+
+#endif

@@ -1,0 +1,212 @@
+/* oai.h — the OpenAI wire format for `nextn serve`: request bodies in,
+ * response bodies out, and the assembly of generated text in between.
+ *
+ * The module does no I/O and no threading; every object belongs to the one
+ * request (one thread) that made it. Three parts, in the order a request
+ * meets them:
+ *
+ *   1. oai_parse_request  a POST /v1/chat/completions or /v1/completions body
+ *                         -> oai_request (validated, defaults filled in), or
+ *                         a 400 with a message that names the field.
+ *   2. oai_output         the server pushes decoded text pieces; the assembler
+ *                         cuts at stop strings, splits <think> reasoning from
+ *                         the answer and turns <tool_call> blocks into tool
+ *                         calls. Each push returns what may be sent now.
+ *   3. oai_*_json         the response bodies and stream chunks, exactly as
+ *                         OpenAI spells them. SSE framing ("data: ...\n\n",
+ *                         "data: [DONE]\n\n") belongs to the HTTP layer.
+ *
+ * Ownership: every char * these functions return is malloc'd and the caller
+ * frees it with free(), except where a comment says the object owns it.
+ * Text is UTF-8 throughout (nx_detok_stream never yields a partial sequence);
+ * a builder given invalid UTF-8 returns NULL, as it does when out of memory.
+ */
+#ifndef NX_SERVER_OAI_H
+#define NX_SERVER_OAI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nextn.h"
+
+/* ---- Request ------------------------------------------------------------ */
+
+typedef struct {
+    int chat;                 /* 1: POST /v1/chat/completions, 0: POST /v1/completions */
+    char *model;              /* as sent, or NULL */
+    char *messages_json;      /* chat: the "messages" array, re-serialized compactly (the
+                                 chat renderer takes a JSON array string); content strings
+                                 and content-part arrays are left as sent */
+    char *tools_json;         /* the "tools" array serialized; NULL when absent or null, and
+                                 NULL too when tool_choice is "none" */
+    char *prompt;             /* completions: "prompt" (a string, or an array of one string) */
+    int max_tokens;           /* max_completion_tokens, else max_tokens; -1 when absent */
+    nx_sampling sampling;     /* OpenAI's defaults: temperature 1, top_p 1, top_k 0 (off),
+                                 min_p 0, presence/frequency_penalty 0, repetition_penalty 1 */
+    int seed_given;           /* "seed" was sent (sampling.seed is then (uint64_t)seed) */
+    char **stop; int n_stop;  /* "stop": a string or an array of up to 4 non-empty strings */
+    int stream, include_usage;/* "stream", stream_options.include_usage */
+    int enable_thinking;      /* chat_template_kwargs.enable_thinking: -1 absent, 0, 1 */
+} oai_request;
+
+/* Parses and validates a request body of len bytes (chat: 1 for chat
+ * completions). Returns 0, or -1 with *status the HTTP status (400, or 500
+ * when out of memory) and err holding a message that names the field, e.g.
+ * "max_tokens must be a non-negative integer" or "invalid JSON at line 1
+ * column 5: ...". Unknown fields are ignored, and a field sent as null counts
+ * as absent. On failure *out is left zeroed with nothing to free; on success
+ * the caller frees it with oai_request_free. */
+int oai_parse_request(const char *body, size_t len, int chat, oai_request *out, int *status, char *err,
+                      size_t errlen);
+
+/* Frees what r holds and zeroes it. NULL-safe and idempotent. */
+void oai_request_free(oai_request *r);
+
+/* {"error":{"message":M,"type":T,"param":P,"code":C}} as OpenAI sends it;
+ * param and code are null when NULL. type is e.g. "invalid_request_error". */
+char *oai_error_json(const char *message, const char *type, const char *param, const char *code);
+
+/* ---- Output assembly ----------------------------------------------------
+ *
+ * Text flows through three stages, each of which holds back only what it
+ * cannot decide yet, so the totals never depend on how the text was cut into
+ * pushes (one push, or one byte per push, gives the same result):
+ *
+ *   stop strings -> reasoning / answer -> tool calls (answer only)
+ *
+ * Stop strings. They are matched against the raw generated text (inside
+ * reasoning and tool calls too, as vLLM does). The first stop string to be
+ * completed ends the output: it and everything after it are dropped, and the
+ * output is finished at once (the delta of that push carries everything that
+ * was still held). Of two stops completed by the same byte the longer wins.
+ * A tail that may be the start of a stop string is held back, so a stream
+ * never shows part of a stop string.
+ *
+ * Reasoning. Text between <think> and </think> is reasoning, the rest is
+ * content. think_open = 1: the prompt ended with "<think>\n", so the output
+ * starts in reasoning; 0: a "<think>" at the very start of the output opens
+ * it; -1: no reasoning split at all (text completions). Newlines are trimmed
+ * the way the Qwen3 / Qwen3.5 chat templates trim them when an assistant
+ * turn is rendered again: reasoning is strip('\n')-ed and the content after
+ * </think> is lstrip('\n')-ed. vLLM's qwen3 parser keeps them verbatim; we
+ * drop them because they are the template's framing, not the answer, and a
+ * client that sends the turn back gets exactly the prompt the model saw.
+ * Without </think> everything after <think> is reasoning.
+ *
+ * Tool calls (parse_tools = 1). Text from "<tool_call>" to "</tool_call>" is
+ * held and becomes a tool call instead of content, in either form:
+ *   Qwen3.5  <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...
+ *            </function>\n</tool_call>
+ *            (one leading and one trailing newline of VALUE are dropped; a VALUE
+ *            that parses as a JSON number, bool, object, array or null is that
+ *            JSON, anything else is a string)
+ *   Qwen3    <tool_call>\n{"name": "NAME", "arguments": {...}}\n</tool_call>
+ * "arguments" is the object serialized compactly, as OpenAI sends it.
+ * Whitespace right before a tool call and after one is dropped. A block that
+ * does not parse, or is still open at finish, is returned as content.
+ */
+
+typedef struct {
+    int index;                /* 0, 1, 2, ... in the order the calls were made */
+    char *id;                 /* "call_" + 24 alphanumerics */
+    char *name;
+    char *arguments;          /* a JSON object, serialized */
+} oai_tool_call;
+
+/* What one push or finish produced. Every pointer is owned by the assembler
+ * and valid until its next call. reasoning and content are NUL-terminated
+ * (empty when there is nothing). calls are the tool calls completed in this
+ * step (NULL when n_calls is 0). */
+typedef struct {
+    char *reasoning; size_t reasoning_len;  /* emit as "reasoning_content" */
+    char *content;   size_t content_len;    /* emit as "content" (or "text") */
+    int n_calls;
+    oai_tool_call *calls;
+    int stopped;              /* a stop string was found: end generation (stays set) */
+} oai_delta;
+
+typedef struct oai_output oai_output;
+
+/* stop[0..n_stop) are copied (empty strings are ignored). NULL when out of
+ * memory. Free with oai_output_free (NULL-safe). */
+oai_output *oai_output_new(char *const *stop, int n_stop, int think_open, int parse_tools);
+void oai_output_free(oai_output *o);
+
+/* Tool call ids are "call_" + 24 alphanumerics drawn from (seed, call index):
+ * deterministic, so give each request its own seed. The default seed is 0. */
+void oai_output_seed_ids(oai_output *o, uint64_t seed);
+
+/* Feeds len bytes of generated text and fills *d with what can be sent now.
+ * After a stop string (d->stopped) further pushes are ignored. Returns 0, or
+ * -1 when out of memory (sticky: the output is then incomplete and *d empty). */
+int oai_output_push(oai_output *o, const char *text, size_t len, oai_delta *d);
+/* End of generation: flushes everything still held into *d. Later calls give
+ * an empty delta. Returns 0, or -1 when out of memory. */
+int oai_output_finish(oai_output *o, oai_delta *d);
+
+/* 1 when the delta holds nothing to send. */
+int oai_delta_empty(const oai_delta *d);
+
+/* Accumulated totals, for a non-stream response. Owned by the assembler. */
+int oai_output_n_calls(const oai_output *o);            /* tool calls so far */
+const char *oai_output_content(const oai_output *o);    /* never NULL ("" when none) */
+const char *oai_output_reasoning(const oai_output *o);  /* NULL when there was none */
+/* OpenAI's "tool_calls" array [{"id","type":"function","function":{"name","arguments"}}];
+ * caller frees; NULL when there are no calls. */
+char *oai_output_tool_calls_json(const oai_output *o);
+
+/* The finish_reason: "tool_calls" when there were tool calls, else "length"
+ * when hit_limit (max_tokens or the context ran out) and no stop string ended
+ * the output, else "stop". The string is static. */
+const char *oai_finish_reason(const oai_output *o, int hit_limit);
+
+/* ---- Response JSON ------------------------------------------------------
+ *
+ * Builders for exactly what OpenAI sends. Every one returns a malloc'd,
+ * compact JSON object the caller frees, or NULL when out of memory. */
+
+typedef struct {
+    const char *id;           /* "chatcmpl-..." or "cmpl-..." (oai_make_id); the same for
+                                 every chunk of one stream */
+    long long created;        /* Unix time in seconds */
+    const char *model;        /* echoed as "model" (null when NULL) */
+    int include_usage;        /* stream only: every chunk carries "usage":null, and the
+                                 stream ends with oai_usage_chunk_json */
+} oai_meta;
+
+typedef struct {
+    int prompt_tokens, completion_tokens;   /* total_tokens is their sum */
+} oai_usage;
+
+/* Writes prefix + 24 alphanumerics drawn from seed into out (NUL-terminated,
+ * truncated to outlen). E.g. oai_make_id(id, sizeof id, "chatcmpl-", seed). */
+void oai_make_id(char *out, size_t outlen, const char *prefix, uint64_t seed);
+
+/* Non-stream chat completion ("object":"chat.completion") from the totals of o:
+ * message {"role":"assistant","content":C,"reasoning_content":R (only when
+ * there is reasoning),"tool_calls":[...] (only when there are calls)};
+ * content is null when there are tool calls and no content. */
+char *oai_chat_completion_json(const oai_meta *m, const oai_output *o, const char *finish_reason, oai_usage u);
+
+/* One stream chunk ("object":"chat.completion.chunk"). first = 1 marks the
+ * first chunk: its delta has "role":"assistant" and "content" ("" unless d has
+ * content). d (may be NULL) adds "reasoning_content", "content" and
+ * "tool_calls" ([{"index","id","type":"function","function":{"name","arguments"}}])
+ * for what it holds. finish_reason NULL gives null; the last chunk is
+ * oai_chat_chunk_json(m, NULL, 0, reason), an empty delta {}. */
+char *oai_chat_chunk_json(const oai_meta *m, const oai_delta *d, int first, const char *finish_reason);
+
+/* Non-stream text completion ("object":"text_completion"), choices[0].text
+ * from oai_output_content(o). */
+char *oai_text_completion_json(const oai_meta *m, const oai_output *o, const char *finish_reason, oai_usage u);
+
+/* One text-completion stream chunk: choices[0].text is d's content ("" when
+ * d is NULL). */
+char *oai_text_chunk_json(const oai_meta *m, const oai_delta *d, const char *finish_reason);
+
+/* The extra last chunk of a stream with include_usage: "choices":[] and
+ * "usage":{...}. chat selects the object name ("chat.completion.chunk" or
+ * "text_completion"). */
+char *oai_usage_chunk_json(const oai_meta *m, int chat, oai_usage u);
+
+#endif

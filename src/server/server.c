@@ -1,0 +1,334 @@
+/* server.c — the HTTP daemon of `nextn serve` (nextn.h "HTTP server").
+ *
+ * libmicrohttpd runs one thread per connection, so a handler may block while
+ * the engine generates: a non-stream completion waits in its handler, a
+ * stream's content reader waits for the next tokens. The engine thread never
+ * waits for the network; connection threads never touch the model.
+ *
+ * A request body arrives over several handler calls and is collected in a
+ * srv_conn up to max_body bytes (beyond that: 413, the rest is discarded).
+ * Routing, auth and the small GET endpoints live here; the completion
+ * endpoints are in complete.c. */
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "base/err.h"
+#include "server/http.h"
+#include "server/oai.h"
+
+/* ---- responses ------------------------------------------------------------- */
+
+void srv_log(const nx_server *s, const char *fmt, ...) {
+    if (!s->o.log) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    s->o.log(s->o.log_ctx, line);
+}
+
+uint64_t srv_next_id(nx_server *s) {
+    pthread_mutex_lock(&s->mu);
+    uint64_t id = ++s->id_counter;
+    pthread_mutex_unlock(&s->mu);
+    /* mixed with the start time so ids differ across restarts */
+    return id * 0x9e3779b97f4a7c15ull ^ (uint64_t)time(NULL);
+}
+
+enum MHD_Result srv_queue(nx_server *s, struct MHD_Connection *c, unsigned status, struct MHD_Response *resp) {
+    if (!resp) return MHD_NO;
+    pthread_mutex_lock(&s->mu);
+    s->http[status >= 200 && status < 600 ? status / 100 - 2 : 4]++;
+    if (status < 600) s->by_code[status]++;
+    pthread_mutex_unlock(&s->mu);
+    enum MHD_Result r = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+static struct MHD_Response *json_response(const char *json) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(json), (void *)json, MHD_RESPMEM_MUST_COPY);
+    if (r) MHD_add_response_header(r, "Content-Type", "application/json");
+    return r;
+}
+
+enum MHD_Result srv_send_json(nx_server *s, struct MHD_Connection *c, unsigned status, const char *json) {
+    return srv_queue(s, c, status, json_response(json));
+}
+
+enum MHD_Result srv_send_error(nx_server *s, struct MHD_Connection *c, unsigned status, const char *message,
+                               const char *type, const char *param) {
+    char *json = oai_error_json(message, type, param, NULL);
+    if (!json) return MHD_NO;
+    struct MHD_Response *r = json_response(json);
+    free(json);
+    if (r && status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (r && status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    return srv_queue(s, c, status, r);
+}
+
+/* ---- GET endpoints ------------------------------------------------------------ */
+
+static enum MHD_Result send_models(nx_server *s, struct MHD_Connection *c) {
+    json_t *model = json_pack("{s:s, s:s, s:I, s:s}", "id", s->model_name, "object", "model", "created",
+                              (json_int_t)time(NULL), "owned_by", "nextn");
+    json_t *list = json_pack("{s:s, s:[o]}", "object", "list", "data", model);
+    char *text = list ? json_dumps(list, JSON_COMPACT) : NULL;
+    json_decref(list);
+    if (!text) return srv_send_error(s, c, 500, "out of memory", "server_error", NULL);
+    enum MHD_Result r = srv_send_json(s, c, 200, text);
+    free(text);
+    return r;
+}
+
+/* Appends printf-formatted text to a growing buffer; the buffer stays NULL
+ * after an allocation failure. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+} strbuf;
+
+static void sb_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(strbuf *b, const char *fmt, ...) {
+    if (!b->p && b->cap) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if (b->p && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->len + (size_t)n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            free(b->p);
+            b->p = NULL;
+            b->cap = 1;
+            return;
+        }
+        b->p = p, b->cap = cap;
+    }
+}
+
+/* One metric: HELP, TYPE and the value. */
+#define METRIC(b, name, type, help, fmt, value) \
+    sb_printf(b, "# HELP nextn_" name " " help "\n# TYPE nextn_" name " " type "\nnextn_" name " " fmt "\n", value)
+
+static enum MHD_Result send_metrics(nx_server *s, struct MHD_Connection *c) {
+    nx_engine_stats e;
+    nx_engine_get_stats(s->o.engine, &e);
+    strbuf b = {0};
+    METRIC(&b, "requests_total", "counter", "Completion requests accepted by the engine.", "%lld", (long long)e.requests);
+    METRIC(&b, "requests_finished_total", "counter", "Requests that ended (any reason).", "%lld", (long long)e.finished);
+    METRIC(&b, "requests_cancelled_total", "counter", "Requests cancelled (client gone, stop string, shutdown).", "%lld",
+           (long long)e.cancelled);
+    METRIC(&b, "requests_failed_total", "counter", "Requests that ended in an error.", "%lld", (long long)e.errors);
+    METRIC(&b, "requests_rejected_total", "counter", "Requests refused because the queue was full.", "%lld",
+           (long long)e.rejected);
+    METRIC(&b, "prompt_tokens_total", "counter", "Prompt tokens submitted.", "%lld", (long long)e.prompt_tokens);
+    METRIC(&b, "generated_tokens_total", "counter", "Tokens generated.", "%lld", (long long)e.generated_tokens);
+    METRIC(&b, "decode_seconds_total", "counter", "Seconds the scheduler spent in decode rounds.", "%.6f", e.decode_s);
+    METRIC(&b, "decode_tokens_per_second", "gauge", "Generated tokens per decode second since start.", "%.3f",
+           e.decode_s > 0 ? (double)e.generated_tokens / e.decode_s : 0.0);
+    METRIC(&b, "batch_size", "gauge", "Rows running now.", "%d", e.active);
+    METRIC(&b, "batch_size_mean", "gauge", "Mean decoding rows per scheduler round.", "%.3f",
+           e.sched_rounds ? (double)e.row_rounds / (double)e.sched_rounds : 0.0);
+    METRIC(&b, "prefilling_rows", "gauge", "Rows reading their prompt now.", "%d", e.prefilling);
+    METRIC(&b, "queue_depth", "gauge", "Requests waiting for a row.", "%d", e.queued);
+    METRIC(&b, "mtp_drafted_total", "counter", "MTP draft tokens proposed.", "%lld", (long long)e.drafted);
+    METRIC(&b, "mtp_accepted_total", "counter", "MTP draft tokens accepted.", "%lld", (long long)e.accepted);
+    METRIC(&b, "mtp_acceptance_ratio", "gauge", "Accepted / drafted.", "%.4f",
+           e.drafted ? (double)e.accepted / (double)e.drafted : 0.0);
+    sb_printf(&b, "# HELP nextn_mtp_position_acceptance_ratio Acceptance of the draft at each position, given the ones before were accepted.\n"
+                  "# TYPE nextn_mtp_position_acceptance_ratio gauge\n");
+    for (int i = 0; i < NX_SPEC_MAX_DRAFT; i++)
+        if (e.tried[i])
+            sb_printf(&b, "nextn_mtp_position_acceptance_ratio{position=\"%d\"} %.4f\n", i + 1,
+                      (double)e.hits[i] / (double)e.tried[i]);
+    METRIC(&b, "cache_hits_total", "counter", "Prompts resumed from a prefix-cache checkpoint.", "%lld", (long long)e.cache_hits);
+    METRIC(&b, "cache_misses_total", "counter", "Prompts with no usable checkpoint.", "%lld", (long long)e.cache_misses);
+    METRIC(&b, "cache_hit_tokens_total", "counter", "Prompt tokens served from checkpoints.", "%lld", (long long)e.cache_hit_tokens);
+    METRIC(&b, "cache_entries", "gauge", "Checkpoints indexed (RAM or disk).", "%lld", (long long)e.cache_entries);
+    METRIC(&b, "cache_ram_bytes", "gauge", "Bytes of checkpoints held in RAM.", "%lld", (long long)e.cache_ram_bytes);
+    METRIC(&b, "cache_disk_bytes", "gauge", "Bytes of checkpoint files.", "%lld", (long long)e.cache_disk_bytes);
+    METRIC(&b, "cache_evictions_total", "counter", "Checkpoints dropped from RAM for the budget.", "%lld",
+           (long long)e.cache_evictions);
+    METRIC(&b, "cache_bad_files_total", "counter", "Cache files that failed their checks (ignored, deleted).", "%lld",
+           (long long)e.cache_bad_files);
+    pthread_mutex_lock(&s->mu);
+    sb_printf(&b, "# HELP nextn_http_responses_total HTTP responses by status code.\n# TYPE nextn_http_responses_total counter\n");
+    for (int code = 100; code < 600; code++)
+        if (s->by_code[code]) sb_printf(&b, "nextn_http_responses_total{code=\"%d\"} %lld\n", code, (long long)s->by_code[code]);
+    sb_printf(&b, "# HELP nextn_streams_open Streaming responses open now.\n# TYPE nextn_streams_open gauge\nnextn_streams_open %lld\n",
+              (long long)s->streams_open);
+    pthread_mutex_unlock(&s->mu);
+    if (!b.p) return srv_send_error(s, c, 500, "out of memory", "server_error", NULL);
+    struct MHD_Response *r = MHD_create_response_from_buffer(b.len, b.p, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(b.p);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
+    return srv_queue(s, c, 200, r);
+}
+
+/* ---- routing --------------------------------------------------------------------- */
+
+/* 1 if the request carries the API key (or none is set). The comparison
+ * looks at every byte whatever matches, so its time does not reveal a prefix. */
+static int authorized(const nx_server *s, struct MHD_Connection *c) {
+    if (!s->api_key) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7) != 0) return 0;
+    h += 7;
+    size_t a = strlen(h), b = strlen(s->api_key);
+    unsigned diff = a != b;
+    for (size_t i = 0; i < a; i++) diff |= (unsigned char)h[i] ^ (unsigned char)s->api_key[i < b ? i : 0];
+    return diff == 0;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                              const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    nx_server *s = cls;
+    srv_conn *conn = *con_cls;
+    if (!conn) { /* first call: only the headers are in */
+        conn = calloc(1, sizeof *conn);
+        if (!conn) return MHD_NO;
+        *con_cls = conn;
+        return MHD_YES;
+    }
+    if (*upload_size) { /* a piece of the body */
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (conn->too_big || conn->len + n > s->o.max_body) {
+            conn->too_big = 1;
+            return MHD_YES;
+        }
+        if (conn->len + n + 1 > conn->cap) {
+            size_t cap = conn->cap ? conn->cap : 4096;
+            while (cap < conn->len + n + 1) cap *= 2;
+            char *p = realloc(conn->body, cap);
+            if (!p) return MHD_NO;
+            conn->body = p, conn->cap = cap;
+        }
+        memcpy(conn->body + conn->len, upload, n);
+        conn->len += n;
+        conn->body[conn->len] = 0;
+        return MHD_YES;
+    }
+    int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    if (strcmp(url, "/health") == 0 && get) return srv_send_json(s, c, 200, "{\"status\":\"ok\"}");
+    int v1 = strncmp(url, "/v1/", 4) == 0, metrics = strcmp(url, "/metrics") == 0;
+    if ((v1 || metrics) && !authorized(s, c))
+        return srv_send_error(s, c, 401, "Incorrect API key provided (send Authorization: Bearer KEY)",
+                              "invalid_request_error", NULL);
+    if (metrics && get) return send_metrics(s, c);
+    if (strcmp(url, "/v1/models") == 0 && get) return send_models(s, c);
+    int chat = strcmp(url, "/v1/chat/completions") == 0, text = strcmp(url, "/v1/completions") == 0;
+    if ((chat || text) && post) {
+        if (conn->too_big) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "request body exceeds %zu bytes", s->o.max_body);
+            return srv_send_error(s, c, 413, msg, "invalid_request_error", NULL);
+        }
+        return srv_complete(s, c, chat, conn->body ? conn->body : "", conn->len);
+    }
+    if (chat || text || metrics || strcmp(url, "/v1/models") == 0 || strcmp(url, "/health") == 0) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "method %s is not allowed on %s", method, url);
+        return srv_send_error(s, c, 405, msg, "invalid_request_error", NULL);
+    }
+    char msg[300];
+    snprintf(msg, sizeof msg, "no such endpoint: %s %.200s", method, url);
+    return srv_send_error(s, c, 404, msg, "invalid_request_error", NULL);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
+    srv_conn *conn = *con_cls;
+    if (!conn) return;
+    free(conn->body);
+    free(conn);
+    *con_cls = NULL;
+}
+
+/* ---- lifetime ---------------------------------------------------------------------- */
+
+static void free_server(nx_server *s) {
+    free(s->host), free(s->api_key), free(s->model_name);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+nx_status nx_server_start(const nx_server_opts *opts, nx_server **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!opts || !opts->engine || !opts->tokenizer) return nx_fail(err, errlen, NX_EINVAL, "server: an engine and a tokenizer are required");
+    nx_server *s = calloc(1, sizeof *s);
+    if (!s) return nx_fail(err, errlen, NX_ENOMEM, "server: out of memory");
+    s->o = *opts;
+    pthread_mutex_init(&s->mu, NULL);
+    s->host = strdup(opts->host ? opts->host : "127.0.0.1");
+    s->model_name = strdup(opts->model_name ? opts->model_name : "nextn");
+    s->api_key = opts->api_key ? strdup(opts->api_key) : NULL;
+    if (!s->o.max_body) s->o.max_body = 4u << 20;
+    if (s->o.max_connections <= 0) s->o.max_connections = 64;
+    if (!s->host || !s->model_name || (opts->api_key && !s->api_key)) {
+        free_server(s);
+        return nx_fail(err, errlen, NX_ENOMEM, "server: out of memory");
+    }
+    struct sockaddr_in addr = {0};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)opts->port);
+    if (opts->port < 0 || opts->port > 65535 || inet_pton(AF_INET, s->host, &addr.sin_addr) != 1) {
+        nx_status st = nx_fail(err, errlen, NX_EINVAL, "server: cannot listen on %s:%d (an IPv4 address and a port 0-65535)",
+                               s->host, opts->port);
+        free_server(s);
+        return st;
+    }
+    s->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+                                 (uint16_t)opts->port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned)600, MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_END);
+    if (!s->daemon) {
+        nx_status st = nx_fail(err, errlen, NX_EIO, "server: cannot listen on %s:%d (in use, or not permitted)", s->host, opts->port);
+        free_server(s);
+        return st;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : opts->port;
+    *out = s;
+    return NX_OK;
+}
+
+int nx_server_port(const nx_server *s) { return s->port; }
+
+void nx_server_stop(nx_server *s) {
+    if (!s) return;
+    /* stop accepting first; then the open streams see `closing`, cancel
+     * their requests and finish; MHD_stop_daemon joins their threads */
+    MHD_quiesce_daemon(s->daemon);
+    atomic_store(&s->closing, 1);
+    /* MHD_stop_daemon closes every socket at once, so first let each open
+     * completion notice `closing` (within GEN_WAIT_MS), cancel its request
+     * and send its last chunk and [DONE] (bounded: 30 s) */
+    for (int i = 0; i < 3000; i++) {
+        pthread_mutex_lock(&s->mu);
+        int64_t left = s->in_flight;
+        pthread_mutex_unlock(&s->mu);
+        if (!left) break;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    MHD_stop_daemon(s->daemon);
+    free_server(s);
+}

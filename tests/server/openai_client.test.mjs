@@ -1,0 +1,414 @@
+// openai_client.test.mjs — `nextn serve` through the official `openai` npm
+// client (pinned in package.json) and raw HTTP: chat, streaming, usage, stop
+// strings, tools, seeds, 8 concurrent streams equal to the same requests
+// alone, cancellation, malformed requests, the prefix cache (multi-turn hits,
+// the disk tier across a restart, damaged files), a bounded load test and a
+// graceful shutdown. Loopback only.
+//
+//   node openai_client.test.mjs NEXTN_BINARY MODEL_DIR WORK_DIR
+//
+// Prints one line per test and the figures it measured (TTFT by turn, RSS);
+// exits 1 if any test failed.
+import { spawn } from 'node:child_process';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+
+let OpenAI;
+try {
+  ({ default: OpenAI } = await import('openai'));
+} catch (e) {
+  console.error(`the openai package is missing: run \`npm ci --prefix tests/server\` (scripts/test.sh does) (${e.message})`);
+  process.exit(1);
+}
+
+const [nextn, modelDir, workDir] = process.argv.slice(2);
+if (!nextn || !modelDir || !workDir) {
+  console.error('usage: node openai_client.test.mjs NEXTN_BINARY MODEL_DIR WORK_DIR');
+  process.exit(2);
+}
+fs.rmSync(workDir, { recursive: true, force: true });
+fs.mkdirSync(workDir, { recursive: true });
+const cacheDir = path.join(workDir, 'cache');
+const KEY = 'sk-nextn-test';
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// ---- the server process --------------------------------------------------
+
+let server = null; // { proc, port, base, exited }
+
+async function startServer(extra = []) {
+  const portFile = path.join(workDir, 'port');
+  fs.rmSync(portFile, { force: true });
+  const args = ['serve', '-m', modelDir, '-t', '2', '--port', '0', '--port-file', portFile, '--parallel', '4',
+    '--ctx', '1024', '--prefill-chunk', '64', '--cache-ram', '64', '--cache-dir', cacheDir, '--api-key', KEY,
+    '--max-body', '65536', ...extra];
+  // a small ASan quarantine, so freed memory shows as freed in the RSS check
+  const env = { ...process.env, ASAN_OPTIONS: `${process.env.ASAN_OPTIONS || ''}:quarantine_size_mb=4` };
+  const proc = spawn(nextn, args, { stdio: ['ignore', 'inherit', 'pipe'], env });
+  const s = { proc, log: '', exited: null };
+  proc.stderr.on('data', (d) => { s.log += d; });
+  proc.on('exit', (code, sig) => { s.exited = { code, sig }; });
+  for (let i = 0; i < 1200 && !s.exited; i++) {
+    if (fs.existsSync(portFile) && fs.readFileSync(portFile, 'utf8').trim()) break;
+    await sleep(50);
+  }
+  if (s.exited) throw new Error(`server exited at start: ${JSON.stringify(s.exited)}\n${s.log}`);
+  s.port = Number(fs.readFileSync(portFile, 'utf8').trim());
+  s.base = `http://127.0.0.1:${s.port}`;
+  server = s;
+  return s;
+}
+
+async function stopServer(signal = 'SIGTERM') {
+  const s = server;
+  server = null;
+  if (!s || s.exited) return s?.exited;
+  s.proc.kill(signal);
+  for (let i = 0; i < 600 && !s.exited; i++) await sleep(50);
+  return s.exited;
+}
+
+const client = () => new OpenAI({ baseURL: `${server.base}/v1`, apiKey: KEY, maxRetries: 0, timeout: 120000 });
+
+async function raw(method, url, body, headers = {}) {
+  const h = { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json', ...headers };
+  const r = await fetch(`${server.base}${url}`, { method, headers: h, body });
+  const text = await r.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch { /* metrics, or not JSON */ }
+  return { status: r.status, text, json, headers: r.headers };
+}
+
+async function metrics() {
+  const r = await raw('GET', '/metrics');
+  const m = {};
+  for (const line of r.text.split('\n')) {
+    const at = line.lastIndexOf(' ');
+    if (!line || line.startsWith('#') || at < 0) continue;
+    m[line.slice(0, at)] = Number(line.slice(at + 1));
+  }
+  return m;
+}
+
+function rssKB(pid) {
+  const s = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+)/.exec(s)[1]);
+}
+
+// ---- helpers ------------------------------------------------------------------
+
+const user = (content) => ({ role: 'user', content });
+
+async function chatWhole(messages, extra = {}) {
+  return client().chat.completions.create({ model: 'default', messages, max_tokens: 24, temperature: 0, ...extra });
+}
+
+// Streams a chat completion; returns { reasoning, content, chunks, finish, usage, ttft }.
+async function chatStream(messages, extra = {}, signal) {
+  const t0 = performance.now();
+  const stream = await client().chat.completions.create(
+    { model: 'default', messages, max_tokens: 24, temperature: 0, stream: true, ...extra }, { signal });
+  const out = { reasoning: '', content: '', chunks: [], finish: null, usage: null, ttft: null, calls: [] };
+  for await (const chunk of stream) {
+    out.chunks.push(chunk);
+    if (chunk.usage) out.usage = chunk.usage;
+    const c = chunk.choices[0];
+    if (!c) continue;
+    const d = c.delta || {};
+    if ((d.content || d.reasoning_content) && out.ttft === null) out.ttft = performance.now() - t0;
+    out.reasoning += d.reasoning_content || '';
+    out.content += d.content || '';
+    if (d.tool_calls) out.calls.push(...d.tool_calls);
+    if (c.finish_reason) out.finish = c.finish_reason;
+  }
+  return out;
+}
+
+const tests = [];
+const test = (name, fn) => tests.push({ name, fn });
+
+// ---- tests ---------------------------------------------------------------------
+
+test('lists the model and reports health', async () => {
+  const models = await client().models.list();
+  assert.equal(models.data.length, 1);
+  assert.equal(models.data[0].object, 'model');
+  const h = await raw('GET', '/health', undefined, { Authorization: '' });
+  assert.equal(h.status, 200);
+  assert.equal(h.json.status, 'ok');
+});
+
+test('answers a chat completion with usage', async () => {
+  const r = await chatWhole([user('Who was Moses?')]);
+  assert.equal(r.object, 'chat.completion');
+  assert.match(r.id, /^chatcmpl-/);
+  const m = r.choices[0].message;
+  assert.equal(m.role, 'assistant');
+  assert.ok((m.content || '').length + (m.reasoning_content || '').length > 0, 'no text at all');
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 24);
+  assert.ok(r.usage.prompt_tokens > 5);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+});
+
+test('streams the same text the whole response has', async () => {
+  const msgs = [user('Tell me of Abraham.')];
+  for (const thinking of [true, false]) {
+    const kw = { chat_template_kwargs: { enable_thinking: thinking } };
+    const whole = await chatWhole(msgs, kw);
+    const s = await chatStream(msgs, { ...kw, stream_options: { include_usage: true } });
+    assert.equal(s.chunks[0].choices[0].delta.role, 'assistant');
+    assert.equal(s.content, whole.choices[0].message.content || '');
+    assert.equal(s.reasoning, whole.choices[0].message.reasoning_content || '');
+    assert.equal(s.finish, whole.choices[0].finish_reason);
+    assert.deepEqual(s.usage, whole.usage);
+    assert.equal(s.chunks.at(-1).choices.length, 0, 'the usage chunk has no choices');
+    if (!thinking) assert.equal(s.reasoning, '', 'enable_thinking false: no reasoning');
+  }
+});
+
+test('text completions stream and stop at stop strings', async () => {
+  const c = client();
+  const base = await c.completions.create({ model: 'default', prompt: 'And God said unto Moses,', max_tokens: 40, temperature: 0 });
+  const text = base.choices[0].text;
+  assert.equal(base.object, 'text_completion');
+  const words = text.split(' ').filter((w) => w.length > 2);
+  const stopWord = words[Math.min(4, words.length - 1)];
+  const want = text.slice(0, text.indexOf(stopWord));
+  const stopped = await c.completions.create({ model: 'default', prompt: 'And God said unto Moses,', max_tokens: 40, temperature: 0,
+    stop: ['@@never@@', stopWord] });
+  assert.equal(stopped.choices[0].text, want);
+  assert.equal(stopped.choices[0].finish_reason, 'stop');
+  const stream = await c.completions.create({ model: 'default', prompt: 'And God said unto Moses,', max_tokens: 40, temperature: 0,
+    stop: stopWord, stream: true });
+  let streamed = '';
+  let finish = null;
+  for await (const ch of stream) {
+    streamed += ch.choices[0]?.text || '';
+    finish = ch.choices[0]?.finish_reason || finish;
+  }
+  assert.equal(streamed, want);
+  assert.equal(finish, 'stop');
+});
+
+test('takes tools and tool results through a round trip', async () => {
+  const tools = [{ type: 'function', function: { name: 'find_verse', description: 'Look up a Bible verse',
+    parameters: { type: 'object', properties: { book: { type: 'string' }, chapter: { type: 'integer' } }, required: ['book'] } } }];
+  const first = await chatWhole([user('Find Genesis 1.')], { tools, tool_choice: 'auto' });
+  const m = first.choices[0].message;
+  assert.ok(['stop', 'length', 'tool_calls'].includes(first.choices[0].finish_reason));
+  if (m.tool_calls) for (const tc of m.tool_calls) JSON.parse(tc.function.arguments); // valid JSON when present
+  // the client sends the call and its result back: the template renders both
+  const call = { id: 'call_1', type: 'function', function: { name: 'find_verse', arguments: '{"book":"Genesis","chapter":1}' } };
+  const withResult = [user('Find Genesis 1.'), { role: 'assistant', content: null, tool_calls: [call] },
+    { role: 'tool', tool_call_id: 'call_1', content: 'In the beginning God created the heaven and the earth.' }];
+  const second = await chatWhole(withResult, { tools });
+  assert.equal(second.object, 'chat.completion');
+  assert.ok(second.usage.prompt_tokens > first.usage.prompt_tokens + 10, 'the tool call and result reached the prompt');
+  const none = await chatWhole([user('Find Genesis 1.')], { tools, tool_choice: 'none' });
+  assert.ok(none.usage.prompt_tokens < first.usage.prompt_tokens, 'tool_choice none leaves the tools out');
+});
+
+test('a seed makes sampling repeatable', async () => {
+  const msgs = [user('Sing of the sea.')];
+  const a = await chatWhole(msgs, { temperature: 0.9, top_p: 0.95, seed: 42, max_tokens: 32 });
+  const b = await chatWhole(msgs, { temperature: 0.9, top_p: 0.95, seed: 42, max_tokens: 32 });
+  assert.deepEqual(a.choices[0].message, b.choices[0].message);
+  let differs = false;
+  for (const seed of [43, 44, 45]) {
+    const c = await chatWhole(msgs, { temperature: 0.9, top_p: 0.95, seed, max_tokens: 32 });
+    differs ||= JSON.stringify(c.choices[0].message) !== JSON.stringify(a.choices[0].message);
+  }
+  assert.ok(differs, 'three other seeds all gave the same text');
+});
+
+test('8 concurrent streams equal the same requests alone', async () => {
+  const prompts = ['Who was Noah?', 'Tell me of Jacob.', 'What is the law?', 'Sing a psalm.', 'Who was David?',
+    'Where is Egypt?', 'What did Moses say?', 'Who built the ark?'];
+  const opts = { max_tokens: 40, chat_template_kwargs: { enable_thinking: false } };
+  const alone = [];
+  for (const p of prompts) alone.push(await chatStream([user(p)], opts));
+  const before = await metrics();
+  const together = await Promise.all(prompts.map((p) => chatStream([user(p)], opts)));
+  const after = await metrics();
+  together.forEach((t, i) => {
+    assert.equal(t.content, alone[i].content, `request ${i} differs in company`);
+    assert.equal(t.reasoning, alone[i].reasoning);
+    assert.equal(t.finish, alone[i].finish);
+  });
+  const rows = after.nextn_batch_size_mean; // mean rows per decode round since start
+  assert.ok(rows > before.nextn_batch_size_mean, `rows never decoded together (mean ${rows})`);
+});
+
+test('a cancelled stream frees its row and the server goes on', async () => {
+  const before = await metrics();
+  const ac = new AbortController();
+  let got = 0;
+  try {
+    const stream = await client().chat.completions.create({ model: 'default', messages: [user('Recite the begats.')],
+      max_tokens: 900, temperature: 0, stream: true }, { signal: ac.signal });
+    for await (const ch of stream) {
+      if (ch.choices[0]?.delta?.content || ch.choices[0]?.delta?.reasoning_content) got++;
+      if (got === 3) {
+        ac.abort();
+        break;
+      }
+    }
+  } catch (e) {
+    assert.ok(e.name === 'AbortError' || /abort/i.test(String(e)), String(e));
+  }
+  assert.equal(got, 3);
+  let m;
+  for (let i = 0; i < 200; i++) {
+    m = await metrics();
+    if (m.nextn_requests_cancelled_total > before.nextn_requests_cancelled_total && m.nextn_batch_size === 0) break;
+    await sleep(50);
+  }
+  assert.equal(m.nextn_requests_cancelled_total, before.nextn_requests_cancelled_total + 1);
+  assert.equal(m.nextn_batch_size, 0);
+  assert.ok(m.nextn_generated_tokens_total - before.nextn_generated_tokens_total < 900, 'the row ran on');
+  const r = await chatWhole([user('Still there?')]);
+  assert.equal(r.usage.completion_tokens, 24);
+});
+
+test('malformed requests get OpenAI-style 4xx errors', async () => {
+  const chat = (body) => raw('POST', '/v1/chat/completions', typeof body === 'string' ? body : JSON.stringify(body));
+  const msgs = [user('hi')];
+  const cases = [
+    ['{"messages": [', 400, /JSON/], ['[1,2]', 400, /object/], [{ max_tokens: 5 }, 400, /messages/],
+    [{ messages: [] }, 400, /messages/], [{ messages: msgs, max_tokens: -1 }, 400, /max_tokens/],
+    [{ messages: msgs, temperature: -1 }, 400, /temperature/], [{ messages: msgs, n: 2 }, 400, /\bn\b/],
+    [{ messages: msgs, max_tokens: 100000 }, 400, /context length/], [{ messages: [{ content: 'x' }] }, 400, /role/],
+    [{ messages: msgs, stop: ['a', 'b', 'c', 'd', 'e'] }, 400, /stop/],
+  ];
+  for (const [body, status, re] of cases) {
+    const r = await chat(body);
+    assert.equal(r.status, status, `${JSON.stringify(body)} -> ${r.status} ${r.text}`);
+    assert.ok(r.json?.error?.message && r.json.error.type, `no error object for ${JSON.stringify(body)}`);
+    assert.match(r.json.error.message, re);
+  }
+  const big = await chat({ messages: [user('x'.repeat(70000))] });
+  assert.equal(big.status, 413);
+  assert.equal((await raw('GET', '/v1/nothing')).status, 404);
+  assert.equal((await raw('GET', '/v1/chat/completions')).status, 405);
+  assert.equal((await raw('GET', '/v1/models', undefined, { Authorization: 'Bearer wrong' })).status, 401);
+  assert.equal((await raw('GET', '/metrics', undefined, { Authorization: '' })).status, 401);
+  const ok = await chat({ messages: msgs, max_tokens: 3, unknown_field: { deep: [1] } });
+  assert.equal(ok.status, 200, 'unknown fields are ignored');
+});
+
+// turns of one conversation, kept for the restart tests
+let convo = null;
+
+test('a multi-turn chat resumes from the prefix cache', async () => {
+  const msgs = [{ role: 'system', content: 'You are a scribe of the old books.' }];
+  const ttft = [];
+  let lastPrompt = 0;
+  for (let turn = 1; turn <= 5; turn++) {
+    msgs.push(user(`Turn ${turn}: tell me more of the kings of Israel and of Judah, and of their wars.`));
+    const before = await metrics();
+    const s = await chatStream(msgs, { max_tokens: 48, stream_options: { include_usage: true } });
+    const after = await metrics();
+    ttft.push(s.ttft);
+    if (turn > 1) {
+      assert.equal(after.nextn_cache_hits_total, before.nextn_cache_hits_total + 1, `turn ${turn}: no cache hit`);
+      const reused = after.nextn_cache_hit_tokens_total - before.nextn_cache_hit_tokens_total;
+      assert.ok(reused >= lastPrompt - 8, `turn ${turn}: reused ${reused} of the previous ${lastPrompt}-token prompt`);
+    }
+    lastPrompt = s.usage.prompt_tokens;
+    msgs.push({ role: 'assistant', content: s.content, reasoning_content: s.reasoning });
+  }
+  console.log(`  TTFT by turn (ms): ${ttft.map((t) => t.toFixed(1)).join(', ')} (prompt of turn 5: ${lastPrompt} tokens)`);
+  convo = msgs;
+});
+
+test('the disk cache survives a restart and damaged files are misses', async () => {
+  assert.ok(convo, 'needs the multi-turn test');
+  const next = [...convo, user('And after them?')];
+  const ref = await chatWhole(next, { max_tokens: 16 });
+  assert.equal((await stopServer()).code, 0, 'clean exit on SIGTERM');
+  assert.ok(fs.readdirSync(cacheDir).some((f) => f.endsWith('.nxc')), 'no cache files on disk');
+  await startServer();
+  let m0 = await metrics();
+  const again = await chatWhole(next, { max_tokens: 16 });
+  let m1 = await metrics();
+  assert.equal(m1.nextn_cache_hits_total - m0.nextn_cache_hits_total, 1, 'no hit after the restart');
+  assert.deepEqual(again.choices[0].message, ref.choices[0].message);
+  // damage every file: a flipped byte in the state, or the file cut short
+  assert.equal((await stopServer()).code, 0);
+  const files = fs.readdirSync(cacheDir).filter((f) => f.endsWith('.nxc'));
+  files.forEach((f, i) => {
+    const p = path.join(cacheDir, f);
+    const b = fs.readFileSync(p);
+    if (i % 2) fs.writeFileSync(p, b.subarray(0, b.length >> 1));
+    else { b[b.length - 64] ^= 0x5a; fs.writeFileSync(p, b); }
+  });
+  await startServer();
+  m0 = await metrics();
+  const third = await chatWhole(next, { max_tokens: 16 });
+  m1 = await metrics();
+  assert.deepEqual(third.choices[0].message, ref.choices[0].message, 'a damaged cache changed the answer');
+  assert.ok(m1.nextn_cache_bad_files_total >= 1, 'damaged files were not noticed');
+  assert.match(server.log, /prefix cache: .*(damaged|truncated)/);
+});
+
+test('a load test leaves no errors and no memory growth', async () => {
+  // a 4 MB prefix cache fills in the first round; after that memory must stay flat
+  await stopServer();
+  await startServer(['--cache-ram', '4']);
+  const rounds = 4, perRound = 16;
+  const rss = [];
+  for (let r = 0; r < rounds; r++) {
+    const jobs = [];
+    for (let i = 0; i < perRound; i++) {
+      const msgs = [user(`Load ${r}-${i}: what is wisdom?`)];
+      jobs.push(i % 2 ? chatWhole(msgs, { max_tokens: 12, temperature: 0.7, seed: i })
+        : chatStream(msgs, { max_tokens: 12 }));
+    }
+    const out = await Promise.all(jobs);
+    assert.equal(out.length, perRound);
+    rss.push(rssKB(server.proc.pid));
+  }
+  const m = await metrics();
+  assert.equal(m.nextn_requests_failed_total, 0);
+  assert.equal(m.nextn_batch_size, 0);
+  assert.equal(m.nextn_streams_open, 0);
+  console.log(`  RSS after each of ${rounds} rounds of ${perRound} requests (KB): ${rss.join(', ')}`);
+  const growth = rss[rounds - 1] - rss[1];
+  assert.ok(growth < 16 * 1024, `RSS grew by ${growth} KB from round 2 to round ${rounds}`);
+});
+
+test('SIGTERM ends open streams cleanly', async () => {
+  const pending = chatStream([user('Recite the law.')], { max_tokens: 900 }).catch((e) => ({ error: e }));
+  await sleep(300);
+  const exited = await stopServer();
+  const s = await pending;
+  assert.equal(exited.code, 0);
+  assert.ok(!s.error, `the stream broke: ${s.error}`);
+  assert.ok(s.finish, 'the stream ended without a finish_reason');
+});
+
+// ---- runner ------------------------------------------------------------------------
+
+let failed = 0;
+try {
+  await startServer();
+  for (const t of tests) {
+    const t0 = performance.now();
+    try {
+      if (!server) await startServer();
+      await t.fn();
+      console.log(`ok   ${t.name} (${((performance.now() - t0) / 1000).toFixed(1)} s)`);
+    } catch (e) {
+      failed++;
+      console.log(`FAIL ${t.name}: ${e.stack || e}`);
+    }
+  }
+} finally {
+  const log = server?.log;
+  await stopServer();
+  if (failed && log) console.log(`server log:\n${log}`);
+}
+console.log(`${tests.length - failed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,722 @@
+/* test_oai.c — the OpenAI wire format: request validation, the output
+ * assembler (stop strings, reasoning, tool calls; the same totals however the
+ * text is cut into pushes) and the response builders, read back with jansson. */
+#include "test.h"
+
+#include <jansson.h>
+
+#include "server/oai.h"
+
+/* ---- Requests ------------------------------------------------------------- */
+
+static int parse(const char *body, int chat, oai_request *r, int *status, char *err, size_t errlen) {
+    return oai_parse_request(body, strlen(body), chat, r, status, err, errlen);
+}
+
+static void chat_request_keeps_messages_and_reads_every_field(void) {
+    const char *body =
+        "{\"model\":\"qwen\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hi\"},{\"type\":\"text\",\"text\":\"!\"}]}],"
+        "\"temperature\":0.7,\"top_p\":0.8,\"top_k\":20,\"min_p\":0.05,\"presence_penalty\":1.5,"
+        "\"frequency_penalty\":-0.5,\"repetition_penalty\":1.1,\"seed\":-1,\"max_tokens\":64,"
+        "\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+        "\"chat_template_kwargs\":{\"enable_thinking\":false},"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]}";
+    oai_request r;
+    int status = 0;
+    char err[256];
+    CHECKF(parse(body, 1, &r, &status, err, sizeof err) == 0, "%s", err);
+    CHECK(r.chat == 1 && r.model && strcmp(r.model, "qwen") == 0);
+    CHECKF(r.messages_json && strcmp(r.messages_json,
+                                     "[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
+                                     "[{\"type\":\"text\",\"text\":\"Hi\"},{\"type\":\"text\",\"text\":\"!\"}]}]") == 0,
+           "%s", r.messages_json);
+    CHECK(r.tools_json && strstr(r.tools_json, "\"name\":\"f\""));
+    CHECK(r.prompt == NULL);
+    CHECK(fabsf(r.sampling.temperature - 0.7f) < 1e-6f && fabsf(r.sampling.top_p - 0.8f) < 1e-6f);
+    CHECK(r.sampling.top_k == 20 && fabsf(r.sampling.min_p - 0.05f) < 1e-6f);
+    CHECK(r.sampling.presence_penalty == 1.5f && r.sampling.frequency_penalty == -0.5f);
+    CHECK(fabsf(r.sampling.repetition_penalty - 1.1f) < 1e-6f);
+    CHECK(r.seed_given == 1 && r.sampling.seed == UINT64_MAX);   /* -1 as 64 bits */
+    CHECK(r.max_tokens == 64 && r.stream == 1 && r.include_usage == 1 && r.enable_thinking == 0);
+    oai_request_free(&r);
+    oai_request_free(&r);   /* idempotent */
+    oai_request_free(NULL);
+}
+
+static void absent_fields_take_openai_defaults(void) {
+    oai_request r;
+    int status;
+    char err[256];
+    CHECK(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 1, &r, &status, err, sizeof err) == 0);
+    CHECK(r.model == NULL && r.tools_json == NULL && r.n_stop == 0 && r.stop == NULL);
+    CHECK(r.sampling.temperature == 1.0f && r.sampling.top_p == 1.0f && r.sampling.top_k == 0);
+    CHECK(r.sampling.min_p == 0.0f && r.sampling.repetition_penalty == 1.0f);
+    CHECK(r.sampling.presence_penalty == 0.0f && r.sampling.frequency_penalty == 0.0f);
+    CHECK(r.max_tokens == -1 && r.seed_given == 0 && r.stream == 0 && r.include_usage == 0);
+    CHECK(r.enable_thinking == -1);
+    oai_request_free(&r);
+    CHECK(parse("{\"messages\":[{\"role\":\"user\"}],\"chat_template_kwargs\":{\"enable_thinking\":true},"
+                "\"top_k\":-1,\"seed\":42}",
+                1, &r, &status, err, sizeof err) == 0);
+    CHECK(r.enable_thinking == 1 && r.sampling.top_k == 0 && r.seed_given == 1 && r.sampling.seed == 42);
+    oai_request_free(&r);
+}
+
+static void completion_prompt_is_a_string_or_an_array_of_one_string(void) {
+    oai_request r;
+    int status;
+    char err[256];
+    CHECK(parse("{\"prompt\":\"Once upon\",\"max_tokens\":5}", 0, &r, &status, err, sizeof err) == 0);
+    CHECK(r.chat == 0 && r.prompt && strcmp(r.prompt, "Once upon") == 0 && r.messages_json == NULL);
+    CHECK(r.max_tokens == 5);
+    oai_request_free(&r);
+    CHECK(parse("{\"prompt\":[\"In the beginning\"]}", 0, &r, &status, err, sizeof err) == 0);
+    CHECK(r.prompt && strcmp(r.prompt, "In the beginning") == 0);
+    oai_request_free(&r);
+    CHECK(parse("{\"prompt\":[\"a\",\"b\"]}", 0, &r, &status, err, sizeof err) == -1 && status == 400);
+    CHECK(strstr(err, "prompt") != NULL);
+}
+
+static void stop_is_a_string_or_a_list(void) {
+    oai_request r;
+    int status;
+    char err[256];
+    CHECK(parse("{\"prompt\":\"x\",\"stop\":\"\\n\\n\"}", 0, &r, &status, err, sizeof err) == 0);
+    CHECK(r.n_stop == 1 && strcmp(r.stop[0], "\n\n") == 0);
+    oai_request_free(&r);
+    CHECK(parse("{\"prompt\":\"x\",\"stop\":[\"END\",\"###\",\"a\",\"b\"]}", 0, &r, &status, err, sizeof err) == 0);
+    CHECK(r.n_stop == 4 && strcmp(r.stop[0], "END") == 0 && strcmp(r.stop[3], "b") == 0);
+    oai_request_free(&r);
+    CHECK(parse("{\"prompt\":\"x\",\"stop\":[]}", 0, &r, &status, err, sizeof err) == 0 && r.n_stop == 0);
+    oai_request_free(&r);
+}
+
+static void max_completion_tokens_wins_over_max_tokens(void) {
+    oai_request r;
+    int status;
+    char err[256];
+    CHECK(parse("{\"prompt\":\"x\",\"max_completion_tokens\":7,\"max_tokens\":100}", 0, &r, &status, err,
+                sizeof err) == 0);
+    CHECK(r.max_tokens == 7);
+    oai_request_free(&r);
+    CHECK(parse("{\"prompt\":\"x\",\"max_completion_tokens\":0}", 0, &r, &status, err, sizeof err) == 0);
+    CHECK(r.max_tokens == 0);
+    oai_request_free(&r);
+}
+
+static void tool_choice_none_drops_the_tools(void) {
+    oai_request r;
+    int status;
+    char err[256];
+    CHECK(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}],"
+                "\"tool_choice\":\"none\"}",
+                1, &r, &status, err, sizeof err) == 0);
+    CHECK(r.tools_json == NULL);
+    oai_request_free(&r);
+    CHECK(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":null}", 1, &r, &status, err,
+                sizeof err) == 0);
+    CHECK(r.tools_json == NULL);
+    oai_request_free(&r);
+}
+
+static void unknown_fields_and_nulls_are_ignored(void) {
+    oai_request r;
+    int status;
+    char err[256];
+    CHECK(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"bob\"}],\"user\":\"u1\","
+                "\"logit_bias\":{\"1\":2},\"metadata\":{\"a\":[1,2]},\"temperature\":null,\"stop\":null,"
+                "\"frobnicate\":true}",
+                1, &r, &status, err, sizeof err) == 0);
+    CHECK(r.sampling.temperature == 1.0f && r.n_stop == 0);
+    CHECK(r.messages_json && strstr(r.messages_json, "\"name\":\"bob\""));   /* extra message keys kept */
+    oai_request_free(&r);
+}
+
+static void invalid_requests_get_400_naming_the_field(void) {
+    static const struct {
+        int chat;
+        const char *body, *needle;
+    } cases[] = {
+        {0, "{\"prompt\":\"x\",\"max_tokens\":-1}", "max_tokens must be a non-negative integer"},
+        {0, "{\"prompt\":\"x\",\"max_tokens\":1.5}", "max_tokens"},
+        {0, "{\"prompt\":\"x\",\"max_completion_tokens\":\"9\"}", "max_completion_tokens"},
+        {0, "{\"prompt\":\"x\",\"temperature\":-1}", "temperature must be between 0 and 2"},
+        {0, "{\"prompt\":\"x\",\"temperature\":3}", "temperature must be between 0 and 2"},
+        {0, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "temperature must be a number"},
+        {0, "{\"prompt\":\"x\",\"top_p\":0}", "top_p"},
+        {0, "{\"prompt\":\"x\",\"top_p\":1.01}", "top_p"},
+        {0, "{\"prompt\":\"x\",\"top_k\":-2}", "top_k"},
+        {0, "{\"prompt\":\"x\",\"min_p\":1.5}", "min_p"},
+        {0, "{\"prompt\":\"x\",\"presence_penalty\":2.5}", "presence_penalty"},
+        {0, "{\"prompt\":\"x\",\"frequency_penalty\":-3}", "frequency_penalty"},
+        {0, "{\"prompt\":\"x\",\"repetition_penalty\":0}", "repetition_penalty"},
+        {0, "{\"prompt\":\"x\",\"seed\":1.5}", "seed"},
+        {0, "{\"prompt\":\"x\",\"stream\":1}", "stream must be a boolean"},
+        {0, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":\"yes\"}}", "include_usage"},
+        {0, "{\"prompt\":\"x\",\"n\":2}", "n must be 1 (only one choice is supported)"},
+        {0, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
+        {0, "{\"prompt\":\"x\",\"stop\":[\"a\",\"\"]}", "stop"},
+        {0, "{\"prompt\":\"x\",\"stop\":5}", "stop"},
+        {0, "{\"prompt\":\"x\",\"model\":3}", "model"},
+        {0, "{\"max_tokens\":3}", "prompt"},
+        {1, "{\"max_tokens\":3}", "messages must be a non-empty array"},
+        {1, "{\"messages\":[]}", "messages must be a non-empty array"},
+        {1, "{\"messages\":{\"role\":\"user\"}}", "messages must be a non-empty array"},
+        {1, "{\"messages\":[{\"content\":\"hi\"}]}", "messages[0].role"},
+        {1, "{\"messages\":[{\"role\":\"user\"},{\"role\":7}]}", "messages[1].role"},
+        {1, "{\"messages\":[\"hi\"]}", "messages[0] must be an object"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"tools\":{}}", "tools"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"chat_template_kwargs\":{\"enable_thinking\":1}}",
+         "enable_thinking"},
+        {1, "[{\"role\":\"user\"}]", "must be a JSON object"},
+        {1, "\"hello\"", "must be a JSON object"},
+        {1, "{\"messages\": [", "invalid JSON at line 1"},
+        {1, "", "invalid JSON"},
+        {1, "{\"messages\":[{\"role\":\"user\"}]} trailing", "invalid JSON"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        oai_request r;
+        int status = 0;
+        char err[256] = "";
+        int rc = parse(cases[i].body, cases[i].chat, &r, &status, err, sizeof err);
+        CHECKF(rc == -1 && status == 400 && strstr(err, cases[i].needle), "%s -> rc %d status %d '%s'",
+               cases[i].body, rc, status, err);
+        /* left zeroed: nothing to free, and freeing is still safe */
+        CHECK(r.model == NULL && r.messages_json == NULL && r.prompt == NULL && r.stop == NULL);
+        oai_request_free(&r);
+    }
+}
+
+static void invalid_json_message_is_ascii_and_has_a_position(void) {
+    oai_request r;
+    int status;
+    char err[256];
+    const char body[] = "{\"prompt\": \xff\xfe}";
+    CHECK(oai_parse_request(body, sizeof body - 1, 0, &r, &status, err, sizeof err) == -1 && status == 400);
+    int ascii = 1;
+    for (const char *p = err; *p; p++) ascii &= (unsigned char)*p < 0x80;
+    CHECKF(ascii && strstr(err, "column"), "%s", err);
+    char *e = oai_error_json(err, "invalid_request_error", NULL, NULL);
+    CHECK(e != NULL);
+    free(e);
+}
+
+/* ---- Output assembly ------------------------------------------------------- */
+
+/* One run of the assembler: the text cut into pieces, every delta collected. */
+typedef struct {
+    const char *text;
+    const char *stop[4];
+    int n_stop, think_open, parse_tools;
+} scenario;
+
+typedef struct {
+    char reasoning[2048], content[2048];   /* the deltas, concatenated */
+    char *calls;                           /* oai_output_tool_calls_json */
+    int n_calls, stopped, delta_calls;
+    int totals_match;                      /* deltas == oai_output_content / _reasoning */
+} result;
+
+static void cat(char *dst, const char *s, size_t n) {
+    size_t k = strlen(dst);
+    if (k + n < 2048) {
+        memcpy(dst + k, s, n);
+        dst[k + n] = '\0';
+    }
+}
+
+static void collect(result *res, const oai_delta *d) {
+    CHECK(strlen(d->content) == d->content_len && strlen(d->reasoning) == d->reasoning_len);
+    cat(res->reasoning, d->reasoning, d->reasoning_len);
+    cat(res->content, d->content, d->content_len);
+    for (int i = 0; i < d->n_calls; i++) CHECK(d->calls[i].index == res->delta_calls + i);
+    res->delta_calls += d->n_calls;
+    res->stopped = d->stopped;
+}
+
+/* Pushes text[0..n) in pieces: cut > 0 splits once at cut, step > 0 pushes
+ * step bytes at a time, both 0 pushes it whole. */
+static result run(const scenario *sc, size_t cut, size_t step) {
+    result res;
+    memset(&res, 0, sizeof res);
+    oai_output *o = oai_output_new((char *const *)sc->stop, sc->n_stop, sc->think_open, sc->parse_tools);
+    CHECK(o != NULL);
+    if (!o) return res;
+    oai_delta d;
+    size_t n = strlen(sc->text);
+    for (size_t at = 0; at < n;) {
+        size_t len = step ? step : cut && at == 0 ? cut : n - at;
+        if (len > n - at) len = n - at;
+        CHECK(oai_output_push(o, sc->text + at, len, &d) == 0);
+        collect(&res, &d);
+        at += len;
+    }
+    CHECK(oai_output_finish(o, &d) == 0);
+    collect(&res, &d);
+    const char *r = oai_output_reasoning(o);
+    res.totals_match = strcmp(res.content, oai_output_content(o)) == 0 && strcmp(res.reasoning, r ? r : "") == 0;
+    res.n_calls = oai_output_n_calls(o);
+    res.calls = oai_output_tool_calls_json(o);
+    CHECK(res.delta_calls == res.n_calls);
+    oai_output_free(o);
+    return res;
+}
+
+static result run_whole(const scenario *sc) { return run(sc, 0, 0); }
+
+static void think_open_sends_text_to_reasoning_until_the_close_tag(void) {
+    scenario sc = {"\nLet me think.\nStill.\n</think>\n\nThe answer is 4.", {0}, 0, 1, 0};
+    result r = run_whole(&sc);
+    CHECKF(strcmp(r.reasoning, "Let me think.\nStill.") == 0, "'%s'", r.reasoning);
+    CHECKF(strcmp(r.content, "The answer is 4.") == 0, "'%s'", r.content);
+    CHECK(r.totals_match && r.n_calls == 0 && r.calls == NULL && !r.stopped);
+    /* never closed: everything is reasoning */
+    scenario open = {"thinking forever\n", {0}, 0, 1, 0};
+    r = run_whole(&open);
+    CHECK(strcmp(r.reasoning, "thinking forever") == 0 && r.content[0] == '\0');
+}
+
+static void think_tag_at_the_start_opens_reasoning_without_think_open(void) {
+    scenario sc = {"<think>\nhmm\n</think>\n\nok", {0}, 0, 0, 0};
+    result r = run_whole(&sc);
+    CHECK(strcmp(r.reasoning, "hmm") == 0 && strcmp(r.content, "ok") == 0);
+    /* not at the very start: plain content, left exactly as generated */
+    scenario later = {"\nHi <think>x</think>\n\n", {0}, 0, 0, 0};
+    r = run_whole(&later);
+    CHECK(r.reasoning[0] == '\0' && strcmp(r.content, "\nHi <think>x</think>\n\n") == 0);
+    /* a partial "<think>" at finish is content */
+    scenario partial = {"<thi", {0}, 0, 0, 0};
+    r = run_whole(&partial);
+    CHECK(strcmp(r.content, "<thi") == 0 && r.reasoning[0] == '\0');
+    /* think_open -1: no reasoning split at all */
+    scenario off = {"<think>\nx\n</think>\n\ny", {0}, 0, -1, 0};
+    r = run_whole(&off);
+    CHECK(strcmp(r.content, off.text) == 0 && r.reasoning[0] == '\0');
+}
+
+static void stop_string_spanning_pushes_ends_the_output(void) {
+    const char *stop[] = {"###"};
+    oai_output *o = oai_output_new((char *const *)stop, 1, -1, 0);
+    oai_delta d;
+    oai_output_push(o, "Answer: 42 #", 12, &d);
+    CHECKF(strcmp(d.content, "Answer: 42 ") == 0 && !d.stopped, "'%s'", d.content);   /* "#" held */
+    oai_output_push(o, "#", 1, &d);
+    CHECK(d.content_len == 0 && !d.stopped);
+    oai_output_push(o, "# more", 6, &d);
+    CHECK(d.content_len == 0 && d.stopped == 1);
+    oai_output_push(o, "ignored", 7, &d);   /* after the stop: nothing */
+    CHECK(d.content_len == 0 && d.stopped == 1);
+    oai_output_finish(o, &d);
+    CHECK(oai_delta_empty(&d) && d.stopped == 1);
+    CHECK(strcmp(oai_output_content(o), "Answer: 42 ") == 0);
+    CHECK(strcmp(oai_finish_reason(o, 1), "stop") == 0);
+    oai_output_free(o);
+}
+
+static void stop_strings_are_never_partially_emitted(void) {
+    const char *stop[] = {"STOP"};
+    const char *text = "go S ST STO STOx then STOP tail";
+    oai_output *o = oai_output_new((char *const *)stop, 1, -1, 0);
+    oai_delta d;
+    char sent[256] = "";
+    for (size_t i = 0; text[i]; i++) {
+        oai_output_push(o, text + i, 1, &d);
+        strncat(sent, d.content, d.content_len);
+        /* what was sent never ends inside a possible "STOP" */
+        size_t n = strlen(sent);
+        CHECKF(n == 0 || (sent[n - 1] != 'S' && sent[n - 1] != 'T' && sent[n - 1] != 'O'), "after %zu: '%s'", i,
+               sent);
+    }
+    CHECK(strcmp(sent, "go S ST STO STOx then ") == 0);
+    oai_output_free(o);
+    /* a held prefix that turns out not to be a stop is released at finish */
+    o = oai_output_new((char *const *)stop, 1, -1, 0);
+    oai_output_push(o, "abc ST", 6, &d);
+    CHECK(strcmp(d.content, "abc ") == 0);
+    oai_output_finish(o, &d);
+    CHECK(strcmp(d.content, "ST") == 0 && !d.stopped);
+    oai_output_free(o);
+}
+
+static void the_first_completed_stop_string_wins(void) {
+    scenario sc = {"hello world, then END and STOP", {"STOP", "END"}, 2, -1, 0};
+    result r = run_whole(&sc);
+    CHECK(strcmp(r.content, "hello world, then ") == 0 && r.stopped);
+    /* "lo w" is complete before "world" is */
+    scenario overlap = {"hello world", {"world", "lo w"}, 2, -1, 0};
+    r = run_whole(&overlap);
+    CHECKF(strcmp(r.content, "hel") == 0, "'%s'", r.content);
+    /* both end on the same byte: the longer one */
+    scenario tie = {"xab", {"b", "ab"}, 2, -1, 0};
+    r = run_whole(&tie);
+    CHECK(strcmp(r.content, "x") == 0);
+    /* a stop inside reasoning ends everything there */
+    scenario inthink = {"plan A. STOP more</think>answer", {"STOP"}, 1, 1, 0};
+    r = run_whole(&inthink);
+    CHECK(strcmp(r.reasoning, "plan A. ") == 0 && r.content[0] == '\0' && r.stopped);
+}
+
+static const char *sv(const json_t *v) { return json_is_string(v) ? json_string_value(v) : ""; }
+
+/* The arguments of call i in a tool_calls JSON array, parsed. */
+static json_t *call_args(const char *calls_json, size_t i, const char **name, const char **id) {
+    json_t *arr = json_loads(calls_json ? calls_json : "null", 0, NULL);
+    json_t *c = json_array_get(arr, i), *fn = json_object_get(c, "function");
+    static char nbuf[64], ibuf[64];
+    snprintf(nbuf, sizeof nbuf, "%s", sv(json_object_get(fn, "name")));
+    snprintf(ibuf, sizeof ibuf, "%s", sv(json_object_get(c, "id")));
+    CHECK(c == NULL || strcmp(sv(json_object_get(c, "type")), "function") == 0);
+    *name = nbuf;
+    if (id) *id = ibuf;
+    json_t *args = json_loads(sv(json_object_get(fn, "arguments")), 0, NULL);
+    json_decref(arr);
+    return args;
+}
+
+static void xml_tool_call_becomes_a_call_with_typed_arguments(void) {
+    scenario sc = {"Let me check.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                   "<parameter=days>\n3\n</parameter>\n<parameter=metric>\ntrue\n</parameter>\n"
+                   "<parameter=where>\n{\"lat\": 48.85, \"lon\": 2.35}\n</parameter>\n"
+                   "<parameter=tags>\n[\"a\", 1]\n</parameter>\n<parameter=none>\nnull\n</parameter>\n"
+                   "<parameter=note>\nline one\nline two\n\n</parameter>\n<parameter=quoted>\n\"x\"\n</parameter>\n"
+                   "<parameter=ratio>\n0.1\n</parameter>\n</function>\n</tool_call>\n",
+                   {0}, 0, -1, 1};
+    result r = run_whole(&sc);
+    CHECKF(strcmp(r.content, "Let me check.") == 0, "'%s'", r.content);
+    CHECK(r.n_calls == 1);
+    const char *name, *id;
+    json_t *a = call_args(r.calls, 0, &name, &id);
+    CHECK(strcmp(name, "get_weather") == 0);
+    CHECKF(strlen(id) == 29 && strncmp(id, "call_", 5) == 0, "%s", id);
+    CHECK(strspn(id + 5, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") == 24);
+    CHECK(json_is_object(a) && json_object_size(a) == 9);
+    CHECK(strcmp(sv(json_object_get(a, "city")), "Paris") == 0);
+    CHECK(json_integer_value(json_object_get(a, "days")) == 3 && json_is_integer(json_object_get(a, "days")));
+    CHECK(json_is_true(json_object_get(a, "metric")));
+    CHECK(json_real_value(json_object_get(json_object_get(a, "where"), "lat")) == 48.85);
+    CHECK(json_array_size(json_object_get(a, "tags")) == 2);
+    CHECK(json_is_null(json_object_get(a, "none")));
+    /* one newline stripped on each side, the rest kept */
+    CHECKF(strcmp(sv(json_object_get(a, "note")), "line one\nline two\n") == 0, "%s",
+           json_string_value(json_object_get(a, "note")));
+    CHECK(strcmp(sv(json_object_get(a, "quoted")), "\"x\"") == 0);
+    /* 0.1 spelled as written, in key order */
+    CHECKF(r.calls && strstr(r.calls, "\\\"ratio\\\":0.1}") && strstr(r.calls, "{\\\"city\\\":\\\"Paris\\\""), "%s",
+           r.calls);
+    json_decref(a);
+    free(r.calls);
+}
+
+static void json_tool_call_form_is_parsed(void) {
+    scenario sc = {"<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"kjv\", \"n\": 2}}\n</tool_call>",
+                   {0}, 0, -1, 1};
+    result r = run_whole(&sc);
+    CHECK(r.content[0] == '\0' && r.n_calls == 1);
+    CHECKF(r.calls && strstr(r.calls, "\"arguments\":\"{\\\"q\\\":\\\"kjv\\\",\\\"n\\\":2}\""), "%s", r.calls);
+    const char *name;
+    json_t *a = call_args(r.calls, 0, &name, NULL);
+    CHECK(strcmp(name, "search") == 0 && json_integer_value(json_object_get(a, "n")) == 2);
+    json_decref(a);
+    free(r.calls);
+}
+
+static void two_tool_calls_get_indexes_and_distinct_ids(void) {
+    scenario sc = {"<think>\nneed two\n</think>\n\n<tool_call>\n<function=a>\n</function>\n</tool_call>\n"
+                   "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>\n",
+                   {0}, 0, 0, 1};
+    result r = run_whole(&sc);
+    CHECK(strcmp(r.reasoning, "need two") == 0 && r.content[0] == '\0' && r.n_calls == 2);
+    const char *name, *id;
+    char id0[64];
+    json_t *a = call_args(r.calls, 0, &name, &id);
+    CHECK(strcmp(name, "a") == 0 && json_object_size(a) == 0);
+    snprintf(id0, sizeof id0, "%s", id);
+    json_decref(a);
+    a = call_args(r.calls, 1, &name, &id);
+    CHECK(strcmp(name, "b") == 0 && json_is_object(a) && strcmp(id0, id) != 0);
+    json_decref(a);
+    free(r.calls);
+}
+
+static void malformed_or_unterminated_tool_calls_become_content(void) {
+    scenario open = {"Sure.\n<tool_call>\n<function=f>\n<parameter=x>\n1", {0}, 0, -1, 1};
+    result r = run_whole(&open);
+    CHECK(r.n_calls == 0 && strcmp(r.content, open.text) == 0);
+    scenario bad = {"<tool_call>\nnot a call\n</tool_call> after", {0}, 0, -1, 1};
+    r = run_whole(&bad);
+    CHECK(r.n_calls == 0 && strcmp(r.content, bad.text) == 0);
+    scenario noclose = {"<tool_call>\n<function=f>\n<parameter=x>\n1\n</function>\n</tool_call>", {0}, 0, -1, 1};
+    r = run_whole(&noclose);
+    CHECK(r.n_calls == 0 && strcmp(r.content, noclose.text) == 0);
+    /* with parse_tools 0 a well-formed call is just text */
+    scenario off = {"<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", {0}, 0, -1, 0};
+    r = run_whole(&off);
+    CHECK(r.n_calls == 0 && strcmp(r.content, off.text) == 0);
+    /* whitespace is kept exactly when there are no calls */
+    scenario ws = {"a b  \n", {0}, 0, -1, 1};
+    r = run_whole(&ws);
+    CHECK(strcmp(r.content, "a b  \n") == 0);
+}
+
+static int same(const result *a, const result *b) {
+    return strcmp(a->reasoning, b->reasoning) == 0 && strcmp(a->content, b->content) == 0 &&
+           a->n_calls == b->n_calls && a->stopped == b->stopped &&
+           ((!a->calls && !b->calls) || (a->calls && b->calls && strcmp(a->calls, b->calls) == 0));
+}
+
+static void any_cut_of_the_text_gives_the_same_totals(void) {
+    static const scenario cases[] = {
+        {"\nReason here.\n\n</think>\n\nAnswer </thin and done.\n", {0}, 0, 1, 0},
+        {"<think>\n\nr</think>c<think>", {0}, 0, 0, 0},
+        {"<thinking>x", {0}, 0, 0, 0},
+        {"one ST two STOP three END", {"STOP", "END"}, 2, -1, 0},
+        {"aaab", {"aab", "b"}, 2, -1, 0},
+        {"abcabd", {"abd", "cab"}, 2, -1, 0},
+        {"Let me look.\n\n<tool_call>\n<function=f>\n<parameter=q>\nx < y\n</parameter>\n</function>\n"
+         "</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {\"k\": [1, 2.5]}}\n</tool_call>\n\n",
+         {0}, 0, -1, 1},
+        {"r\n</think>\n\nx <tool_call>\n<function=f>\n</function>\n</tool_call> trailing <tool_c", {"</tool_call> t"},
+         1, 1, 1},
+        {"<think>\nplan\n</think>\n\n<tool_call>\n{\"name\": \"f\"}\n</tool_call><tool_call>\n<function=", {0}, 0, 0,
+         1},
+        {"text <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call> STOP x", {"STOP"}, 1, -1, 1},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const scenario *sc = &cases[c];
+        result whole = run_whole(sc);
+        CHECKF(whole.totals_match, "case %zu", c);
+        result bytes = run(sc, 0, 1);
+        CHECKF(same(&whole, &bytes) && bytes.totals_match, "case %zu byte by byte: R'%s' C'%s' vs R'%s' C'%s'", c,
+               bytes.reasoning, bytes.content, whole.reasoning, whole.content);
+        free(bytes.calls);
+        for (size_t cut = 1; cut < strlen(sc->text); cut++) {
+            result two = run(sc, cut, 0);
+            CHECKF(same(&whole, &two) && two.totals_match, "case %zu cut at %zu: R'%s' C'%s'", c, cut, two.reasoning,
+                   two.content);
+            free(two.calls);
+        }
+        free(whole.calls);
+    }
+}
+
+static void finish_reason_prefers_tool_calls_then_length(void) {
+    oai_output *o = oai_output_new(NULL, 0, -1, 1);
+    oai_delta d;
+    oai_output_push(o, "plain", 5, &d);
+    CHECK(strcmp(oai_finish_reason(o, 0), "stop") == 0 && strcmp(oai_finish_reason(o, 1), "length") == 0);
+    oai_output_push(o, "<tool_call>\n{\"name\": \"f\"}\n</tool_call>", 38, &d);
+    CHECK(d.n_calls == 1 && strcmp(d.calls[0].arguments, "{}") == 0 && strcmp(d.calls[0].name, "f") == 0);
+    CHECK(strcmp(oai_finish_reason(o, 1), "tool_calls") == 0);
+    oai_output_free(o);
+}
+
+static void call_ids_follow_the_seed(void) {
+    const char *text = "<tool_call>\n{\"name\": \"f\"}\n</tool_call>";
+    char ids[3][64];
+    for (int i = 0; i < 3; i++) {
+        oai_output *o = oai_output_new(NULL, 0, -1, 1);
+        oai_output_seed_ids(o, i < 2 ? 7 : 8);
+        oai_delta d;
+        oai_output_push(o, text, strlen(text), &d);
+        snprintf(ids[i], sizeof ids[i], "%s", d.n_calls ? d.calls[0].id : "");
+        oai_output_free(o);
+    }
+    CHECK(strcmp(ids[0], ids[1]) == 0 && strcmp(ids[0], ids[2]) != 0 && strlen(ids[0]) == 29);
+    char id[64];
+    oai_make_id(id, sizeof id, "chatcmpl-", 1);
+    CHECK(strncmp(id, "chatcmpl-", 9) == 0 && strlen(id) == 9 + 24);
+}
+
+/* ---- Response JSON ---------------------------------------------------------- */
+
+static json_t *load(char *s) {
+    json_error_t e;
+    json_t *j = s ? json_loads(s, 0, &e) : NULL;
+    CHECKF(j != NULL, "%s", s ? e.text : "NULL body");
+    free(s);
+    return j;
+}
+
+/* The string at key, "" when it is missing or not a string. */
+static const char *str(json_t *o, const char *key) { return sv(json_object_get(o, key)); }
+static json_t *choice0(json_t *j) { return json_array_get(json_object_get(j, "choices"), 0); }
+
+static oai_output *sample_output(void) {
+    oai_output *o = oai_output_new(NULL, 0, 1, 1);
+    const char *t = "why\n</think>\n\n<tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n</function>\n"
+                    "</tool_call>";
+    oai_delta d;
+    oai_output_push(o, t, strlen(t), &d);
+    oai_output_finish(o, &d);
+    return o;
+}
+
+static void chat_completion_json_has_openai_fields(void) {
+    oai_meta m = {"chatcmpl-abc", 1700000000, "qwen", 0};
+    oai_usage u = {10, 5};
+    oai_output *o = sample_output();
+    json_t *j = load(oai_chat_completion_json(&m, o, oai_finish_reason(o, 0), u));
+    CHECK(strcmp(str(j, "id"), "chatcmpl-abc") == 0 && strcmp(str(j, "object"), "chat.completion") == 0);
+    CHECK(json_integer_value(json_object_get(j, "created")) == 1700000000 && strcmp(str(j, "model"), "qwen") == 0);
+    json_t *c = choice0(j), *msg = json_object_get(c, "message");
+    CHECK(json_integer_value(json_object_get(c, "index")) == 0 && json_is_null(json_object_get(c, "logprobs")));
+    CHECK(strcmp(str(c, "finish_reason"), "tool_calls") == 0);
+    CHECK(strcmp(str(msg, "role"), "assistant") == 0);
+    CHECK(json_is_null(json_object_get(msg, "content")));   /* tool calls and no content */
+    CHECK(strcmp(str(msg, "reasoning_content"), "why") == 0);
+    json_t *tc = json_array_get(json_object_get(msg, "tool_calls"), 0), *fn = json_object_get(tc, "function");
+    CHECK(strcmp(str(tc, "type"), "function") == 0 && strncmp(str(tc, "id"), "call_", 5) == 0);
+    CHECK(json_object_get(tc, "index") == NULL);
+    CHECK(strcmp(str(fn, "name"), "f") == 0 && strcmp(str(fn, "arguments"), "{\"x\":1}") == 0);
+    json_t *us = json_object_get(j, "usage");
+    CHECK(json_integer_value(json_object_get(us, "prompt_tokens")) == 10);
+    CHECK(json_integer_value(json_object_get(us, "completion_tokens")) == 5);
+    CHECK(json_integer_value(json_object_get(us, "total_tokens")) == 15);
+    json_decref(j);
+    oai_output_free(o);
+
+    /* plain answer: content is a string, no reasoning_content or tool_calls keys */
+    o = oai_output_new(NULL, 0, -1, 1);
+    oai_delta d;
+    oai_output_push(o, "Hello \"you\"", 11, &d);
+    oai_output_finish(o, &d);
+    m.model = NULL;
+    j = load(oai_chat_completion_json(&m, o, "stop", u));
+    msg = json_object_get(choice0(j), "message");
+    CHECK(strcmp(str(msg, "content"), "Hello \"you\"") == 0 && json_is_null(json_object_get(j, "model")));
+    CHECK(!json_object_get(msg, "reasoning_content") && !json_object_get(msg, "tool_calls"));
+    json_decref(j);
+    oai_output_free(o);
+}
+
+static void chat_chunks_carry_role_first_deltas_then_finish_and_usage(void) {
+    oai_meta m = {"chatcmpl-s", 1, "qwen", 1};
+    json_t *j = load(oai_chat_chunk_json(&m, NULL, 1, NULL));
+    json_t *c = choice0(j), *delta = json_object_get(c, "delta");
+    CHECK(strcmp(str(j, "object"), "chat.completion.chunk") == 0 && strcmp(str(j, "id"), "chatcmpl-s") == 0);
+    CHECK(strcmp(str(delta, "role"), "assistant") == 0);
+    CHECK(json_is_string(json_object_get(delta, "content")) && strcmp(str(delta, "content"), "") == 0);
+    CHECK(json_is_null(json_object_get(c, "finish_reason")) && json_object_get(c, "finish_reason"));
+    CHECK(json_is_null(json_object_get(c, "logprobs")) && json_object_get(c, "logprobs"));
+    CHECK(json_is_null(json_object_get(j, "usage")) && json_object_get(j, "usage"));   /* include_usage */
+    json_decref(j);
+
+    /* reasoning, content and a call in one delta */
+    oai_output *o = oai_output_new(NULL, 0, 1, 1);
+    oai_delta d;
+    const char *t = "r</think>ans<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+    oai_output_push(o, t, strlen(t), &d);
+    j = load(oai_chat_chunk_json(&m, &d, 0, NULL));
+    delta = json_object_get(choice0(j), "delta");
+    CHECK(!json_object_get(delta, "role"));
+    CHECK(strcmp(str(delta, "reasoning_content"), "r") == 0 && strcmp(str(delta, "content"), "ans") == 0);
+    json_t *tc = json_array_get(json_object_get(delta, "tool_calls"), 0), *fn = json_object_get(tc, "function");
+    CHECK(json_is_integer(json_object_get(tc, "index")) && json_integer_value(json_object_get(tc, "index")) == 0);
+    CHECK(strncmp(str(tc, "id"), "call_", 5) == 0 && strcmp(str(tc, "type"), "function") == 0);
+    CHECK(strcmp(str(fn, "name"), "f") == 0 && strcmp(str(fn, "arguments"), "{\"a\":1}") == 0);
+    json_decref(j);
+    oai_output_free(o);
+
+    j = load(oai_chat_chunk_json(&m, NULL, 0, "tool_calls"));
+    c = choice0(j);
+    CHECK(json_object_size(json_object_get(c, "delta")) == 0 && strcmp(str(c, "finish_reason"), "tool_calls") == 0);
+    json_decref(j);
+
+    j = load(oai_usage_chunk_json(&m, 1, (oai_usage){3, 4}));
+    CHECK(json_is_array(json_object_get(j, "choices")) && json_array_size(json_object_get(j, "choices")) == 0);
+    CHECK(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")) == 7);
+    CHECK(strcmp(str(j, "object"), "chat.completion.chunk") == 0);
+    json_decref(j);
+
+    m.include_usage = 0;   /* without include_usage chunks have no "usage" key */
+    j = load(oai_chat_chunk_json(&m, NULL, 0, "stop"));
+    CHECK(json_object_get(j, "usage") == NULL);
+    json_decref(j);
+}
+
+static void text_completion_json_and_chunks_use_text(void) {
+    oai_meta m = {"cmpl-t", 2, "qwen", 0};
+    oai_output *o = oai_output_new(NULL, 0, -1, 0);
+    oai_delta d;
+    oai_output_push(o, "and the earth", 13, &d);
+    json_t *j = load(oai_text_chunk_json(&m, &d, NULL));
+    json_t *c = choice0(j);
+    CHECK(strcmp(str(j, "object"), "text_completion") == 0 && strcmp(str(c, "text"), "and the earth") == 0);
+    CHECK(json_is_null(json_object_get(c, "finish_reason")) && json_object_get(j, "usage") == NULL);
+    json_decref(j);
+    oai_output_finish(o, &d);
+    j = load(oai_text_completion_json(&m, o, "length", (oai_usage){2, 3}));
+    c = choice0(j);
+    CHECK(strcmp(str(j, "id"), "cmpl-t") == 0 && strcmp(str(j, "object"), "text_completion") == 0);
+    CHECK(strcmp(str(c, "text"), "and the earth") == 0 && strcmp(str(c, "finish_reason"), "length") == 0);
+    CHECK(json_is_null(json_object_get(c, "logprobs")) && json_object_get(c, "logprobs"));
+    CHECK(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")) == 5);
+    json_decref(j);
+    j = load(oai_usage_chunk_json(&m, 0, (oai_usage){2, 3}));
+    CHECK(strcmp(str(j, "object"), "text_completion") == 0 && json_array_size(json_object_get(j, "choices")) == 0);
+    json_decref(j);
+    oai_output_free(o);
+}
+
+static void error_json_has_message_type_param_and_code(void) {
+    const char *msg = "temperature must be between 0 and 2";
+    json_t *j = load(oai_error_json(msg, "invalid_request_error", "temperature", NULL));
+    json_t *e = json_object_get(j, "error");
+    CHECK(strcmp(str(e, "message"), msg) == 0);
+    CHECK(strcmp(str(e, "type"), "invalid_request_error") == 0 && strcmp(str(e, "param"), "temperature") == 0);
+    CHECK(json_is_null(json_object_get(e, "code")) && json_object_get(e, "code"));
+    json_decref(j);
+}
+
+static const nx_test tests[] = {
+    {"chat_request_keeps_messages_and_reads_every_field", "content-part arrays kept as sent; sampling, seed -1 as u64",
+     chat_request_keeps_messages_and_reads_every_field},
+    {"absent_fields_take_openai_defaults", "temperature 1, top_p 1, max_tokens -1, enable_thinking -1; top_k -1 is off",
+     absent_fields_take_openai_defaults},
+    {"completion_prompt_is_a_string_or_an_array_of_one_string", "prompt forms; two strings refused",
+     completion_prompt_is_a_string_or_an_array_of_one_string},
+    {"stop_is_a_string_or_a_list", "one string, four strings, empty list", stop_is_a_string_or_a_list},
+    {"max_completion_tokens_wins_over_max_tokens", "both sent: the newer name",
+     max_completion_tokens_wins_over_max_tokens},
+    {"tool_choice_none_drops_the_tools", "tools_json NULL for tool_choice none and tools null",
+     tool_choice_none_drops_the_tools},
+    {"unknown_fields_and_nulls_are_ignored", "extra keys and null values change nothing",
+     unknown_fields_and_nulls_are_ignored},
+    {"invalid_requests_get_400_naming_the_field", "every range, type and shape error; *out left zeroed",
+     invalid_requests_get_400_naming_the_field},
+    {"invalid_json_message_is_ascii_and_has_a_position", "jansson's message quotes bytes: kept ASCII for JSON",
+     invalid_json_message_is_ascii_and_has_a_position},
+    {"think_open_sends_text_to_reasoning_until_the_close_tag", "newlines trimmed as the template trims them",
+     think_open_sends_text_to_reasoning_until_the_close_tag},
+    {"think_tag_at_the_start_opens_reasoning_without_think_open", "only at the very start; -1 disables",
+     think_tag_at_the_start_opens_reasoning_without_think_open},
+    {"stop_string_spanning_pushes_ends_the_output", "\"#\" + \"#\" + \"# more\" with stop ###",
+     stop_string_spanning_pushes_ends_the_output},
+    {"stop_strings_are_never_partially_emitted", "byte by byte, a possible stop prefix is held",
+     stop_strings_are_never_partially_emitted},
+    {"the_first_completed_stop_string_wins", "earliest completion, longer on a tie, inside reasoning too",
+     the_first_completed_stop_string_wins},
+    {"xml_tool_call_becomes_a_call_with_typed_arguments", "Qwen3.5 form: JSON-typed values, multi-line strings",
+     xml_tool_call_becomes_a_call_with_typed_arguments},
+    {"json_tool_call_form_is_parsed", "Qwen3 form: arguments re-serialized compactly", json_tool_call_form_is_parsed},
+    {"two_tool_calls_get_indexes_and_distinct_ids", "after reasoning, both forms, whitespace between dropped",
+     two_tool_calls_get_indexes_and_distinct_ids},
+    {"malformed_or_unterminated_tool_calls_become_content", "open at finish, bad body, parse_tools off",
+     malformed_or_unterminated_tool_calls_become_content},
+    {"any_cut_of_the_text_gives_the_same_totals", "think tags, stop strings, tool calls: every cut and byte by byte",
+     any_cut_of_the_text_gives_the_same_totals},
+    {"finish_reason_prefers_tool_calls_then_length", "stop / length / tool_calls",
+     finish_reason_prefers_tool_calls_then_length},
+    {"call_ids_follow_the_seed", "same seed same ids, other seed other ids; oai_make_id", call_ids_follow_the_seed},
+    {"chat_completion_json_has_openai_fields", "parsed back: every field, content null with tool calls",
+     chat_completion_json_has_openai_fields},
+    {"chat_chunks_carry_role_first_deltas_then_finish_and_usage", "role chunk, delta chunk, {} + finish, usage chunk",
+     chat_chunks_carry_role_first_deltas_then_finish_and_usage},
+    {"text_completion_json_and_chunks_use_text", "text_completion object, choices[0].text",
+     text_completion_json_and_chunks_use_text},
+    {"error_json_has_message_type_param_and_code", "OpenAI's error envelope",
+     error_json_has_message_type_param_and_code},
+};
+
+NX_TEST_MAIN(tests)
