@@ -305,7 +305,7 @@ int pcache_lookup(pcache *c, const int32_t *tokens, int n, int min_len, void **b
     int nc = 0;
     for (int i = 0; cand && i < c->n; i++)
         if (c->e[i].n >= min_len && c->e[i].n <= n) cand[nc++] = (pc_cand){c->e[i].n, i};
-    qsort(cand, (size_t)nc, sizeof *cand, by_len);
+    if (nc > 1) qsort(cand, (size_t)nc, sizeof *cand, by_len);
     /* one streaming pass: the digest of tokens[0..L) for each candidate length */
     int best = -1;
     XXH64_state_t *x = nc ? XXH64_createState() : NULL;
