@@ -14,26 +14,48 @@
 #include "kernels/norm.h"
 #include "model/model.h"
 
-/* Runs T <= MDL_CHUNK tokens at positions pos..pos+T-1 and advances pos.
- * Leaves the pre-norm rows in sc->x and the post-norm rows in sc->hfinal.
- * record: keep the rollback record of this block. */
-static void forward_chunk(const nx_model *m, nx_state *s, const int32_t *tokens, int T, int record) {
-    const cfg_model *c = &m->cfg;
-    mdl_scratch *sc = &s->sc;
-    int64_t H = c->hidden_size;
+/* One sequence's rows in a forward chunk. */
+typedef struct {
+    nx_state *s;
+    const int32_t *tokens;
+    int T;
+    int record;                   /* keep the rollback record of these rows */
+} chunk_part;
 
-    for (int t = 0; t < T; t++) kn_mat_row_f32(&m->embed, tokens[t], sc->x + t * H);
-    mdl_rope_rows(m, sc, s->pos, T);
+/* Runs the parts' tokens as one chunk of sum(T) <= MDL_CHUNK rows, part i's
+ * at its state's positions pos..pos+T-1, and advances each pos. Every matrix
+ * is read once for all rows; attention and the GDN recurrence run per part
+ * on its own state (mdl_seg). Leaves the pre-norm rows in sc->x and the
+ * post-norm rows in sc->hfinal. */
+static void forward_chunk(const nx_model *m, mdl_scratch *sc, const chunk_part *parts, int np) {
+    const cfg_model *c = &m->cfg;
+    int64_t H = c->hidden_size;
+    mdl_seg segs[MDL_CHUNK];
+    int T = 0;
+    for (int i = 0; i < np; i++) {
+        const chunk_part *p = &parts[i];
+        for (int t = 0; t < p->T; t++) kn_mat_row_f32(&m->embed, p->tokens[t], sc->x + (T + t) * H);
+        mdl_rope_rows(m, sc, T, p->s->pos, p->T);
+        segs[i] = (mdl_seg){.row0 = T, .T = p->T, .pos = p->s->pos};
+        T += p->T;
+    }
     for (int l = 0; l < c->n_layers; l++) {
         const mdl_layer *L = &m->layers[l];
-        if (L->is_full)
-            mdl_attention_layer(m, L, sc, s->k_cache[l], s->v_cache[l], s->pos, T);
-        else
-            mdl_gdn_layer(m, L, sc, s->conv_state[l], s->recurrent[l], T, record ? s->rb.recurrent[l] : NULL,
-                          record ? s->rb.window[l] : NULL);
+        for (int i = 0; i < np; i++) { /* this layer's state of each sequence */
+            nx_state *s = parts[i].s;
+            int rec = parts[i].record;
+            segs[i].k_cache = L->is_full ? s->k_cache[l] : NULL;
+            segs[i].v_cache = L->is_full ? s->v_cache[l] : NULL;
+            segs[i].conv_state = L->is_full ? NULL : s->conv_state[l];
+            segs[i].recurrent = L->is_full ? NULL : s->recurrent[l];
+            segs[i].snap_recurrent = !L->is_full && rec ? s->rb.recurrent[l] : NULL;
+            segs[i].snap_window = !L->is_full && rec ? s->rb.window[l] : NULL;
+        }
+        if (L->is_full) mdl_attention_segs(m, L, sc, segs, np);
+        else mdl_gdn_segs(m, L, sc, segs, np);
     }
     for (int t = 0; t < T; t++) kn_rmsnorm(sc->hfinal + t * H, sc->x + t * H, m->final_norm, H, (float)c->rms_norm_eps);
-    s->pos += T;
+    for (int i = 0; i < np; i++) parts[i].s->pos += parts[i].T;
 }
 
 static nx_status check_call(const nx_model *m, const nx_state *s, const int32_t *tokens, int n, char *err, size_t errlen) {
@@ -58,7 +80,8 @@ static void run(const nx_model *m, nx_state *s, const int32_t *tokens, int n, co
     int start = s->pos;
     for (int done = 0; done < n;) {
         int T = n - done < MDL_CHUNK ? n - done : MDL_CHUNK;
-        forward_chunk(m, s, tokens + done, T, record);
+        chunk_part part = {s, tokens + done, T, record};
+        forward_chunk(m, sc, &part, 1);
         int last = done + T == n;
         /* hidden rows: all of them when asked, else the last */
         if (out->all_rows || out->all_hidden || last) {
@@ -94,6 +117,42 @@ nx_status mdl_forward_verify(const nx_model *m, nx_state *s, const int32_t *toke
     if (T > s->rb.max_block)
         return nx_fail(err, errlen, NX_EINVAL, "verify: block of %d tokens exceeds the rollback capacity %d", T, s->rb.max_block);
     run(m, s, tokens, T, out, 1);
+    return NX_OK;
+}
+
+nx_status mdl_forward_batch(const nx_model *m, const mdl_batch_item *items, int n, float *logits, float *hidden, int prenorm,
+                            char *err, size_t errlen) {
+    if (n < 1 || n > MDL_CHUNK) return nx_fail(err, errlen, NX_EINVAL, "batch: %d sequences (1..%d)", n, MDL_CHUNK);
+    chunk_part parts[MDL_CHUNK];
+    int rows = 0;
+    mdl_scratch *sc = NULL;
+    for (int i = 0; i < n; i++) {
+        const mdl_batch_item *it = &items[i];
+        nx_status st = check_call(m, it->s, it->tokens, it->n, err, errlen);
+        if (st) {
+            nx_err_prefix(err, errlen, "batch item %d", i);
+            return st;
+        }
+        if (it->record && it->n > it->s->rb.max_block)
+            return nx_fail(err, errlen, NX_EINVAL, "batch item %d: block of %d tokens exceeds the rollback capacity %d", i, it->n,
+                           it->s->rb.max_block);
+        for (int k = 0; k < i; k++)
+            if (items[k].s == it->s) return nx_fail(err, errlen, NX_EINVAL, "batch items %d and %d share a state", k, i);
+        rows += it->n;
+        /* the scratch whose attention scores cover the longest context */
+        if (!sc || it->s->sc.max_ctx > sc->max_ctx) sc = &it->s->sc;
+        parts[i] = (chunk_part){it->s, it->tokens, it->n, it->record};
+    }
+    if (rows > MDL_CHUNK) return nx_fail(err, errlen, NX_ERANGE, "batch: %d rows (at most %d)", rows, MDL_CHUNK);
+    for (int i = 0; i < n; i++) {
+        nx_state *s = items[i].s;
+        s->rb.T = 0; /* any forward consumes the rollback record */
+        if (items[i].record) s->rb.T = items[i].n, s->rb.pos = s->pos;
+    }
+    forward_chunk(m, sc, parts, n);
+    int64_t H = m->cfg.hidden_size;
+    if (hidden) memcpy(hidden, prenorm ? sc->x : sc->hfinal, (size_t)(rows * H) * sizeof(float));
+    if (logits) mdl_linear(m, sc, &m->lm_head, sc->hfinal, rows, logits);
     return NX_OK;
 }
 

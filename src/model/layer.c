@@ -83,8 +83,9 @@ void mdl_linear(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float
     mdl_linears(m, sc, x, T, 1, &w, &y);
 }
 
-void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int pos, int T) {
-    for (int t = 0; t < T; t++) kn_rope_table(sc->rope + (int64_t)t * m->cfg.rotary_dim, pos + t, m->cfg.rotary_dim, m->cfg.rope_theta);
+void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int row0, int pos, int T) {
+    for (int t = 0; t < T; t++)
+        kn_rope_table(sc->rope + (int64_t)(row0 + t) * m->cfg.rotary_dim, pos + t, m->cfg.rotary_dim, m->cfg.rope_theta);
 }
 
 static void norm_rows(const nx_model *m, float *y, const float *x, const float *w, int T) {
@@ -119,12 +120,19 @@ static void ffn_half(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, int
 typedef struct {
     const nx_model *m;
     mdl_scratch *sc;
-    const float *k_cache, *v_cache;
-    int pos;
+    const mdl_seg *segs;
+    int nseg;
 } attn_job;
 
-/* One (token, query head) pair per index: softmax attention over positions
- * 0..pos+t, then the sigmoid output gate. */
+/* The segment row t belongs to. Segments are few (one per sequence). */
+static const mdl_seg *seg_of(const mdl_seg *segs, int nseg, int t) {
+    int i = 0;
+    while (i + 1 < nseg && t >= segs[i + 1].row0) i++;
+    return &segs[i];
+}
+
+/* One (row, query head) pair per index: softmax attention over positions
+ * 0..pos+t of the row's own sequence, then the sigmoid output gate. */
 static void attention_rows(void *ctx, int64_t i0, int64_t i1, int tid) {
     const attn_job *j = ctx;
     const cfg_model *c = &j->m->cfg;
@@ -134,10 +142,11 @@ static void attention_rows(void *ctx, int64_t i0, int64_t i1, int tid) {
     float *scores = sc->scores + (int64_t)tid * sc->max_ctx;
     for (int64_t i = i0; i < i1; i++) {
         int t = (int)(i / Nh), h = (int)(i % Nh), kvh = h / group;
+        const mdl_seg *g = seg_of(j->segs, j->nseg, t);
         const float *q = sc->proj + t * qstride + (int64_t)h * hd * (gated ? 2 : 1);
         float *o = sc->mix + (int64_t)t * Nh * hd + (int64_t)h * hd;
-        kn_attention_head(o, q, j->k_cache + (int64_t)kvh * hd, j->v_cache + (int64_t)kvh * hd, kvd, j->pos + t + 1, hd,
-                          1.0f / sqrtf((float)hd), scores);
+        kn_attention_head(o, q, g->k_cache + (int64_t)kvh * hd, g->v_cache + (int64_t)kvh * hd, kvd, g->pos + (t - g->row0) + 1,
+                          hd, 1.0f / sqrtf((float)hd), scores);
         if (gated) {
             const float *gate = q + hd;
             for (int d = 0; d < hd; d++) o[d] *= kn_sigmoid(gate[d]);
@@ -146,11 +155,10 @@ static void attention_rows(void *ctx, int64_t i0, int64_t i1, int tid) {
 }
 
 /* K and V of the T normed rows sc->xn: k_proj / v_proj, per-head k_norm and
- * RoPE, written at positions pos..pos+T-1 of the caches. */
-/* K and V of T rows into the caches; with_q: also the queries (and gates)
- * into sc->proj, in the same pass over sc->xn. */
-static void attention_kv_rows(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache,
-                              int pos, int T, int with_q) {
+ * RoPE, written into each segment's caches at its positions; with_q: also
+ * the queries (and gates) into sc->proj, in the same pass over sc->xn. */
+static void attention_kv_rows(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, const mdl_seg *segs, int nseg,
+                              int T, int with_q) {
     const cfg_model *c = &m->cfg;
     int hd = c->head_dim, rd = c->rotary_dim, Nkv = c->n_kv_heads;
     int64_t kvd = (int64_t)Nkv * hd;
@@ -159,8 +167,10 @@ static void attention_kv_rows(const nx_model *m, const mdl_layer *L, mdl_scratch
     float *ys[] = {sc->kbuf, sc->vbuf, sc->proj};
     mdl_linears(m, sc, sc->xn, T, with_q ? 3 : 2, ws, ys);
     for (int t = 0; t < T; t++) {
+        const mdl_seg *g = seg_of(segs, nseg, t);
         const float *cs = sc->rope + (int64_t)t * rd;
-        float *kc = k_cache + (int64_t)(pos + t) * kvd, *vc = v_cache + (int64_t)(pos + t) * kvd;
+        int p = g->pos + (t - g->row0);
+        float *kc = g->k_cache + (int64_t)p * kvd, *vc = g->v_cache + (int64_t)p * kvd;
         for (int h = 0; h < Nkv; h++) {                /* k: per-head norm, RoPE, append */
             kn_rmsnorm(kc + h * hd, sc->kbuf + t * kvd + h * hd, L->k_norm, hd, (float)c->rms_norm_eps);
             kn_rope_apply(kc + h * hd, cs, rd);
@@ -169,21 +179,29 @@ static void attention_kv_rows(const nx_model *m, const mdl_layer *L, mdl_scratch
     }
 }
 
-void mdl_attention_kv(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache, int pos,
-                      int T) {
-    norm_rows(m, sc->xn, sc->x, L->input_norm, T);
-    attention_kv_rows(m, L, sc, k_cache, v_cache, pos, T, 0);
+/* All rows of a chunk in one segment: the MTP head's single sequence. */
+static mdl_seg one_seg(float *k_cache, float *v_cache, int pos, int T) {
+    mdl_seg g = {0};
+    g.T = T, g.pos = pos, g.k_cache = k_cache, g.v_cache = v_cache;
+    return g;
 }
 
-void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache,
-                         int pos, int T) {
+void mdl_attention_kv(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache, int pos,
+                      int T) {
+    mdl_seg g = one_seg(k_cache, v_cache, pos, T);
+    norm_rows(m, sc->xn, sc->x, L->input_norm, T);
+    attention_kv_rows(m, L, sc, &g, 1, T, 0);
+}
+
+void mdl_attention_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, const mdl_seg *segs, int nseg) {
     const cfg_model *c = &m->cfg;
     int hd = c->head_dim, rd = c->rotary_dim, Nh = c->n_heads, gated = c->attn_output_gate;
     int64_t qstride = (int64_t)Nh * hd * (gated ? 2 : 1);
     float eps = (float)c->rms_norm_eps;
+    int T = segs[nseg - 1].row0 + segs[nseg - 1].T;
 
     norm_rows(m, sc->xn, sc->x, L->input_norm, T);
-    attention_kv_rows(m, L, sc, k_cache, v_cache, pos, T, 1);
+    attention_kv_rows(m, L, sc, segs, nseg, T, 1);
     for (int t = 0; t < T; t++) {
         const float *cs = sc->rope + (int64_t)t * rd;
         for (int h = 0; h < Nh; h++) {                 /* q: per-head norm, then RoPE */
@@ -192,11 +210,17 @@ void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc,
             kn_rope_apply(q, cs, rd);
         }
     }
-    attn_job j = {m, sc, k_cache, v_cache, pos};
+    attn_job j = {m, sc, segs, nseg};
     nx_pool_run(m->pool, attention_rows, &j, (int64_t)T * Nh, 1);
     mdl_linear(m, sc, &L->o_proj, sc->mix, T, sc->out);
     add_rows(sc->x, sc->out, (int64_t)T * c->hidden_size);
     ffn_half(m, L, sc, T);
+}
+
+void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache,
+                         int pos, int T) {
+    mdl_seg g = one_seg(k_cache, v_cache, pos, T);
+    mdl_attention_segs(m, L, sc, &g, 1);
 }
 
 /* ---- Gated DeltaNet (spec §3.6) ---------------------------------------- */
@@ -205,17 +229,19 @@ typedef struct {
     const nx_model *m;
     const mdl_layer *L;
     mdl_scratch *sc;
-    float *recurrent, *snap;
-    int T;
+    const mdl_seg *segs;
+    int nseg;
+    int row0, T;                  /* conv_channels: the segment being convolved */
 } gdn_job;
 
 static void conv_channels(void *ctx, int64_t c0, int64_t c1, int tid) {
     const gdn_job *j = ctx;
     const cfg_model *c = &j->m->cfg;
-    kn_conv_silu(j->sc->conv_out, j->sc->window, cfg_conv_dim(c), j->T, j->L->conv_w, c->conv_kernel, c0, c1);
+    kn_conv_silu(j->sc->conv_out + (int64_t)j->row0 * cfg_conv_dim(c), j->sc->window, cfg_conv_dim(c), j->T, j->L->conv_w,
+                 c->conv_kernel, c0, c1);
 }
 
-/* One index per (token, key head): q <- l2n(q)/sqrt(Dk), k <- l2n(k). */
+/* One index per (row, key head): q <- l2n(q)/sqrt(Dk), k <- l2n(k). */
 static void qk_l2norm(void *ctx, int64_t i0, int64_t i1, int tid) {
     const gdn_job *j = ctx;
     const cfg_model *c = &j->m->cfg;
@@ -229,8 +255,9 @@ static void qk_l2norm(void *ctx, int64_t i0, int64_t i1, int tid) {
     }
 }
 
-/* One index per value head: that head's recurrence over the chunk's tokens in
- * order, then the gated RMSNorm of each output. Heads are independent. */
+/* One index per (segment, value head): that head's recurrence over the
+ * segment's tokens in order, then the gated RMSNorm of each output. Heads and
+ * sequences are independent. */
 static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
     const gdn_job *g = ctx;
     const cfg_model *c = &g->m->cfg;
@@ -239,25 +266,28 @@ static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
     int Hv = c->linear_v_heads, Dk = c->linear_k_dim, Dv = c->linear_v_dim, r = c->linear_v_heads / c->linear_k_heads;
     int64_t CD = cfg_conv_dim(c), KD = cfg_key_dim(c), VD = cfg_value_dim(c), head = (int64_t)Dv * Dk;
     float eps = (float)c->rms_norm_eps;
-    for (int64_t jh = j0; jh < j1; jh++) {
-        float *S = g->recurrent + jh * head;
+    for (int64_t ij = j0; ij < j1; ij++) {
+        const mdl_seg *sg = &g->segs[ij / Hv];
+        int64_t jh = ij % Hv;
+        float *S = sg->recurrent + jh * head;
         int64_t kh = jh / r; /* value head j reads key head j // r (HF grouped order) */
-        for (int t = 0; t < g->T; t++) {
+        for (int i = 0; i < sg->T; i++) {
+            int t = sg->row0 + i;
             const float *row = sc->conv_out + t * CD;
             float beta = kn_sigmoid(sc->bbuf[t * Hv + jh]);
             float alpha = expf(L->neg_exp_a[jh] * kn_softplus(sc->abuf[t * Hv + jh] + L->dt_bias[jh]));
             float *o = sc->mix + t * VD + jh * Dv;
             kn_gated_delta_step(S, row + kh * Dk, row + KD + kh * Dk, row + 2 * KD + jh * Dv, alpha, beta, o, Dk, Dv);
             kn_rmsnorm_gated(o, o, sc->zbuf + t * VD + jh * Dv, L->gnorm, Dv, eps);
-            if (g->snap) memcpy(g->snap + (t * Hv + jh) * head, S, (size_t)head * sizeof(float));
+            if (sg->snap_recurrent) memcpy(sg->snap_recurrent + (i * Hv + jh) * head, S, (size_t)head * sizeof(float));
         }
     }
 }
 
-void mdl_gdn_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *conv_state, float *recurrent,
-                   int T, float *snap_recurrent, float *snap_window) {
+void mdl_gdn_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, const mdl_seg *segs, int nseg) {
     const cfg_model *c = &m->cfg;
     int64_t CD = cfg_conv_dim(c), keep = c->conv_kernel - 1;
+    int T = segs[nseg - 1].row0 + segs[nseg - 1].T;
 
     norm_rows(m, sc->xn, sc->x, L->input_norm, T);
     /* [T][CD] pre-conv q|k|v, [T][VD] output gate, [T][Hv] beta and decay logits */
@@ -265,17 +295,21 @@ void mdl_gdn_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float
     float *ys[] = {sc->proj, sc->zbuf, sc->bbuf, sc->abuf};
     mdl_linears(m, sc, sc->xn, T, 4, ws, ys);
 
-    /* Conv window = [conv state (Kc-1 rows) | this chunk's T rows]; the new
-     * conv state is its last Kc-1 rows. */
-    memcpy(sc->window, conv_state, (size_t)(keep * CD) * sizeof(float));
-    memcpy(sc->window + keep * CD, sc->proj, (size_t)T * (size_t)CD * sizeof(float));
-    if (snap_window) memcpy(snap_window, sc->window, (size_t)((keep + T) * CD) * sizeof(float));
-    gdn_job j = {m, L, sc, recurrent, snap_recurrent, T};
-    nx_pool_run(m->pool, conv_channels, &j, CD, 256);
-    memcpy(conv_state, sc->window + (int64_t)T * CD, (size_t)(keep * CD) * sizeof(float));
+    /* Per sequence: conv window = [its conv state (Kc-1 rows) | its rows];
+     * the new conv state is the window's last Kc-1 rows. */
+    gdn_job j = {m, L, sc, segs, nseg, 0, 0};
+    for (int i = 0; i < nseg; i++) {
+        const mdl_seg *g = &segs[i];
+        memcpy(sc->window, g->conv_state, (size_t)(keep * CD) * sizeof(float));
+        memcpy(sc->window + keep * CD, sc->proj + (int64_t)g->row0 * CD, (size_t)g->T * (size_t)CD * sizeof(float));
+        if (g->snap_window) memcpy(g->snap_window, sc->window, (size_t)((keep + g->T) * CD) * sizeof(float));
+        j.row0 = g->row0, j.T = g->T;
+        nx_pool_run(m->pool, conv_channels, &j, CD, 256);
+        memcpy(g->conv_state, sc->window + (int64_t)g->T * CD, (size_t)(keep * CD) * sizeof(float));
+    }
 
     nx_pool_run(m->pool, qk_l2norm, &j, (int64_t)T * c->linear_k_heads, 1);
-    nx_pool_run(m->pool, delta_heads, &j, c->linear_v_heads, 1);
+    nx_pool_run(m->pool, delta_heads, &j, (int64_t)nseg * c->linear_v_heads, 1);
     mdl_linear(m, sc, &L->out_proj, sc->mix, T, sc->out);
     add_rows(sc->x, sc->out, (int64_t)T * c->hidden_size);
     ffn_half(m, L, sc, T);

@@ -175,12 +175,25 @@ void mdl_linear(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float
  * by one). The same results as n mdl_linear calls. */
 void mdl_linears(const nx_model *m, mdl_scratch *sc, const float *x, int T, int n, const kn_mat *const ws[],
                  float *const ys[]);
-/* RoPE tables for positions pos..pos+T-1 into sc->rope. */
-void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int pos, int T);
-/* One pre-norm decoder layer with gated full attention over the T rows of
- * sc->x (in place): x += Attn(rmsnorm0(x)); x += SwiGLU(rmsnorm0(x)).
- * K/V of the rows are written at positions pos..pos+T-1 of k_cache/v_cache
- * ([ctx][Nkv*hd]) and row t attends to positions 0..pos+t. Needs sc->rope. */
+/* RoPE tables for positions pos..pos+T-1 into rows row0.. of sc->rope. */
+void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int row0, int pos, int T);
+/* Rows [row0, row0 + T) of a chunk that continue one sequence from position
+ * pos, and the state of one layer they read and advance: a chunk may hold
+ * several sequences (a batch), each its own segment, rows in segment order.
+ * Rows never mix: every row's result is what the sequence alone would get. */
+typedef struct {
+    int row0, T, pos;
+    float *k_cache, *v_cache;           /* attention: [ctx][Nkv*hd]              */
+    float *conv_state, *recurrent;      /* Gated DeltaNet                        */
+    float *snap_recurrent, *snap_window;/* GDN rollback record, or NULL          */
+} mdl_seg;
+
+/* One pre-norm decoder layer with gated full attention over the rows of
+ * sc->x (in place): x += Attn(rmsnorm0(x)); x += SwiGLU(rmsnorm0(x)). Each
+ * segment's K/V are written at its positions pos..pos+T-1 and its row t
+ * attends to positions 0..pos+t of its own cache. Needs sc->rope per row. */
+void mdl_attention_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, const mdl_seg *segs, int nseg);
+/* The same for one sequence in rows 0..T-1 (the MTP head). */
 void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache,
                          int pos, int T);
 /* Only the K/V writes of mdl_attention_layer for the T rows of sc->x, bit for
@@ -188,12 +201,11 @@ void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc,
  * MTP head's committed entries, whose K/V later drafts attend to). */
 void mdl_attention_kv(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache, int pos,
                       int T);
-/* The same with a Gated DeltaNet mixer over conv_state / recurrent (advanced
- * by T tokens). If snap_recurrent is not NULL, the recurrent state after each
- * token t is copied to snap_recurrent[t] and the conv input window to
- * snap_window (for rollback). */
-void mdl_gdn_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *conv_state, float *recurrent,
-                   int T, float *snap_recurrent, float *snap_window);
+/* The same with a Gated DeltaNet mixer: each segment's conv_state and
+ * recurrent state advance by its T tokens. With snap_recurrent, the
+ * recurrent state after each of its tokens t is copied to snap_recurrent[t]
+ * and its conv input window to snap_window (for rollback). */
+void mdl_gdn_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, const mdl_seg *segs, int nseg);
 
 /* ---- verify and rollback (forward.c), used by the speculative decoder ---- */
 
@@ -204,6 +216,22 @@ nx_status mdl_state_enable_rollback(nx_state *s, int max_block, char *err, size_
  * mdl_rollback_to needs. Any later forward forgets the record. */
 nx_status mdl_forward_verify(const nx_model *m, nx_state *s, const int32_t *tokens, int T, const nx_forward_out *out,
                              char *err, size_t errlen);
+/* One sequence's block in a batched forward. */
+typedef struct {
+    nx_state *s;
+    const int32_t *tokens;
+    int n;                        /* >= 1                                       */
+    int record;                   /* keep the rollback record (n <= max_block)  */
+} mdl_batch_item;
+
+/* Runs several sequences' blocks (distinct states of m, sum of n <=
+ * MDL_CHUNK) as one chunk: every weight matrix is read once for all rows.
+ * Each item advances its state exactly as nx_forward (record = 0) or
+ * mdl_forward_verify (record = 1) on it alone would, bit for bit. logits
+ * ([rows][V]) and hidden ([rows][H]; pre-norm rows if prenorm) get every row,
+ * item by item; either may be NULL. On error nothing changed. */
+nx_status mdl_forward_batch(const nx_model *m, const mdl_batch_item *items, int n, float *logits, float *hidden, int prenorm,
+                            char *err, size_t errlen);
 /* Keeps only the first `keep` tokens (1 <= keep <= T) of the recorded block:
  * attention KV is trimmed, every GDN layer's recurrent and conv state is set
  * to its state after token keep-1. Bit-identical to having run only those

@@ -258,12 +258,12 @@ static void mtp_chunk(mtp_rows *r, const int32_t *tokens, const float *hidden, i
     mdl_linear(m, sc, &d->fc, r->u, T, sc->x);                  /* x = fc u            */
     int n_kv = T - n_full;
     if (n_kv > 0) {
-        mdl_rope_rows(m, sc, r->n, n_kv);
+        mdl_rope_rows(m, sc, 0, r->n, n_kv);
         mdl_attention_kv(m, &d->layer, sc, r->k_cache, r->v_cache, r->n, n_kv);
     }
     if (n_full > 0) {
         if (n_kv > 0) memmove(sc->x, sc->x + n_kv * H, (size_t)(n_full * H) * sizeof(float));
-        mdl_rope_rows(m, sc, r->n + n_kv, n_full);
+        mdl_rope_rows(m, sc, 0, r->n + n_kv, n_full);
         mdl_attention_layer(m, &d->layer, sc, r->k_cache, r->v_cache, r->n + n_kv, n_full);
         for (int t = 0; t < n_full; t++) kn_rmsnorm(sc->hfinal + t * H, sc->x + t * H, d->norm_out, H, eps); /* m */
     }

@@ -287,6 +287,69 @@ static void rollback_misuse_is_an_error(void) {
     nx_model_free(m);
 }
 
+
+/* Three sequences at different positions, verify blocks of 3, 1 and 4 tokens
+ * (the 1-token one not recorded): one batched forward gives every row
+ * bit-identical to each sequence run alone, and each state rolls back and
+ * continues exactly as it would have alone. */
+static void batched_blocks_equal_each_sequence_alone(void) {
+    nx_model *m = nx_test_model(golden_dir, 2);
+    if (!m) return;
+    char err[512];
+    int V = nx_model_get_info(m)->vocab_size, H = nx_model_get_info(m)->hidden_size;
+    enum { N = 3 };
+    static const int hist_len[N] = {9, 17, 4}, block[N] = {3, 1, 4}, keep[N] = {2, 1, 3};
+    int32_t hist[N][24], blk[N][4], more[N];
+    nx_state *bs[N], *alone[N];
+    float *want = malloc((size_t)4 * V * 4), *next = malloc((size_t)V * 4), *next_alone = malloc((size_t)V * 4);
+    float *logits = malloc((size_t)8 * V * 4), *hid = malloc((size_t)8 * H * 4), *hid_alone = malloc((size_t)4 * H * 4);
+    for (int i = 0; i < N; i++) {
+        nx_test_tokens(hist[i], hist_len[i], V, 40 + i);
+        nx_test_tokens(blk[i], block[i], V, 50 + i);
+        nx_test_tokens(&more[i], 1, V, 60 + i);
+        CHECK(nx_state_new(m, 64, &bs[i], err, sizeof err) == NX_OK);
+        CHECK(nx_state_new(m, 64, &alone[i], err, sizeof err) == NX_OK);
+        CHECK(mdl_state_enable_rollback(bs[i], 4, err, sizeof err) == NX_OK);
+        CHECK(mdl_state_enable_rollback(alone[i], 4, err, sizeof err) == NX_OK);
+        CHECK(nx_forward(m, bs[i], hist[i], hist_len[i], NULL, err, sizeof err) == NX_OK);
+        CHECK(nx_forward(m, alone[i], hist[i], hist_len[i], NULL, err, sizeof err) == NX_OK);
+    }
+    mdl_batch_item items[N];
+    for (int i = 0; i < N; i++) items[i] = (mdl_batch_item){bs[i], blk[i], block[i], block[i] > 1};
+    CHECKF(mdl_forward_batch(m, items, N, logits, hid, 0, err, sizeof err) == NX_OK, "%s", err);
+    int row = 0;
+    for (int i = 0; i < N; i++) {
+        nx_forward_out fo = {.logits = want, .hidden = hid_alone, .all_rows = 1};
+        CHECK((block[i] > 1 ? mdl_forward_verify(m, alone[i], blk[i], block[i], &fo, err, sizeof err)
+                            : nx_forward(m, alone[i], blk[i], 1, &fo, err, sizeof err)) == NX_OK);
+        CHECKF(memcmp(logits + (size_t)row * V, want, (size_t)block[i] * V * 4) == 0, "sequence %d: batched logits differ", i);
+        CHECKF(memcmp(hid + (size_t)row * H, hid_alone, (size_t)block[i] * H * 4) == 0, "sequence %d: batched hiddens differ", i);
+        row += block[i];
+        if (block[i] > 1) {
+            CHECK(mdl_rollback_to(bs[i], keep[i], err, sizeof err) == NX_OK);
+            CHECK(mdl_rollback_to(alone[i], keep[i], err, sizeof err) == NX_OK);
+        }
+        nx_forward_out one = {.logits = next};
+        CHECK(nx_forward(m, bs[i], &more[i], 1, &one, err, sizeof err) == NX_OK);
+        one.logits = next_alone;
+        CHECK(nx_forward(m, alone[i], &more[i], 1, &one, err, sizeof err) == NX_OK);
+        CHECKF(memcmp(next, next_alone, (size_t)V * 4) == 0, "sequence %d: the state after the batch differs", i);
+    }
+    /* misuse: one state twice, too many rows, a bad token: errors, nothing moves */
+    int pos0 = nx_state_pos(bs[0]);
+    mdl_batch_item twice[2] = {{bs[0], blk[0], 1, 0}, {bs[0], blk[1], 1, 0}};
+    CHECK(mdl_forward_batch(m, twice, 2, NULL, NULL, 0, err, sizeof err) == NX_EINVAL && strstr(err, "share"));
+    int32_t bad = V + 5;
+    mdl_batch_item badtok[2] = {{bs[0], blk[0], 1, 0}, {bs[1], &bad, 1, 0}};
+    CHECK(mdl_forward_batch(m, badtok, 2, NULL, NULL, 0, err, sizeof err) == NX_EINVAL && strstr(err, "item 1"));
+    mdl_batch_item big = {bs[0], blk[2], 4, 1};
+    CHECK(mdl_forward_batch(m, &big, 1, NULL, NULL, 0, err, sizeof err) == NX_OK); /* 4 rows fit */
+    CHECK(nx_state_pos(bs[0]) == pos0 + 4 && nx_state_pos(bs[1]) == hist_len[1] + block[1] + 1);
+    for (int i = 0; i < N; i++) nx_state_free(bs[i]), nx_state_free(alone[i]);
+    free(want), free(next), free(next_alone), free(logits), free(hid), free(hid_alone);
+    nx_model_free(m);
+}
+
 #include <pthread.h>
 
 typedef struct {
@@ -342,6 +405,8 @@ static void threads_can_share_a_model(void) {
 static const nx_test tests[] = {
     {"any_split_is_bit_identical", "one call, single steps and verify-sized blocks give bit-identical rows", any_split_is_bit_identical},
     {"rollback_equals_plain_decoding_of_the_kept_tokens", "after a verify block, rollback to any prefix decodes bit-identically", rollback_equals_plain_decoding_of_the_kept_tokens},
+    {"batched_blocks_equal_each_sequence_alone", "3 sequences' blocks in one forward: rows, hiddens and later states equal each alone",
+     batched_blocks_equal_each_sequence_alone},
     {"rollback_misuse_is_an_error", "rollback without a record, bad keep, oversized block: errors, state kept", rollback_misuse_is_an_error},
     {"thread_count_does_not_change_results", "1, 2 and 3 threads give bit-identical logits", thread_count_does_not_change_results},
     {"threads_can_share_a_model", "three threads decoding their own sequences on one model match running alone", threads_can_share_a_model},
