@@ -302,6 +302,24 @@ nx_status nx_spec_commit(nx_spec *s, int32_t *emitted, int *n_emitted, char *err
  * (>= 1) tokens into emitted. */
 nx_status nx_spec_step(nx_spec *s, int max_emit, int32_t *emitted, int *n_emitted, char *err, size_t errlen);
 
+/* Many sessions of one model, one forward: nx_spec_step_batch runs one round
+ * of every session like nx_spec_step (each drafts, with its own draft
+ * length), but verifies all their blocks in one target forward, so each
+ * weight matrix is read once for the whole batch (up to 32 rows a forward;
+ * more sessions take more forwards). Every session's output is exactly what
+ * nx_spec_step would give it. The batch object holds the forward's output
+ * rows; reuse it across rounds. */
+typedef struct nx_spec_batch nx_spec_batch;
+nx_status nx_spec_batch_new(const nx_model *m, nx_spec_batch **out, char *err, size_t errlen);
+void nx_spec_batch_free(nx_spec_batch *b);
+/* ss[0..n): READY sessions of b's model, each at most once. Session i emits
+ * at most max_emit[i] tokens into emitted + i * (NX_SPEC_MAX_DRAFT + 1),
+ * *n_emitted[i] of them; st[i] is its status (as nx_spec_step's) and
+ * msgs + i * msglen its message. Returns NX_OK; the per-session statuses say
+ * the rest. */
+nx_status nx_spec_step_batch(nx_spec_batch *b, nx_spec *const *ss, int n, const int *max_emit, int32_t *emitted,
+                             int *n_emitted, nx_status *st, char *msgs, size_t msglen);
+
 /* Continues a READY sequence with more input (the next user turn): runs the
  * pending token and tokens[0..n) through the target and the drafter and
  * emits the next token in *first. n may be 0. */

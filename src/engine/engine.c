@@ -20,9 +20,9 @@
  * metrics never wait for the model. A request has two owners, its caller and
  * the engine; the last one to let go frees it (owners under r->mu).
  *
- * Batching: each row runs its own forward per round, so a round reads the
- * weights once per row; fusing the rows' verify blocks into one forward is
- * the next step (the kernels already take any number of rows). */
+ * Batching: the decoding rows' verify blocks run as one target forward
+ * (nx_spec_step_batch), so a round reads each weight matrix once for all of
+ * them; drafting (the MTP head) and prefill pieces still run row by row. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,6 +35,7 @@
 #include "spec/mtp.h"
 
 #define ENG_MAX_STOP 16
+#define ENG_MAX_ROWS 64
 
 typedef enum { RQ_QUEUED, RQ_PREFILL, RQ_DECODE, RQ_DONE } rq_phase;
 
@@ -82,6 +83,13 @@ struct nx_engine {
     int n_queued;
     nx_request **rows;            /* [parallel] running requests, NULL = free    */
     nx_engine_stats st;
+
+    /* the scheduler thread's round buffers */
+    nx_spec_batch *batch;
+    int32_t emitted[ENG_MAX_ROWS][NX_SPEC_MAX_DRAFT + 1];
+    int n_emitted[ENG_MAX_ROWS];
+    nx_status status[ENG_MAX_ROWS];
+    char msgs[ENG_MAX_ROWS][512];
 };
 
 static double now_s(void) {
@@ -362,15 +370,24 @@ static void row_prefill(nx_engine *e, nx_request *r) {
     row_emit(e, r, &first, 1);
 }
 
-static void row_decode(nx_engine *e, nx_request *r) {
-    int32_t ids[NX_SPEC_MAX_DRAFT + 1];
-    int got = 0;
-    char err[512];
-    int room = r->max_tokens > 0 ? r->max_tokens - r->generated : NX_SPEC_MAX_DRAFT + 1;
-    nx_status st = nx_spec_step(r->spec, room > 0 ? room : 1, ids, &got, err, sizeof err);
-    if (st == NX_ERANGE) request_finish(r, NX_FINISH_LENGTH, NULL);
-    else if (st) request_finish(r, NX_FINISH_ERROR, err);
-    else row_emit(e, r, ids, got);
+/* One speculative round of every decoding row, their verify blocks in one
+ * target forward (nx_spec_step_batch). */
+static void rows_decode(nx_engine *e, nx_request **rows, int n) {
+    nx_spec *ss[ENG_MAX_ROWS];
+    int max_emit[ENG_MAX_ROWS];
+    for (int i = 0; i < n; i++) {
+        nx_request *r = rows[i];
+        int room = r->max_tokens > 0 ? r->max_tokens - r->generated : NX_SPEC_MAX_DRAFT + 1;
+        ss[i] = r->spec;
+        max_emit[i] = room > 0 ? room : 1;
+    }
+    nx_spec_step_batch(e->batch, ss, n, max_emit, &e->emitted[0][0], e->n_emitted, e->status, &e->msgs[0][0], sizeof e->msgs[0]);
+    for (int i = 0; i < n; i++) {
+        nx_request *r = rows[i];
+        if (e->status[i] == NX_ERANGE) request_finish(r, NX_FINISH_LENGTH, NULL); /* the context is full */
+        else if (e->status[i]) request_finish(r, NX_FINISH_ERROR, e->msgs[i]);
+        else row_emit(e, r, e->emitted[i], e->n_emitted[i]);
+    }
 }
 
 /* Adds what the row's session measured since last time to the engine's
@@ -448,25 +465,28 @@ static void *engine_main(void *arg) {
             r->info.queue_s = now_s() - r->t_submit;
             e->rows[i] = r;
         }
-        nx_request *rows[64];
-        int n = 0, decoding = 0, prefilling = 0;
+        nx_request *rows[ENG_MAX_ROWS];
+        int n = 0, prefilling = 0;
         for (int i = 0; i < P; i++)
             if (e->rows[i]) {
                 rows[n++] = e->rows[i];
-                decoding += e->rows[i]->phase == RQ_DECODE;
                 prefilling += e->rows[i]->phase == RQ_PREFILL;
             }
         e->st.active = n, e->st.prefilling = prefilling, e->st.queued = e->n_queued;
         pthread_mutex_unlock(&e->mu);
 
-        double t0 = now_s();
+        /* prefilling rows read one piece each; decoding rows (those that
+         * were decoding when the round began) share one verify forward */
+        nx_request *dec[ENG_MAX_ROWS];
         int decoded = 0;
         for (int i = 0; i < n; i++) {
             nx_request *r = rows[i];
             if (request_cancelled(r)) request_finish(r, NX_FINISH_CANCELLED, NULL);
             else if (r->phase == RQ_PREFILL) row_prefill(e, r);
-            else if (r->phase == RQ_DECODE) row_decode(e, r), decoded++;
+            else if (r->phase == RQ_DECODE) dec[decoded++] = r;
         }
+        double t0 = now_s();
+        if (decoded) rows_decode(e, dec, decoded);
         double dt = now_s() - t0;
 
         pthread_mutex_lock(&e->mu);
@@ -532,7 +552,8 @@ nx_status nx_engine_new(const nx_model *m, const nx_drafter *d, const nx_engine_
     if (o.max_ctx <= 0) o.max_ctx = 4096;
     if (o.max_queue <= 0) o.max_queue = 64;
     if (o.prefill_chunk <= 0) o.prefill_chunk = 256;
-    if (o.parallel > 64) return nx_fail(err, errlen, NX_EINVAL, "engine: parallel %d (at most 64)", o.parallel);
+    if (o.parallel > ENG_MAX_ROWS)
+        return nx_fail(err, errlen, NX_EINVAL, "engine: parallel %d (at most %d)", o.parallel, ENG_MAX_ROWS);
     if (o.prefill_chunk < 2) o.prefill_chunk = 2;
     if (d && d->target != m) return nx_fail(err, errlen, NX_EINVAL, "engine: the drafter is bound to another model");
     nx_engine *e = nx_calloc(1, sizeof *e);
@@ -546,8 +567,8 @@ nx_status nx_engine_new(const nx_model *m, const nx_drafter *d, const nx_engine_
     e->o.cache_dir = NULL; /* not kept: the cache copies it */
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->wake, NULL);
-    nx_status st = NX_OK;
-    if (o.cache_ram_bytes || o.cache_dir) {
+    nx_status st = nx_spec_batch_new(m, &e->batch, err, errlen);
+    if (!st && (o.cache_ram_bytes || o.cache_dir)) {
         /* namespaced by both identities: a checkpoint restores only into the
          * weights and head that made it */
         uint64_t ns = m->identity ^ (d ? d->identity * 0x9e3779b97f4a7c15ull + 1 : 0);
@@ -578,6 +599,7 @@ void nx_engine_free(nx_engine *e) {
         pthread_join(e->thread, NULL);
     }
     pcache_free(e->cache);
+    nx_spec_batch_free(e->batch);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->wake);
     nx_free(e->rows);

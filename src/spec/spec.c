@@ -346,10 +346,10 @@ nx_status nx_spec_draft(nx_spec *s, int k, int32_t *drafts, int *n_drafts, char 
 
 /* Chooses the target's token at verify index j and decides the draft there
  * (spec §7). Returns 1 if drafts[j] is accepted, else 0 with *c the token. */
-static int accept_at(nx_spec *s, int j, int32_t *c) {
+static int accept_at(nx_spec *s, float *vlogits, int j, int32_t *c) {
     const nx_sampling *sp = &s->opts.sampling;
     int V = s->m->cfg.vocab_size;
-    float *logits = s->vlogits + (size_t)j * (size_t)V;
+    float *logits = vlogits + (size_t)j * (size_t)V;
     int64_t pos = s->n + j + 1;           /* absolute position of the token chosen here */
     int hist_n = s->n + j + 1;            /* history: committed tokens, b, drafts 1..j */
     int has_draft = j < s->k;
@@ -380,7 +380,10 @@ static int accept_at(nx_spec *s, int j, int32_t *c) {
     return 0;
 }
 
-nx_status nx_spec_verify(nx_spec *s, char *err, size_t errlen) {
+/* The checks of a verify and its block [b, d_1..d_K] in hist; nothing runs.
+ * On a full context the provisional drafts are dropped and the session is
+ * READY again (a plain error, not a broken session). */
+static nx_status verify_begin(nx_spec *s, char *err, size_t errlen) {
     if (s->state == SPEC_READY) s->k = 0;
     else if (s->state != SPEC_DRAFTED) return wrong_state(s, "verify", err, errlen);
     int K = s->k;
@@ -389,20 +392,17 @@ nx_status nx_spec_verify(nx_spec *s, char *err, size_t errlen) {
         s->state = SPEC_READY;
         return nx_fail(err, errlen, NX_ERANGE, "verify: the context of %d tokens is full", s->max_ctx);
     }
-    double t0 = now_s();
-    int32_t *block = s->hist + s->n;      /* [b, d_1, ..., d_K] */
-    memcpy(block + 1, s->drafts, (size_t)K * sizeof *block);
-    nx_forward_out fo = {.logits = s->vlogits, .all_rows = 1};
-    hidden_out(s, &fo, s->vhidden);
-    char msg[512];
-    /* a plain round has nothing to roll back: no snapshots needed */
-    nx_status st = K ? mdl_forward_verify(s->m, s->target, block, K + 1, &fo, msg, sizeof msg)
-                     : nx_forward(s->m, s->target, block, 1, &fo, msg, sizeof msg);
-    if (st) return fail_sticky(s, st, msg, err, errlen);
-    int a = 0;
+    memcpy(s->hist + s->n + 1, s->drafts, (size_t)K * sizeof *s->hist);
+    return NX_OK;
+}
+
+/* Decides the round from the target's logits of the block ([K+1][V],
+ * processed in place) once the forward has run. */
+static void verify_decide(nx_spec *s, float *vlogits) {
+    int K = s->k, a = 0;
     int32_t c = 0;
-    while (accept_at(s, a, &c)) a++;      /* stops at the first rejection, or at index K */
-    for (int i = 0; i < K && i <= a; i++) { /* draft i was checked; accepted if i < a */
+    while (accept_at(s, vlogits, a, &c)) a++; /* stops at the first rejection, or at index K */
+    for (int i = 0; i < K && i <= a; i++) {   /* draft i was checked; accepted if i < a */
         s->stats.tried[i]++;
         s->stats.hits[i] += i < a;
     }
@@ -421,6 +421,22 @@ nx_status nx_spec_verify(nx_spec *s, char *err, size_t errlen) {
     s->accepted = a;
     s->bonus = c;
     s->state = SPEC_VERIFIED;
+}
+
+nx_status nx_spec_verify(nx_spec *s, char *err, size_t errlen) {
+    nx_status st = verify_begin(s, err, errlen);
+    if (st) return st;
+    double t0 = now_s();
+    int K = s->k;
+    int32_t *block = s->hist + s->n; /* [b, d_1, ..., d_K] */
+    nx_forward_out fo = {.logits = s->vlogits, .all_rows = 1};
+    hidden_out(s, &fo, s->vhidden);
+    char msg[512];
+    /* a plain round has nothing to roll back: no snapshots needed */
+    st = K ? mdl_forward_verify(s->m, s->target, block, K + 1, &fo, msg, sizeof msg)
+           : nx_forward(s->m, s->target, block, 1, &fo, msg, sizeof msg);
+    if (st) return fail_sticky(s, st, msg, err, errlen);
+    verify_decide(s, s->vlogits);
     s->stats.verify_s += now_s() - t0;
     return NX_OK;
 }
@@ -452,13 +468,19 @@ nx_status nx_spec_commit(nx_spec *s, int32_t *emitted, int *n_emitted, char *err
     return NX_OK;
 }
 
+/* The draft length of the next round of s, at most max_emit - 1. */
+static int round_k(nx_spec *s, int max_emit) {
+    int k = s->auto_k ? spec_auto_choose(s) : s->k_fixed;
+    if (k > max_emit - 1) k = max_emit - 1; /* the round emits at most k + 1 */
+    s->plain_round = s->auto_k && k == 0;
+    return k;
+}
+
 nx_status nx_spec_step(nx_spec *s, int max_emit, int32_t *emitted, int *n_emitted, char *err, size_t errlen) {
     *n_emitted = 0;
     if (s->state != SPEC_READY) return wrong_state(s, "step", err, errlen);
     if (max_emit < 1) return nx_fail(err, errlen, NX_EINVAL, "step: max_emit %d must be >= 1", max_emit);
-    int k = s->auto_k ? spec_auto_choose(s) : s->k_fixed;
-    if (k > max_emit - 1) k = max_emit - 1; /* the round emits at most k + 1 */
-    s->plain_round = s->auto_k && k == 0;
+    int k = round_k(s, max_emit);
     int32_t drafts[NX_SPEC_MAX_DRAFT];
     int nd;
     double t0 = now_s();
@@ -467,4 +489,105 @@ nx_status nx_spec_step(nx_spec *s, int max_emit, int32_t *emitted, int *n_emitte
     if (!st) st = nx_spec_commit(s, emitted, n_emitted, err, errlen);
     if (!st && s->auto_k) spec_auto_observe(s, nd, s->accepted, now_s() - t0);
     return st;
+}
+
+/* ---- many sessions, one forward ---------------------------------------------- */
+
+struct nx_spec_batch {
+    const nx_model *m;
+    float *logits;                /* [MDL_CHUNK][V] the forward's logits       */
+    float *hidden;                /* [MDL_CHUNK][H]                            */
+};
+
+nx_status nx_spec_batch_new(const nx_model *m, nx_spec_batch **out, char *err, size_t errlen) {
+    *out = NULL;
+    nx_spec_batch *b = nx_calloc(1, sizeof *b);
+    size_t V = (size_t)m->cfg.vocab_size, H = (size_t)m->cfg.hidden_size;
+    if (!b || !(b->logits = nx_alloc_aligned((size_t)MDL_CHUNK * V * sizeof(float))) ||
+        !(b->hidden = nx_alloc_aligned((size_t)MDL_CHUNK * H * sizeof(float)))) {
+        nx_spec_batch_free(b);
+        return nx_fail(err, errlen, NX_ENOMEM, "out of memory for a batch of %d rows", MDL_CHUNK);
+    }
+    b->m = m;
+    *out = b;
+    return NX_OK;
+}
+
+void nx_spec_batch_free(nx_spec_batch *b) {
+    if (!b) return;
+    nx_free_aligned(b->logits);
+    nx_free_aligned(b->hidden);
+    nx_free(b);
+}
+
+/* Verifies sessions ss[idx[0..n)] (each past verify_begin) in one target
+ * forward and decides each round. A failed forward breaks all of them. */
+static void verify_group(nx_spec_batch *b, nx_spec *const *ss, const int *idx, int n, nx_status *st, char *msgs,
+                         size_t msglen) {
+    mdl_batch_item items[MDL_CHUNK];
+    int prenorm = -1, mixed = 0;
+    for (int i = 0; i < n; i++) {
+        nx_spec *s = ss[idx[i]];
+        items[i] = (mdl_batch_item){s->target, s->hist + s->n, s->k + 1, s->k > 0};
+        int p = s->d && s->d->hidden_prenorm;
+        if (s->d) mixed |= prenorm >= 0 && p != prenorm, prenorm = p;
+    }
+    char fmsg[512];
+    double t0 = now_s();
+    /* one forward gives one kind of hidden row: every drafter must read it */
+    nx_status fst = mixed ? nx_fail(fmsg, sizeof fmsg, NX_EINVAL, "batch: the sessions' drafters read different hidden rows")
+                          : mdl_forward_batch(b->m, items, n, b->logits, b->hidden, prenorm > 0, fmsg, sizeof fmsg);
+    double dt = now_s() - t0;
+    int64_t V = b->m->cfg.vocab_size, H = b->m->cfg.hidden_size, row = 0;
+    for (int i = 0; i < n; i++) {
+        nx_spec *s = ss[idx[i]];
+        if (fst) {
+            st[idx[i]] = fail_sticky(s, fst, fmsg, msgs + (size_t)idx[i] * msglen, msglen);
+            continue;
+        }
+        memcpy(s->vhidden, b->hidden + row * H, (size_t)((s->k + 1) * H) * sizeof(float));
+        verify_decide(s, b->logits + row * V);
+        s->stats.verify_s += dt;
+        row += s->k + 1;
+    }
+}
+
+nx_status nx_spec_step_batch(nx_spec_batch *b, nx_spec *const *ss, int n, const int *max_emit, int32_t *emitted,
+                             int *n_emitted, nx_status *st, char *msgs, size_t msglen) {
+    int idx[MDL_CHUNK] = {0}, ng = 0, rows = 0;
+    double t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        nx_spec *s = ss[i];
+        char *msg = msgs + (size_t)i * msglen;
+        n_emitted[i] = 0;
+        st[i] = NX_OK;
+        for (int k = 0; k < i && !st[i]; k++) /* first: the earlier entry has moved its state on */
+            if (ss[k] == s) st[i] = nx_fail(msg, msglen, NX_EINVAL, "step: session %d is also session %d of the batch", i, k);
+        if (st[i]) continue;
+        if (s->m != b->m) st[i] = nx_fail(msg, msglen, NX_EINVAL, "step: the session belongs to another model");
+        else if (s->state != SPEC_READY) st[i] = wrong_state(s, "step", msg, msglen);
+        else if (max_emit[i] < 1) st[i] = nx_fail(msg, msglen, NX_EINVAL, "step: max_emit %d must be >= 1", max_emit[i]);
+        if (st[i]) continue;
+        int32_t drafts[NX_SPEC_MAX_DRAFT];
+        int nd;
+        st[i] = nx_spec_draft(s, round_k(s, max_emit[i]), drafts, &nd, msg, msglen);
+        if (!st[i]) st[i] = verify_begin(s, msg, msglen);
+        if (st[i]) continue;
+        if (ng && rows + s->k + 1 > MDL_CHUNK) { /* the chunk is full: verify what it holds */
+            verify_group(b, ss, idx, ng, st, msgs, msglen);
+            ng = rows = 0;
+        }
+        idx[ng++] = i;
+        rows += s->k + 1;
+    }
+    if (ng) verify_group(b, ss, idx, ng, st, msgs, msglen);
+    double dt = now_s() - t0;
+    for (int i = 0; i < n; i++) {
+        nx_spec *s = ss[i];
+        if (st[i] || s->state != SPEC_VERIFIED) continue;
+        st[i] = nx_spec_commit(s, emitted + (size_t)i * (NX_SPEC_MAX_DRAFT + 1), &n_emitted[i], msgs + (size_t)i * msglen, msglen);
+        /* the adaptive draft length sees the batch round's cost */
+        if (!st[i] && s->auto_k) spec_auto_observe(s, s->k, s->accepted, dt);
+    }
+    return NX_OK;
 }
