@@ -303,20 +303,23 @@ nx_status nx_spec_commit(nx_spec *s, int32_t *emitted, int *n_emitted, char *err
 nx_status nx_spec_step(nx_spec *s, int max_emit, int32_t *emitted, int *n_emitted, char *err, size_t errlen);
 
 /* Many sessions of one model, one forward: nx_spec_step_batch runs one round
- * of every session like nx_spec_step (each drafts, with its own draft
- * length), but verifies all their blocks in one target forward, so each
- * weight matrix is read once for the whole batch (up to 32 rows a forward;
- * more sessions take more forwards). Every session's output is exactly what
+ * of every session like nx_spec_step (each with its own draft length), but
+ * verifies all their blocks in one target forward and runs their drafter
+ * steps together, so each weight matrix -- the target's, the MTP head's and
+ * the LM head the drafts are scored with -- is read once per step for the
+ * whole batch (up to 32 rows a forward; more take more forwards). Every session's output is exactly what
  * nx_spec_step would give it. The batch object holds the forward's output
  * rows; reuse it across rounds. */
 typedef struct nx_spec_batch nx_spec_batch;
-nx_status nx_spec_batch_new(const nx_model *m, nx_spec_batch **out, char *err, size_t errlen);
+/* max_ctx: the longest session context whose drafting joins the batch (the
+ * others draft on their own, with the same result). */
+nx_status nx_spec_batch_new(const nx_model *m, int max_ctx, nx_spec_batch **out, char *err, size_t errlen);
 void nx_spec_batch_free(nx_spec_batch *b);
-/* ss[0..n): READY sessions of b's model, each at most once. Session i emits
+/* ss[0..n), n <= 64: READY sessions of b's model, each at most once. Session i emits
  * at most max_emit[i] tokens into emitted + i * (NX_SPEC_MAX_DRAFT + 1),
  * *n_emitted[i] of them; st[i] is its status (as nx_spec_step's) and
- * msgs + i * msglen its message. Returns NX_OK; the per-session statuses say
- * the rest. */
+ * msgs + i * msglen its message. Returns NX_OK (NX_EINVAL, touching nothing,
+ * for n > 64); the per-session statuses say the rest. */
 nx_status nx_spec_step_batch(nx_spec_batch *b, nx_spec *const *ss, int n, const int *max_emit, int32_t *emitted,
                              int *n_emitted, nx_status *st, char *msgs, size_t msglen);
 

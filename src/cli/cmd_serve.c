@@ -24,7 +24,8 @@ static const char *serve_help =
     "  --cache-ram MB     prefix cache budget in RAM (default 1024; 0 = off)\n"
     "  --cache-dir DIR    also keep prefix-cache checkpoints in DIR (survives restarts)\n"
     "  --mtp on|off|DIR   the MTP drafter: the checkpoint's own (default), none, or a directory\n"
-    "  --draft K          drafts per round (default: the drafter's block_size - 1)\n"
+    "  --draft K|auto     drafts per round (default: the drafter's block_size - 1); auto adapts\n"
+    "                     K per request to the measured acceptance and round cost\n"
     "  --draft-head-bits B  draft with a B-bit copy of the LM head (see nextn generate)\n"
     "  --api-key KEY      require Authorization: Bearer KEY on /v1/ and /metrics\n"
     "  --model-name NAME  the model id /v1/models lists (default: the directory's name)\n"
@@ -67,7 +68,8 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
                     {"--prefill-chunk", &o->chunk, 2, 1 << 20}, {"--cache-ram", &o->cache_mb, 0, 1 << 24},
                     {"--draft", &o->draft, 1, NX_SPEC_MAX_DRAFT}, {"--draft-head-bits", &o->head_bits, 2, 8},
                     {"--max-body", &o->max_body, 1024, 1L << 30}};
-        int done = 0;
+        int done = strcmp(a, "--draft") == 0 && strcmp(v, "auto") == 0;
+        if (done) o->draft = NX_DRAFT_AUTO;
         for (size_t k = 0; k < sizeof nums / sizeof *nums && !done; k++)
             if (strcmp(a, nums[k].name) == 0) {
                 if (cli_parse_int(v, nums[k].lo, nums[k].hi, nums[k].out))

@@ -567,7 +567,7 @@ nx_status nx_engine_new(const nx_model *m, const nx_drafter *d, const nx_engine_
     e->o.cache_dir = NULL; /* not kept: the cache copies it */
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->wake, NULL);
-    nx_status st = nx_spec_batch_new(m, &e->batch, err, errlen);
+    nx_status st = nx_spec_batch_new(m, o.max_ctx, &e->batch, err, errlen);
     if (!st && (o.cache_ram_bytes || o.cache_dir)) {
         /* namespaced by both identities: a checkpoint restores only into the
          * weights and head that made it */

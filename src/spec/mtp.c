@@ -270,23 +270,24 @@ static void mtp_chunk(mtp_rows *r, const int32_t *tokens, const float *hidden, i
     r->n += T;
 }
 
-/* Draft logits of n entries: the drafter's head rows, -inf beyond them. */
-static void draft_logits(const nx_drafter *d, mdl_scratch *sc, const float *m_rows, int n, float *logits) {
+void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, const float *m_rows, int n, float *logits) {
     const nx_model *m = d->target;
     int64_t V = m->cfg.vocab_size, N = d->head.rows;
-    if (N == V) {
-        mdl_linear(m, sc, &d->head, m_rows, n, logits);
-        return;
-    }
-    /* mdl_linear writes rows of N: run row by row into the [V]-strided output */
-    for (int t = 0; t < n; t++) {
+    mdl_linear(m, sc, &d->head, m_rows, n, logits);
+    if (N == V) return;
+    /* rows of N were written back to back: spread them to the [V] stride,
+     * last first (row t moves up from t*N to t*V, past no row still unmoved) */
+    for (int t = n - 1; t >= 0; t--) {
         float *row = logits + (int64_t)t * V;
-        mdl_linear(m, sc, &d->head, m_rows + (int64_t)t * m->cfg.hidden_size, 1, row);
+        memmove(row, logits + (int64_t)t * N, (size_t)N * sizeof(float));
         for (int64_t v = N; v < V; v++) row[v] = -INFINITY;
     }
 }
 
-void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out, int last_only) {
+/* Appends T entries; their outputs: every row's logits (logits_out, not
+ * last_only), or the last row's m and, with logits_out, its logits, or
+ * (want_m 0, logits_out NULL) none. */
+static void append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out, int last_only, int want_m) {
     const nx_model *m = r->d->target;
     int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size;
     for (int done = 0; done < T;) {
@@ -294,19 +295,52 @@ void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, in
         int last_chunk = done + n == T;
         /* which rows' outputs are read: all (teacher forcing), the very last
          * (drafting from it), or none (prefill entries) */
-        int n_full = logits_out && !last_only ? n : logits_out && last_chunk ? 1 : 0;
+        int n_full = logits_out && !last_only ? n : (logits_out || want_m) && last_chunk ? 1 : 0;
         mtp_chunk(r, tokens + done, hidden + done * H, n, n_full);
-        if (logits_out && !last_only) draft_logits(r->d, &r->sc, r->sc.hfinal, n, logits_out + done * V);
+        if (logits_out && !last_only) mtp_head_rows(r->d, &r->sc, r->sc.hfinal, n, logits_out + done * V);
         done += n;
         if (last_chunk && n_full) {
             memcpy(r->m, r->sc.hfinal + (int64_t)(n_full - 1) * H, (size_t)H * sizeof(float));
-            if (last_only) draft_logits(r->d, &r->sc, r->m, 1, logits_out);
+            if (last_only && logits_out) mtp_head_rows(r->d, &r->sc, r->m, 1, logits_out);
         }
     }
 }
 
+void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out, int last_only) {
+    append(r, tokens, hidden, T, logits_out, last_only, 0);
+}
+
+void mtp_rows_append_m(mtp_rows *r, const int32_t *tokens, const float *hidden, int T) {
+    append(r, tokens, hidden, T, NULL, 1, 1);
+}
+
+void mtp_step_batch(mtp_rows *const *rs, int n, const int32_t *tokens, const float *const *hidden, mdl_scratch *sc,
+                    float *u, float *m_out) {
+    const nx_drafter *d = rs[0]->d;
+    const nx_model *m = d->target;
+    int64_t H = m->cfg.hidden_size;
+    float eps = (float)m->cfg.rms_norm_eps;
+    mdl_seg segs[MDL_CHUNK];
+    /* as mtp_chunk with one full row per sequence, each row its own segment */
+    for (int i = 0; i < n; i++) {
+        float *ui = u + i * 2 * H;
+        kn_mat_row_f32(&m->embed, tokens[i], ui);
+        kn_rmsnorm(ui, ui, d->norm_embed, H, eps);
+        kn_rmsnorm(ui + H, hidden[i], d->norm_hidden, H, eps);
+        segs[i] = (mdl_seg){.row0 = i, .T = 1, .pos = rs[i]->n, .k_cache = rs[i]->k_cache, .v_cache = rs[i]->v_cache};
+        mdl_rope_rows(m, sc, i, rs[i]->n, 1);
+    }
+    mdl_linear(m, sc, &d->fc, u, n, sc->x);
+    mdl_attention_segs(m, &d->layer, sc, segs, n);
+    for (int i = 0; i < n; i++) {
+        kn_rmsnorm(m_out + i * H, sc->x + i * H, d->norm_out, H, eps);
+        memcpy(rs[i]->m, m_out + i * H, (size_t)H * sizeof(float));
+        rs[i]->n++;
+    }
+}
+
 int32_t mtp_redraft(mtp_rows *r) {
-    draft_logits(r->d, &r->sc, r->m, 1, r->logits);
+    mtp_head_rows(r->d, &r->sc, r->m, 1, r->logits);
     return mtp_argmax(r->logits, r->d->target->cfg.vocab_size);
 }
 

@@ -71,6 +71,19 @@ void mtp_rows_free(mtp_rows *r);
  * layer; the others write just their K/V, the same bits either way. With
  * logits_out, the last entry's m is left in r->m. No allocation. */
 void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out, int last_only);
+/* mtp_rows_append with last_only but without the head: the last entry's
+ * output m is left in r->m for the caller to score (in a batch). */
+void mtp_rows_append_m(mtp_rows *r, const int32_t *tokens, const float *hidden, int T);
+/* Draft logits of n output rows m_rows ([n][H]) through the drafter's head:
+ * logits [n][V], -inf beyond its draft vocabulary. The head is read once. */
+void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, const float *m_rows, int n, float *logits);
+/* One entry for each of n sequences (n <= MDL_CHUNK, one drafter): entry i
+ * from tokens[i] and hidden[i] ([H]) appended to rs[i], all run as one chunk
+ * in sc (u: [n][2H] scratch) so the head's layer is read once. Outputs m go
+ * to m_out ([n][H]) and each rs[i]->m. Bit for bit what mtp_rows_append_m of
+ * that one entry on rs[i] gives. */
+void mtp_step_batch(mtp_rows *const *rs, int n, const int32_t *tokens, const float *const *hidden, mdl_scratch *sc,
+                    float *u, float *m_out);
 /* The first draft from r->m (the last committed entry's output), through this
  * drafter's head: its logits into r->logits, the argmax returned. */
 int32_t mtp_redraft(mtp_rows *r);

@@ -184,7 +184,7 @@ static void flush_deferred(nx_spec *s) {
  * h[0..n): now (computing the next d1), or deferred while plain decoding.
  * The deferred buffer keeps the newest SPEC_MAX_DEFER entries and drops the
  * oldest, so plain decoding never pays for the head (invariant 2). */
-static void add_entries(nx_spec *s, const int32_t *toks, const float *h, int n, int defer) {
+static void add_entries(nx_spec *s, const int32_t *toks, const float *h, int n, int defer, int head_later) {
     int64_t H = s->m->cfg.hidden_size;
     if (defer && n <= SPEC_MAX_DEFER) {
         int drop = s->n_defer + n - SPEC_MAX_DEFER;
@@ -203,8 +203,13 @@ static void add_entries(nx_spec *s, const int32_t *toks, const float *h, int n, 
         return;
     }
     flush_deferred(s);
-    mtp_rows_append(&s->rows, toks, h, n, s->rows.logits, 1);
-    s->d1 = mtp_argmax(s->rows.logits, s->m->cfg.vocab_size);
+    if (head_later) { /* a batch scores every session's m with one pass over the head */
+        mtp_rows_append_m(&s->rows, toks, h, n);
+        s->d1 = -1;
+    } else {
+        mtp_rows_append(&s->rows, toks, h, n, s->rows.logits, 1);
+        s->d1 = mtp_argmax(s->rows.logits, s->m->cfg.vocab_size);
+    }
     s->mtp_committed = s->rows.n;
 }
 
@@ -240,7 +245,7 @@ static nx_status feed(nx_spec *s, int count, int32_t next, int32_t *first, char 
     s->n = n;
     int32_t b = next >= 0 ? next : nx_sample(s->smp, &s->opts.sampling, s->vlogits, s->hist, n, n);
     s->hist[n] = b;
-    if (s->d) add_entries(s, &b, s->hbuf + (int64_t)((count - 1) % SPEC_PREFILL_PIECE) * H, 1, 0);
+    if (s->d) add_entries(s, &b, s->hbuf + (int64_t)((count - 1) % SPEC_PREFILL_PIECE) * H, 1, 0, 0);
     s->stats.emitted += next < 0;
     s->stats.target_forwards++;
     if (first) *first = b;
@@ -318,29 +323,44 @@ nx_status nx_spec_absorb(nx_spec *s, const int32_t *tokens, int n, char *err, si
 
 /* ---- one round ------------------------------------------------------------ */
 
+/* The drafts a round of s can have when k are asked for: at most k_max, and
+ * the verify block must fit the context. */
+static int draft_len(const nx_spec *s, int k) {
+    if (k > s->k_max) k = s->k_max;
+    if (k > s->max_ctx - s->n - 1) k = s->max_ctx - s->n - 1;
+    return k > 0 ? k : 0;
+}
+
+/* The first draft is the head's d1; the rest come from the recursion. */
+static void draft_start(nx_spec *s, int k) {
+    flush_deferred(s);
+    s->drafts[0] = s->d1;
+    s->k = k;
+}
+
+static void draft_done(nx_spec *s, double t0) {
+    s->state = SPEC_DRAFTED;
+    s->stats.draft_s += now_s() - t0;
+}
+
 nx_status nx_spec_draft(nx_spec *s, int k, int32_t *drafts, int *n_drafts, char *err, size_t errlen) {
     *n_drafts = 0;
     if (s->state != SPEC_READY) return wrong_state(s, "draft", err, errlen);
     if (k <= 0) return NX_OK;
     if (!s->d) return nx_fail(err, errlen, NX_ESTATE, "draft: this session has no drafter");
-    if (k > s->k_max) k = s->k_max;
-    if (k > s->max_ctx - s->n - 1) k = s->max_ctx - s->n - 1; /* the verify block must fit */
-    if (k <= 0) return NX_OK;
+    if ((k = draft_len(s, k)) == 0) return NX_OK;
     double t0 = now_s();
-    flush_deferred(s);
+    draft_start(s, k);
     int V = s->m->cfg.vocab_size;
-    s->drafts[0] = s->d1;
     /* recursive steps: the head's own output m feeds the next entry (spec §5.4);
      * these entries are provisional and dropped at commit */
     for (int j = 1; j < k; j++) {
         mtp_rows_append(&s->rows, &s->drafts[j - 1], s->rows.m, 1, s->rows.logits, 1);
         s->drafts[j] = mtp_argmax(s->rows.logits, V);
     }
-    s->k = k;
     memcpy(drafts, s->drafts, (size_t)k * sizeof *drafts);
     *n_drafts = k;
-    s->state = SPEC_DRAFTED;
-    s->stats.draft_s += now_s() - t0;
+    draft_done(s, t0);
     return NX_OK;
 }
 
@@ -441,7 +461,9 @@ nx_status nx_spec_verify(nx_spec *s, char *err, size_t errlen) {
     return NX_OK;
 }
 
-nx_status nx_spec_commit(nx_spec *s, int32_t *emitted, int *n_emitted, char *err, size_t errlen) {
+/* nx_spec_commit; head_later: the first draft of the next round (d1) is left
+ * for the caller to score (d1 = -1). */
+static nx_status commit(nx_spec *s, int32_t *emitted, int *n_emitted, int head_later, char *err, size_t errlen) {
     *n_emitted = 0;
     if (s->state != SPEC_VERIFIED) return wrong_state(s, "commit", err, errlen);
     double t0 = now_s();
@@ -456,7 +478,7 @@ nx_status nx_spec_commit(nx_spec *s, int32_t *emitted, int *n_emitted, char *err
         /* drop the provisional entries, then the entries of b, d_1..d_a from
          * the target's verified hiddens V_0..V_a (spec §6.3 step 5) */
         s->rows.n = s->mtp_committed;
-        add_entries(s, out, s->vhidden, a + 1, K == 0 && s->plain_round);
+        add_entries(s, out, s->vhidden, a + 1, K == 0 && s->plain_round, head_later);
     }
     memcpy(emitted, out, (size_t)(a + 1) * sizeof *emitted);
     *n_emitted = a + 1;
@@ -466,6 +488,10 @@ nx_status nx_spec_commit(nx_spec *s, int32_t *emitted, int *n_emitted, char *err
     s->stats.commit_s += now_s() - t0;
     assert(spec_invariants(s));
     return NX_OK;
+}
+
+nx_status nx_spec_commit(nx_spec *s, int32_t *emitted, int *n_emitted, char *err, size_t errlen) {
+    return commit(s, emitted, n_emitted, 0, err, errlen);
 }
 
 /* The draft length of the next round of s, at most max_emit - 1. */
@@ -495,20 +521,25 @@ nx_status nx_spec_step(nx_spec *s, int max_emit, int32_t *emitted, int *n_emitte
 
 struct nx_spec_batch {
     const nx_model *m;
-    float *logits;                /* [MDL_CHUNK][V] the forward's logits       */
-    float *hidden;                /* [MDL_CHUNK][H]                            */
+    int max_ctx;                  /* the head's scratch covers sessions up to this */
+    float *logits;                /* [MDL_CHUNK][V] the forward's or the head's logits */
+    float *hidden;                /* [MDL_CHUNK][H] verify hiddens; head outputs m    */
+    float *u;                     /* [MDL_CHUNK][2H] the head's fc inputs             */
+    mdl_scratch sc;               /* the head's batched entries                       */
 };
 
-nx_status nx_spec_batch_new(const nx_model *m, nx_spec_batch **out, char *err, size_t errlen) {
+nx_status nx_spec_batch_new(const nx_model *m, int max_ctx, nx_spec_batch **out, char *err, size_t errlen) {
     *out = NULL;
     nx_spec_batch *b = nx_calloc(1, sizeof *b);
     size_t V = (size_t)m->cfg.vocab_size, H = (size_t)m->cfg.hidden_size;
     if (!b || !(b->logits = nx_alloc_aligned((size_t)MDL_CHUNK * V * sizeof(float))) ||
-        !(b->hidden = nx_alloc_aligned((size_t)MDL_CHUNK * H * sizeof(float)))) {
+        !(b->hidden = nx_alloc_aligned((size_t)MDL_CHUNK * H * sizeof(float))) ||
+        !(b->u = nx_alloc_aligned((size_t)MDL_CHUNK * 2 * H * sizeof(float))) || mdl_scratch_init(&b->sc, m, max_ctx) != NX_OK) {
         nx_spec_batch_free(b);
         return nx_fail(err, errlen, NX_ENOMEM, "out of memory for a batch of %d rows", MDL_CHUNK);
     }
     b->m = m;
+    b->max_ctx = max_ctx;
     *out = b;
     return NX_OK;
 }
@@ -517,7 +548,75 @@ void nx_spec_batch_free(nx_spec_batch *b) {
     if (!b) return;
     nx_free_aligned(b->logits);
     nx_free_aligned(b->hidden);
+    nx_free_aligned(b->u);
+    if (b->max_ctx) mdl_scratch_free(&b->sc);
     nx_free(b);
+}
+
+/* 1 if the head work of s can join the batch's: the batch's drafter d and
+ * a context its scratch covers. */
+static int joins(const nx_spec_batch *b, const nx_spec *s, const nx_drafter *d) {
+    return s->d && s->d == d && s->max_ctx <= b->max_ctx;
+}
+
+/* The recursive drafts of sessions ss[0..n) (each past draft_start, its
+ * length in s->k): step j runs the j-th entry of every session still
+ * drafting as one chunk, and scores them with one pass over the head. */
+static void draft_rest(nx_spec_batch *b, nx_spec *const *ss, int n) {
+    const nx_drafter *d = n ? ss[0]->d : NULL;
+    int V = b->m->cfg.vocab_size;
+    for (int j = 1;; j++) {
+        mtp_rows *rs[MDL_CHUNK];
+        int32_t tok[MDL_CHUNK];
+        const float *h[MDL_CHUNK];
+        nx_spec *who[MDL_CHUNK];
+        int c = 0, more = 0;
+        for (int i = 0; i <= n; i++) {
+            nx_spec *s = i < n ? ss[i] : NULL;
+            if (s && s->k <= j) continue;
+            more |= s != NULL;
+            if (s && !joins(b, s, d)) { /* on its own, as nx_spec_draft does */
+                mtp_rows_append(&s->rows, &s->drafts[j - 1], s->rows.m, 1, s->rows.logits, 1);
+                s->drafts[j] = mtp_argmax(s->rows.logits, V);
+                continue;
+            }
+            if (s) rs[c] = &s->rows, tok[c] = s->drafts[j - 1], h[c] = s->rows.m, who[c++] = s;
+            if (c && (c == MDL_CHUNK || !s)) {
+                mtp_step_batch(rs, c, tok, h, &b->sc, b->u, b->hidden);
+                mtp_head_rows(d, &b->sc, b->hidden, c, b->logits);
+                for (int k = 0; k < c; k++) who[k]->drafts[j] = mtp_argmax(b->logits + (size_t)k * V, V);
+                c = 0;
+            }
+        }
+        if (!more) return;
+    }
+}
+
+/* The first drafts of the next round (d1 = -1 after commit with head_later):
+ * every joining session's m scored with one pass over the head. */
+static void score_d1(nx_spec_batch *b, nx_spec *const *ss, int n) {
+    int V = b->m->cfg.vocab_size, c = 0;
+    int64_t H = b->m->cfg.hidden_size;
+    const nx_drafter *d = NULL;
+    nx_spec *who[MDL_CHUNK];
+    for (int i = 0; i <= n; i++) {
+        nx_spec *s = i < n ? ss[i] : NULL;
+        if (s && s->d1 >= 0) continue;
+        if (s && !d) d = s->d;
+        if (s && !joins(b, s, d)) {
+            s->d1 = mtp_redraft(&s->rows);
+            continue;
+        }
+        if (s) {
+            memcpy(b->hidden + c * H, s->rows.m, (size_t)H * sizeof(float));
+            who[c++] = s;
+        }
+        if (c && (c == MDL_CHUNK || !s)) {
+            mtp_head_rows(d, &b->sc, b->hidden, c, b->logits);
+            for (int k = 0; k < c; k++) who[k]->d1 = mtp_argmax(b->logits + (size_t)k * V, V);
+            c = 0;
+        }
+    }
 }
 
 /* Verifies sessions ss[idx[0..n)] (each past verify_begin) in one target
@@ -554,7 +653,10 @@ static void verify_group(nx_spec_batch *b, nx_spec *const *ss, const int *idx, i
 
 nx_status nx_spec_step_batch(nx_spec_batch *b, nx_spec *const *ss, int n, const int *max_emit, int32_t *emitted,
                              int *n_emitted, nx_status *st, char *msgs, size_t msglen) {
-    int idx[MDL_CHUNK] = {0}, ng = 0, rows = 0;
+    nx_spec *drafting[64];
+    int nd = 0;
+    if (n > 64) return NX_EINVAL; /* the round's lists below hold 64 */
+    /* 1. draft: each session its own length; the recursive steps together */
     double t0 = now_s();
     for (int i = 0; i < n; i++) {
         nx_spec *s = ss[i];
@@ -568,11 +670,20 @@ nx_status nx_spec_step_batch(nx_spec_batch *b, nx_spec *const *ss, int n, const 
         else if (s->state != SPEC_READY) st[i] = wrong_state(s, "step", msg, msglen);
         else if (max_emit[i] < 1) st[i] = nx_fail(msg, msglen, NX_EINVAL, "step: max_emit %d must be >= 1", max_emit[i]);
         if (st[i]) continue;
-        int32_t drafts[NX_SPEC_MAX_DRAFT];
-        int nd;
-        st[i] = nx_spec_draft(s, round_k(s, max_emit[i]), drafts, &nd, msg, msglen);
-        if (!st[i]) st[i] = verify_begin(s, msg, msglen);
-        if (st[i]) continue;
+        int k = s->d ? draft_len(s, round_k(s, max_emit[i])) : 0;
+        if (k) {
+            draft_start(s, k);
+            drafting[nd++] = s;
+        }
+    }
+    draft_rest(b, drafting, nd);
+    for (int i = 0; i < nd; i++) draft_done(drafting[i], t0);
+
+    /* 2. verify: all blocks in as few forwards as fit */
+    int idx[MDL_CHUNK] = {0}, ng = 0, rows = 0;
+    for (int i = 0; i < n; i++) {
+        nx_spec *s = ss[i];
+        if (st[i] || (st[i] = verify_begin(s, msgs + (size_t)i * msglen, msglen))) continue;
         if (ng && rows + s->k + 1 > MDL_CHUNK) { /* the chunk is full: verify what it holds */
             verify_group(b, ss, idx, ng, st, msgs, msglen);
             ng = rows = 0;
@@ -581,13 +692,20 @@ nx_status nx_spec_step_batch(nx_spec_batch *b, nx_spec *const *ss, int n, const 
         rows += s->k + 1;
     }
     if (ng) verify_group(b, ss, idx, ng, st, msgs, msglen);
+
+    /* 3. commit each, then the next round's first drafts in one head pass */
     double dt = now_s() - t0;
+    nx_spec *scored[64];
+    int nsc = 0;
     for (int i = 0; i < n; i++) {
         nx_spec *s = ss[i];
         if (st[i] || s->state != SPEC_VERIFIED) continue;
-        st[i] = nx_spec_commit(s, emitted + (size_t)i * (NX_SPEC_MAX_DRAFT + 1), &n_emitted[i], msgs + (size_t)i * msglen, msglen);
+        st[i] = commit(s, emitted + (size_t)i * (NX_SPEC_MAX_DRAFT + 1), &n_emitted[i], 1, msgs + (size_t)i * msglen, msglen);
+        if (st[i]) continue;
+        if (s->d && s->d1 < 0) scored[nsc++] = s;
         /* the adaptive draft length sees the batch round's cost */
-        if (!st[i] && s->auto_k) spec_auto_observe(s, s->k, s->accepted, dt);
+        if (s->auto_k) spec_auto_observe(s, s->k, s->accepted, dt);
     }
+    score_d1(b, scored, nsc);
     return NX_OK;
 }

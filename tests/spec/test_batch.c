@@ -9,7 +9,7 @@
 /* the bundled model: its trained head reads the hidden rows (a wrong row shows) */
 #define COPY NX_MODELS_DIR "/default"
 
-enum { N = 12, GEN = 40, W = NX_SPEC_MAX_DRAFT + 1 };
+enum { N = 36, GEN = 40, W = NX_SPEC_MAX_DRAFT + 1 };
 
 /* Session i's options: draft lengths 0 (plain) .. 3 and auto, greedy,
  * matched sampling and rejection sampling. */
@@ -32,13 +32,13 @@ static void batched_rounds_equal_each_session_alone(void) {
     nx_spec_stats stats_alone[N];
     nx_spec *ss[N];
     for (int i = 0; i < N; i++) {
-        nx_test_tokens(prompt[i], 4 + i, V, 70 + i);
+        nx_test_tokens(prompt[i], 4 + i % 12, V, 70 + i);
         nx_spec_opts o = opts_of(i);
         nx_drafter *di = i == 5 ? NULL : d; /* one plain-decoding session among them */
         /* alone: prefill, then nx_spec_step until GEN tokens */
         nx_spec *s = NULL;
         CHECKF(nx_spec_new(m, di, 256, &o, &s, err, sizeof err) == NX_OK, "%s", err);
-        CHECK(nx_spec_prefill(s, prompt[i], 4 + i, &alone[i][0], err, sizeof err) == NX_OK);
+        CHECK(nx_spec_prefill(s, prompt[i], 4 + i % 12, &alone[i][0], err, sizeof err) == NX_OK);
         n_alone[i] = 1;
         while (n_alone[i] < GEN) {
             int got = 0;
@@ -49,11 +49,11 @@ static void batched_rounds_equal_each_session_alone(void) {
         stats_alone[i] = *nx_spec_get_stats(s);
         nx_spec_free(s);
         CHECKF(nx_spec_new(m, di, 256, &o, &ss[i], err, sizeof err) == NX_OK, "%s", err);
-        CHECK(nx_spec_prefill(ss[i], prompt[i], 4 + i, &batched[i][0], err, sizeof err) == NX_OK);
+        CHECK(nx_spec_prefill(ss[i], prompt[i], 4 + i % 12, &batched[i][0], err, sizeof err) == NX_OK);
         n_batched[i] = 1;
     }
     nx_spec_batch *b = NULL;
-    CHECKF(nx_spec_batch_new(m, &b, err, sizeof err) == NX_OK, "%s", err);
+    CHECKF(nx_spec_batch_new(m, 256, &b, err, sizeof err) == NX_OK, "%s", err);
     static int32_t emitted[N * W];
     static char msgs[N][256];
     int max_emit[N], n_emitted[N];
@@ -109,7 +109,7 @@ static void batched_rounds_equal_each_session_alone(void) {
 
 static const nx_test tests[] = {
     {"batched_rounds_equal_each_session_alone",
-     "12 sessions (plain, K 1-3, auto; greedy, match, rejection) stepped together: each equals itself alone",
+     "36 sessions (plain, K 1-3, auto; greedy, match, rejection; > 32 rows) stepped together: each equals itself alone",
      batched_rounds_equal_each_session_alone},
 };
 
