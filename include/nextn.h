@@ -387,7 +387,8 @@ typedef struct {
     int max_ctx;               /* tokens per row: prompt + output (default 4096) */
     int max_queue;             /* requests waiting beyond the rows; more are
                                   refused with NX_EBUSY (default 64)           */
-    int prefill_chunk;         /* prompt tokens a row reads per round (default 256) */
+    int prefill_chunk;         /* prompt tokens a row reads per round (default
+                                  64): running streams wait at most one piece  */
     int draft;                 /* drafts per round (nx_spec_opts.draft); ignored
                                   without a drafter                            */
     size_t cache_ram_bytes;    /* RAM tier budget; 0 with no cache_dir: no cache */

@@ -20,7 +20,7 @@ static const char *serve_help =
     "  --parallel N       requests decoded at once (default 4); more wait in a queue\n"
     "  --max-queue N      waiting requests before new ones get 503 (default 64)\n"
     "  --ctx N            tokens per request: prompt + output (default 4096)\n"
-    "  --prefill-chunk N  prompt tokens a request reads per scheduler round (default 256)\n"
+    "  --prefill-chunk N  prompt tokens a request reads per scheduler round (default 64)\n"
     "  --cache-ram MB     prefix cache budget in RAM (default 1024; 0 = off)\n"
     "  --cache-dir DIR    also keep prefix-cache checkpoints in DIR (survives restarts)\n"
     "  --mtp on|off|DIR   the MTP drafter: the checkpoint's own (default), none, or a directory\n"
@@ -91,7 +91,7 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
 
 int cmd_serve(int argc, char **argv) {
     cli_model_opts mo = {cli_default_model(), {0}};
-    serve_opts o = {"127.0.0.1", NULL, NULL, "default", NULL, NULL, NULL, 8080, 4, 64, 4096, 256, 1024, 0, 0, 4 << 20};
+    serve_opts o = {"127.0.0.1", NULL, NULL, "default", NULL, NULL, NULL, 8080, 4, 64, 4096, 64, 1024, 0, 0, 4 << 20};
     int rc = parse(argc, argv, &mo, &o);
     if (rc) return rc < 0 ? 0 : rc;
 

@@ -551,7 +551,7 @@ nx_status nx_engine_new(const nx_model *m, const nx_drafter *d, const nx_engine_
     if (o.parallel <= 0) o.parallel = 4;
     if (o.max_ctx <= 0) o.max_ctx = 4096;
     if (o.max_queue <= 0) o.max_queue = 64;
-    if (o.prefill_chunk <= 0) o.prefill_chunk = 256;
+    if (o.prefill_chunk <= 0) o.prefill_chunk = 64;
     if (o.parallel > ENG_MAX_ROWS)
         return nx_fail(err, errlen, NX_EINVAL, "engine: parallel %d (at most %d)", o.parallel, ENG_MAX_ROWS);
     if (o.prefill_chunk < 2) o.prefill_chunk = 2;

@@ -295,11 +295,42 @@ static void damaged_cache_files_are_misses(void) {
     nx_model_free(m);
 }
 
+
+/* A long prompt is read in pieces between decode rounds: a stream that is
+ * already running keeps producing tokens while it is read. */
+static void a_long_prefill_does_not_stall_running_streams(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    int32_t shortp[6], longp[200], out[256];
+    prompt_of(shortp, 6, 31);
+    prompt_of(longp, 200, 32);
+    nx_engine *e = engine(m, d, 2, 0, NULL, 8); /* 25 pieces of 8 tokens */
+    nx_request *a = submit(e, shortp, 6, 0, 200, 0, 0);
+    nx_finish fin;
+    int na = 0;
+    while (na < 1) na += nx_request_read(a, out + na, 256 - na, 1000, &fin);
+    nx_request *b = submit(e, longp, 200, 0, 4, 0, 0);
+    int32_t first;
+    int nb = 0;
+    while (nb == 0 && fin == NX_FINISH_NONE) nb = nx_request_read(b, &first, 1, 1000, &fin);
+    int a_then = na + nx_request_read(a, out + na, 256 - na, 0, &fin);
+    /* one decode round of a per prefill piece of b: at least 24 rounds */
+    CHECKF(a_then - na >= 24, "the running stream made %d tokens while 200 prompt tokens were read", a_then - na);
+    nx_request_free(a);
+    nx_request_free(b);
+    nx_engine_free(e);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 static const nx_test tests[] = {
     {"rows_in_company_equal_rows_alone", "6 requests on 4 rows (greedy and seeded sampling): each equals the request alone",
      rows_in_company_equal_rows_alone},
     {"cancelling_frees_the_row_and_others_go_on", "cancel or free mid-stream, shut down with a row running: cancelled, others exact",
      cancelling_frees_the_row_and_others_go_on},
+    {"a_long_prefill_does_not_stall_running_streams", "a 200-token prompt read in 8-token pieces: a running stream goes on meanwhile",
+     a_long_prefill_does_not_stall_running_streams},
     {"bad_submissions_are_refused", "empty or too long prompts, bad ids, a full queue: refused with the right status",
      bad_submissions_are_refused},
     {"prefix_cache_resumes_exactly", "turn 2 resumes from turn 1's checkpoint (RAM, and disk after a restart): same output",
