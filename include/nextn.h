@@ -393,6 +393,8 @@ typedef struct {
                                   without a drafter                            */
     size_t cache_ram_bytes;    /* RAM tier budget; 0 with no cache_dir: no cache */
     const char *cache_dir;     /* disk tier directory, or NULL                 */
+    size_t cache_disk_bytes;   /* disk tier budget (least recently used files
+                                  deleted beyond it); 0: no limit              */
     void (*log)(void *ctx, const char *line);   /* engine messages, or NULL    */
     void *log_ctx;
 } nx_engine_opts;

@@ -23,6 +23,7 @@ static const char *serve_help =
     "  --prefill-chunk N  prompt tokens a request reads per scheduler round (default 64)\n"
     "  --cache-ram MB     prefix cache budget in RAM (default 1024; 0 = off)\n"
     "  --cache-dir DIR    also keep prefix-cache checkpoints in DIR (survives restarts)\n"
+    "  --cache-disk MB    budget of --cache-dir, least recently used files deleted (default 8192; 0 = none)\n"
     "  --mtp on|off|DIR   the MTP drafter: the checkpoint's own (default), none, or a directory\n"
     "  --draft K|auto     drafts per round (default: the drafter's block_size - 1); auto adapts\n"
     "                     K per request to the measured acceptance and round cost\n"
@@ -46,7 +47,7 @@ static void log_line(void *ctx, const char *line) {
 
 typedef struct {
     const char *host, *port_file, *cache_dir, *mtp, *api_key, *model_name, *chat_template;
-    long port, parallel, max_queue, ctx, chunk, cache_mb, draft, head_bits, max_body;
+    long port, parallel, max_queue, ctx, chunk, cache_mb, disk_mb, draft, head_bits, max_body;
 } serve_opts;
 
 static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
@@ -66,6 +67,7 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
         } nums[] = {{"--port", &o->port, 0, 65535},          {"--parallel", &o->parallel, 1, 64},
                     {"--max-queue", &o->max_queue, 1, 100000}, {"--ctx", &o->ctx, 16, 1 << 20},
                     {"--prefill-chunk", &o->chunk, 2, 1 << 20}, {"--cache-ram", &o->cache_mb, 0, 1 << 24},
+                    {"--cache-disk", &o->disk_mb, 0, 1 << 30},
                     {"--draft", &o->draft, 1, NX_SPEC_MAX_DRAFT}, {"--draft-head-bits", &o->head_bits, 2, 8},
                     {"--max-body", &o->max_body, 1024, 1L << 30}};
         int done = strcmp(a, "--draft") == 0 && strcmp(v, "auto") == 0;
@@ -91,7 +93,7 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
 
 int cmd_serve(int argc, char **argv) {
     cli_model_opts mo = {cli_default_model(), {0}};
-    serve_opts o = {"127.0.0.1", NULL, NULL, "default", NULL, NULL, NULL, 8080, 4, 64, 4096, 64, 1024, 0, 0, 4 << 20};
+    serve_opts o = {"127.0.0.1", NULL, NULL, "default", NULL, NULL, NULL, 8080, 4, 64, 4096, 64, 1024, 8192, 0, 0, 4 << 20};
     int rc = parse(argc, argv, &mo, &o);
     if (rc) return rc < 0 ? 0 : rc;
 
@@ -126,7 +128,7 @@ int cmd_serve(int argc, char **argv) {
         if (!(tmpl = cli_load_chat_template(o.chat_template, tok, mo.dir))) goto out;
     }
     nx_engine_opts eo = {(int)o.parallel, (int)o.ctx, (int)o.max_queue, (int)o.chunk, (int)o.draft,
-                         (size_t)o.cache_mb << 20, o.cache_dir, log_line, NULL};
+                         (size_t)o.cache_mb << 20, o.cache_dir, (size_t)o.disk_mb << 20, log_line, NULL};
     if (nx_engine_new(m, d, &eo, &e, err, sizeof err)) {
         cli_fail("%s", err);
         goto out;
@@ -136,7 +138,11 @@ int cmd_serve(int argc, char **argv) {
         name = strrchr(mo.dir, '/');
         name = name && name[1] ? name + 1 : mo.dir;
     }
-    nx_server_opts so = {o.host, (int)o.port, o.api_key, name, (size_t)o.max_body, 64, (int)o.ctx, e, tok, tmpl, log_line, NULL};
+    /* a connection for every row and queue place, plus some for /health,
+     * /metrics and the 503s beyond the queue */
+    long conns = o.parallel + o.max_queue + 16;
+    nx_server_opts so = {o.host,         (int)o.port, o.api_key, name, (size_t)o.max_body, (int)(conns < 4096 ? conns : 4096),
+                         (int)o.ctx,     e,           tok,       tmpl, log_line,           NULL};
     if (nx_server_start(&so, &srv, err, sizeof err)) {
         cli_fail("%s", err);
         goto out;

@@ -40,6 +40,7 @@ typedef struct {
 
 struct pcache {
     size_t ram_budget;
+    size_t disk_budget;           /* bytes of files; 0: no limit               */
     char *dir;
     uint64_t ns;
     pcache_log_fn log;
@@ -163,7 +164,7 @@ static int write_file(pcache *c, const pc_entry *e) {
     if (f) ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
         remove(tmp);
-        logf_(c, "prefix cache: cannot write %s%s", path, "");
+        logf_(c, "prefix cache: cannot write %s (%s)", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -201,14 +202,36 @@ static void scan_dir(pcache *c) {
     closedir(d);
 }
 
+/* Deletes files, least recently used first, until the disk budget holds;
+ * entries without a RAM copy go entirely. */
+static void evict_disk(pcache *c) {
+    for (;;) {
+        size_t used = 0;
+        int lru = -1;
+        for (int i = 0; i < c->n; i++) {
+            if (!c->e[i].on_disk) continue;
+            used += c->e[i].file_bytes;
+            if (lru < 0 || c->e[i].last_use < c->e[lru].last_use) lru = i;
+        }
+        if (!c->disk_budget || used <= c->disk_budget || lru < 0) break;
+        char path[1200];
+        file_path(c, c->e[lru].key, c->e[lru].n, path, sizeof path);
+        remove(path);
+        c->st.evictions++;
+        c->e[lru].on_disk = 0;
+        if (!c->e[lru].blob) remove_at(c, lru);
+    }
+}
+
 /* ---- the cache ------------------------------------------------------------ */
 
-nx_status pcache_new(size_t ram_bytes, const char *dir, uint64_t ns, pcache_log_fn log, void *log_ctx, pcache **out,
-                     char *err, size_t errlen) {
+nx_status pcache_new(size_t ram_bytes, const char *dir, size_t disk_bytes, uint64_t ns, pcache_log_fn log, void *log_ctx,
+                     pcache **out, char *err, size_t errlen) {
     *out = NULL;
     pcache *c = nx_calloc(1, sizeof *c);
     if (!c) return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the prefix cache");
     c->ram_budget = ram_bytes;
+    c->disk_budget = disk_bytes;
     c->ns = ns;
     c->log = log;
     c->log_ctx = log_ctx;
@@ -227,6 +250,7 @@ nx_status pcache_new(size_t ram_bytes, const char *dir, uint64_t ns, pcache_log_
             return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the prefix cache");
         }
         scan_dir(c);
+        evict_disk(c); /* a smaller budget than last time */
     }
     recount(c);
     *out = c;
@@ -285,6 +309,7 @@ void pcache_put(pcache *c, const int32_t *tokens, int n, void *blob, size_t len)
     }
     c->e[c->n++] = e;
     evict(c);
+    evict_disk(c);
     recount(c);
 }
 

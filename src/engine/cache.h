@@ -11,8 +11,8 @@
  * Two tiers:
  *   RAM   entries with their blob, least recently used evicted first once the
  *         blobs exceed the byte budget;
- *   disk  (optional) one file per entry in a directory, written to a temp file
- *         and renamed, so a crash never leaves half a file under a real name.
+ *   disk  (optional) one file per entry in a directory, least recently used
+ *         deleted beyond its byte budget, written to a temp file and renamed, so a crash never leaves half a file under a real name.
  *         File: pc_file_header | int32 tokens[n] | blob. The header carries
  *         the namespace (model + drafter identity) and an xxh64 of everything
  *         after it. Files survive restarts: pcache_new indexes the directory
@@ -48,10 +48,11 @@ typedef struct {
 typedef void (*pcache_log_fn)(void *ctx, const char *line);
 
 /* ram_bytes: budget of the RAM tier (0: entries only on disk, or none). dir:
- * the disk tier's directory (created if missing), or NULL. ns: the namespace
- * (files of other namespaces in dir are left alone). */
-nx_status pcache_new(size_t ram_bytes, const char *dir, uint64_t ns, pcache_log_fn log, void *log_ctx, pcache **out,
-                     char *err, size_t errlen);
+ * the disk tier's directory (created if missing), or NULL; disk_bytes: its
+ * budget, least recently used files deleted beyond it (0: no limit). ns: the
+ * namespace (files of other namespaces in dir are left alone). */
+nx_status pcache_new(size_t ram_bytes, const char *dir, size_t disk_bytes, uint64_t ns, pcache_log_fn log, void *log_ctx,
+                     pcache **out, char *err, size_t errlen);
 void pcache_free(pcache *c);
 
 /* Stores a checkpoint of tokens[0..n): takes ownership of blob (freed with

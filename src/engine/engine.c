@@ -167,7 +167,7 @@ static void request_finish(nx_request *r, nx_finish f, const char *error) {
 
 int nx_request_read(nx_request *r, int32_t *ids, int cap, int timeout_ms, nx_finish *finish) {
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
+    clock_gettime(CLOCK_MONOTONIC, &until);
     if (timeout_ms > 0) {
         until.tv_sec += timeout_ms / 1000;
         until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
@@ -221,7 +221,7 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
     if (o->n_prompt < 1) return nx_fail(err, errlen, NX_EINVAL, "request: empty prompt");
     if (o->n_stop < 0 || o->n_stop > ENG_MAX_STOP)
         return nx_fail(err, errlen, NX_EINVAL, "request: %d stop ids (at most %d)", o->n_stop, ENG_MAX_STOP);
-    if (o->n_prompt + 2 > e->o.max_ctx) /* the prompt, one output token, the next round's input */
+    if (o->n_prompt > e->o.max_ctx - 2) /* the prompt, one output token, the next round's input */
         return nx_fail(err, errlen, NX_ERANGE, "request: the prompt has %d tokens; the context holds %d", o->n_prompt, e->o.max_ctx);
     for (int i = 0; i < o->n_prompt; i++)
         if (o->prompt[i] < 0 || o->prompt[i] >= V)
@@ -243,13 +243,20 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
     r->t_submit = now_s();
     r->info.prompt_tokens = o->n_prompt;
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    /* timed waits on the monotonic clock: a wall-clock step cannot stall them */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
 
     pthread_mutex_lock(&e->mu);
     if (e->stopping || e->n_queued >= e->o.max_queue) {
+        int stopping = e->stopping;
         e->st.rejected++;
         pthread_mutex_unlock(&e->mu);
         request_destroy(r);
+        if (stopping) return nx_fail(err, errlen, NX_EBUSY, "request: the engine is shutting down");
         return nx_fail(err, errlen, NX_EBUSY, "request: the queue is full (%d waiting)", e->o.max_queue);
     }
     if (e->q_tail) e->q_tail->next = r;
@@ -297,16 +304,26 @@ static nx_status row_start(nx_engine *e, nx_request *r, char *err, size_t errlen
     int got = pcache_lookup(e->cache, r->prompt, r->n_prompt, 2, &blob, &len);
     if (!got) return NX_OK;
     char why[512];
-    if (nx_spec_restore(r->spec, blob, len, why, sizeof why) == NX_OK) {
-        r->fed = got;
-        r->info.cached_tokens = got;
-    } else {
-        /* a checkpoint that will not restore (e.g. made for a larger context)
-         * is a miss; the session is still fresh */
-        elog(e, "prefix cache: checkpoint of %d tokens not used: %s", got, why);
-        if (nx_spec_length(r->spec) == 0 && strstr(why, "damaged")) pcache_drop(e->cache, r->prompt, got);
-    }
+    nx_status rst = nx_spec_restore(r->spec, blob, len, why, sizeof why);
     nx_free(blob);
+    if (!rst && nx_spec_length(r->spec) != got) { /* a checkpoint of other tokens than its key */
+        snprintf(why, sizeof why, "it holds %d tokens, not %d", nx_spec_length(r->spec), got);
+        rst = NX_EFORMAT;
+    }
+    if (rst) {
+        /* a checkpoint that does not restore here never will (the engine's
+         * model, drafter and context do not change): a miss, and dropped */
+        elog(e, "prefix cache: checkpoint of %d tokens not used and dropped: %s", got, why);
+        pcache_drop(e->cache, r->prompt, got);
+        if (nx_spec_length(r->spec) == 0) return NX_OK; /* still fresh */
+        nx_spec_free(r->spec);
+        r->spec = NULL;
+        return nx_spec_new(e->m, e->d, e->o.max_ctx, &r->so, &r->spec, err, errlen);
+    }
+    r->fed = got;
+    pthread_mutex_lock(&r->mu);
+    r->info.cached_tokens = got;
+    pthread_mutex_unlock(&r->mu);
     return NX_OK;
 }
 
@@ -418,7 +435,10 @@ static void row_end(nx_engine *e, nx_request *r) {
     pthread_mutex_lock(&r->mu);
     f = r->finish;
     pthread_mutex_unlock(&r->mu);
-    if (e->cache && r->spec && (f == NX_FINISH_STOP || f == NX_FINISH_LENGTH) && r->phase == RQ_DONE) {
+    /* (a sequence that filled the context could not be restored: no room for
+     * a verify block after it) */
+    if (e->cache && r->spec && (f == NX_FINISH_STOP || f == NX_FINISH_LENGTH) && r->phase == RQ_DONE &&
+        nx_spec_length(r->spec) + nx_spec_max_draft(r->spec) + 1 <= e->o.max_ctx) {
         int n = r->n_prompt + r->generated + (r->stop_tok >= 0);
         int32_t *seq = nx_spec_length(r->spec) == n ? nx_alloc((size_t)n * sizeof *seq) : NULL;
         if (seq) {
@@ -445,6 +465,27 @@ static void publish_cache_stats(nx_engine *e) {
     e->st.cache_evictions = c.evictions, e->st.cache_bad_files = c.bad_files;
 }
 
+/* Queued requests whose callers gave up leave the queue at once, so they
+ * do not hold places that live clients are refused for (under e->mu). */
+static void drop_cancelled(nx_engine *e) {
+    nx_request **link = &e->q_head, *last = NULL;
+    while (*link) {
+        nx_request *r = *link;
+        if (!request_cancelled(r)) {
+            last = r;
+            link = &r->next;
+            continue;
+        }
+        *link = r->next;
+        e->n_queued--;
+        e->st.finished++;
+        e->st.cancelled++;
+        request_finish(r, NX_FINISH_CANCELLED, NULL);
+        request_release(r);
+    }
+    e->q_tail = last;
+}
+
 static void *engine_main(void *arg) {
     nx_engine *e = arg;
     int P = e->o.parallel;
@@ -454,6 +495,7 @@ static void *engine_main(void *arg) {
         for (int i = 0; i < P; i++) busy += e->rows[i] != NULL;
         while (!e->stopping && !busy && !e->q_head) pthread_cond_wait(&e->wake, &e->mu);
         if (e->stopping) break;
+        drop_cancelled(e);
         for (int i = 0; i < P && e->q_head; i++) {   /* admit into free rows */
             if (e->rows[i]) continue;
             nx_request *r = e->q_head;
@@ -462,7 +504,9 @@ static void *engine_main(void *arg) {
             e->n_queued--;
             r->next = NULL;
             r->phase = RQ_PREFILL;
+            pthread_mutex_lock(&r->mu);
             r->info.queue_s = now_s() - r->t_submit;
+            pthread_mutex_unlock(&r->mu);
             e->rows[i] = r;
         }
         nx_request *rows[ENG_MAX_ROWS];
@@ -567,12 +611,19 @@ nx_status nx_engine_new(const nx_model *m, const nx_drafter *d, const nx_engine_
     e->o.cache_dir = NULL; /* not kept: the cache copies it */
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->wake, NULL);
-    nx_status st = nx_spec_batch_new(m, o.max_ctx, &e->batch, err, errlen);
+    /* one session made and dropped: a context or draft length this model
+     * cannot take is refused here, naming the option, not at every request */
+    nx_spec *probe = NULL;
+    nx_spec_opts po = {d ? o.draft : 0, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    nx_status st = nx_spec_new(m, d, o.max_ctx, &po, &probe, err, errlen);
+    nx_spec_free(probe);
+    if (st) nx_err_prefix(err, errlen, "engine: context %d, draft %d", o.max_ctx, o.draft);
+    if (!st) st = nx_spec_batch_new(m, o.max_ctx, &e->batch, err, errlen);
     if (!st && (o.cache_ram_bytes || o.cache_dir)) {
         /* namespaced by both identities: a checkpoint restores only into the
          * weights and head that made it */
         uint64_t ns = m->identity ^ (d ? d->identity * 0x9e3779b97f4a7c15ull + 1 : 0);
-        st = pcache_new(o.cache_ram_bytes, o.cache_dir, ns, cache_log, e, &e->cache, err, errlen);
+        st = pcache_new(o.cache_ram_bytes, o.cache_dir, o.cache_disk_bytes, ns, cache_log, e, &e->cache, err, errlen);
     }
     if (!st && pthread_create(&e->thread, NULL, engine_main, e) != 0)
         st = nx_fail(err, errlen, NX_ENOMEM, "engine: cannot start its thread");

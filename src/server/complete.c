@@ -113,7 +113,11 @@ static void put_delta(gen *g, const oai_delta *d) {
 
 static oai_usage usage_of(const gen *g) { return (oai_usage){g->n_prompt, g->n_completion}; }
 
-static const char *finish_reason(const gen *g) { return oai_finish_reason(g->out, g->fin == NX_FINISH_LENGTH); }
+/* A row cut short (the context, max_tokens, or the server shutting down)
+ * reports "length": the client must not take a truncated answer as whole. */
+static const char *finish_reason(const gen *g) {
+    return oai_finish_reason(g->out, g->fin == NX_FINISH_LENGTH || g->fin == NX_FINISH_CANCELLED);
+}
 
 /* The end of a stream: the last chunk with finish_reason, usage, [DONE]. */
 static void put_end(gen *g) {
@@ -334,6 +338,7 @@ static enum MHD_Result respond_whole(gen *g, struct MHD_Connection *c) {
 }
 
 static enum MHD_Result complete(nx_server *s, struct MHD_Connection *c, int chat, const char *body, size_t len, int *streaming) {
+    if (atomic_load(&s->closing)) return srv_send_error(s, c, 503, "the server is shutting down", "server_error", NULL);
     oai_request q;
     int status;
     char err[600];
@@ -347,13 +352,13 @@ static enum MHD_Result complete(nx_server *s, struct MHD_Connection *c, int chat
         return sent;
     }
     int ctx = s->o.max_ctx;
-    if (q.max_tokens == 0 || (q.max_tokens > 0 && n + q.max_tokens > ctx) || n + 2 > ctx) {
+    if (q.max_tokens == 0 || q.max_tokens > ctx - n || n > ctx - 2) {
         if (q.max_tokens == 0) snprintf(err, sizeof err, "max_tokens must be at least 1");
         else
             snprintf(err, sizeof err,
-                     "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the %s, %d in the "
+                     "This model's maximum context length is %d tokens. However, you requested %lld tokens (%d in the %s, %d in the "
                      "completion). Please reduce the length of the %s or completion.",
-                     ctx, n + (q.max_tokens > 0 ? q.max_tokens : 0), n, chat ? "messages" : "prompt", q.max_tokens > 0 ? q.max_tokens : 0,
+                     ctx, n + (q.max_tokens > 0 ? (long long)q.max_tokens : 0), n, chat ? "messages" : "prompt", q.max_tokens > 0 ? q.max_tokens : 0,
                      chat ? "messages" : "prompt");
         const char *param = q.max_tokens == 0 ? "max_tokens" : chat ? "messages" : "prompt";
         nx_free(ids);
@@ -364,6 +369,7 @@ static enum MHD_Result complete(nx_server *s, struct MHD_Connection *c, int chat
     uint64_t idnum = srv_next_id(s);
     const int32_t *stop_ids;
     int n_stop = nx_tokenizer_stop_ids(s->o.tokenizer, &stop_ids);
+    if (n_stop > 16) n_stop = 16; /* the engine's limit; tokenizers list two or three */
     nx_request_opts ro = {ids, n, cache_at, q.max_tokens > 0 ? q.max_tokens : 0, q.sampling, NX_ACCEPT_DEFAULT, stop_ids, n_stop};
     if (!q.seed_given) ro.sampling.seed = idnum;
     nx_status st = NX_ENOMEM;

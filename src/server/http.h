@@ -33,6 +33,7 @@ typedef struct {
     char *body;
     size_t len, cap;
     int too_big;
+    int answered;                        /* refused on its headers (401, 413)     */
 } srv_conn;
 
 /* Sends a JSON body (copied) with status; counts it. */

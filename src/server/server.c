@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -66,6 +67,8 @@ enum MHD_Result srv_send_json(nx_server *s, struct MHD_Connection *c, unsigned s
 enum MHD_Result srv_send_error(nx_server *s, struct MHD_Connection *c, unsigned status, const char *message,
                                const char *type, const char *param) {
     char *json = oai_error_json(message, type, param, NULL);
+    if (!json) /* a message that is not valid UTF-8 (a decoded URL, a cut text): say less */
+        json = oai_error_json(status == 404 ? "no such endpoint" : "the request could not be served", type, NULL, NULL);
     if (!json) return MHD_NO;
     struct MHD_Response *r = json_response(json);
     free(json);
@@ -206,6 +209,24 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         conn = calloc(1, sizeof *conn);
         if (!conn) return MHD_NO;
         *con_cls = conn;
+        /* refuse before the body is read: no key, or a declared length over the limit */
+        int guarded = strncmp(url, "/v1/", 4) == 0 || strcmp(url, "/metrics") == 0;
+        if (guarded && !authorized(s, c)) {
+            conn->answered = 1;
+            return srv_send_error(s, c, 401, "Incorrect API key provided (send Authorization: Bearer KEY)",
+                                  "invalid_request_error", NULL);
+        }
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "request body exceeds %zu bytes", s->o.max_body);
+            conn->answered = 1;
+            return srv_send_error(s, c, 413, msg, "invalid_request_error", NULL);
+        }
+        return MHD_YES;
+    }
+    if (conn->answered) { /* a response is queued already: discard the body */
+        *upload_size = 0;
         return MHD_YES;
     }
     if (*upload_size) { /* a piece of the body */
@@ -316,7 +337,7 @@ void nx_server_stop(nx_server *s) {
     if (!s) return;
     /* stop accepting first; then the open streams see `closing`, cancel
      * their requests and finish; MHD_stop_daemon joins their threads */
-    MHD_quiesce_daemon(s->daemon);
+    MHD_socket listener = MHD_quiesce_daemon(s->daemon); /* ours to close now */
     atomic_store(&s->closing, 1);
     /* MHD_stop_daemon closes every socket at once, so first let each open
      * completion notice `closing` (within GEN_WAIT_MS), cancel its request
@@ -330,5 +351,6 @@ void nx_server_stop(nx_server *s) {
         nanosleep(&ts, NULL);
     }
     MHD_stop_daemon(s->daemon);
+    if (listener != MHD_INVALID_SOCKET) close(listener);
     free_server(s);
 }

@@ -620,7 +620,8 @@ static void score_d1(nx_spec_batch *b, nx_spec *const *ss, int n) {
 }
 
 /* Verifies sessions ss[idx[0..n)] (each past verify_begin) in one target
- * forward and decides each round. A failed forward breaks all of them. */
+ * forward and decides each round. mdl_forward_batch checks everything before
+ * it runs anything, so a refused forward leaves each session READY. */
 static void verify_group(nx_spec_batch *b, nx_spec *const *ss, const int *idx, int n, nx_status *st, char *msgs,
                          size_t msglen) {
     mdl_batch_item items[MDL_CHUNK];
@@ -640,8 +641,10 @@ static void verify_group(nx_spec_batch *b, nx_spec *const *ss, const int *idx, i
     int64_t V = b->m->cfg.vocab_size, H = b->m->cfg.hidden_size, row = 0;
     for (int i = 0; i < n; i++) {
         nx_spec *s = ss[idx[i]];
-        if (fst) {
-            st[idx[i]] = fail_sticky(s, fst, fmsg, msgs + (size_t)idx[i] * msglen, msglen);
+        if (fst) { /* refused before anything ran: the round is undone, not broken */
+            if (s->d) s->rows.n = s->mtp_committed;
+            s->state = SPEC_READY;
+            st[idx[i]] = nx_fail(msgs + (size_t)idx[i] * msglen, msglen, fst, "%s", fmsg);
             continue;
         }
         memcpy(s->vhidden, b->hidden + row * H, (size_t)((s->k + 1) * H) * sizeof(float));
@@ -696,15 +699,16 @@ nx_status nx_spec_step_batch(nx_spec_batch *b, nx_spec *const *ss, int n, const 
     /* 3. commit each, then the next round's first drafts in one head pass */
     double dt = now_s() - t0;
     nx_spec *scored[64];
-    int nsc = 0;
+    int nsc = 0, total_rows = 0;
+    for (int i = 0; i < n; i++) total_rows += !st[i] && ss[i]->state == SPEC_VERIFIED ? ss[i]->k + 1 : 0;
     for (int i = 0; i < n; i++) {
         nx_spec *s = ss[i];
         if (st[i] || s->state != SPEC_VERIFIED) continue;
         st[i] = commit(s, emitted + (size_t)i * (NX_SPEC_MAX_DRAFT + 1), &n_emitted[i], 1, msgs + (size_t)i * msglen, msglen);
         if (st[i]) continue;
         if (s->d && s->d1 < 0) scored[nsc++] = s;
-        /* the adaptive draft length sees the batch round's cost */
-        if (s->auto_k) spec_auto_observe(s, s->k, s->accepted, dt);
+        /* the adaptive draft length is charged its rows' share of the round */
+        if (s->auto_k) spec_auto_observe(s, s->k, s->accepted, dt * (s->k + 1) / total_rows);
     }
     score_d1(b, scored, nsc);
     return NX_OK;

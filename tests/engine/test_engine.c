@@ -324,6 +324,45 @@ static void a_long_prefill_does_not_stall_running_streams(void) {
     nx_model_free(m);
 }
 
+
+/* Requests that wait in the queue and are cancelled leave it at once: they
+ * neither hold queue places nor ever take a row. */
+static void cancelled_waiting_requests_leave_the_queue(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    if (!m) return;
+    int32_t p[8], out[8];
+    prompt_of(p, 8, 3);
+    nx_engine *e = engine(m, NULL, 1, 0, NULL, 64); /* one row, 16 queue places */
+    nx_request *busy = submit(e, p, 8, 0, 0, 0, 0);  /* runs to the end of the context */
+    nx_finish fin;
+    while (nx_request_read(busy, out, 8, 1000, &fin) == 0 && fin == NX_FINISH_NONE) {}
+    nx_request *waiting[16];
+    for (int i = 0; i < 16; i++) waiting[i] = submit(e, p, 8, 0, 4, 0, 0);
+    nx_engine_stats st;
+    nx_engine_get_stats(e, &st);
+    CHECK(st.queued == 16);
+    for (int i = 0; i < 16; i++) nx_request_cancel(waiting[i]);
+    for (int i = 0; i < 16; i++) {
+        nx_finish f;
+        drain(waiting[i], out, 8, &f);
+        nx_request_info info;
+        nx_request_get_info(waiting[i], &info);
+        /* never admitted: the time in the queue is only set when a row takes it */
+        CHECKF(f == NX_FINISH_CANCELLED && info.queue_s == 0, "request %d: finish %d, %.3f s in the queue", i, f, info.queue_s);
+        nx_request_free(waiting[i]);
+    }
+    nx_engine_get_stats(e, &st);
+    CHECKF(st.queued == 0 && st.cancelled == 16, "%d still queued, %lld cancelled", st.queued, (long long)st.cancelled);
+    nx_request_read(busy, out, 8, 0, &fin);
+    CHECK(fin == NX_FINISH_NONE); /* all of it happened while the row was busy */
+    nx_request *again = submit(e, p, 8, 0, 4, 0, 0); /* places are free again */
+    CHECK(again != NULL);
+    nx_request_free(again);
+    nx_request_free(busy);
+    nx_engine_free(e);
+    nx_model_free(m);
+}
+
 static const nx_test tests[] = {
     {"rows_in_company_equal_rows_alone", "6 requests on 4 rows (greedy and seeded sampling): each equals the request alone",
      rows_in_company_equal_rows_alone},
@@ -331,6 +370,8 @@ static const nx_test tests[] = {
      cancelling_frees_the_row_and_others_go_on},
     {"a_long_prefill_does_not_stall_running_streams", "a 200-token prompt read in 8-token pieces: a running stream goes on meanwhile",
      a_long_prefill_does_not_stall_running_streams},
+    {"cancelled_waiting_requests_leave_the_queue", "16 queued requests freed while the one row is busy: the queue empties at once",
+     cancelled_waiting_requests_leave_the_queue},
     {"bad_submissions_are_refused", "empty or too long prompts, bad ids, a full queue: refused with the right status",
      bad_submissions_are_refused},
     {"prefix_cache_resumes_exactly", "turn 2 resumes from turn 1's checkpoint (RAM, and disk after a restart): same output",

@@ -280,6 +280,7 @@ test('malformed requests get OpenAI-style 4xx errors', async () => {
     [{ messages: [] }, 400, /messages/], [{ messages: msgs, max_tokens: -1 }, 400, /max_tokens/],
     [{ messages: msgs, temperature: -1 }, 400, /temperature/], [{ messages: msgs, n: 2 }, 400, /\bn\b/],
     [{ messages: msgs, max_tokens: 100000 }, 400, /context length/], [{ messages: [{ content: 'x' }] }, 400, /role/],
+    [{ messages: msgs, max_tokens: 2147483647 }, 400, /context length/], [{ messages: msgs, max_tokens: 0 }, 400, /max_tokens/],
     [{ messages: msgs, stop: ['a', 'b', 'c', 'd', 'e'] }, 400, /stop/],
   ];
   for (const [body, status, re] of cases) {

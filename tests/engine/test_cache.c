@@ -1,0 +1,131 @@
+/* test_cache.c — the prefix cache on its own (src/engine/cache.h): the
+ * longest prefix wins, RAM and disk budgets evict the least recently used,
+ * the disk tier is re-indexed on start, other namespaces are left alone and
+ * damaged files are misses. Blobs here are plain bytes. */
+#include <dirent.h>
+
+#include "test.h"
+
+#include "base/alloc.h"
+#include "engine/cache.h"
+
+static void *blob_of(size_t n, unsigned char fill) {
+    unsigned char *b = nx_alloc(n);
+    memset(b, fill, n);
+    return b;
+}
+
+static int files_in(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d))) n += strstr(de->d_name, ".nxc") != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+static const int32_t seq[10] = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+
+static void the_longest_prefix_wins(void) {
+    pcache *c = NULL;
+    CHECK(pcache_new(1 << 20, NULL, 0, 1, NULL, NULL, &c, NULL, 0) == NX_OK);
+    pcache_put(c, seq, 3, blob_of(100, 3), 100);
+    pcache_put(c, seq, 6, blob_of(100, 6), 100);
+    pcache_put(c, (const int32_t[]){5, 6, 99, 8, 9, 10, 11}, 7, blob_of(100, 7), 100); /* not a prefix */
+    void *b;
+    size_t len;
+    CHECK(pcache_lookup(c, seq, 10, 2, &b, &len) == 6 && len == 100 && ((unsigned char *)b)[0] == 6);
+    nx_free(b);
+    CHECK(pcache_lookup(c, seq, 5, 2, &b, &len) == 3 && ((unsigned char *)b)[0] == 3); /* only 5 tokens given */
+    nx_free(b);
+    CHECK(pcache_lookup(c, seq, 10, 7, &b, &len) == 0 && b == NULL); /* min_len */
+    CHECK(pcache_lookup(c, (const int32_t[]){1, 2, 3}, 3, 1, &b, &len) == 0);
+    pcache_put(c, seq, 6, blob_of(50, 9), 50); /* the same key replaced */
+    CHECK(pcache_lookup(c, seq, 10, 2, &b, &len) == 6 && len == 50 && ((unsigned char *)b)[0] == 9);
+    nx_free(b);
+    pcache_stats st = pcache_get_stats(c);
+    CHECK(st.hits == 3 && st.misses == 2 && st.entries == 3 && st.ram_bytes == 250);
+    pcache_free(c);
+}
+
+static void budgets_evict_the_least_recently_used(void) {
+    const char *dir = nx_test_tmpdir("pcache-unit");
+    pcache *c = NULL;
+    /* RAM holds 2 blobs of 1000, disk 3 files (each 1000 + header + key) */
+    CHECK(pcache_new(2000, dir, 3 * 1100, 7, NULL, NULL, &c, NULL, 0) == NX_OK);
+    for (int k = 1; k <= 3; k++) pcache_put(c, seq, k, blob_of(1000, (unsigned char)k), 1000);
+    void *b;
+    size_t len;
+    CHECK(pcache_lookup(c, seq, 1, 1, &b, &len) == 1); /* entry 1 used: now the newest */
+    nx_free(b);
+    pcache_put(c, seq, 4, blob_of(1000, 4), 1000);       /* the disk holds 3: entry 2 goes */
+    CHECK(files_in(dir) == 3);
+    CHECK(!pcache_has(c, seq, 2) && pcache_has(c, seq, 1) && pcache_has(c, seq, 3) && pcache_has(c, seq, 4));
+    pcache_stats st = pcache_get_stats(c);
+    CHECKF(st.ram_bytes <= 2000 && st.disk_bytes <= 3 * 1100, "ram %lld disk %lld", (long long)st.ram_bytes,
+           (long long)st.disk_bytes);
+    pcache_free(c);
+    /* restart: the files are indexed again; another namespace sees none */
+    CHECK(pcache_new(0, dir, 0, 8, NULL, NULL, &c, NULL, 0) == NX_OK);
+    CHECK(pcache_lookup(c, seq, 10, 1, &b, &len) == 0);
+    pcache_free(c);
+    CHECK(pcache_new(0, dir, 0, 7, NULL, NULL, &c, NULL, 0) == NX_OK);
+    CHECK(pcache_lookup(c, seq, 10, 1, &b, &len) == 4 && len == 1000 && ((unsigned char *)b)[999] == 4);
+    nx_free(b);
+    CHECK(files_in(dir) == 3);
+    pcache_free(c);
+    /* a smaller budget at start trims the directory */
+    CHECK(pcache_new(0, dir, 1100, 7, NULL, NULL, &c, NULL, 0) == NX_OK);
+    CHECK(files_in(dir) == 1);
+    pcache_free(c);
+}
+
+static int logged;
+static void count_log(void *ctx, const char *line) {
+    logged += strstr(line, "damaged") || strstr(line, "truncated");
+}
+
+static void damaged_files_are_logged_misses(void) {
+    const char *dir = nx_test_tmpdir("pcache-unit-bad");
+    pcache *c = NULL;
+    CHECK(pcache_new(0, dir, 0, 9, count_log, NULL, &c, NULL, 0) == NX_OK);
+    pcache_put(c, seq, 4, blob_of(400, 1), 400);
+    pcache_put(c, seq, 8, blob_of(400, 2), 400);
+    pcache_free(c);
+    /* flip a byte in the blob of every file */
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (!strstr(de->d_name, ".nxc")) continue;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        size_t n;
+        unsigned char *bytes = nx_test_read_file(path, &n);
+        if (strstr(de->d_name, "-8.nxc")) {
+            bytes[n - 10] ^= 1;
+            nx_test_write_file(path, bytes, n);
+        }
+        free(bytes);
+    }
+    if (d) closedir(d);
+    logged = 0;
+    CHECK(pcache_new(0, dir, 0, 9, count_log, NULL, &c, NULL, 0) == NX_OK);
+    void *b;
+    size_t len;
+    /* the 8-token entry fails its checksum: logged, deleted, the 4-token one serves */
+    CHECK(pcache_lookup(c, seq, 10, 1, &b, &len) == 4 && ((unsigned char *)b)[0] == 1);
+    nx_free(b);
+    CHECK(logged == 1 && pcache_get_stats(c).bad_files == 1 && files_in(dir) == 1);
+    pcache_free(c);
+}
+
+static const nx_test tests[] = {
+    {"the_longest_prefix_wins", "entries that begin the prompt, the longest first; min_len; same key replaced",
+     the_longest_prefix_wins},
+    {"budgets_evict_the_least_recently_used", "RAM and disk budgets drop the least recently used; restart re-indexes",
+     budgets_evict_the_least_recently_used},
+    {"damaged_files_are_logged_misses", "a flipped byte: logged, deleted, and the next longest entry serves",
+     damaged_files_are_logged_misses},
+};
+
+NX_TEST_MAIN(tests)
