@@ -202,24 +202,33 @@ static void scan_dir(pcache *c) {
     closedir(d);
 }
 
-/* Deletes files, least recently used first, until the disk budget holds;
- * entries without a RAM copy go entirely. */
-static void evict_disk(pcache *c) {
+/* Lets go of the least recently used copies in one tier -- RAM blobs
+ * (disk = 0) or files (disk = 1) -- until the tier's budget holds (a disk
+ * budget of 0 means none). An entry left with no copy goes entirely. */
+static void evict_tier(pcache *c, int disk) {
+    size_t budget = disk ? c->disk_budget : c->ram_budget;
+    if (disk && (!c->dir || !budget)) return;
     for (;;) {
         size_t used = 0;
         int lru = -1;
         for (int i = 0; i < c->n; i++) {
-            if (!c->e[i].on_disk) continue;
-            used += c->e[i].file_bytes;
+            if (disk ? !c->e[i].on_disk : !c->e[i].blob) continue;
+            used += disk ? c->e[i].file_bytes : c->e[i].len;
             if (lru < 0 || c->e[i].last_use < c->e[lru].last_use) lru = i;
         }
-        if (!c->disk_budget || used <= c->disk_budget || lru < 0) break;
-        char path[1200];
-        file_path(c, c->e[lru].key, c->e[lru].n, path, sizeof path);
-        remove(path);
+        if (used <= budget || lru < 0) break;
+        pc_entry *e = &c->e[lru];
         c->st.evictions++;
-        c->e[lru].on_disk = 0;
-        if (!c->e[lru].blob) remove_at(c, lru);
+        if (disk) {
+            char path[1200];
+            file_path(c, e->key, e->n, path, sizeof path);
+            remove(path);
+            e->on_disk = 0;
+        } else {
+            nx_free(e->blob);
+            e->blob = NULL;
+        }
+        if (!e->blob && !e->on_disk) remove_at(c, lru);
     }
 }
 
@@ -250,7 +259,7 @@ nx_status pcache_new(size_t ram_bytes, const char *dir, size_t disk_bytes, uint6
             return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the prefix cache");
         }
         scan_dir(c);
-        evict_disk(c); /* a smaller budget than last time */
+        evict_tier(c, 1); /* a smaller budget than last time */
     }
     recount(c);
     *out = c;
@@ -263,26 +272,6 @@ void pcache_free(pcache *c) {
     nx_free(c->e);
     nx_free(c->dir);
     nx_free(c);
-}
-
-/* Drops RAM blobs, least recently used first, until the budget holds;
- * entries without a disk copy go entirely. */
-static void evict(pcache *c) {
-    for (;;) {
-        size_t used = 0;
-        int lru = -1;
-        for (int i = 0; i < c->n; i++) {
-            if (!c->e[i].blob) continue;
-            used += c->e[i].len;
-            if (lru < 0 || c->e[i].last_use < c->e[lru].last_use) lru = i;
-        }
-        if (used <= c->ram_budget || lru < 0) break;
-        c->st.evictions++;
-        if (c->e[lru].on_disk) {
-            nx_free(c->e[lru].blob);
-            c->e[lru].blob = NULL;
-        } else remove_at(c, lru);
-    }
 }
 
 void pcache_put(pcache *c, const int32_t *tokens, int n, void *blob, size_t len) {
@@ -308,8 +297,8 @@ void pcache_put(pcache *c, const int32_t *tokens, int n, void *blob, size_t len)
         e.file_bytes = sizeof(pc_file_header) + (size_t)n * sizeof *tokens + len;
     }
     c->e[c->n++] = e;
-    evict(c);
-    evict_disk(c);
+    evict_tier(c, 0);
+    evict_tier(c, 1);
     recount(c);
 }
 
@@ -376,7 +365,7 @@ int pcache_lookup(pcache *c, const int32_t *tokens, int n, int min_len, void **b
         memcpy(copy, e->blob, e->len);
         e->last_use = ++c->clock;
         int matched = e->n;
-        evict(c); /* a blob read back from disk counts against the budget */
+        evict_tier(c, 0); /* a blob read back from disk counts against the budget */
         recount(c);
         *blob = copy;
         *len = e->len;
