@@ -419,6 +419,12 @@ typedef struct {
     nx_accept_mode accept;
     const int32_t *stop_ids;   /* ids that end the output (besides the model's eos) */
     int n_stop;
+    /* Called by the engine's thread whenever the request has new output or
+     * has finished (NULL: none): an event loop's cue to read. It runs under
+     * the request's lock -- it must not call nx_request_* -- and never after
+     * nx_request_free has returned. */
+    void (*notify)(void *ctx);
+    void *notify_ctx;
 } nx_request_opts;
 
 typedef enum {
@@ -573,8 +579,9 @@ nx_status nx_chat_render(const nx_chat_template *c, const nx_chat_request *req, 
 
 /* ---- HTTP server ---------------------------------------------------------- */
 
-/* An OpenAI-compatible HTTP server over an engine (libmicrohttpd, one thread
- * per connection): POST /v1/chat/completions and /v1/completions (streamed as
+/* An OpenAI-compatible HTTP server over an engine (libmicrohttpd: an epoll
+ * loop on a small thread pool; a connection waiting for tokens is parked, not
+ * a blocked thread): POST /v1/chat/completions and /v1/completions (streamed as
  * server-sent events, or whole), GET /v1/models, /health and /metrics
  * (Prometheus text). docs/server.md lists the fields and errors. */
 typedef struct nx_server nx_server;

@@ -66,6 +66,8 @@ struct nx_request {
     int cancel;
     int owners;
     nx_request_info info;
+    void (*notify)(void *ctx);    /* cleared by nx_request_free                  */
+    void *notify_ctx;
 };
 
 struct nx_engine {
@@ -147,6 +149,7 @@ static int request_push(nx_request *r, const int32_t *ids, int n) {
         r->info.completion_tokens = r->n_out;
         if (r->info.ttft_s == 0 && n) r->info.ttft_s = now_s() - r->t_submit;
         pthread_cond_broadcast(&r->cv);
+        if (r->notify) r->notify(r->notify_ctx);
     }
     pthread_mutex_unlock(&r->mu);
     return ok ? 0 : -1;
@@ -161,6 +164,7 @@ static void request_finish(nx_request *r, nx_finish f, const char *error) {
         if (error) snprintf(r->info.error, sizeof r->info.error, "%s", error);
     }
     pthread_cond_broadcast(&r->cv);
+    if (r->notify) r->notify(r->notify_ctx);
     pthread_mutex_unlock(&r->mu);
     r->phase = RQ_DONE;
 }
@@ -196,7 +200,10 @@ void nx_request_cancel(nx_request *r) {
 
 void nx_request_free(nx_request *r) {
     if (!r) return;
-    nx_request_cancel(r);
+    pthread_mutex_lock(&r->mu);
+    r->cancel = 1;
+    r->notify = NULL; /* the caller's context may go now */
+    pthread_mutex_unlock(&r->mu);
     request_release(r);
 }
 
@@ -240,6 +247,8 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
     r->so = (nx_spec_opts){e->d ? e->o.draft : 0, o->accept, o->sampling, r->stop, o->n_stop};
     r->stop_tok = -1;
     r->owners = 2;
+    r->notify = o->notify;
+    r->notify_ctx = o->notify_ctx;
     r->t_submit = now_s();
     r->info.prompt_tokens = o->n_prompt;
     pthread_mutex_init(&r->mu, NULL);

@@ -12,8 +12,18 @@
  * assistant reply and user message) and taking the common token prefix with
  * this prompt: no template-specific knowledge needed.
  *
- * A client that goes away is noticed by polling its socket between token
- * reads (POLLRDHUP); its request is cancelled, which frees its row. */
+ * Nothing here blocks: libmicrohttpd runs an epoll loop on a small thread
+ * pool. A generation with nothing to send parks its connection
+ * (MHD_suspend_connection) until the engine has more: the engine's notify
+ * hook marks it, and the server's watch thread resumes it (never from the
+ * engine thread, which holds the request's lock there). The same thread
+ * polls parked and running connections' sockets every GEN_WATCH_MS: a client
+ * that went away (POLLRDHUP), or a server shutting down, cancels the request,
+ * which frees its row and ends the response.
+ *
+ *   handler/reader: pump (non-blocking read) -> data? send : park()
+ *   engine:         new output -> wake(): flag, and queue for resume if parked
+ *   watch thread:   resume queued; cancel on hang-up or shutdown */
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,12 +37,19 @@
 #include "server/oai.h"
 
 #define GEN_READ 64          /* tokens taken from the engine per read        */
-#define GEN_WAIT_MS 100      /* longest wait for tokens between socket checks */
+#define GEN_WATCH_MS 50      /* how often the watch thread checks sockets     */
 
 /* One generation in flight: what a non-stream handler or a stream's content
  * reader pumps. */
-typedef struct {
+struct srv_gen {
     nx_server *s;
+    struct MHD_Connection *c;
+    struct srv_gen *next;         /* the server's list (s->gens, under s->mu)   */
+    struct srv_gen *wnext;        /* the resume queue (under s->wake_mu)        */
+    int queued;                   /* in the resume queue (under s->wake_mu)     */
+    pthread_mutex_t mu;           /* suspended, wake                            */
+    int suspended;                /* parked: MHD does not process it            */
+    int wake;                     /* output arrived since the last pump         */
     int fd;                       /* the client's socket, polled for hang-ups   */
     int chat, stream;
     nx_request *rq;
@@ -51,7 +68,30 @@ typedef struct {
     size_t len, off, cap;
     int eos;                      /* [DONE] is in buf                           */
     int oom;
-} gen;
+};
+typedef struct srv_gen gen;
+
+/* A generation for connection c, counted in flight and listed for the watch
+ * thread until gen_free. NULL when out of memory. */
+static gen *gen_new(nx_server *s, struct MHD_Connection *c, int chat, int stream) {
+    gen *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->s = s;
+    g->c = c;
+    g->chat = chat;
+    g->stream = stream;
+    g->fin = NX_FINISH_NONE;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    g->fd = ci ? ci->connect_fd : -1;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_mutex_lock(&s->mu);
+    g->next = s->gens;
+    s->gens = g;
+    s->in_flight++;
+    s->streams_open += stream;
+    pthread_mutex_unlock(&s->mu);
+    return g;
+}
 
 /* The request's log line: sizes, cache reuse, speed, how it ended. */
 static void log_done(const gen *g) {
@@ -67,8 +107,19 @@ static void log_done(const gen *g) {
 
 static void gen_free(gen *g) {
     if (!g) return;
+    nx_server *s = g->s;
+    pthread_mutex_lock(&s->mu);
+    for (gen **p = &s->gens; *p; p = &(*p)->next)
+        if (*p == g) {
+            *p = g->next;
+            break;
+        }
+    s->in_flight--;
+    s->streams_open -= g->stream;
+    pthread_mutex_unlock(&s->mu);
     if (g->rq && g->done) log_done(g);
-    nx_request_free(g->rq);
+    nx_request_free(g->rq); /* after this no wake() comes */
+    pthread_mutex_destroy(&g->mu);
     nx_detok_stream_free(g->detok);
     oai_output_free(g->out);
     free(g->model);
@@ -142,6 +193,108 @@ static int peer_gone(const gen *g) {
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
+/* The engine's notify hook (engine thread, under the request's lock): mark
+ * the generation, and if its connection is parked, queue it for the watch
+ * thread to resume. */
+static void wake(void *ctx) {
+    gen *g = ctx;
+    nx_server *s = g->s;
+    pthread_mutex_lock(&g->mu);
+    g->wake = 1;
+    int parked = g->suspended;
+    pthread_mutex_unlock(&g->mu);
+    if (!parked) return;
+    pthread_mutex_lock(&s->wake_mu);
+    if (!g->queued) {
+        g->queued = 1;
+        g->wnext = s->wake_head;
+        s->wake_head = g;
+        pthread_cond_signal(&s->wake_cv);
+    }
+    pthread_mutex_unlock(&s->wake_mu);
+}
+
+/* After a pump found nothing to send: parks the connection and returns 1,
+ * or returns 0 when output arrived meanwhile (pump again). */
+static int park(gen *g) {
+    pthread_mutex_lock(&g->mu);
+    int parked = !g->wake;
+    g->wake = 0;
+    if (parked) {
+        g->suspended = 1;
+        MHD_suspend_connection(g->c);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return parked;
+}
+
+/* The watch thread: resumes woken connections; every GEN_WATCH_MS cancels
+ * the requests of clients that hung up, or of every client at shutdown. A
+ * parked generation cannot be freed (MHD does not touch its connection until
+ * it is resumed), so the queue never holds a freed one; after the resume
+ * call the thread does not touch it again. */
+static void *watch_main(void *arg) {
+    nx_server *s = arg;
+    double next_check = 0;
+    pthread_mutex_lock(&s->wake_mu);
+    while (!s->watch_stop) {
+        while (s->wake_head) {
+            gen *g = s->wake_head;
+            s->wake_head = g->wnext;
+            g->queued = 0;
+            pthread_mutex_unlock(&s->wake_mu);
+            pthread_mutex_lock(&g->mu);
+            struct MHD_Connection *c = g->suspended ? g->c : NULL;
+            g->suspended = 0;
+            pthread_mutex_unlock(&g->mu);
+            /* last: once resumed, an event thread may finish the response and
+             * free g at once */
+            if (c) MHD_resume_connection(c);
+            pthread_mutex_lock(&s->wake_mu);
+        }
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double t = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+        if (t >= next_check) {
+            pthread_mutex_unlock(&s->wake_mu);
+            int closing = atomic_load(&s->closing);
+            pthread_mutex_lock(&s->mu);
+            for (gen *g = s->gens; g; g = g->next)
+                if (closing || peer_gone(g)) nx_request_cancel(g->rq);
+            pthread_mutex_unlock(&s->mu);
+            pthread_mutex_lock(&s->wake_mu);
+            next_check = t + GEN_WATCH_MS * 1e-3;
+            continue;
+        }
+        struct timespec until = now;
+        until.tv_nsec += GEN_WATCH_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->wake_cv, &s->wake_mu, &until);
+    }
+    pthread_mutex_unlock(&s->wake_mu);
+    return NULL;
+}
+
+int srv_watch_start(nx_server *s) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->wake_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&s->wake_mu, NULL);
+    return pthread_create(&s->watch, NULL, watch_main, s) == 0 ? 0 : -1;
+}
+
+void srv_watch_stop(nx_server *s) {
+    pthread_mutex_lock(&s->wake_mu);
+    s->watch_stop = 1;
+    pthread_cond_signal(&s->wake_cv);
+    pthread_mutex_unlock(&s->wake_mu);
+    pthread_join(s->watch, NULL);
+    pthread_mutex_destroy(&s->wake_mu);
+    pthread_cond_destroy(&s->wake_cv);
+}
+
 static void push_text(gen *g, const char *text, size_t n) {
     oai_delta d;
     if (!n || g->done) return;
@@ -168,12 +321,12 @@ static void gen_close(gen *g) {
     g->done = 1;
 }
 
-/* Takes what the engine produced within wait_ms and runs it through the
- * decoder and the assembler. */
-static void gen_pump(gen *g, int wait_ms) {
+/* Takes what the engine has produced so far (never waits) and runs it
+ * through the decoder and the assembler. */
+static void gen_pump(gen *g) {
     int32_t ids[GEN_READ];
     nx_finish fin;
-    int n = nx_request_read(g->rq, ids, GEN_READ, wait_ms, &fin);
+    int n = nx_request_read(g->rq, ids, GEN_READ, 0, &fin);
     for (int i = 0; i < n && !g->done; i++) {
         size_t len;
         const char *text = nx_detok_stream_push(g->detok, ids[i], &len);
@@ -200,13 +353,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     while (g->off == g->len) {
         if (g->eos || g->oom) return g->oom ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
         g->off = g->len = 0;
-        if (peer_gone(g)) {
-            nx_request_cancel(g->rq);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        if (atomic_load(&g->s->closing)) nx_request_cancel(g->rq); /* shutdown: end it with its final chunk */
-        if (!g->done) gen_pump(g, GEN_WAIT_MS);
+        if (!g->done) gen_pump(g);
         if (g->done) put_end(g);
+        else if (g->len == 0 && park(g)) return 0; /* called again once resumed */
     }
     size_t n = g->len - g->off < max ? g->len - g->off : max;
     memcpy(buf, g->buf + g->off, n);
@@ -214,14 +363,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     return (ssize_t)n;
 }
 
-static void stream_free(void *cls) {
-    gen *g = cls;
-    pthread_mutex_lock(&g->s->mu);
-    g->s->streams_open--;
-    g->s->in_flight--;
-    pthread_mutex_unlock(&g->s->mu);
-    gen_free(g); /* cancels the request if it still runs */
-}
+static void stream_free(void *cls) { gen_free(cls); /* cancels the request if it still runs */ }
 
 /* ---- the prompt --------------------------------------------------------------------- */
 
@@ -315,16 +457,16 @@ static int build_prompt(nx_server *s, struct MHD_Connection *c, const oai_reques
 
 /* ---- the endpoint ---------------------------------------------------------------------- */
 
-static enum MHD_Result respond_whole(gen *g, struct MHD_Connection *c) {
-    nx_server *s = g->s;
-    while (!g->done) {
-        if (peer_gone(g)) { /* nobody to answer: free the row */
-            gen_free(g);
-            return MHD_NO;
-        }
-        if (atomic_load(&s->closing)) nx_request_cancel(g->rq);
-        gen_pump(g, GEN_WAIT_MS);
+/* A whole (non-stream) response: sent once the generation is done; until
+ * then the connection is parked and this runs again on every resume. */
+enum MHD_Result srv_complete_whole(nx_server *s, struct MHD_Connection *c, srv_conn *conn) {
+    gen *g = conn->gen;
+    for (;;) {
+        if (!g->done) gen_pump(g);
+        if (g->done || g->oom) break;
+        if (park(g)) return MHD_YES;
     }
+    conn->gen = NULL;
     char *json = NULL;
     enum MHD_Result r;
     if (g->error) r = srv_send_error(s, c, 500, g->errmsg, "server_error", NULL);
@@ -337,7 +479,12 @@ static enum MHD_Result respond_whole(gen *g, struct MHD_Connection *c) {
     return r;
 }
 
-static enum MHD_Result complete(nx_server *s, struct MHD_Connection *c, int chat, const char *body, size_t len, int *streaming) {
+void srv_conn_gone(srv_conn *conn) {
+    gen_free(conn->gen);
+    conn->gen = NULL;
+}
+
+enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *conn, int chat, const char *body, size_t len) {
     if (atomic_load(&s->closing)) return srv_send_error(s, c, 503, "the server is shutting down", "server_error", NULL);
     oai_request q;
     int status;
@@ -365,22 +512,17 @@ static enum MHD_Result complete(nx_server *s, struct MHD_Connection *c, int chat
         oai_request_free(&q);
         return srv_send_error(s, c, 400, err, "invalid_request_error", param);
     }
-    gen *g = calloc(1, sizeof *g);
+    gen *g = gen_new(s, c, chat, q.stream);
     uint64_t idnum = srv_next_id(s);
     const int32_t *stop_ids;
     int n_stop = nx_tokenizer_stop_ids(s->o.tokenizer, &stop_ids);
     if (n_stop > 16) n_stop = 16; /* the engine's limit; tokenizers list two or three */
-    nx_request_opts ro = {ids, n, cache_at, q.max_tokens > 0 ? q.max_tokens : 0, q.sampling, NX_ACCEPT_DEFAULT, stop_ids, n_stop};
+    nx_request_opts ro = {ids, n, cache_at, q.max_tokens > 0 ? q.max_tokens : 0, q.sampling, NX_ACCEPT_DEFAULT, stop_ids, n_stop,
+                          wake, g};
     if (!q.seed_given) ro.sampling.seed = idnum;
     nx_status st = NX_ENOMEM;
     if (g) {
-        g->s = s;
-        g->chat = chat;
-        g->stream = q.stream;
         g->n_prompt = n;
-        g->fin = NX_FINISH_NONE;
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        g->fd = ci ? ci->connect_fd : -1;
         g->model = strdup(q.model ? q.model : s->model_name);
         oai_make_id(g->id, sizeof g->id, chat ? "chatcmpl-" : "cmpl-", idnum);
         g->meta = (oai_meta){g->id, (long long)time(NULL), g->model, q.stream && q.include_usage};
@@ -397,8 +539,10 @@ static enum MHD_Result complete(nx_server *s, struct MHD_Connection *c, int chat
         if (st == NX_ERANGE || st == NX_EINVAL) return srv_send_error(s, c, 400, err, "invalid_request_error", NULL);
         return srv_send_error(s, c, 500, "out of memory", "server_error", NULL);
     }
-    if (!g->stream) return respond_whole(g, c);
-
+    if (!g->stream) {
+        conn->gen = g; /* the connection's until answered (or gone) */
+        return srv_complete_whole(s, c, conn);
+    }
     /* the first chunk goes out at once: the client sees the stream open */
     if (chat) put_event(g, oai_chat_chunk_json(&g->meta, NULL, 1, NULL));
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, g, stream_free);
@@ -406,27 +550,7 @@ static enum MHD_Result complete(nx_server *s, struct MHD_Connection *c, int chat
         gen_free(g);
         return MHD_NO;
     }
-    pthread_mutex_lock(&s->mu);
-    s->streams_open++;
-    pthread_mutex_unlock(&s->mu);
-    *streaming = 1; /* in flight until stream_free */
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
-    return srv_queue(s, c, 200, r);
-}
-
-/* Counts the request in flight until it is answered (a stream: until it
- * closes), so nx_server_stop can let it finish. */
-enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, int chat, const char *body, size_t len) {
-    pthread_mutex_lock(&s->mu);
-    s->in_flight++;
-    pthread_mutex_unlock(&s->mu);
-    int streaming = 0;
-    enum MHD_Result r = complete(s, c, chat, body, len, &streaming);
-    if (!streaming) {
-        pthread_mutex_lock(&s->mu);
-        s->in_flight--;
-        pthread_mutex_unlock(&s->mu);
-    }
-    return r;
+    return srv_queue(s, c, 200, r); /* the response owns g now (stream_free) */
 }

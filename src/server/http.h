@@ -26,6 +26,15 @@ struct nx_server {
     int64_t streams_open;
     int64_t in_flight;                   /* completions not yet answered/closed  */
     uint64_t id_counter;                 /* response ids and default seeds       */
+    struct srv_gen *gens;                /* generations in flight (complete.c)   */
+
+    /* the watch thread (complete.c): resumes parked connections, cancels
+     * the requests of clients that hung up */
+    pthread_t watch;
+    pthread_mutex_t wake_mu;             /* wake_head, watch_stop                */
+    pthread_cond_t wake_cv;
+    struct srv_gen *wake_head;           /* parked generations with new output   */
+    int watch_stop;
 };
 
 /* One connection's request body, collected across handler calls. */
@@ -34,6 +43,7 @@ typedef struct {
     size_t len, cap;
     int too_big;
     int answered;                        /* refused on its headers (401, 413)     */
+    struct srv_gen *gen;                 /* a whole response being generated     */
 } srv_conn;
 
 /* Sends a JSON body (copied) with status; counts it. */
@@ -49,6 +59,14 @@ void srv_log(const nx_server *s, const char *fmt, ...) __attribute__((format(pri
 uint64_t srv_next_id(nx_server *s);
 
 /* complete.c: POST /v1/chat/completions (chat = 1) and /v1/completions. */
-enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, int chat, const char *body, size_t len);
+enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *conn, int chat, const char *body, size_t len);
+/* The handler called again for a connection with conn->gen: a whole
+ * response still being generated (parked and resumed). */
+enum MHD_Result srv_complete_whole(nx_server *s, struct MHD_Connection *c, srv_conn *conn);
+/* The connection ended: frees a generation it still holds. */
+void srv_conn_gone(srv_conn *conn);
+/* The watch thread, started after the daemon and stopped before it. */
+int srv_watch_start(nx_server *s);
+void srv_watch_stop(nx_server *s);
 
 #endif

@@ -1,9 +1,9 @@
 /* server.c — the HTTP daemon of `nextn serve` (nextn.h "HTTP server").
  *
- * libmicrohttpd runs one thread per connection, so a handler may block while
- * the engine generates: a non-stream completion waits in its handler, a
- * stream's content reader waits for the next tokens. The engine thread never
- * waits for the network; connection threads never touch the model.
+ * libmicrohttpd runs an epoll loop on a pool of SRV_THREADS threads; no
+ * handler blocks: a completion waiting for tokens parks its connection
+ * (complete.c). The engine thread never waits for the network, and the
+ * network threads never touch the model.
  *
  * A request body arrives over several handler calls and is collected in a
  * srv_conn up to max_body bytes (beyond that: 413, the rest is discarded).
@@ -22,6 +22,8 @@
 #include "base/err.h"
 #include "server/http.h"
 #include "server/oai.h"
+
+#define SRV_THREADS 2        /* event loop threads: they only move bytes    */
 
 /* ---- responses ------------------------------------------------------------- */
 
@@ -229,6 +231,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         *upload_size = 0;
         return MHD_YES;
     }
+    if (conn->gen) return srv_complete_whole(s, c, conn); /* resumed: is the answer ready? */
     if (*upload_size) { /* a piece of the body */
         size_t n = *upload_size;
         *upload_size = 0;
@@ -263,7 +266,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
             snprintf(msg, sizeof msg, "request body exceeds %zu bytes", s->o.max_body);
             return srv_send_error(s, c, 413, msg, "invalid_request_error", NULL);
         }
-        return srv_complete(s, c, chat, conn->body ? conn->body : "", conn->len);
+        return srv_complete(s, c, conn, chat, conn->body ? conn->body : "", conn->len);
     }
     if (chat || text || metrics || strcmp(url, "/v1/models") == 0 || strcmp(url, "/health") == 0) {
         char msg[160];
@@ -278,6 +281,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
     srv_conn *conn = *con_cls;
     if (!conn) return;
+    srv_conn_gone(conn);
     free(conn->body);
     free(conn);
     *con_cls = NULL;
@@ -316,14 +320,22 @@ nx_status nx_server_start(const nx_server_opts *opts, nx_server **out, char *err
         free_server(s);
         return st;
     }
-    s->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+    /* epoll on a pool of SRV_THREADS threads; handlers never block (a
+     * generation parks its connection, complete.c) */
+    s->daemon = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
                                  (uint16_t)opts->port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-                                 (unsigned)600, MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_END);
+                                 MHD_OPTION_THREAD_POOL_SIZE, (unsigned)SRV_THREADS, MHD_OPTION_CONNECTION_LIMIT,
+                                 (unsigned)s->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+                                 MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_END);
     if (!s->daemon) {
         nx_status st = nx_fail(err, errlen, NX_EIO, "server: cannot listen on %s:%d (in use, or not permitted)", s->host, opts->port);
         free_server(s);
         return st;
+    }
+    if (srv_watch_start(s) != 0) {
+        MHD_stop_daemon(s->daemon);
+        free_server(s);
+        return nx_fail(err, errlen, NX_ENOMEM, "server: cannot start its watch thread");
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : opts->port;
@@ -339,9 +351,9 @@ void nx_server_stop(nx_server *s) {
      * their requests and finish; MHD_stop_daemon joins their threads */
     MHD_socket listener = MHD_quiesce_daemon(s->daemon); /* ours to close now */
     atomic_store(&s->closing, 1);
-    /* MHD_stop_daemon closes every socket at once, so first let each open
-     * completion notice `closing` (within GEN_WAIT_MS), cancel its request
-     * and send its last chunk and [DONE] (bounded: 30 s) */
+    /* MHD_stop_daemon closes every socket at once, so first let the watch
+     * thread cancel every open completion (it sees `closing` within
+     * GEN_WATCH_MS) and each send its last chunk and [DONE] (bounded: 30 s) */
     for (int i = 0; i < 3000; i++) {
         pthread_mutex_lock(&s->mu);
         int64_t left = s->in_flight;
@@ -350,6 +362,7 @@ void nx_server_stop(nx_server *s) {
         struct timespec ts = {0, 10 * 1000000L};
         nanosleep(&ts, NULL);
     }
+    srv_watch_stop(s);
     MHD_stop_daemon(s->daemon);
     if (listener != MHD_INVALID_SOCKET) close(listener);
     free_server(s);

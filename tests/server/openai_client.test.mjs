@@ -100,8 +100,8 @@ function rssKB(pid) {
 
 const user = (content) => ({ role: 'user', content });
 
-async function chatWhole(messages, extra = {}) {
-  return client().chat.completions.create({ model: 'default', messages, max_tokens: 24, temperature: 0, ...extra });
+async function chatWhole(messages, extra = {}, signal) {
+  return client().chat.completions.create({ model: 'default', messages, max_tokens: 24, temperature: 0, ...extra }, { signal });
 }
 
 // Streams a chat completion; returns { reasoning, content, chunks, finish, usage, ttft }.
@@ -270,6 +270,19 @@ test('a cancelled stream frees its row and the server goes on', async () => {
   assert.ok(m.nextn_generated_tokens_total - before.nextn_generated_tokens_total < 900, 'the row ran on');
   const r = await chatWhole([user('Still there?')]);
   assert.equal(r.usage.completion_tokens, 24);
+  // a whole (non-stream) request whose client goes away is cancelled too
+  const ac2 = new AbortController();
+  const gone = chatWhole([user('Recite the law of Moses.')], { max_tokens: 900 }, ac2.signal).catch((e) => e);
+  await sleep(150);
+  ac2.abort();
+  assert.match(String(await gone), /abort/i);
+  for (let i = 0; i < 200; i++) {
+    m = await metrics();
+    if (m.nextn_requests_cancelled_total === before.nextn_requests_cancelled_total + 2 && m.nextn_batch_size === 0) break;
+    await sleep(50);
+  }
+  assert.equal(m.nextn_requests_cancelled_total, before.nextn_requests_cancelled_total + 2, 'the whole request ran on');
+  assert.equal(m.nextn_batch_size, 0);
 });
 
 test('malformed requests get OpenAI-style 4xx errors', async () => {
