@@ -375,12 +375,14 @@ int nx_spec_length(const nx_spec *s);
  * Prefix cache: a row resumes from the longest cached checkpoint whose tokens
  * begin its prompt (KV rows + Gated DeltaNet state + drafter entries, see
  * src/engine/cache.h), and leaves checkpoints at the request's cache_at
- * boundary and at its end, in RAM (LRU byte budget) and optionally on disk.
+ * boundaries and at its end, in RAM (LRU byte budget) and optionally on disk.
  *
  * Thread safety: every nx_engine_* and nx_request_* call may come from any
  * thread; one thread at a time per request. */
 typedef struct nx_engine nx_engine;
 typedef struct nx_request nx_request;
+
+#define NX_CACHE_POINTS 2          /* checkpoint boundaries a request may name */
 
 typedef struct {
     int parallel;              /* rows decoded together (default 4)            */
@@ -411,9 +413,9 @@ void nx_engine_free(nx_engine *e);
 typedef struct {
     const int32_t *prompt;     /* copied                                        */
     int n_prompt;              /* >= 1                                          */
-    int cache_at;              /* a prefix length worth a checkpoint (the
-                                  conversation before the generation prompt),
-                                  0: none                                       */
+    int cache_at[NX_CACHE_POINTS]; /* prefix lengths worth a checkpoint (e.g.
+                                  the conversation before the generation
+                                  prompt; the system prompt), 0: none           */
     int max_tokens;            /* tokens to generate at most; <= 0: up to the context */
     nx_sampling sampling;
     nx_accept_mode accept;

@@ -9,7 +9,7 @@
  * PREFILL first resumes from the longest prefix-cache checkpoint that begins
  * the prompt, then reads the rest in pieces of prefill_chunk tokens, one per
  * scheduler round (nx_spec_absorb: the continuation is known, nothing is
- * sampled), stopping exactly at cache_at to leave a checkpoint there; the last
+ * sampled), stopping exactly at each cache_at boundary to leave a checkpoint there; the last
  * piece goes through nx_spec_prefill / nx_spec_extend, which samples the first
  * token. DECODE runs one nx_spec_step per round. At the end the row leaves a
  * checkpoint of its whole sequence and frees its session.
@@ -42,7 +42,8 @@ typedef enum { RQ_QUEUED, RQ_PREFILL, RQ_DECODE, RQ_DONE } rq_phase;
 struct nx_request {
     /* fixed at submit */
     int32_t *prompt;
-    int n_prompt, cache_at, max_tokens;
+    int n_prompt, max_tokens;
+    int cache_at[NX_CACHE_POINTS];  /* checkpoint boundaries, ascending; 0: none */
     nx_spec_opts so;
     int32_t stop[ENG_MAX_STOP];
     double t_submit;
@@ -241,7 +242,14 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
     }
     memcpy(r->prompt, o->prompt, (size_t)o->n_prompt * sizeof *r->prompt);
     r->n_prompt = o->n_prompt;
-    r->cache_at = o->cache_at >= 2 && o->cache_at <= o->n_prompt ? o->cache_at : 0;
+    /* the usable boundaries, ascending (a fresh session absorbs >= 2 tokens) */
+    int k = 0;
+    for (int i = 0; i < NX_CACHE_POINTS; i++)
+        if (o->cache_at[i] >= 2 && o->cache_at[i] <= o->n_prompt) r->cache_at[k++] = o->cache_at[i];
+    if (k == 2 && r->cache_at[0] > r->cache_at[1]) {
+        int t = r->cache_at[0];
+        r->cache_at[0] = r->cache_at[1], r->cache_at[1] = t;
+    }
     r->max_tokens = o->max_tokens;
     if (o->n_stop) memcpy(r->stop, o->stop_ids, (size_t)o->n_stop * sizeof *r->stop);
     r->so = (nx_spec_opts){e->d ? e->o.draft : 0, o->accept, o->sampling, r->stop, o->n_stop};
@@ -368,8 +376,10 @@ static void row_prefill(nx_engine *e, nx_request *r) {
         request_finish(r, NX_FINISH_ERROR, err);
         return;
     }
-    int n = r->n_prompt, fed = r->fed, ca = r->cache_at;
-    int want_ckpt = e->cache && ca > fed && !pcache_has(e->cache, r->prompt, ca);
+    int n = r->n_prompt, fed = r->fed, ca = 0;
+    for (int i = 0; i < NX_CACHE_POINTS && !ca && e->cache; i++) /* the next boundary not cached yet */
+        if (r->cache_at[i] > fed && !pcache_has(e->cache, r->prompt, r->cache_at[i])) ca = r->cache_at[i];
+    int want_ckpt = ca > 0;
     int end = fed + e->o.prefill_chunk < n ? fed + e->o.prefill_chunk : n;
     if (want_ckpt && ca <= end) end = ca;
     if (fed == 0 && end < 2) end = n < 2 ? n : 2;   /* a fresh session absorbs at least 2 */

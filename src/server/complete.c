@@ -10,7 +10,8 @@
  * so the checkpoint goes where the two renderings part. We find that point by
  * rendering the conversation as the next turn will see it (plus a placeholder
  * assistant reply and user message) and taking the common token prefix with
- * this prompt: no template-specific knowledge needed.
+ * this prompt: no template-specific knowledge needed. The same trick marks
+ * the end of the system prompt and tools, which other conversations share.
  *
  * Nothing here blocks: libmicrohttpd runs an epoll loop on a small thread
  * pool. A generation with nothing to send parks its connection
@@ -371,26 +372,55 @@ static int tokenize(nx_server *s, const char *text, int32_t **ids, int *n, char 
     return nx_tokenize(s->o.tokenizer, text, strlen(text), NX_SPECIAL_PARSE, ids, n, err, errlen) == NX_OK ? 0 : -1;
 }
 
-/* Where this chat's prompt and the next turn's rendering of it part (see
- * the file comment); 0 when that cannot be told. */
-static int chat_cache_at(nx_server *s, const oai_request *q, const char *messages_json, const int32_t *ids, int n) {
-    static const char more[] = ",{\"role\":\"assistant\",\"content\":\"x\"},{\"role\":\"user\",\"content\":\"x\"}]";
-    size_t ml = strlen(messages_json);
-    if (ml < 2 || messages_json[ml - 1] != ']') return 0;
-    char *msgs = malloc(ml + sizeof more);
-    if (!msgs) return 0;
-    memcpy(msgs, messages_json, ml - 1);
-    memcpy(msgs + ml - 1, more, sizeof more);
+/* Tokens the prompt ids[0..n) shares with the rendering of the messages
+ * `msgs` (a JSON array) without a generation prompt; 0 if that fails. */
+static int shared_prefix(nx_server *s, const oai_request *q, const char *msgs, const int32_t *ids, int n) {
     nx_chat_request cr = {msgs, q->tools_json, 0, q->enable_thinking};
     char *text = NULL;
-    int32_t *next = NULL;
-    int nn = 0, common = 0;
-    if (nx_chat_render(s->o.chat_template, &cr, &text, NULL, 0) == NX_OK && tokenize(s, text, &next, &nn, NULL, 0) == 0)
-        while (common < n && common < nn && ids[common] == next[common]) common++;
+    int32_t *other = NULL;
+    int no = 0, common = 0;
+    if (nx_chat_render(s->o.chat_template, &cr, &text, NULL, 0) == NX_OK && tokenize(s, text, &other, &no, NULL, 0) == 0)
+        while (common < n && common < no && ids[common] == other[common]) common++;
     nx_free(text);
-    nx_free(next);
-    free(msgs);
+    nx_free(other);
     return common;
+}
+
+#define SRV_SYSTEM_MIN 64   /* tokens of system prompt + tools worth a checkpoint of their own */
+
+/* The prompt's checkpoint boundaries (see the file comment): [0] where the
+ * next turn's rendering of this conversation parts from the prompt (the
+ * conversation plus a placeholder reply and question); [1] the end of the
+ * system prompt and tools, shared by every conversation that starts the
+ * same way (the first message if it is a system one, plus a placeholder
+ * question), when that is at least SRV_SYSTEM_MIN tokens. */
+static void chat_cache_at(nx_server *s, const oai_request *q, const char *messages_json, const int32_t *ids, int n,
+                          int cache_at[NX_CACHE_POINTS]) {
+    static const char reply[] = ",{\"role\":\"assistant\",\"content\":\"x\"},{\"role\":\"user\",\"content\":\"x\"}]";
+    static const char ask[] = "{\"role\":\"user\",\"content\":\"x\"}]";
+    cache_at[0] = cache_at[1] = 0;
+    size_t ml = strlen(messages_json);
+    char *msgs = ml >= 2 && messages_json[ml - 1] == ']' ? malloc(ml + sizeof reply) : NULL;
+    if (msgs) {
+        memcpy(msgs, messages_json, ml - 1);
+        memcpy(msgs + ml - 1, reply, sizeof reply);
+        cache_at[0] = shared_prefix(s, q, msgs, ids, n);
+        free(msgs);
+    }
+    json_t *all = json_loads(messages_json, 0, NULL), *first = json_array_get(all, 0);
+    const char *role = json_string_value(json_object_get(first, "role"));
+    char *sys = role && strcmp(role, "system") == 0 ? json_dumps(first, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(all);
+    if (!sys && !q->tools_json) return;
+    size_t sl = sys ? strlen(sys) : 0;
+    char *two = malloc(sl + sizeof ask + 2);
+    if (two) {
+        snprintf(two, sl + sizeof ask + 2, "[%s%s%s", sys ? sys : "", sys ? "," : "", ask);
+        int at = shared_prefix(s, q, two, ids, n);
+        if (at >= SRV_SYSTEM_MIN && at != cache_at[0]) cache_at[1] = at;
+        free(two);
+    }
+    free(sys);
 }
 
 /* OpenAI clients send a tool call's "arguments" as a JSON string; the Qwen
@@ -420,11 +450,11 @@ static char *tool_arguments_as_objects(const char *messages_json) {
 
 /* The prompt's ids (caller frees with nx_free); on failure a 400 was sent. */
 static int build_prompt(nx_server *s, struct MHD_Connection *c, const oai_request *q, int32_t **ids, int *n, int *think_open,
-                        int *cache_at, enum MHD_Result *sent) {
+                        int cache_at[NX_CACHE_POINTS], enum MHD_Result *sent) {
     char err[600];
     char *text = NULL, *fixed = NULL;
     *think_open = -1;
-    *cache_at = 0;
+    cache_at[0] = cache_at[1] = 0;
     if (q->chat) {
         if (!s->o.chat_template) {
             *sent = srv_send_error(s, c, 400, "this model has no chat template: use /v1/completions", "invalid_request_error",
@@ -450,7 +480,7 @@ static int build_prompt(nx_server *s, struct MHD_Connection *c, const oai_reques
         free(fixed);
         return -1;
     }
-    if (q->chat) *cache_at = chat_cache_at(s, q, fixed ? fixed : q->messages_json, *ids, *n);
+    if (q->chat) chat_cache_at(s, q, fixed ? fixed : q->messages_json, *ids, *n, cache_at);
     free(fixed);
     return 0;
 }
@@ -493,8 +523,8 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
         return srv_send_error(s, c, (unsigned)status, err, status == 400 ? "invalid_request_error" : "server_error", NULL);
     enum MHD_Result sent = MHD_NO;
     int32_t *ids = NULL;
-    int n = 0, think_open, cache_at;
-    if (build_prompt(s, c, &q, &ids, &n, &think_open, &cache_at, &sent) != 0) {
+    int n = 0, think_open, cache_at[NX_CACHE_POINTS];
+    if (build_prompt(s, c, &q, &ids, &n, &think_open, cache_at, &sent) != 0) {
         oai_request_free(&q);
         return sent;
     }
@@ -517,8 +547,8 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
     const int32_t *stop_ids;
     int n_stop = nx_tokenizer_stop_ids(s->o.tokenizer, &stop_ids);
     if (n_stop > 16) n_stop = 16; /* the engine's limit; tokenizers list two or three */
-    nx_request_opts ro = {ids, n, cache_at, q.max_tokens > 0 ? q.max_tokens : 0, q.sampling, NX_ACCEPT_DEFAULT, stop_ids, n_stop,
-                          wake, g};
+    nx_request_opts ro = {ids, n, {cache_at[0], cache_at[1]}, q.max_tokens > 0 ? q.max_tokens : 0, q.sampling, NX_ACCEPT_DEFAULT,
+                          stop_ids, n_stop, wake, g};
     if (!q.seed_given) ro.sampling.seed = idnum;
     nx_status st = NX_ENOMEM;
     if (g) {

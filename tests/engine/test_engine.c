@@ -31,7 +31,7 @@ static nx_request *submit(nx_engine *e, const int32_t *prompt, int n, int cache_
     nx_request_opts o = {0};
     o.prompt = prompt;
     o.n_prompt = n;
-    o.cache_at = cache_at;
+    o.cache_at[0] = cache_at;
     o.max_tokens = max_tokens;
     o.sampling = nx_sampling_default();
     o.sampling.temperature = temp;
@@ -363,6 +363,44 @@ static void cancelled_waiting_requests_leave_the_queue(void) {
     nx_model_free(m);
 }
 
+
+/* A request may name two boundaries (the end of a shared system prompt and
+ * the end of its conversation): both are checkpointed, and another
+ * conversation that shares only the first resumes from it, exactly. */
+static void a_shared_system_prompt_is_reused(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    int32_t a[96], b[96], out[64], ref[64];
+    int sys = text_ids("In the beginning God created the heaven and the earth. And the earth was without form", a, 96);
+    memcpy(b, a, (size_t)sys * sizeof *a);
+    int na = sys + text_ids(" and void; and darkness was upon the face of the deep.", a + sys, 96 - sys);
+    int nb = sys + text_ids(" and the Spirit of God moved upon the waters.", b + sys, 96 - sys);
+    nx_engine *e = engine(m, d, 2, 64u << 20, NULL, 8);
+    nx_request_opts o = {0};
+    o.prompt = a, o.n_prompt = na, o.cache_at[0] = na - 3, o.cache_at[1] = sys; /* any order */
+    o.max_tokens = 4, o.sampling = nx_sampling_default(), o.accept = NX_ACCEPT_GREEDY;
+    char err[512];
+    nx_request *r = NULL;
+    CHECKF(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_OK, "%s", err);
+    nx_finish fin;
+    drain(r, out, 64, &fin);
+    nx_request_free(r);
+    nx_engine_stats st;
+    nx_engine_get_stats(e, &st);
+    CHECKF(st.cache_entries == 3, "%lld entries (want: both boundaries and the end)", (long long)st.cache_entries);
+    r = submit(e, b, nb, 0, 16, 1.0f, 5);
+    int n = drain(r, out, 64, &fin), nr = reference(m, d, b, nb, 16, 1.0f, 5, ref);
+    CHECK(n == nr && memcmp(out, ref, (size_t)n * sizeof *ref) == 0);
+    nx_request_info info;
+    nx_request_get_info(r, &info);
+    CHECKF(info.cached_tokens == sys, "%d cached tokens, the system prompt has %d", info.cached_tokens, sys);
+    nx_request_free(r);
+    nx_engine_free(e);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 static const nx_test tests[] = {
     {"rows_in_company_equal_rows_alone", "6 requests on 4 rows (greedy and seeded sampling): each equals the request alone",
      rows_in_company_equal_rows_alone},
@@ -376,6 +414,8 @@ static const nx_test tests[] = {
      bad_submissions_are_refused},
     {"prefix_cache_resumes_exactly", "turn 2 resumes from turn 1's checkpoint (RAM, and disk after a restart): same output",
      prefix_cache_resumes_exactly},
+    {"a_shared_system_prompt_is_reused", "two boundaries checkpointed; a conversation sharing the first resumes from it, exactly",
+     a_shared_system_prompt_is_reused},
     {"damaged_cache_files_are_misses", "flipped or truncated cache files: misses, deleted, output still exact",
      damaged_cache_files_are_misses},
 };

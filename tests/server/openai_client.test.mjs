@@ -312,6 +312,18 @@ test('malformed requests get OpenAI-style 4xx errors', async () => {
   assert.equal(ok.status, 200, 'unknown fields are ignored');
 });
 
+test('conversations that share a long system prompt share its checkpoint', async () => {
+  const system = { role: 'system', content: 'You are a scribe of the old books. '.repeat(12) + 'Answer in the words of the King James Bible.' };
+  const first = await chatWhole([system, user('Who was Abraham?')]);
+  const before = await metrics();
+  const second = await chatWhole([system, user('Tell me of the flood.')]);
+  const after = await metrics();
+  assert.equal(after.nextn_cache_hits_total, before.nextn_cache_hits_total + 1, 'the second conversation missed');
+  const reused = after.nextn_cache_hit_tokens_total - before.nextn_cache_hit_tokens_total;
+  assert.ok(reused >= 64 && reused < second.usage.prompt_tokens, `reused ${reused} of ${second.usage.prompt_tokens}`);
+  assert.ok(first.usage.prompt_tokens > 64);
+});
+
 // turns of one conversation, kept for the restart tests
 let convo = null;
 
