@@ -384,6 +384,17 @@ typedef struct nx_request nx_request;
 
 #define NX_CACHE_POINTS 2          /* checkpoint boundaries a request may name */
 
+/* Whether a round of the decoding rows drafts. */
+typedef enum {
+    NX_DRAFTS_ADAPTIVE = 0,    /* measure rounds with and without drafts for each
+                                  number of rows and run the faster (the default:
+                                  in a batch on a CPU, drafts can cost more than
+                                  they give); greedy and NX_ACCEPT_MATCH output
+                                  is the same either way (rejection sampling's
+                                  is not: it depends on where drafts sat)      */
+    NX_DRAFTS_ALWAYS           /* every round drafts as configured              */
+} nx_draft_policy;
+
 typedef struct {
     int parallel;              /* rows decoded together (default 4)            */
     int max_ctx;               /* tokens per row: prompt + output (default 4096) */
@@ -399,6 +410,7 @@ typedef struct {
                                   deleted beyond it); 0: no limit              */
     void (*log)(void *ctx, const char *line);   /* engine messages, or NULL    */
     void *log_ctx;
+    nx_draft_policy draft_policy;
 } nx_engine_opts;
 
 /* m and d (d may be NULL: plain decoding) must outlive the engine. The

@@ -27,6 +27,8 @@ static const char *serve_help =
     "  --mtp on|off|DIR   the MTP drafter: the checkpoint's own (default), none, or a directory\n"
     "  --draft K|auto     drafts per round (default: the drafter's block_size - 1); auto adapts\n"
     "                     K per request to the measured acceptance and round cost\n"
+    "  --draft-policy P   adaptive (default): for each number of running requests, measure\n"
+    "                     rounds with and without drafts and run the faster; always: draft\n"
     "  --draft-head-bits B  draft with a B-bit copy of the LM head (see nextn generate)\n"
     "  --api-key KEY      require Authorization: Bearer KEY on /v1/ and /metrics\n"
     "  --model-name NAME  the model id /v1/models lists (default: the directory's name)\n"
@@ -47,6 +49,7 @@ static void log_line(void *ctx, const char *line) {
 
 typedef struct {
     const char *host, *port_file, *cache_dir, *mtp, *api_key, *model_name, *chat_template;
+    nx_draft_policy policy;
     long port, parallel, max_queue, ctx, chunk, cache_mb, disk_mb, draft, head_bits, max_body;
 } serve_opts;
 
@@ -79,7 +82,11 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
                 done = 1;
             }
         if (done) continue;
-        if (strcmp(a, "--host") == 0) o->host = v;
+        if (strcmp(a, "--draft-policy") == 0) {
+            if (strcmp(v, "adaptive") != 0 && strcmp(v, "always") != 0)
+                return cli_usage_error("--draft-policy wants adaptive or always, got '%s'", v);
+            o->policy = strcmp(v, "always") == 0 ? NX_DRAFTS_ALWAYS : NX_DRAFTS_ADAPTIVE;
+        } else if (strcmp(a, "--host") == 0) o->host = v;
         else if (strcmp(a, "--port-file") == 0) o->port_file = v;
         else if (strcmp(a, "--cache-dir") == 0) o->cache_dir = v;
         else if (strcmp(a, "--mtp") == 0) o->mtp = v;
@@ -93,7 +100,7 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
 
 int cmd_serve(int argc, char **argv) {
     cli_model_opts mo = {cli_default_model(), {0}};
-    serve_opts o = {"127.0.0.1", NULL, NULL, "default", NULL, NULL, NULL, 8080, 4, 64, 4096, 64, 1024, 8192, 0, 0, 4 << 20};
+    serve_opts o = {"127.0.0.1", NULL, NULL, "default", NULL, NULL, NULL, NX_DRAFTS_ADAPTIVE, 8080, 4, 64, 4096, 64, 1024, 8192, 0, 0, 4 << 20};
     int rc = parse(argc, argv, &mo, &o);
     if (rc) return rc < 0 ? 0 : rc;
 
@@ -128,7 +135,7 @@ int cmd_serve(int argc, char **argv) {
         if (!(tmpl = cli_load_chat_template(o.chat_template, tok, mo.dir))) goto out;
     }
     nx_engine_opts eo = {(int)o.parallel, (int)o.ctx, (int)o.max_queue, (int)o.chunk, (int)o.draft,
-                         (size_t)o.cache_mb << 20, o.cache_dir, (size_t)o.disk_mb << 20, log_line, NULL};
+                         (size_t)o.cache_mb << 20, o.cache_dir, (size_t)o.disk_mb << 20, log_line, NULL, o.policy};
     if (nx_engine_new(m, d, &eo, &e, err, sizeof err)) {
         cli_fail("%s", err);
         goto out;

@@ -547,7 +547,13 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
     const int32_t *stop_ids;
     int n_stop = nx_tokenizer_stop_ids(s->o.tokenizer, &stop_ids);
     if (n_stop > 16) n_stop = 16; /* the engine's limit; tokenizers list two or three */
-    nx_request_opts ro = {ids, n, {cache_at[0], cache_at[1]}, q.max_tokens > 0 ? q.max_tokens : 0, q.sampling, NX_ACCEPT_DEFAULT,
+    /* sampled requests accept a draft when the target's own sample, drawn
+     * from the (seed, position) stream, equals it: the same acceptance rate
+     * as rejection sampling for the head's greedy drafts, and the output is
+     * exactly plain sampling's, whatever the drafting -- so a seed gives the
+     * same text under any load and any draft policy */
+    nx_accept_mode accept = q.sampling.temperature > 0 ? NX_ACCEPT_MATCH : NX_ACCEPT_GREEDY;
+    nx_request_opts ro = {ids, n, {cache_at[0], cache_at[1]}, q.max_tokens > 0 ? q.max_tokens : 0, q.sampling, accept,
                           stop_ids, n_stop, wake, g};
     if (!q.seed_given) ro.sampling.seed = idnum;
     nx_status st = NX_ENOMEM;

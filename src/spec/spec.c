@@ -498,7 +498,9 @@ nx_status nx_spec_commit(nx_spec *s, int32_t *emitted, int *n_emitted, char *err
 static int round_k(nx_spec *s, int max_emit) {
     int k = s->auto_k ? spec_auto_choose(s) : s->k_fixed;
     if (k > max_emit - 1) k = max_emit - 1; /* the round emits at most k + 1 */
-    s->plain_round = s->auto_k && k == 0;
+    /* a round without drafts defers the drafter's entries: nothing reads
+     * them until drafting resumes (auto K, or a caller capping max_emit) */
+    s->plain_round = s->d && k == 0;
     return k;
 }
 

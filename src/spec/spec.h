@@ -45,7 +45,7 @@ struct nx_spec {
     int32_t defer_tok[SPEC_MAX_DEFER];
     float *defer_h;               /* [SPEC_MAX_DEFER][H] hiddens of deferred entries */
     int n_defer;
-    int plain_round;              /* this round decodes without drafting (auto) */
+    int plain_round;              /* this round decodes without drafting         */
 
     int k;                        /* drafts in the current round                */
     int32_t drafts[NX_SPEC_MAX_DRAFT];
