@@ -367,10 +367,11 @@ int nx_spec_length(const nx_spec *s);
  * queue for one of `parallel` rows; each row is a speculative session
  * (nx_spec) with its own target state and drafter entries. Every scheduler
  * round gives each row in prefill one prompt piece (so running streams keep
- * flowing while a long prompt is read) and each decoding row one draft /
- * verify / commit round; rows join after their prefill and leave when done or
- * cancelled without disturbing the others. A row's output does not depend on
- * the other rows: greedy output is the same alone or in company.
+ * flowing while a long prompt is read) and all decoding rows one round
+ * together (nx_spec_step_batch: one target forward for all their verify
+ * blocks); rows join after their prefill and leave when done or cancelled
+ * without disturbing the others. A row's output does not depend on the other
+ * rows: greedy and matched-sampling output is the same alone or in company.
  *
  * Prefix cache: a row resumes from the longest cached checkpoint whose tokens
  * begin its prompt (KV rows + Gated DeltaNet state + drafter entries, see

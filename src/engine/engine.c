@@ -9,20 +9,24 @@
  * PREFILL first resumes from the longest prefix-cache checkpoint that begins
  * the prompt, then reads the rest in pieces of prefill_chunk tokens, one per
  * scheduler round (nx_spec_absorb: the continuation is known, nothing is
- * sampled), stopping exactly at each cache_at boundary to leave a checkpoint there; the last
- * piece goes through nx_spec_prefill / nx_spec_extend, which samples the first
- * token. DECODE runs one nx_spec_step per round. At the end the row leaves a
- * checkpoint of its whole sequence and frees its session.
+ * sampled), stopping exactly at each cache_at boundary to leave a checkpoint
+ * there; the last piece goes through nx_spec_prefill / nx_spec_extend, which
+ * samples the first token. DECODE rows take their rounds together (below). At
+ * the end a row leaves a checkpoint of its whole sequence and frees its
+ * session.
+ *
+ * Batching: all decoding rows run one round per scheduler round through
+ * nx_spec_step_batch -- their drafter steps as one chunk, their verify blocks
+ * as one target forward -- so each weight matrix is read once per step for
+ * all of them; whether the round drafts is measured (choose_drafting).
+ * Prefill pieces run row by row (they are long enough to be compute-bound).
  *
  * Locks: e->mu guards the queue, the row list and the statistics; r->mu guards
- * what a request shares with its reader (output, finish, cancel, owners).
- * The scheduler never holds e->mu during a forward, so submit, cancel and
- * metrics never wait for the model. A request has two owners, its caller and
- * the engine; the last one to let go frees it (owners under r->mu).
- *
- * Batching: the decoding rows' verify blocks run as one target forward
- * (nx_spec_step_batch), so a round reads each weight matrix once for all of
- * them; drafting (the MTP head) and prefill pieces still run row by row. */
+ * what a request shares with its reader (output, finish, cancel, owners,
+ * notify). Order: e->mu before r->mu. The scheduler never holds e->mu during
+ * a forward, so submit, cancel and metrics never wait for the model. A
+ * request has two owners, its caller and the engine; the last one to let go
+ * frees it (owners under r->mu). */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
