@@ -29,6 +29,7 @@ static const char *serve_help =
     "                     K per request to the measured acceptance and round cost\n"
     "  --draft-policy P   adaptive (default): for each number of running requests, measure\n"
     "                     rounds with and without drafts and run the faster; always: draft\n"
+    "                     every round\n"
     "  --draft-head-bits B  draft with a B-bit copy of the LM head (see nextn generate)\n"
     "  --api-key KEY      require Authorization: Bearer KEY on /v1/ and /metrics\n"
     "  --model-name NAME  the model id /v1/models lists (default: the directory's name)\n"

@@ -47,8 +47,8 @@ struct srv_gen {
     struct MHD_Connection *c;
     struct srv_gen *next;         /* the server's list (s->gens, under s->mu)   */
     struct srv_gen *wnext;        /* the resume queue (under s->wake_mu)        */
-    int queued;                   /* in the resume queue (under s->wake_mu)     */
-    pthread_mutex_t mu;           /* suspended, wake                            */
+    pthread_mutex_t mu;           /* suspended, wake, queued                    */
+    int queued;                   /* in the resume queue                        */
     int suspended;                /* parked: MHD does not process it            */
     int wake;                     /* output arrived since the last pump         */
     int fd;                       /* the client's socket, polled for hang-ups   */
@@ -72,11 +72,22 @@ struct srv_gen {
 };
 typedef struct srv_gen gen;
 
-/* A generation for connection c, counted in flight and listed for the watch
- * thread until gen_free. NULL when out of memory. */
-static gen *gen_new(nx_server *s, struct MHD_Connection *c, int chat, int stream) {
+/* A generation for connection c, counted in flight until gen_free (and
+ * listed for the watch thread once its request exists: gen_list). NULL when
+ * out of memory, or when the server is shutting down (*closing set): the
+ * check and the count are one step under s->mu, so nx_server_stop, which
+ * sets `closing` before it reads the count, never misses a generation. */
+static gen *gen_new(nx_server *s, struct MHD_Connection *c, int chat, int stream, int *closing) {
     gen *g = calloc(1, sizeof *g);
+    *closing = 0;
     if (!g) return NULL;
+    pthread_mutex_lock(&s->mu);
+    if ((*closing = atomic_load(&s->closing)) == 0) s->in_flight++, s->streams_open += stream;
+    pthread_mutex_unlock(&s->mu);
+    if (*closing) {
+        free(g);
+        return NULL;
+    }
     g->s = s;
     g->c = c;
     g->chat = chat;
@@ -85,13 +96,15 @@ static gen *gen_new(nx_server *s, struct MHD_Connection *c, int chat, int stream
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     g->fd = ci ? ci->connect_fd : -1;
     pthread_mutex_init(&g->mu, NULL);
-    pthread_mutex_lock(&s->mu);
-    g->next = s->gens;
-    s->gens = g;
-    s->in_flight++;
-    s->streams_open += stream;
-    pthread_mutex_unlock(&s->mu);
     return g;
+}
+
+/* Lists g (its request submitted) for the watch thread. */
+static void gen_list(gen *g) {
+    pthread_mutex_lock(&g->s->mu);
+    g->next = g->s->gens;
+    g->s->gens = g;
+    pthread_mutex_unlock(&g->s->mu);
 }
 
 /* The request's log line: sizes, cache reuse, speed, how it ended. */
@@ -200,18 +213,19 @@ static int peer_gone(const gen *g) {
 static void wake(void *ctx) {
     gen *g = ctx;
     nx_server *s = g->s;
+    /* queued is g's own state (under g->mu), cleared by the watch thread
+     * together with suspended: g enters the queue at most once, and only
+     * while parked, so it cannot be freed while it is in the queue */
     pthread_mutex_lock(&g->mu);
     g->wake = 1;
-    int parked = g->suspended;
+    int enqueue = g->suspended && !g->queued;
+    if (enqueue) g->queued = 1;
     pthread_mutex_unlock(&g->mu);
-    if (!parked) return;
+    if (!enqueue) return;
     pthread_mutex_lock(&s->wake_mu);
-    if (!g->queued) {
-        g->queued = 1;
-        g->wnext = s->wake_head;
-        s->wake_head = g;
-        pthread_cond_signal(&s->wake_cv);
-    }
+    g->wnext = s->wake_head;
+    s->wake_head = g;
+    pthread_cond_signal(&s->wake_cv);
     pthread_mutex_unlock(&s->wake_mu);
 }
 
@@ -242,11 +256,11 @@ static void *watch_main(void *arg) {
         while (s->wake_head) {
             gen *g = s->wake_head;
             s->wake_head = g->wnext;
-            g->queued = 0;
             pthread_mutex_unlock(&s->wake_mu);
             pthread_mutex_lock(&g->mu);
             struct MHD_Connection *c = g->suspended ? g->c : NULL;
             g->suspended = 0;
+            g->queued = 0;
             pthread_mutex_unlock(&g->mu);
             /* last: once resumed, an event thread may finish the response and
              * free g at once */
@@ -276,15 +290,21 @@ static void *watch_main(void *arg) {
     return NULL;
 }
 
-int srv_watch_start(nx_server *s) {
+void srv_watch_init(nx_server *s) {
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->wake_cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->wake_mu, NULL);
-    return pthread_create(&s->watch, NULL, watch_main, s) == 0 ? 0 : -1;
 }
+
+void srv_watch_destroy(nx_server *s) {
+    pthread_mutex_destroy(&s->wake_mu);
+    pthread_cond_destroy(&s->wake_cv);
+}
+
+int srv_watch_start(nx_server *s) { return pthread_create(&s->watch, NULL, watch_main, s) == 0 ? 0 : -1; }
 
 void srv_watch_stop(nx_server *s) {
     pthread_mutex_lock(&s->wake_mu);
@@ -292,8 +312,20 @@ void srv_watch_stop(nx_server *s) {
     pthread_cond_signal(&s->wake_cv);
     pthread_mutex_unlock(&s->wake_mu);
     pthread_join(s->watch, NULL);
-    pthread_mutex_destroy(&s->wake_mu);
-    pthread_cond_destroy(&s->wake_cv);
+}
+
+void srv_release_parked(nx_server *s) {
+    pthread_mutex_lock(&s->mu);
+    for (gen *g = s->gens; g; g = g->next) {
+        nx_request_cancel(g->rq);
+        /* a queued one is the watch thread's to resume (it will pop it) */
+        pthread_mutex_lock(&g->mu);
+        struct MHD_Connection *c = g->suspended && !g->queued ? g->c : NULL;
+        if (c) g->suspended = 0;
+        pthread_mutex_unlock(&g->mu);
+        if (c) MHD_resume_connection(c);
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 static void push_text(gen *g, const char *text, size_t n) {
@@ -320,6 +352,15 @@ static void gen_close(gen *g) {
     if (oai_output_finish(g->out, &d) != 0) g->oom = 1;
     else put_delta(g, &d);
     g->done = 1;
+}
+
+/* Ends the output now, at shutdown: a connection must not park once the
+ * server is stopping (MHD_stop_daemon does not survive a parked one). The
+ * answer so far goes out, finish_reason "length". */
+static void gen_cut(gen *g) {
+    nx_request_cancel(g->rq);
+    g->fin = NX_FINISH_CANCELLED;
+    gen_close(g);
 }
 
 /* Takes what the engine has produced so far (never waits) and runs it
@@ -355,6 +396,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         if (g->eos || g->oom) return g->oom ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
         g->off = g->len = 0;
         if (!g->done) gen_pump(g);
+        if (!g->done && g->len == 0 && atomic_load(&g->s->closing)) gen_cut(g);
         if (g->done) put_end(g);
         else if (g->len == 0 && park(g)) return 0; /* called again once resumed */
     }
@@ -493,6 +535,7 @@ enum MHD_Result srv_complete_whole(nx_server *s, struct MHD_Connection *c, srv_c
     gen *g = conn->gen;
     for (;;) {
         if (!g->done) gen_pump(g);
+        if (!g->done && atomic_load(&s->closing)) gen_cut(g);
         if (g->done || g->oom) break;
         if (park(g)) return MHD_YES;
     }
@@ -542,7 +585,8 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
         oai_request_free(&q);
         return srv_send_error(s, c, 400, err, "invalid_request_error", param);
     }
-    gen *g = gen_new(s, c, chat, q.stream);
+    int closing;
+    gen *g = gen_new(s, c, chat, q.stream, &closing);
     uint64_t idnum = srv_next_id(s);
     const int32_t *stop_ids;
     int n_stop = nx_tokenizer_stop_ids(s->o.tokenizer, &stop_ids);
@@ -571,10 +615,12 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
     oai_request_free(&q);
     if (st) {
         gen_free(g);
+        if (closing) return srv_send_error(s, c, 503, "the server is shutting down", "server_error", NULL);
         if (st == NX_EBUSY) return srv_send_error(s, c, 503, "the server is busy: too many requests are waiting", "server_error", NULL);
         if (st == NX_ERANGE || st == NX_EINVAL) return srv_send_error(s, c, 400, err, "invalid_request_error", NULL);
         return srv_send_error(s, c, 500, "out of memory", "server_error", NULL);
     }
+    gen_list(g);
     if (!g->stream) {
         conn->gen = g; /* the connection's until answered (or gone) */
         return srv_complete_whole(s, c, conn);

@@ -65,8 +65,15 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
 enum MHD_Result srv_complete_whole(nx_server *s, struct MHD_Connection *c, srv_conn *conn);
 /* The connection ended: frees a generation it still holds. */
 void srv_conn_gone(srv_conn *conn);
-/* The watch thread, started after the daemon and stopped before it. */
+/* The watch thread: its lock and queue made before anything else
+ * (srv_watch_init) and destroyed last; the thread runs from before the
+ * daemon starts until after every request has been released. */
+void srv_watch_init(nx_server *s);
+void srv_watch_destroy(nx_server *s);
 int srv_watch_start(nx_server *s);
 void srv_watch_stop(nx_server *s);
+/* Shutdown: cancels every listed generation's request and resumes the parked
+ * ones, so MHD_stop_daemon finds no suspended connection. */
+void srv_release_parked(nx_server *s);
 
 #endif

@@ -291,6 +291,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 
 static void free_server(nx_server *s) {
     free(s->host), free(s->api_key), free(s->model_name);
+    srv_watch_destroy(s);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -302,6 +303,7 @@ nx_status nx_server_start(const nx_server_opts *opts, nx_server **out, char *err
     if (!s) return nx_fail(err, errlen, NX_ENOMEM, "server: out of memory");
     s->o = *opts;
     pthread_mutex_init(&s->mu, NULL);
+    srv_watch_init(s);
     s->host = strdup(opts->host ? opts->host : "127.0.0.1");
     s->model_name = strdup(opts->model_name ? opts->model_name : "nextn");
     s->api_key = opts->api_key ? strdup(opts->api_key) : NULL;
@@ -320,6 +322,11 @@ nx_status nx_server_start(const nx_server_opts *opts, nx_server **out, char *err
         free_server(s);
         return st;
     }
+    /* the watch thread first: it must run whenever a connection can park */
+    if (srv_watch_start(s) != 0) {
+        free_server(s);
+        return nx_fail(err, errlen, NX_ENOMEM, "server: cannot start its watch thread");
+    }
     /* epoll on a pool of SRV_THREADS threads; handlers never block (a
      * generation parks its connection, complete.c) */
     s->daemon = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
@@ -329,13 +336,9 @@ nx_status nx_server_start(const nx_server_opts *opts, nx_server **out, char *err
                                  MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_END);
     if (!s->daemon) {
         nx_status st = nx_fail(err, errlen, NX_EIO, "server: cannot listen on %s:%d (in use, or not permitted)", s->host, opts->port);
+        srv_watch_stop(s);
         free_server(s);
         return st;
-    }
-    if (srv_watch_start(s) != 0) {
-        MHD_stop_daemon(s->daemon);
-        free_server(s);
-        return nx_fail(err, errlen, NX_ENOMEM, "server: cannot start its watch thread");
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : opts->port;
@@ -362,8 +365,11 @@ void nx_server_stop(nx_server *s) {
         struct timespec ts = {0, 10 * 1000000L};
         nanosleep(&ts, NULL);
     }
-    srv_watch_stop(s);
+    /* whatever is left (the wait timed out): cancelled, and no connection
+     * stays parked, which MHD_stop_daemon would not survive */
+    srv_release_parked(s);
     MHD_stop_daemon(s->daemon);
+    srv_watch_stop(s);
     if (listener != MHD_INVALID_SOCKET) close(listener);
     free_server(s);
 }

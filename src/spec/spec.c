@@ -496,7 +496,9 @@ nx_status nx_spec_commit(nx_spec *s, int32_t *emitted, int *n_emitted, char *err
 
 /* The draft length of the next round of s, at most max_emit - 1. */
 static int round_k(nx_spec *s, int max_emit) {
-    int k = s->auto_k ? spec_auto_choose(s) : s->k_fixed;
+    /* capped to one token (the last one, or a caller's round without
+     * drafts): no draft, and no auto-K probe spent on it */
+    int k = max_emit <= 1 ? 0 : s->auto_k ? spec_auto_choose(s) : s->k_fixed;
     if (k > max_emit - 1) k = max_emit - 1; /* the round emits at most k + 1 */
     /* a round without drafts defers the drafter's entries: nothing reads
      * them until drafting resumes (auto K, or a caller capping max_emit) */

@@ -411,14 +411,24 @@ test('a load test leaves no errors and no memory growth', async () => {
   assert.ok(growth < 16 * 1024, `RSS grew by ${growth} KB from round 2 to round ${rounds}`);
 });
 
-test('SIGTERM ends open streams cleanly', async () => {
-  const pending = chatStream([user('Recite the law.')], { max_tokens: 900 }).catch((e) => ({ error: e }));
+test('SIGTERM ends open streams and waiting requests cleanly', async () => {
+  // more requests than rows (4): some stream, some wait whole, some are queued
+  const pending = [];
+  for (let i = 0; i < 10; i++) {
+    const msgs = [user(`Recite the law, part ${i}.`)];
+    pending.push((i % 2 ? chatWhole(msgs, { max_tokens: 900 }) : chatStream(msgs, { max_tokens: 900 }))
+      .then((r) => ({ finish: r.finish || r.choices?.[0]?.finish_reason }), (e) => ({ error: e })));
+  }
   await sleep(300);
   const exited = await stopServer();
-  const s = await pending;
+  const out = await Promise.all(pending);
   assert.equal(exited.code, 0);
-  assert.ok(!s.error, `the stream broke: ${s.error}`);
-  assert.ok(s.finish, 'the stream ended without a finish_reason');
+  out.forEach((o, i) => {
+    assert.ok(!o.error, `request ${i} broke: ${o.error}`);
+    assert.ok(['length', 'stop'].includes(o.finish), `request ${i}: finish_reason ${o.finish}`);
+  });
+  // 900 tokens take longer than 300 ms: answers cut by the shutdown say "length"
+  assert.ok(out.some((o) => o.finish === 'length'), 'no answer was cut');
 });
 
 // ---- runner ------------------------------------------------------------------------
