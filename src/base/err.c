@@ -26,6 +26,16 @@ void nx_err_prefix(char *err, size_t errlen, const char *fmt, ...) {
     snprintf(err, errlen, "%s: %s", prefix, old);
 }
 
+void nx_logf(void (*fn)(void *ctx, const char *line), void *ctx, const char *fmt, ...) {
+    if (!fn) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fn(ctx, line);
+}
+
 const char *nx_status_str(nx_status s) {
     switch (s) {
     case NX_OK: return "ok";

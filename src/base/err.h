@@ -21,4 +21,9 @@ nx_status nx_fail(char *err, size_t errlen, nx_status status, const char *fmt, .
 void nx_err_prefix(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Formats one line and hands it to fn(ctx, line), a caller's log sink; a
+ * no-op when fn is NULL. Lines longer than 1 KB are cut. */
+void nx_logf(void (*fn)(void *ctx, const char *line), void *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif

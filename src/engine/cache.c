@@ -51,13 +51,6 @@ struct pcache {
     pcache_stats st;
 };
 
-static void logf_(pcache *c, const char *fmt, const char *a, const char *b) {
-    if (!c->log) return;
-    char line[3000];
-    snprintf(line, sizeof line, fmt, a, b);
-    c->log(c->log_ctx, line);
-}
-
 static uint64_t key_of(const int32_t *t, int n) { return XXH64(t, (size_t)n * sizeof *t, 0); }
 
 static void file_path(const pcache *c, uint64_t key, int n, char *out, size_t cap) {
@@ -164,7 +157,7 @@ static int write_file(pcache *c, const pc_entry *e) {
     if (f) ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
         remove(tmp);
-        logf_(c, "prefix cache: cannot write %s (%s)", path, strerror(errno));
+        nx_logf(c->log, c->log_ctx, "prefix cache: cannot write %s (%s)", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -186,7 +179,7 @@ static void scan_dir(pcache *c) {
         const char *why;
         struct stat sb;
         if (read_file(path, c->ns, &e, 0, &why) != 0) {
-            logf_(c, "prefix cache: %s %s; ignored and deleted", path, why);
+            nx_logf(c->log, c->log_ctx, "prefix cache: %s %s; ignored and deleted", path, why);
             c->st.bad_files++;
             remove(path);
             continue;
@@ -345,7 +338,7 @@ int pcache_lookup(pcache *c, const int32_t *tokens, int n, int min_len, void **b
             pc_entry got = {0};
             const char *why;
             if (read_file(path, c->ns, &got, 1, &why) != 0 || got.n != e->n || memcmp(got.tokens, e->tokens, (size_t)e->n * sizeof *e->tokens)) {
-                logf_(c, "prefix cache: %s %s; treated as a miss and deleted", path, got.tokens ? "holds other tokens" : why);
+                nx_logf(c->log, c->log_ctx, "prefix cache: %s %s; treated as a miss and deleted", path, got.tokens ? "holds other tokens" : why);
                 nx_free(got.tokens), nx_free(got.blob);
                 c->st.bad_files++;
                 remove(path);

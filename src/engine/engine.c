@@ -28,7 +28,6 @@
  * request has two owners, its caller and the engine; the last one to let go
  * frees it (owners under r->mu). */
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -36,7 +35,7 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "engine/cache.h"
-#include "spec/mtp.h"
+#include "spec/spec.h"
 
 #define ENG_MAX_STOP 16
 #define ENG_MAX_ROWS 64
@@ -113,18 +112,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void elog(const nx_engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void elog(const nx_engine *e, const char *fmt, ...) {
-    if (!e->o.log) return;
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    e->o.log(e->o.log_ctx, line);
-}
-
-static void cache_log(void *ctx, const char *line) { elog(ctx, "%s", line); }
 
 /* ---- requests: ownership and output --------------------------------------- */
 
@@ -302,15 +289,6 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
 
 /* ---- one row's work per round ------------------------------------------------ */
 
-static int is_stop(const nx_engine *e, const nx_request *r, int32_t t) {
-    const nx_model_info *mi = nx_model_get_info(e->m);
-    for (int i = 0; i < r->so.n_stop; i++)
-        if (r->stop[i] == t) return 1;
-    for (int i = 0; i < mi->n_eos; i++)
-        if (mi->eos_ids[i] == t) return 1;
-    return 0;
-}
-
 /* Leaves a checkpoint of the row's session under tokens[0..n). */
 static void checkpoint(nx_engine *e, nx_request *r, const int32_t *tokens, int n) {
     if (!e->cache || pcache_has(e->cache, tokens, n)) return;
@@ -318,7 +296,7 @@ static void checkpoint(nx_engine *e, nx_request *r, const int32_t *tokens, int n
     size_t len;
     char err[512];
     if (nx_spec_snapshot(r->spec, &blob, &len, err, sizeof err) != NX_OK) {
-        elog(e, "prefix cache: no checkpoint: %s", err);
+        nx_logf(e->o.log, e->o.log_ctx, "prefix cache: no checkpoint: %s", err);
         return;
     }
     pcache_put(e->cache, tokens, n, blob, len);
@@ -342,7 +320,7 @@ static nx_status row_start(nx_engine *e, nx_request *r, char *err, size_t errlen
     if (rst) {
         /* a checkpoint that does not restore here never will (the engine's
          * model, drafter and context do not change): a miss, and dropped */
-        elog(e, "prefix cache: checkpoint of %d tokens not used and dropped: %s", got, why);
+        nx_logf(e->o.log, e->o.log_ctx, "prefix cache: checkpoint of %d tokens not used and dropped: %s", got, why);
         pcache_drop(e->cache, r->prompt, got);
         if (nx_spec_length(r->spec) == 0) return NX_OK; /* still fresh */
         nx_spec_free(r->spec);
@@ -361,7 +339,7 @@ static void row_emit(nx_engine *e, nx_request *r, const int32_t *ids, int n) {
     int keep = 0;
     nx_finish f = NX_FINISH_NONE;
     for (; keep < n; keep++) {
-        if (is_stop(e, r, ids[keep])) {
+        if (spec_is_stop(r->spec, ids[keep])) {
             r->stop_tok = ids[keep];
             f = NX_FINISH_STOP;
             break;
@@ -623,7 +601,7 @@ static void *engine_main(void *arg) {
             e->st.finished++;
             e->st.cancelled += f == NX_FINISH_CANCELLED;
             e->st.errors += f == NX_FINISH_ERROR;
-            if (f == NX_FINISH_ERROR) elog(e, "request failed: %s", r->info.error);
+            if (f == NX_FINISH_ERROR) nx_logf(e->o.log, e->o.log_ctx, "request failed: %s", r->info.error);
             pthread_mutex_unlock(&e->mu);
             row_end(e, r);                 /* may write a cache file: not under e->mu */
             pthread_mutex_lock(&e->mu);
@@ -695,7 +673,7 @@ nx_status nx_engine_new(const nx_model *m, const nx_drafter *d, const nx_engine_
         /* namespaced by both identities: a checkpoint restores only into the
          * weights and head that made it */
         uint64_t ns = m->identity ^ (d ? d->identity * 0x9e3779b97f4a7c15ull + 1 : 0);
-        st = pcache_new(o.cache_ram_bytes, o.cache_dir, o.cache_disk_bytes, ns, cache_log, e, &e->cache, err, errlen);
+        st = pcache_new(o.cache_ram_bytes, o.cache_dir, o.cache_disk_bytes, ns, o.log, o.log_ctx, &e->cache, err, errlen);
     }
     if (!st && pthread_create(&e->thread, NULL, engine_main, e) != 0)
         st = nx_fail(err, errlen, NX_ENOMEM, "engine: cannot start its thread");

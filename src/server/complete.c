@@ -34,6 +34,7 @@
 
 #include <jansson.h>
 
+#include "base/err.h"
 #include "server/http.h"
 #include "server/oai.h"
 
@@ -112,7 +113,7 @@ static void log_done(const gen *g) {
     static const char *const how[] = {"running", "stop", "length", "cancelled", "error"};
     nx_request_info in;
     nx_request_get_info(g->rq, &in);
-    srv_log(g->s, "%s %s: prompt %d (cached %d), output %d, ttft %.0f ms, %.1f tok/s, MTP %lld/%lld accepted, %s",
+    nx_logf(g->s->o.log, g->s->o.log_ctx, "%s %s: prompt %d (cached %d), output %d, ttft %.0f ms, %.1f tok/s, MTP %lld/%lld accepted, %s",
             g->chat ? "chat" : "completion", g->stream ? "stream" : "whole", in.prompt_tokens, in.cached_tokens,
             in.completion_tokens, in.ttft_s * 1e3,
             in.total_s > in.ttft_s ? (in.completion_tokens - 1) / (in.total_s - in.ttft_s) : 0.0, (long long)in.accepted,

@@ -53,8 +53,6 @@ enum MHD_Result srv_send_error(nx_server *s, struct MHD_Connection *c, unsigned 
                                const char *type, const char *param);
 /* Queues a prepared response and counts its status; destroys resp. */
 enum MHD_Result srv_queue(nx_server *s, struct MHD_Connection *c, unsigned status, struct MHD_Response *resp);
-/* One line to the log callback of the options (if any). */
-void srv_log(const nx_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A fresh number for ids and seeds. */
 uint64_t srv_next_id(nx_server *s);
 

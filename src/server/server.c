@@ -27,16 +27,6 @@
 
 /* ---- responses ------------------------------------------------------------- */
 
-void srv_log(const nx_server *s, const char *fmt, ...) {
-    if (!s->o.log) return;
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    s->o.log(s->o.log_ctx, line);
-}
-
 uint64_t srv_next_id(nx_server *s) {
     pthread_mutex_lock(&s->mu);
     uint64_t id = ++s->id_counter;
@@ -253,10 +243,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     }
     int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
     if (strcmp(url, "/health") == 0 && get) return srv_send_json(s, c, 200, "{\"status\":\"ok\"}");
-    int v1 = strncmp(url, "/v1/", 4) == 0, metrics = strcmp(url, "/metrics") == 0;
-    if ((v1 || metrics) && !authorized(s, c))
-        return srv_send_error(s, c, 401, "Incorrect API key provided (send Authorization: Bearer KEY)",
-                              "invalid_request_error", NULL);
+    int metrics = strcmp(url, "/metrics") == 0; /* (the key was checked on the headers) */
     if (metrics && get) return send_metrics(s, c);
     if (strcmp(url, "/v1/models") == 0 && get) return send_models(s, c);
     int chat = strcmp(url, "/v1/chat/completions") == 0, text = strcmp(url, "/v1/completions") == 0;

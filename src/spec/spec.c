@@ -154,7 +154,7 @@ const nx_spec_stats *nx_spec_get_stats(const nx_spec *s) { return &s->stats; }
 int nx_spec_max_draft(const nx_spec *s) { return s->k_max; }
 int nx_spec_length(const nx_spec *s) { return s->state == SPEC_FRESH || s->state == SPEC_CLOSED ? 0 : s->n + 1; }
 
-static int is_stop(const nx_spec *s, int32_t t) {
+int spec_is_stop(const nx_spec *s, int32_t t) {
     for (int i = 0; i < s->opts.n_stop; i++)
         if (s->stop[i] == t) return 1;
     for (int i = 0; i < s->m->cfg.n_eos; i++)
@@ -431,7 +431,7 @@ static void verify_decide(nx_spec *s, float *vlogits) {
     s->stats.accepted += a;
     /* a stop token among the accepted drafts ends the round there */
     for (int i = 0; i < a; i++)
-        if (is_stop(s, s->drafts[i])) {
+        if (spec_is_stop(s, s->drafts[i])) {
             c = s->drafts[i];
             a = i;
             break;

@@ -58,6 +58,9 @@ struct nx_spec {
     nx_spec_stats stats;
 };
 
+/* 1 if t ends the output: one of the session's stop ids or the model's eos. */
+int spec_is_stop(const nx_spec *s, int32_t t);
+
 void spec_auto_init(nx_spec *s);
 /* Draft length for the next round. */
 int spec_auto_choose(nx_spec *s);
