@@ -21,14 +21,17 @@ void kn_conv_silu(float *out, const float *window, int64_t ld, int T, const floa
     }
 }
 
+/* Per row i of S (output channel i), with S k = alpha (S_old k):
+ *   m = S_old[i] . k;  delta = beta (v[i] - alpha m)
+ *   S[i] = alpha S_old[i] + delta k;  o[i] = S[i] . q
+ * Two passes over the row (a dot product, then the update and the read-out
+ * together) rather than four (decay, dot, axpy, dot). */
 void kn_gated_delta_step(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
                          float *o, int dk, int dv) {
     for (int i = 0; i < dv; i++) {
         float *row = S + (int64_t)i * dk;
-        kn_scale_f32(row, alpha, dk);                 /* decay              */
-        float m = kn_dot_f32(row, k, dk);             /* m = S k            */
-        float delta = beta * (v[i] - m);              /* delta rule         */
-        kn_axpy_f32(row, delta, k, dk);               /* S += delta k^T     */
-        o[i] = kn_dot_f32(row, q, dk);                /* o = S q            */
+        const float m = kn_dot_f32(row, k, dk);
+        const float delta = beta * (v[i] - alpha * m);
+        o[i] = kn_scale_axpy_dot_f32(row, alpha, delta, k, q, dk);
     }
 }

@@ -18,6 +18,8 @@ void kn_conv_silu(float *out, const float *window, int64_t ld, int T, const floa
 
 /* One token of the gated delta rule for one value head:
  *   S <- alpha * S;  m = S k;  delta = beta * (v - m);  S <- S + delta k^T;  o = S q
+ * computed as m = alpha * (S_old k) and S = alpha S_old + delta k^T in one pass
+ * with o (equal in exact arithmetic; see gdn.c).
  * S: [dv][dk]; k, q: [dk] (already L2-normalised, q scaled); v, o: [dv]. */
 void kn_gated_delta_step(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
                          float *o, int dk, int dv);

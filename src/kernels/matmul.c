@@ -21,6 +21,7 @@
 #include "kernels/matmul.h"
 
 #include <assert.h>
+#include <math.h>
 #include <string.h>
 
 #include "base/fp16.h"
@@ -114,6 +115,14 @@ void kn_axpy_f32_ref(float *y, float a, const float *x, int64_t n) {
 void kn_scale_f32_ref(float *y, float a, int64_t n) {
     assert(n >= 0 && (n == 0 || y != NULL));
     for (int64_t i = 0; i < n; i++) y[i] *= a;
+}
+
+/* The update is the same two roundings in both twins (a * y[i], then fmaf),
+ * so y comes out bit-identical; the dot product sums in double, as dot_ref. */
+float kn_scale_axpy_dot_f32_ref(float *y, float a, float b, const float *x, const float *z, int64_t n) {
+    assert(n >= 0 && (n == 0 || (y != NULL && x != NULL && z != NULL)));
+    for (int64_t i = 0; i < n; i++) y[i] = fmaf(b, x[i], a * y[i]);
+    return (float)dot_ref(y, NX_DT_F32, z, n);
 }
 
 /* ---- Conversions ---------------------------------------------------------
@@ -418,6 +427,24 @@ static KN_AVX2 void scale_f32_avx2(float *y, float a, int64_t n) {
     for (; i < n; i++) y[i] *= a;
 }
 
+/* kn_scale_axpy_dot_f32: the update of 8 elements, then its FMA into the dot
+ * product's accumulator of the "Dot product layout" (block i / 8 goes to
+ * accumulator (i / 8) % 4), so the result is what dot_f32_avx2 would give on
+ * the new y. */
+static KN_AVX2 float scale_axpy_dot_f32_avx2(float *y, float a, float b, const float *x, const float *z, int64_t n) {
+    assert(n >= 0 && (n == 0 || (y != NULL && x != NULL && z != NULL)));
+    const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    const int64_t n8 = n & ~(int64_t)7;
+    for (int64_t i = 0; i < n8; i += 8) {
+        const __m256 v = _mm256_fmadd_ps(bv, _mm256_loadu_ps(x + i), _mm256_mul_ps(av, _mm256_loadu_ps(y + i)));
+        _mm256_storeu_ps(y + i, v);
+        acc[(i / 8) % 4] = _mm256_fmadd_ps(v, _mm256_loadu_ps(z + i), acc[(i / 8) % 4]);
+    }
+    for (int64_t i = n8; i < n; i++) y[i] = fmaf(b, x[i], a * y[i]);
+    return finish_avx2(acc, y, NX_DT_F32, z, n);
+}
+
 #endif /* KN_HAVE_X86 */
 
 /* ---- Dispatch ------------------------------------------------------------
@@ -433,17 +460,20 @@ typedef struct {
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
     void (*scale_f32)(float *y, float a, int64_t n);
+    float (*scale_axpy_dot_f32)(float *y, float a, float b, const float *x, const float *z, int64_t n);
     void (*quantize_x)(kn_qx *qx, const float *x, int64_t ldx);
     void (*matmul_qx_rows)(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
 } kn_impl;
 
-static const kn_impl kn_impl_scalar = {"scalar",         kn_matmul_rows_ref, kn_dot_f32_ref,
-                                       kn_axpy_f32_ref,  kn_scale_f32_ref,   kn_quantize_x_ref,
-                                       kn_matmul_qx_rows_ref};
+static const kn_impl kn_impl_scalar = {
+    .name = "scalar", .matmul_rows = kn_matmul_rows_ref, .dot_f32 = kn_dot_f32_ref, .axpy_f32 = kn_axpy_f32_ref,
+    .scale_f32 = kn_scale_f32_ref, .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .quantize_x = kn_quantize_x_ref,
+    .matmul_qx_rows = kn_matmul_qx_rows_ref};
 #if KN_HAVE_X86
-static const kn_impl kn_impl_avx2 = {"avx2",         matmul_rows_avx2,   dot_f32_avx2,
-                                     axpy_f32_avx2,  scale_f32_avx2,     kn_quantize_x_avx2,
-                                     kn_matmul_qx_rows_avx2};
+static const kn_impl kn_impl_avx2 = {
+    .name = "avx2", .matmul_rows = matmul_rows_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
+    .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .quantize_x = kn_quantize_x_avx2,
+    .matmul_qx_rows = kn_matmul_qx_rows_avx2};
 #endif
 
 static const kn_impl *kn_active = &kn_impl_scalar;
@@ -479,6 +509,10 @@ float kn_dot_f32(const float *a, const float *b, int64_t n) { return kn_active->
 void kn_axpy_f32(float *y, float a, const float *x, int64_t n) { kn_active->axpy_f32(y, a, x, n); }
 
 void kn_scale_f32(float *y, float a, int64_t n) { kn_active->scale_f32(y, a, n); }
+
+float kn_scale_axpy_dot_f32(float *y, float a, float b, const float *x, const float *z, int64_t n) {
+    return kn_active->scale_axpy_dot_f32(y, a, b, x, z, n);
+}
 
 void kn_quantize_x(kn_qx *qx, const float *x, int64_t ldx) { kn_active->quantize_x(qx, x, ldx); }
 

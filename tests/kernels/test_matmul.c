@@ -348,6 +348,37 @@ static void test_axpy_and_scale_simd_match_reference_bit_for_bit(void) {
     }
 }
 
+/* The fused decay + update + read-out: the updated y is bit-identical in both
+ * twins (the same two roundings); the returned dot product is, in the SIMD
+ * twin, exactly kn_dot_f32 of the new y with z, and within the dot
+ * tolerance of the double reference. Odd lengths and unaligned rows. */
+static void test_scale_axpy_dot_updates_like_its_twin_and_reads_out_like_dot(void) {
+    nx_test_rng r = {0x9E3779B97F4A7C15ULL};
+    use_simd();
+    for (int li = 0; li < N_LENGTHS; li++) {
+        const int64_t n = lengths[li];
+        float *x = make_acts(&r, n + 1), *z = make_acts(&r, n + 1), *y0 = make_acts(&r, n + 1);
+        float *ys = malloc((size_t)(n + 1) * sizeof *ys), *yr = malloc((size_t)(n + 1) * sizeof *yr);
+        const float a = nx_test_rng_normal(&r, ACT_SIGMA), b = nx_test_rng_normal(&r, ACT_SIGMA);
+        for (int off = 0; off < 2; off++) {
+            memcpy(ys, y0, (size_t)(n + 1) * sizeof *ys);
+            memcpy(yr, y0, (size_t)(n + 1) * sizeof *yr);
+            const float s = kn_scale_axpy_dot_f32(ys + off, a, b, x + off, z + off, n);
+            const float ref = kn_scale_axpy_dot_f32_ref(yr + off, a, b, x + off, z + off, n);
+            CHECKF(memcmp(ys, yr, (size_t)(n + 1) * sizeof *ys) == 0, "update n=%lld off=%d", (long long)n, off);
+            int exact = 1;
+            for (int64_t i = 0; i < n; i++) exact &= ys[off + i] == fmaf(b, x[off + i], a * y0[off + i]);
+            CHECKF(exact, "n=%lld off=%d: y != fma(b, x, a * y)", (long long)n, off);
+            CHECKF(s == kn_dot_f32(ys + off, z + off, n), "n=%lld off=%d: read-out != kn_dot_f32", (long long)n, off);
+            double scale = 0.0;
+            for (int64_t i = 0; i < n; i++) scale += fabs((double)ys[off + i] * z[off + i]);
+            CHECKF(fabs((double)s - ref) <= KN_TOL_DOT_F32 * scale, "n=%lld off=%d: %g vs reference %g", (long long)n,
+                   off, s, ref);
+        }
+        free(x), free(z), free(y0), free(ys), free(yr);
+    }
+}
+
 static void test_public_kernels_follow_force_reference(void) {
     /* With force_reference the public names must give the _ref results
      * exactly, including the dot product, whose SIMD order differs. */
@@ -360,6 +391,9 @@ static void test_public_kernels_follow_force_reference(void) {
     kn_matmul_rows(&w, a, 1023, 1, y, 3, 0, 3);
     kn_matmul_rows_ref(&w, a, 1023, 1, yr, 3, 0, 3);
     CHECK(memcmp(y, yr, sizeof y) == 0);
+    float a2[1023];
+    memcpy(a2, a, sizeof a2);
+    CHECK(kn_scale_axpy_dot_f32(a, 0.5f, 0.25f, b, b, 1023) == kn_scale_axpy_dot_f32_ref(a2, 0.5f, 0.25f, b, b, 1023));
     kn_init(0);
     free(a);
     free(b);
@@ -389,6 +423,9 @@ static const nx_test tests[] = {
      test_dot_f32_simd_matches_double_reference},
     {"axpy_and_scale_simd_match_reference_bit_for_bit", "kn_axpy_f32 and kn_scale_f32 equal their twins exactly",
      test_axpy_and_scale_simd_match_reference_bit_for_bit},
+    {"scale_axpy_dot_updates_like_its_twin_and_reads_out_like_dot",
+     "kn_scale_axpy_dot_f32: y bit-identical to its twin, read-out == kn_dot_f32 of the new y",
+     test_scale_axpy_dot_updates_like_its_twin_and_reads_out_like_dot},
     {"public_kernels_follow_force_reference", "after kn_init(1) the public kernels return the _ref bits",
      test_public_kernels_follow_force_reference},
 };
