@@ -1,13 +1,33 @@
-/* act.h — scalar activation functions (f32 in, f32 out). */
+/* act.h — activation functions: scalar helpers (f32 in, f32 out) and the
+ * vector SiLU the model's MLP, depthwise conv and gated norm run on. */
 #ifndef NX_KERNELS_ACT_H
 #define NX_KERNELS_ACT_H
 
 #include <math.h>
+#include <stdint.h>
 
 static inline float kn_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline float kn_silu(float x) { return x / (1.0f + expf(-x)); }
 /* log(1 + e^x), written to stay finite for large |x| (PyTorch switches to the
  * identity above 20; log1p(exp(-|x|)) + max(x, 0) agrees to f32 precision). */
 static inline float kn_softplus(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
+
+/* y[i] = silu(x[i]) * u[i], or silu(x[i]) when u is NULL, for i < n, with
+ * silu(x) = x / (1 + kn_exp(-x)); y may be x or u. Both twins compute kn_exp
+ * with the same operations, so they agree bit for bit. */
+void kn_silu_mul_f32(float *y, const float *x, const float *u, int64_t n);
+
+/* e^x in f32 by range reduction and a degree-6 polynomial (Cephes' expf
+ * coefficients), within 2 ulp of the exact value for x in [-87, 88]; above
+ * 88 it is +inf (so silu(x) of a very negative x is -0, as with libm's expf),
+ * below -87 it stays at e^-87 (silu(x) = x there), and a NaN gives e^88
+ * (silu still returns NaN: the NaN is its numerator).
+ * The scalar definition the SIMD twin follows step by step. */
+float kn_exp(float x);
+
+/* The twins behind kn_silu_mul_f32 (matmul.c's kn_init picks one). */
+void kn_silu_mul_f32_ref(float *y, const float *x, const float *u, int64_t n);
+#if defined(__x86_64__) || defined(__i386__)
+void kn_silu_mul_f32_avx2(float *y, const float *x, const float *u, int64_t n);
+#endif
 
 #endif

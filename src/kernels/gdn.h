@@ -11,8 +11,10 @@
 
 /* Causal depthwise conv + SiLU for channels [c0, c1) of T tokens.
  * window: [(kc-1) + T][ld] — the kc-1 previous pre-conv rows (the conv state)
- * followed by this chunk's T pre-conv rows. w: [C][kc] taps, tap kc-1 on the
- * current token. out: [T][ld]. out[t][c] = silu(sum_j w[c][j] * window[t+j][c]). */
+ * followed by this chunk's T pre-conv rows. w: [kc][ld] taps (tap kc-1 on the
+ * current token), channels contiguous so that the sum runs along them.
+ * out: [T][ld]. out[t][c] = silu(sum_j w[j][c] * window[t+j][c]), the sum in
+ * order of j (kn_silu_mul_f32's SiLU). */
 void kn_conv_silu(float *out, const float *window, int64_t ld, int T, const float *w, int kc,
                   int64_t c0, int64_t c1);
 

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "base/fp16.h"
+#include "kernels/act.h"
 #include "kernels/quant.h"
 
 #include "kernels/avx2.h"
@@ -461,18 +462,21 @@ typedef struct {
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
     void (*scale_f32)(float *y, float a, int64_t n);
     float (*scale_axpy_dot_f32)(float *y, float a, float b, const float *x, const float *z, int64_t n);
+    void (*silu_mul_f32)(float *y, const float *x, const float *u, int64_t n);
     void (*quantize_x)(kn_qx *qx, const float *x, int64_t ldx);
     void (*matmul_qx_rows)(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
 } kn_impl;
 
 static const kn_impl kn_impl_scalar = {
     .name = "scalar", .matmul_rows = kn_matmul_rows_ref, .dot_f32 = kn_dot_f32_ref, .axpy_f32 = kn_axpy_f32_ref,
-    .scale_f32 = kn_scale_f32_ref, .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .quantize_x = kn_quantize_x_ref,
+    .scale_f32 = kn_scale_f32_ref, .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .silu_mul_f32 = kn_silu_mul_f32_ref,
+    .quantize_x = kn_quantize_x_ref,
     .matmul_qx_rows = kn_matmul_qx_rows_ref};
 #if KN_HAVE_X86
 static const kn_impl kn_impl_avx2 = {
     .name = "avx2", .matmul_rows = matmul_rows_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
-    .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .quantize_x = kn_quantize_x_avx2,
+    .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
+    .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx2};
 #endif
 
@@ -513,6 +517,8 @@ void kn_scale_f32(float *y, float a, int64_t n) { kn_active->scale_f32(y, a, n);
 float kn_scale_axpy_dot_f32(float *y, float a, float b, const float *x, const float *z, int64_t n) {
     return kn_active->scale_axpy_dot_f32(y, a, b, x, z, n);
 }
+
+void kn_silu_mul_f32(float *y, const float *x, const float *u, int64_t n) { kn_active->silu_mul_f32(y, x, u, n); }
 
 void kn_quantize_x(kn_qx *qx, const float *x, int64_t ldx) { kn_active->quantize_x(qx, x, ldx); }
 

@@ -99,12 +99,18 @@ static void add_rows(float *x, const float *y, int64_t n) {
 
 /* ---- SwiGLU MLP (spec §3.7): sc->out = W_down(silu(W_gate xn) * W_up xn) -- */
 
+/* ff1 = silu(ff1) * ff2 over elements [i0, i1) */
+static void swiglu_range(void *ctx, int64_t i0, int64_t i1, int tid) {
+    const mdl_scratch *sc = ctx;
+    kn_silu_mul_f32(sc->ff1 + i0, sc->ff1 + i0, sc->ff2 + i0, i1 - i0);
+}
+
 static void mlp_block(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, int T) {
     int64_t n = (int64_t)T * m->cfg.intermediate_size;
     const kn_mat *ws[] = {&L->gate_proj, &L->up_proj};
     float *ys[] = {sc->ff1, sc->ff2};
     mdl_linears(m, sc, sc->xn, T, 2, ws, ys);
-    for (int64_t i = 0; i < n; i++) sc->ff1[i] = kn_silu(sc->ff1[i]) * sc->ff2[i];
+    nx_pool_run(m->pool, swiglu_range, sc, n, 1024);
     mdl_linear(m, sc, &L->down_proj, sc->ff1, T, sc->out);
 }
 

@@ -248,6 +248,13 @@ static nx_status bind_gdn(mdl_binder *b, const nx_model *m, int i, mdl_layer *L)
         (st = mdl_bind_vec(b, NAME("A_log"), Hv, 0, "linear_num_value_heads", &L->neg_exp_a)) ||
         (st = mdl_bind_vec(b, NAME("norm.weight"), c->linear_v_dim, 0, "linear_value_head_dim", &L->gnorm)))
         return st;
+    /* taps to [Kc][CD], so the conv runs along channels (kernels/gdn.h) */
+    float *taps = nx_alloc_aligned((size_t)(CD * Kc) * sizeof *taps);
+    if (!taps) return nx_fail(b->err, b->errlen, NX_ENOMEM, "out of memory for the conv taps of layer %d", i);
+    for (int64_t ch = 0; ch < CD; ch++)
+        for (int64_t j = 0; j < Kc; j++) taps[j * CD + ch] = L->conv_w[ch * Kc + j];
+    memcpy(L->conv_w, taps, (size_t)(CD * Kc) * sizeof *taps);
+    nx_free_aligned(taps);
 #undef NAME
     for (int64_t j = 0; j < Hv; j++) L->neg_exp_a[j] = -expf(L->neg_exp_a[j]);
     return NX_OK;

@@ -38,7 +38,7 @@ typedef struct {
     kn_mat in_z;                  /* [VD, H]                                   */
     kn_mat in_b, in_a;            /* [Hv, H]                                   */
     kn_mat out_proj;              /* [H, VD]                                   */
-    float *conv_w;                /* [CD][Kc]                                  */
+    float *conv_w;                /* [Kc][CD]: tap j of channel c at j*CD + c  */
     float *dt_bias;               /* [Hv]                                      */
     float *neg_exp_a;             /* [Hv]  -exp(A_log)                         */
     float *gnorm;                 /* [Dv]  gated norm weight (never +1)        */

@@ -1,0 +1,98 @@
+/* test_act.c — the vector SiLU (kernels/act.h): the twins agree bit for bit,
+ * kn_exp stays within a few ulp of e^x, and SiLU within a few ulp of
+ * x / (1 + e^-x) computed in double. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/act.h"
+#include "kernels/matmul.h"
+#include "test.h"
+
+/* |a - b| in units of b's last place (b a nonzero finite float). */
+static double ulps(double a, double b) { return fabs(a - b) / (nextafterf((float)fabs(b), INFINITY) - fabsf((float)b)); }
+
+/* Inputs: a wide normal spread, a dense sweep over the clamped range and
+ * past it, and the special values (zeros, infinities, NaN, subnormals, the
+ * clamp edges). */
+static float *make_inputs(int64_t *n_out) {
+    static const float special[] = {0.0f,   -0.0f,  1e-45f, -1e-45f, 1e-38f,   -1e-38f,   1.0f,     -1.0f,
+                                    87.0f,  -87.0f, 88.0f,  -88.0f,  87.5f,    -87.5f,    100.0f,   -100.0f,
+                                    1e30f,  -1e30f, FLT_MAX, -FLT_MAX, INFINITY, -INFINITY, NAN,     0.5f};
+    const int64_t ns = (int64_t)(sizeof special / sizeof *special), nsweep = 200001, nr = 4099;
+    float *x = malloc((size_t)(ns + nsweep + nr) * sizeof *x);
+    memcpy(x, special, sizeof special);
+    for (int64_t i = 0; i < nsweep; i++) x[ns + i] = -95.0f + 190.0f * (float)i / (float)(nsweep - 1);
+    nx_test_rng r = {0x5111A0E9ULL};
+    for (int64_t i = 0; i < nr; i++) x[ns + nsweep + i] = nx_test_rng_normal(&r, 4.0f);
+    *n_out = ns + nsweep + nr;
+    return x;
+}
+
+static void test_silu_twins_agree_bit_for_bit_at_every_length(void) {
+    int64_t n;
+    float *x = make_inputs(&n), *u = malloc((size_t)n * sizeof *u);
+    float *ys = malloc((size_t)n * sizeof *ys), *yr = malloc((size_t)n * sizeof *yr);
+    for (int64_t i = 0; i < n; i++) u[i] = (float)((i % 7) - 3) * 0.75f;
+    if (!kn_init(0)) fprintf(stderr, "  note: no AVX2 here; the twins are compared scalar with scalar\n");
+    for (int with_u = 0; with_u < 2; with_u++)
+        for (int64_t len = n; len > 0; len = len > 40 ? len / 3 : len - 1) {   /* many tails */
+            kn_silu_mul_f32(ys, x, with_u ? u : NULL, len);
+            kn_silu_mul_f32_ref(yr, x, with_u ? u : NULL, len);
+            CHECKF(memcmp(ys, yr, (size_t)len * sizeof *ys) == 0, "%s u=%d len=%lld: the twins differ", kn_impl_name(),
+                   with_u, (long long)len);
+        }
+    memcpy(ys, x, (size_t)n * sizeof *ys);   /* in place: y == x */
+    kn_silu_mul_f32(ys, ys, u, n);
+    kn_silu_mul_f32_ref(yr, x, u, n);
+    CHECK(memcmp(ys, yr, (size_t)n * sizeof *ys) == 0);
+    kn_init(0);
+    free(x), free(u), free(ys), free(yr);
+}
+
+static void test_exp_and_silu_are_within_a_few_ulp(void) {
+    int64_t n;
+    float *x = make_inputs(&n), *y = malloc((size_t)n * sizeof *y);
+    kn_silu_mul_f32_ref(y, x, NULL, n);
+    double worst_exp = 0, worst_silu = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double xi = x[i];
+        if (isnan(xi)) {
+            CHECKF(isnan(y[i]), "silu(NaN) = %g", y[i]);
+            continue;
+        }
+        if (xi >= -87.0 && xi <= 88.0) {
+            const double e = ulps(kn_exp(x[i]), exp(xi));
+            worst_exp = e > worst_exp ? e : worst_exp;
+        }
+        if (isinf(xi)) continue;
+        const double want = xi / (1.0 + exp(-xi));   /* the exact SiLU, rounded once */
+        if (fabs(want) < FLT_MIN) {   /* underflows: only the magnitude bound matters */
+            CHECKF(fabsf(y[i]) < 1e-30f, "silu(%g) = %g, want ~0", xi, y[i]);
+            continue;
+        }
+        if (xi < -88.0) {   /* e^-x is +inf: silu is -0, and the exact value is below 1e-36 */
+            CHECKF(y[i] == 0.0f && signbit(y[i]), "silu(%g) = %g, want -0", xi, y[i]);
+            continue;
+        }
+        const double e = ulps(y[i], want);
+        worst_silu = e > worst_silu ? e : worst_silu;
+    }
+    CHECKF(worst_exp <= 2.0, "kn_exp: %.2f ulp at worst", worst_exp);
+    CHECKF(worst_silu <= 4.0, "silu: %.2f ulp at worst", worst_silu);
+    CHECK(isinf(kn_exp(INFINITY)) && isinf(kn_exp(88.5f)) && kn_exp(-INFINITY) == kn_exp(-87.0f) && kn_exp(0.0f) == 1.0f);
+    printf("  kn_exp %.2f ulp, silu %.2f ulp at worst\n", worst_exp, worst_silu);
+    free(x), free(y);
+}
+
+static const nx_test tests[] = {
+    {"silu_twins_agree_bit_for_bit_at_every_length",
+     "kn_silu_mul_f32 (AVX2) == the scalar twin, with and without u, every tail length, in place",
+     test_silu_twins_agree_bit_for_bit_at_every_length},
+    {"exp_and_silu_are_within_a_few_ulp", "kn_exp <= 2 ulp on [-87, 88], +inf above; silu <= 4 ulp, -0 below -88; NaN stays NaN",
+     test_exp_and_silu_are_within_a_few_ulp},
+};
+
+NX_TEST_MAIN(tests)
