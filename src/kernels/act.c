@@ -5,7 +5,12 @@
  * element of the MLP's intermediate rows, the conv channels and the gated
  * norm: about a million per token on a 0.8B model, most of it on one thread.
  * A polynomial exp vectorizes, and writing it out once in C fixes the
- * operations, so the scalar and SIMD results are the same bits. */
+ * operations, so the scalar and SIMD results are the same bits (a review
+ * compared the twins on all 2^32 inputs: no difference; exp's worst error on
+ * [-87, 88] is 1.01 ulp). The cost of that agreement falls on the scalar twin:
+ * in this portable build its eight fmaf are libm calls (about 37 ns an element
+ * against 0.7 for the AVX2 twin), which only the --ref mode and CPUs without
+ * AVX2 pay. */
 #include "kernels/act.h"
 
 #include <assert.h>

@@ -16,8 +16,8 @@ static inline float kn_softplus(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-
  * with the same operations, so they agree bit for bit. */
 void kn_silu_mul_f32(float *y, const float *x, const float *u, int64_t n);
 
-/* e^x in f32 by range reduction and a degree-6 polynomial (Cephes' expf
- * coefficients), within 2 ulp of the exact value for x in [-87, 88]; above
+/* e^x in f32: x = n ln2 + r, |r| <= ln2 / 2, e^r = 1 + r + r^2 P(r) with P of
+ * degree 5 (Cephes' expf coefficients), times 2^n; within 2 ulp of the exact value for x in [-87, 88]; above
  * 88 it is +inf (so silu(x) of a very negative x is -0, as with libm's expf),
  * below -87 it stays at e^-87 (silu(x) = x there), and a NaN gives e^88
  * (silu still returns NaN: the NaN is its numerator).

@@ -13,8 +13,9 @@ void kn_conv_silu(float *out, const float *window, int64_t ld, int T, const floa
     for (int t = 0; t < T; t++) {
         const float *win = window + (int64_t)t * ld;
         float *o = out + (int64_t)t * ld;
-        /* tap by tap over the channels (a loop the compiler vectorizes; each
-         * channel still sums its taps in order, one multiply and one add each) */
+        /* tap by tap over the channels (loops the compiler vectorizes): each
+         * channel sums its taps in order, tap 0's product, then a multiply
+         * and an add per further tap */
         for (int64_t c = c0; c < c1; c++) o[c] = w[c] * win[c];
         for (int j = 1; j < kc; j++) {
             const float *wj = w + (int64_t)j * ld, *xj = win + (int64_t)j * ld;

@@ -119,7 +119,9 @@ void kn_scale_f32_ref(float *y, float a, int64_t n) {
 }
 
 /* The update is the same two roundings in both twins (a * y[i], then fmaf),
- * so y comes out bit-identical; the dot product sums in double, as dot_ref. */
+ * so y comes out bit-identical; the dot product sums in double, as dot_ref.
+ * (fmaf is a libm call in this portable build, and a slow one on a CPU
+ * without FMA: the price of the twins agreeing.) */
 float kn_scale_axpy_dot_f32_ref(float *y, float a, float b, const float *x, const float *z, int64_t n) {
     assert(n >= 0 && (n == 0 || (y != NULL && x != NULL && z != NULL)));
     for (int64_t i = 0; i < n; i++) y[i] = fmaf(b, x[i], a * y[i]);
@@ -436,13 +438,26 @@ static KN_AVX2 float scale_axpy_dot_f32_avx2(float *y, float a, float b, const f
     assert(n >= 0 && (n == 0 || (y != NULL && x != NULL && z != NULL)));
     const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    const int64_t n8 = n & ~(int64_t)7;
-    for (int64_t i = 0; i < n8; i += 8) {
-        const __m256 v = _mm256_fmadd_ps(bv, _mm256_loadu_ps(x + i), _mm256_mul_ps(av, _mm256_loadu_ps(y + i)));
-        _mm256_storeu_ps(y + i, v);
-        acc[(i / 8) % 4] = _mm256_fmadd_ps(v, _mm256_loadu_ps(z + i), acc[(i / 8) % 4]);
+    const int64_t n32 = n & ~(int64_t)31, n8 = n & ~(int64_t)7;
+/* block i of the update into accumulator k (a constant: acc stays in registers) */
+#define KN_SAD_STEP(k, i)                                                                                      \
+    do {                                                                                                       \
+        const __m256 v = _mm256_fmadd_ps(bv, _mm256_loadu_ps(x + (i)), _mm256_mul_ps(av, _mm256_loadu_ps(y + (i)))); \
+        _mm256_storeu_ps(y + (i), v);                                                                          \
+        acc[k] = _mm256_fmadd_ps(v, _mm256_loadu_ps(z + (i)), acc[k]);                                         \
+    } while (0)
+    int64_t i = 0;
+    for (; i < n32; i += 32) {
+        KN_SAD_STEP(0, i);
+        KN_SAD_STEP(1, i + 8);
+        KN_SAD_STEP(2, i + 16);
+        KN_SAD_STEP(3, i + 24);
     }
-    for (int64_t i = n8; i < n; i++) y[i] = fmaf(b, x[i], a * y[i]);
+    if (i < n8) { KN_SAD_STEP(0, i); i += 8; }
+    if (i < n8) { KN_SAD_STEP(1, i); i += 8; }
+    if (i < n8) { KN_SAD_STEP(2, i); i += 8; }
+#undef KN_SAD_STEP
+    for (int64_t j = n8; j < n; j++) y[j] = fmaf(b, x[j], a * y[j]);
     return finish_avx2(acc, y, NX_DT_F32, z, n);
 }
 

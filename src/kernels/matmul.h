@@ -12,7 +12,7 @@
  * is one fixed instruction sequence for a given length.
  *
  * Every SIMD kernel has a scalar `_ref` twin with the same signature in the
- * same file. kn_init() picks AVX2+FMA+F16C versions when the CPU has them,
+ * same file (matmul.c, quant.c, act.c). kn_init() picks AVX2+FMA+F16C versions when the CPU has them,
  * unless force_reference is set; the scalar twins are the definition and the
  * tests compare the two. Kernels never see a model and never allocate. */
 #ifndef NX_KERNELS_MATMUL_H

@@ -394,6 +394,7 @@ static void test_public_kernels_follow_force_reference(void) {
     float a2[1023];
     memcpy(a2, a, sizeof a2);
     CHECK(kn_scale_axpy_dot_f32(a, 0.5f, 0.25f, b, b, 1023) == kn_scale_axpy_dot_f32_ref(a2, 0.5f, 0.25f, b, b, 1023));
+    CHECK(memcmp(a, a2, sizeof a2) == 0);
     kn_init(0);
     free(a);
     free(b);

@@ -1,0 +1,139 @@
+/* test_gdn.c — the Gated DeltaNet kernels (kernels/gdn.h) and the gated
+ * RMSNorm (kernels/norm.h) against their formulas written out in double, in
+ * both kernel modes, at odd sizes. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gdn.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "test.h"
+
+static double silu_d(double x) { return x / (1.0 + exp(-x)); }
+
+static float *normals(nx_test_rng *r, int64_t n, float sigma) {
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = nx_test_rng_normal(r, sigma);
+    return v;
+}
+
+/* Channels [c0, c1) of T tokens against the formula, taps [kc][ld]; the
+ * channels outside the range keep their canary. */
+static void test_conv_silu_follows_the_formula_on_its_channels_only(void) {
+    static const struct { int T, kc; int64_t ld, c0, c1; } cases[] = {
+        {1, 4, 37, 0, 37}, {3, 4, 37, 5, 29}, {5, 2, 200, 17, 200}, {2, 1, 9, 0, 9}, {4, 4, 1024, 256, 777}};
+    nx_test_rng r = {0xC0417AB5ULL};
+    for (int mode = 0; mode < 2; mode++) {
+        kn_init(mode);   /* 0: AVX2 where present, 1: the scalar twins */
+        for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+            const int T = cases[ci].T, kc = cases[ci].kc;
+            const int64_t ld = cases[ci].ld, c0 = cases[ci].c0, c1 = cases[ci].c1;
+            float *win = normals(&r, (kc - 1 + T) * ld, 1.5f), *w = normals(&r, kc * ld, 0.7f);
+            float *out = malloc((size_t)(T * ld) * sizeof *out);
+            for (int64_t i = 0; i < T * ld; i++) out[i] = -777.0f;
+            kn_conv_silu(out, win, ld, T, w, kc, c0, c1);
+            int bad = 0, touched = 0;
+            for (int t = 0; t < T; t++)
+                for (int64_t c = 0; c < ld; c++) {
+                    const float got = out[t * ld + c];
+                    if (c < c0 || c >= c1) {
+                        touched += got != -777.0f;
+                        continue;
+                    }
+                    double acc = 0, mag = 0;
+                    for (int j = 0; j < kc; j++) {
+                        acc += (double)w[j * ld + c] * win[(t + j) * ld + c];
+                        mag += fabs((double)w[j * ld + c] * win[(t + j) * ld + c]);
+                    }
+                    bad += fabs(got - silu_d(acc)) > 1e-6 * (mag + 1e-3);
+                }
+            CHECKF(bad == 0 && touched == 0, "%s case %zu: %d off the formula, %d outside [c0, c1) written",
+                   kn_impl_name(), ci, bad, touched);
+            free(win), free(w), free(out);
+        }
+    }
+    kn_init(0);
+}
+
+/* Several tokens of the recurrence on one head against
+ *   S <- alpha S;  m = S k;  delta = beta (v - m);  S <- S + delta k^T;  o = S q
+ * in double (S[dv][dk]), with normalised k and q as the model feeds them. */
+static void test_gated_delta_steps_follow_the_recurrence(void) {
+    static const int dims[][2] = {{7, 5}, {33, 17}, {128, 128}, {64, 96}};
+    nx_test_rng r = {0xDE17A5ULL};
+    for (int mode = 0; mode < 2; mode++) {
+        kn_init(mode);
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+            const int dk = dims[di][0], dv = dims[di][1];
+            float *S = normals(&r, (int64_t)dk * dv, 0.3f), *o = malloc((size_t)dv * sizeof *o);
+            double *Sd = malloc((size_t)dk * dv * sizeof *Sd), *od = malloc((size_t)dv * sizeof *od);
+            for (int64_t i = 0; i < (int64_t)dk * dv; i++) Sd[i] = S[i];
+            double worst = 0;
+            for (int step = 0; step < 6; step++) {
+                float *q = normals(&r, dk, 1.0f), *k = normals(&r, dk, 1.0f), *v = normals(&r, dv, 1.0f);
+                double nq = 0, nk = 0;
+                for (int j = 0; j < dk; j++) nq += (double)q[j] * q[j], nk += (double)k[j] * k[j];
+                for (int j = 0; j < dk; j++) q[j] = (float)(q[j] / sqrt(nq) / sqrt((double)dk)), k[j] = (float)(k[j] / sqrt(nk));
+                const float alpha = 0.6f + 0.06f * (float)step, beta = 0.9f - 0.1f * (float)step;
+                kn_gated_delta_step(S, q, k, v, alpha, beta, o, dk, dv);
+                for (int i = 0; i < dv; i++) {
+                    double *row = Sd + (int64_t)i * dk, m = 0;
+                    for (int j = 0; j < dk; j++) row[j] *= alpha, m += row[j] * k[j];
+                    const double delta = beta * (v[i] - m);
+                    od[i] = 0;
+                    for (int j = 0; j < dk; j++) row[j] += delta * k[j], od[i] += row[j] * q[j];
+                }
+                for (int i = 0; i < dv; i++) worst = fmax(worst, fabs(o[i] - od[i]));
+                for (int64_t i = 0; i < (int64_t)dk * dv; i++) worst = fmax(worst, fabs(S[i] - Sd[i]));
+                free(q), free(k), free(v);
+            }
+            CHECKF(worst < 2e-5, "%s dk=%d dv=%d: %.3g off the recurrence", kn_impl_name(), dk, dv, worst);
+            free(S), free(o), free(Sd), free(od);
+        }
+    }
+    kn_init(0);
+}
+
+/* y = x rsqrt(mean(x^2) + eps) w silu(z), also in place, across the
+ * norm's 256-element SiLU blocks. */
+static void test_gated_rmsnorm_follows_the_formula(void) {
+    static const int64_t lens[] = {1, 7, 128, 256, 300, 777};
+    nx_test_rng r = {0x6A7EDULL};
+    for (int mode = 0; mode < 2; mode++) {
+        kn_init(mode);
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+            const int64_t n = lens[li];
+            float *x = normals(&r, n, 2.0f), *z = normals(&r, n, 3.0f), *w = normals(&r, n, 1.0f);
+            float *y = malloc((size_t)n * sizeof *y), *x2 = malloc((size_t)n * sizeof *x2);
+            memcpy(x2, x, (size_t)n * sizeof *x2);
+            kn_rmsnorm_gated(y, x, z, w, n, 1e-6f);
+            kn_rmsnorm_gated(x2, x2, z, w, n, 1e-6f);
+            double ss = 0;
+            for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+            const double rr = 1.0 / sqrt(ss / (double)n + 1e-6);
+            int bad = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const double want = x[i] * rr * w[i] * silu_d(z[i]);
+                bad += fabs(y[i] - want) > 1e-6 * (fabs(want) + 1e-6);
+            }
+            CHECKF(bad == 0, "%s n=%lld: %d off the formula", kn_impl_name(), (long long)n, bad);
+            CHECKF(memcmp(x2, y, (size_t)n * sizeof *y) == 0, "%s n=%lld: in place differs", kn_impl_name(), (long long)n);
+            free(x), free(z), free(w), free(y), free(x2);
+        }
+    }
+    kn_init(0);
+}
+
+static const nx_test tests[] = {
+    {"conv_silu_follows_the_formula_on_its_channels_only",
+     "silu(sum_j w[j][c] window[t+j][c]) for c in [c0, c1), nothing else written; both modes",
+     test_conv_silu_follows_the_formula_on_its_channels_only},
+    {"gated_delta_steps_follow_the_recurrence", "6 steps of the gated delta rule within 2e-5 of double; odd dk, dv",
+     test_gated_delta_steps_follow_the_recurrence},
+    {"gated_rmsnorm_follows_the_formula", "x rsqrt(mean x^2 + eps) w silu(z), in place too, past 256 elements",
+     test_gated_rmsnorm_follows_the_formula},
+};
+
+NX_TEST_MAIN(tests)
