@@ -26,6 +26,7 @@
 
 #include "base/fp16.h"
 #include "kernels/act.h"
+#include "kernels/attention.h"
 #include "kernels/quant.h"
 
 #include "kernels/avx2.h"
@@ -478,6 +479,8 @@ typedef struct {
     void (*scale_f32)(float *y, float a, int64_t n);
     float (*scale_axpy_dot_f32)(float *y, float a, float b, const float *x, const float *z, int64_t n);
     void (*silu_mul_f32)(float *y, const float *x, const float *u, int64_t n);
+    void (*attn_values_f32)(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const float *v,
+                            int64_t kv_stride, int64_t n_ctx, int64_t hd);
     void (*quantize_x)(kn_qx *qx, const float *x, int64_t ldx);
     void (*matmul_qx_rows)(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
 } kn_impl;
@@ -485,13 +488,13 @@ typedef struct {
 static const kn_impl kn_impl_scalar = {
     .name = "scalar", .matmul_rows = kn_matmul_rows_ref, .dot_f32 = kn_dot_f32_ref, .axpy_f32 = kn_axpy_f32_ref,
     .scale_f32 = kn_scale_f32_ref, .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .silu_mul_f32 = kn_silu_mul_f32_ref,
-    .quantize_x = kn_quantize_x_ref,
+    .attn_values_f32 = kn_attn_values_f32_ref, .quantize_x = kn_quantize_x_ref,
     .matmul_qx_rows = kn_matmul_qx_rows_ref};
 #if KN_HAVE_X86
 static const kn_impl kn_impl_avx2 = {
     .name = "avx2", .matmul_rows = matmul_rows_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
     .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
-    .quantize_x = kn_quantize_x_avx2,
+    .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx2};
 #endif
 
@@ -534,6 +537,11 @@ float kn_scale_axpy_dot_f32(float *y, float a, float b, const float *x, const fl
 }
 
 void kn_silu_mul_f32(float *y, const float *x, const float *u, int64_t n) { kn_active->silu_mul_f32(y, x, u, n); }
+
+void kn_attn_values_f32(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const float *v, int64_t kv_stride,
+                        int64_t n_ctx, int64_t hd) {
+    kn_active->attn_values_f32(out, ldo, p, ldp, G, v, kv_stride, n_ctx, hd);
+}
 
 void kn_quantize_x(kn_qx *qx, const float *x, int64_t ldx) { kn_active->quantize_x(qx, x, ldx); }
 

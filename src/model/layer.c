@@ -137,26 +137,29 @@ static const mdl_seg *seg_of(const mdl_seg *segs, int nseg, int t) {
     return &segs[i];
 }
 
-/* One (row, query head) pair per index: softmax attention over positions
- * 0..pos+t of the row's own sequence, then the sigmoid output gate. */
+/* One (row, KV head) pair per index: softmax attention of the query heads
+ * that share the KV head over positions 0..pos+t of the row's own sequence,
+ * then the sigmoid output gate. */
 static void attention_rows(void *ctx, int64_t i0, int64_t i1, int tid) {
     const attn_job *j = ctx;
     const cfg_model *c = &j->m->cfg;
     mdl_scratch *sc = j->sc;
-    int hd = c->head_dim, Nh = c->n_heads, group = c->n_heads / c->n_kv_heads, gated = c->attn_output_gate;
-    int64_t kvd = (int64_t)c->n_kv_heads * hd, qstride = (int64_t)Nh * hd * (gated ? 2 : 1);
-    float *scores = sc->scores + (int64_t)tid * sc->max_ctx;
+    int hd = c->head_dim, Nh = c->n_heads, Nkv = c->n_kv_heads, group = Nh / Nkv, gated = c->attn_output_gate;
+    int64_t kvd = (int64_t)Nkv * hd, qstride = (int64_t)Nh * hd * (gated ? 2 : 1), ldq = (int64_t)hd * (gated ? 2 : 1);
+    float *scores = sc->scores + (int64_t)tid * group * sc->max_ctx;
     for (int64_t i = i0; i < i1; i++) {
-        int t = (int)(i / Nh), h = (int)(i % Nh), kvh = h / group;
+        int t = (int)(i / Nkv), kvh = (int)(i % Nkv), h0 = kvh * group;
         const mdl_seg *g = seg_of(j->segs, j->nseg, t);
-        const float *q = sc->proj + t * qstride + (int64_t)h * hd * (gated ? 2 : 1);
-        float *o = sc->mix + (int64_t)t * Nh * hd + (int64_t)h * hd;
-        kn_attention_head(o, q, g->k_cache + (int64_t)kvh * hd, g->v_cache + (int64_t)kvh * hd, kvd, g->pos + (t - g->row0) + 1,
-                          hd, 1.0f / sqrtf((float)hd), scores);
-        if (gated) {
-            const float *gate = q + hd;
-            for (int d = 0; d < hd; d++) o[d] *= kn_sigmoid(gate[d]);
-        }
+        const float *q = sc->proj + t * qstride + (int64_t)h0 * ldq;
+        float *o = sc->mix + (int64_t)t * Nh * hd + (int64_t)h0 * hd;
+        kn_attention_group(o, hd, q, ldq, group, g->k_cache + (int64_t)kvh * hd, g->v_cache + (int64_t)kvh * hd, kvd,
+                           g->pos + (t - g->row0) + 1, hd, 1.0f / sqrtf((float)hd), scores);
+        if (gated)
+            for (int h = 0; h < group; h++) {
+                const float *gate = q + (int64_t)h * ldq + hd;
+                float *oh = o + (int64_t)h * hd;
+                for (int d = 0; d < hd; d++) oh[d] *= kn_sigmoid(gate[d]);
+            }
     }
 }
 
@@ -217,7 +220,7 @@ void mdl_attention_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, 
         }
     }
     attn_job j = {m, sc, segs, nseg};
-    nx_pool_run(m->pool, attention_rows, &j, (int64_t)T * Nh, 1);
+    nx_pool_run(m->pool, attention_rows, &j, (int64_t)T * c->n_kv_heads, 1);
     mdl_linear(m, sc, &L->o_proj, sc->mix, T, sc->out);
     add_rows(sc->x, sc->out, (int64_t)T * c->hidden_size);
     ffn_half(m, L, sc, T);

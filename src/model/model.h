@@ -103,7 +103,7 @@ typedef struct {
     float *out;                   /* [C][H] block output before the residual   */
     float *hfinal;                /* [C][H] post-final-norm                    */
     float *rope;                  /* [C][rd] cos/sin table per chunk row        */
-    float *scores;                /* [n_threads][max_ctx] attention scratch     */
+    float *scores;                /* [n_threads][heads per KV head][max_ctx]    */
     void *qx;                     /* kn_qx buffer: int8 activations of C rows of the widest linear input */
 } mdl_scratch;
 
