@@ -7,6 +7,12 @@
 
 #include "test.h"
 
+/* 10 ms steps to wait for the engine thread to catch up with a request the
+ * test let go: up to 30 s, since under the sanitizers and with the rest of
+ * the suite on the other core one of its rounds can take seconds; the loops
+ * end as soon as the condition holds. */
+#define WAIT_STEPS 3000
+
 #include "nextn.h"
 
 /* the bundled model: trained, so its output depends on the whole context */
@@ -136,7 +142,7 @@ static void cancelling_frees_the_row_and_others_go_on(void) {
     nx_request_free(c);
     nx_request_free(a);
     nx_request_free(b);
-    for (int i = 0; i < 200; i++) {
+    for (int i = 0; i < WAIT_STEPS; i++) {
         nx_engine_get_stats(e, &st);
         if (st.cancelled == 2) break;
         usleep(10000);
@@ -398,7 +404,7 @@ static void a_shared_system_prompt_is_reused(void) {
     drain(r, out, 64, &fin);
     nx_request_free(r);
     nx_engine_stats st;
-    for (int i = 0; i < 200; i++) { /* the end checkpoint is written just after the request ends */
+    for (int i = 0; i < WAIT_STEPS; i++) { /* the end checkpoint is written just after the request ends */
         nx_engine_get_stats(e, &st);
         if (st.cache_entries == 3) break;
         usleep(10000);
