@@ -51,8 +51,7 @@ void kn_attn_values_f32_ref(float *out, int64_t ldo, const float *p, int64_t ldp
  * each v_t block is loaded once for the heads. The positions go in runs so
  * that a run's V rows (64 KB at hd 256) stay in L2 while all column blocks
  * pass over them; between runs the sums wait in out (exact: they are f32
- * either way). The columns past the last whole block go through the scalar
- * twin's operations. */
+ * either way). The columns past the last whole block go to the scalar twin. */
 #define KN_ATTN_TBLOCK 64
 
 KN_AVX2_INLINE void values_heads_avx2(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const float *v,
@@ -82,12 +81,7 @@ KN_AVX2_INLINE void values_heads_avx2(float *out, int64_t ldo, const float *p, i
             }
         }
     }
-    for (int h = 0; h < G; h++)
-        for (int64_t d = h16; d < hd; d++) {
-            float o = 0.0f;
-            for (int64_t t = 0; t < n_ctx; t++) o += p[(int64_t)h * ldp + t] * v[t * kv_stride + d];
-            out[(int64_t)h * ldo + d] = o;
-        }
+    if (h16 < hd) kn_attn_values_f32_ref(out + h16, ldo, p, ldp, G, v + h16, kv_stride, n_ctx, hd - h16);
 }
 
 KN_AVX2 void kn_attn_values_f32_avx2(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const float *v,
