@@ -4,7 +4,15 @@
  * workers wait on `wake` for a new generation, run their range, and the last
  * one to finish signals `done`. A decode step issues a few hundred jobs, so
  * each worker spins briefly on the generation counter before sleeping: that
- * turns most hand-offs into a cache-line read instead of a futex wake-up. */
+ * turns most hand-offs into a cache-line read instead of a futex wake-up.
+ *
+ * Split: every thread, the caller included, claims ranges from a shared
+ * counter until none is left (guided scheduling: a claim takes 1 / (2 *
+ * threads) of what is left, at least `grain`). The first claims are large,
+ * contiguous runs; the last, small ones even out whatever holds one thread
+ * back -- a late wake-up, a core that the machine's other load slows down.
+ * With a fixed split in halves the caller of a 2-thread decode step waited
+ * for its worker in ~8% of the step's perf samples. */
 #include "base/pool.h"
 
 #include <pthread.h>
@@ -37,13 +45,31 @@ struct nx_pool {
     /* the current job */
     nx_range_fn fn;
     void *ctx;
-    int64_t n, chunk;
+    int64_t n, grain;
+    int parts;                    /* threads that may claim ranges of it       */
+    atomic_int_fast64_t next;     /* first index not yet claimed               */
 };
 
-static void pool_range(const nx_pool *p, int tid, int64_t *i0, int64_t *i1) {
-    int64_t a = (int64_t)tid * p->chunk, b = a + p->chunk;
-    *i0 = a < p->n ? a : p->n;
-    *i1 = b < p->n ? b : p->n;
+/* Claims the next range [*i0, *i1) of the current job; 0 when all of it is
+ * claimed. */
+static int pool_claim(nx_pool *p, int64_t *i0, int64_t *i1) {
+    int_fast64_t a = atomic_load(&p->next);
+    for (;;) {
+        if (a >= p->n) return 0;
+        int64_t left = p->n - a, size = left / (2 * p->parts);
+        if (size < p->grain) size = p->grain;
+        if (size > left) size = left;
+        if (atomic_compare_exchange_weak(&p->next, &a, a + size)) {
+            *i0 = a, *i1 = a + size;
+            return 1;
+        }
+    }
+}
+
+/* Runs claimed ranges of the current job on thread tid until none is left. */
+static void pool_work(nx_pool *p, int tid) {
+    int64_t i0, i1;
+    while (pool_claim(p, &i0, &i1)) p->fn(p->ctx, i0, i1, tid);
 }
 
 static void *pool_main(void *arg) {
@@ -63,9 +89,7 @@ static void *pool_main(void *arg) {
         }
         if (atomic_load(&p->stop)) return NULL;
         seen = g;
-        int64_t i0, i1;
-        pool_range(p, w->tid, &i0, &i1);
-        if (i0 < i1) p->fn(p->ctx, i0, i1, w->tid);
+        pool_work(p, w->tid);
         if (atomic_fetch_sub(&p->pending, 1) == 1) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->done);
@@ -180,16 +204,16 @@ void nx_pool_run(nx_pool *p, nx_range_fn fn, void *ctx, int64_t n, int64_t grain
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
-    p->chunk = (n + parts - 1) / parts;
+    p->grain = grain;
+    p->parts = (int)parts;
+    atomic_store(&p->next, 0);
     atomic_store(&p->pending, p->n_threads - 1);
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->generation, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
 
-    int64_t i0, i1;
-    pool_range(p, 0, &i0, &i1);
-    fn(ctx, i0, i1, 0);
+    pool_work(p, 0);
 
     for (int spin = 0; atomic_load(&p->pending) > 0 && spin < POOL_SPIN_ITERS; spin++) __builtin_ia32_pause();
     if (atomic_load(&p->pending) > 0) {

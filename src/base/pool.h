@@ -2,10 +2,13 @@
  *
  * Created once (per model) and reused for every kernel call: no thread is
  * created per call. nx_pool_run(pool, fn, ctx, n) calls fn(ctx, i0, i1, tid)
- * on disjoint contiguous ranges that cover [0, n), one per thread (the caller
- * runs range 0 itself), and returns when all are done. The split only decides
- * which thread computes which index; kernels compute each index the same way
- * whatever the split, so results do not depend on the thread count.
+ * on disjoint contiguous ranges that cover [0, n) and returns when all are
+ * done. The threads (the caller is thread 0) claim ranges as they go, large
+ * ones first, so one thread may be called several times in a job -- one call
+ * at a time, so per-thread scratch indexed by tid stays private. The split
+ * only decides which thread computes which index; kernels compute each index
+ * the same way whatever the split, so results do not depend on the thread
+ * count or on timing.
  * Calls must not be nested (a worker must not call nx_pool_run). Several
  * caller threads may share a pool: their jobs run one after another. */
 #ifndef NX_BASE_POOL_H
@@ -23,8 +26,9 @@ nx_status nx_pool_new(int n_threads, nx_pool **out, char *err, size_t errlen);
 void nx_pool_free(nx_pool *p);
 int nx_pool_size(const nx_pool *p);
 
-/* Splits [0, n) into at most nx_pool_size() ranges of at least `grain`
- * indices (grain >= 1) and runs them. n <= 0 returns at once. */
+/* Splits [0, n) into ranges of at least `grain` indices (grain >= 1; only
+ * the range that ends at n may be shorter) and runs them on the pool's
+ * threads. n <= 0 returns at once; n <= grain runs on the caller alone. */
 void nx_pool_run(nx_pool *p, nx_range_fn fn, void *ctx, int64_t n, int64_t grain);
 
 #endif

@@ -1,8 +1,11 @@
 /* test_pool.c — the persistent thread pool: its default size (one per
- * physical core), ranges that cover [0, n) exactly once, and its limits. */
+ * physical core), ranges that cover [0, n) exactly once, its limits, and a
+ * slow thread's share going to the others. */
 #include "test.h"
 
+#include <math.h>
 #include <stdatomic.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/pool.h"
@@ -49,8 +52,12 @@ static void ranges_cover_every_index_once(void) {
                 nx_pool_run(p, mark, &j, n, grain);
                 int ok = 1;
                 for (int64_t i = 0; i < n; i++) ok &= atomic_load(&j.hits[i]) == 1;
-                CHECKF(ok && atomic_load(&j.calls) <= threads, "threads %d n %lld grain %lld", threads, (long long)n,
-                       (long long)grain);
+                /* guided claims: each takes at least 1 / (2P) of what is left
+                 * or the grain, so there are few of them */
+                int64_t P = threads < (n + grain - 1) / grain ? threads : (n + grain - 1) / grain;
+                double bound = n == 0 ? 0 : P <= 1 ? 1 : 2.0 * (double)P * (log((double)n / (double)grain + 1) + 1) + 1;
+                CHECKF(ok && atomic_load(&j.calls) <= bound, "threads %d n %lld grain %lld: %d calls", threads, (long long)n,
+                       (long long)grain, atomic_load(&j.calls));
                 /* only the range that ends at n may be shorter than the grain */
                 CHECK(atomic_load(&j.short_range) <= 1);
                 free(j.hits);
@@ -60,11 +67,43 @@ static void ranges_cover_every_index_once(void) {
     }
 }
 
+typedef struct {
+    atomic_llong done_by[2];   /* indices computed by the caller (0), the worker (1) */
+    atomic_int worker_started;
+} slow_job;
+
+/* The worker's first range takes 50 ms; the caller's first waits (up to 5 s)
+ * until the worker has claimed that range, so both have work in flight. */
+static void slow_worker(void *ctx, int64_t i0, int64_t i1, int tid) {
+    slow_job *j = ctx;
+    if (tid == 1 && atomic_exchange(&j->worker_started, 1) == 0) nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+    for (int w = 0; tid == 0 && !atomic_load(&j->worker_started) && w < 5000; w++)
+        nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    atomic_fetch_add(&j->done_by[tid == 1], i1 - i0);
+}
+
+static void a_slow_thread_leaves_its_share_to_the_others(void) {
+    char err[256];
+    nx_pool *p = NULL;
+    CHECK(nx_pool_new(2, &p, err, sizeof err) == NX_OK);
+    if (!p) return;
+    slow_job j = {{0, 0}, 0};
+    nx_pool_run(p, slow_worker, &j, 1000, 1);
+    long long caller = atomic_load(&j.done_by[0]), worker = atomic_load(&j.done_by[1]);
+    /* a fixed split in halves would give the caller exactly 500; guided
+     * claims leave the sleeping worker its first claim (<= 250) */
+    CHECKF(atomic_load(&j.worker_started) && worker > 0 && caller + worker == 1000 && caller >= 700,
+           "caller %lld, worker %lld", caller, worker);
+    nx_pool_free(p);
+}
+
 static const nx_test tests[] = {
     {"default_size_is_one_per_physical_core", "nx_pool_new(0): 1 .. online CPUs threads; more than 256 refused",
      default_size_is_one_per_physical_core},
     {"ranges_cover_every_index_once", "1, 3, 5 threads, n = 0..1000, grains 1/4/16: every index exactly once",
      ranges_cover_every_index_once},
+    {"a_slow_thread_leaves_its_share_to_the_others", "2 threads, the worker's first range 50 ms late: the caller does >= 70%",
+     a_slow_thread_leaves_its_share_to_the_others},
 };
 
 NX_TEST_MAIN(tests)
