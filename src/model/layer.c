@@ -288,7 +288,10 @@ static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
             float *o = sc->mix + t * VD + jh * Dv;
             kn_gated_delta_step(S, row + kh * Dk, row + KD + kh * Dk, row + 2 * KD + jh * Dv, alpha, beta, o, Dk, Dv);
             kn_rmsnorm_gated(o, o, sc->zbuf + t * VD + jh * Dv, L->gnorm, Dv, eps);
-            if (sg->snap_recurrent) memcpy(sg->snap_recurrent + (i * Hv + jh) * head, S, (size_t)head * sizeof(float));
+            /* the state after the block's last token is the state itself:
+             * a rollback keeps fewer tokens, so it never reads that slot */
+            if (sg->snap_recurrent && i < sg->T - 1)
+                memcpy(sg->snap_recurrent + (i * Hv + jh) * head, S, (size_t)head * sizeof(float));
         }
     }
 }

@@ -117,7 +117,7 @@ typedef struct {
     int max_block;                /* longest block that can be recorded        */
     int T;                        /* tokens in the recorded block; 0: none     */
     int pos;                      /* state position before the block           */
-    float **recurrent;            /* per GDN layer [max_block][Hv][Dv][Dk]: state after token t */
+    float **recurrent;            /* per GDN layer [max_block][Hv][Dv][Dk]: state after token t < T - 1 */
     float **window;               /* per GDN layer [Kc-1 + max_block][CD]: conv input window   */
 } mdl_rollback;
 
