@@ -27,8 +27,8 @@ static const char *generate_help =
     "  --ignore-eos       keep going past end-of-sequence tokens\n"
     "  --mtp on|off|DIR   speculative decoding with the MTP head: the checkpoint's own (on,\n"
     "                     the default when it has one), none (off), or a drafter directory\n"
-    "  --draft K|auto     drafts per round (default: the drafter's block_size - 1);\n"
-    "                     auto adapts K to the measured acceptance and cost, down to plain decoding\n"
+    "  --draft K|auto     drafts per round, or auto (the default): K adapts to the measured\n"
+    "                     acceptance and cost, down to plain decoding where drafts do not pay\n"
     "  --accept MODE      greedy | match | rejection (default: greedy at --temp 0, else rejection)\n"
     "  --mtp-hidden post|prenorm   target hidden fed to the head (default post)\n"
     "  --draft-vocab N    draft over token ids [0, N) only (the first N rows of the LM\n"
@@ -231,8 +231,10 @@ static nx_drafter *load_drafter(const gen_opts *g, const nx_model *m, int *rc) {
     return d;
 }
 
-static void print_mtp_json(FILE *f, const nx_spec_stats *st, int k_max) {
-    fprintf(f, ",\"mtp\":{\"drafted\":%lld,\"accepted\":%lld,\"acceptance\":%.4f,\"per_position\":[", (long long)st->drafted,
+static void print_mtp_json(FILE *f, const nx_spec_stats *st, int k_max, int draft) {
+    if (draft == NX_DRAFT_AUTO) fprintf(f, ",\"mtp\":{\"draft\":\"auto\",");
+    else fprintf(f, ",\"mtp\":{\"draft\":%d,", draft);
+    fprintf(f, "\"drafted\":%lld,\"accepted\":%lld,\"acceptance\":%.4f,\"per_position\":[", (long long)st->drafted,
             (long long)st->accepted, st->drafted ? (double)st->accepted / (double)st->drafted : 0.0);
     for (int i = 0; i < k_max; i++)
         fprintf(f, "%s%.4f", i ? "," : "", st->tried[i] ? (double)st->hits[i] / (double)st->tried[i] : 0.0);
@@ -246,7 +248,10 @@ static void print_mtp_json(FILE *f, const nx_spec_stats *st, int k_max) {
 
 int cmd_generate(int argc, char **argv) {
     cli_model_opts mo = {0};
-    gen_opts g = {.max_tokens = 64, .sp = nx_sampling_default()};
+    /* auto by default: a fixed K = 2 decodes slower than plain where a verify
+     * costs much more than a step (bench/RESULTS.md: q4 0.87x plain, bf16
+     * 0.95x; auto 0.96x and 1.07x) */
+    gen_opts g = {.max_tokens = 64, .sp = nx_sampling_default(), .draft = NX_DRAFT_AUTO};
     int r = parse_opts(argc, argv, &mo, &g);
     if (r) return r < 0 ? 0 : r;
     const char *dir = mo.dir ? mo.dir : cli_default_model();
@@ -339,7 +344,7 @@ int cmd_generate(int argc, char **argv) {
         printf(",\"stats\":{\"prompt_tokens\":%d,\"generated_tokens\":%d,\"prefill_s\":%.6f,"
                "\"prefill_tok_s\":%.2f,\"decode_s\":%.6f,\"decode_tok_s\":%.2f}",
                n_prompt, n_gen, t1 - t0, prefill_tps, t2 - t1, decode_tps);
-        if (d) print_mtp_json(stdout, st, k_max);
+        if (d) print_mtp_json(stdout, st, k_max, g.draft);
         printf("}\n");
     } else {
         size_t len = 0;
@@ -356,9 +361,11 @@ int cmd_generate(int argc, char **argv) {
                     (long long)st->drafted, st->drafted ? 100.0 * (double)st->accepted / (double)st->drafted : 0.0);
             for (int i = 0; i < k_max && st->tried[i]; i++)
                 fprintf(stderr, " %.2f", (double)st->hits[i] / (double)st->tried[i]);
-            fprintf(stderr, "; %.2f tokens per target forward (%lld forwards); draft %.3f s, verify %.3f s, commit %.3f s\n",
+            fprintf(stderr, "; %.2f tokens per target forward (%lld forwards); draft %.3f s, verify %.3f s, commit %.3f s",
                     st->target_forwards ? (double)st->emitted / (double)st->target_forwards : 0.0,
                     (long long)st->target_forwards, st->draft_s, st->verify_s, st->commit_s);
+            if (g.draft == NX_DRAFT_AUTO) fprintf(stderr, "; --draft auto\n");
+            else fprintf(stderr, "; --draft %d\n", g.draft);
         } else {
             fprintf(stderr, "mtp: off\n");
         }

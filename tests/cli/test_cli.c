@@ -313,6 +313,11 @@ static void generate_with_mtp_reports_acceptance(void) {
         CHECKF(j && mtp && same_ids(plain, j, 0) && json_array_size(json_object_get(j, "ids")) == 60, "variant '%s'", variants[v]);
         CHECK(json_integer_value(json_object_get(mtp, "drafted")) >= json_integer_value(json_object_get(mtp, "accepted")));
         CHECK(json_is_array(json_object_get(mtp, "per_position")) && json_integer_value(json_object_get(mtp, "target_forwards")) >= 1);
+        /* the draft policy that ran: auto unless a K was given */
+        json_t *policy = json_object_get(mtp, "draft");
+        int want_k = strstr(variants[v], "--draft 1") ? 1 : strstr(variants[v], "--draft 3") ? 3 : 0;
+        CHECKF(want_k ? json_integer_value(policy) == want_k : json_is_string(policy) && strcmp(json_string_value(policy), "auto") == 0,
+               "variant '%s'", variants[v]);
         json_decref(j);
     }
     /* the copy head accepts a lot on this checkpoint: fewer target forwards than tokens */
@@ -394,8 +399,9 @@ static void generate_defaults_to_the_bundled_model(void) {
     }
     CHECKF(letters > 100 && spaces > 20 && odd == 0, "letters %d, spaces %d, other bytes %d: %s", letters, spaces, odd, out);
     CHECKF(strstr(out + strlen(prompt), " the ") || strstr(out + strlen(prompt), " and "), "%s", out);
-    CHECKF(strstr(err, "mtp: accepted") != NULL, "%s", err);
-    json_t *j = run_json("generate -p 'And God said unto Moses,' -n 60 --json");
+    CHECKF(strstr(err, "mtp: accepted") != NULL && strstr(err, "--draft auto"), "%s", err);
+    /* scripts/run.sh drafts 2 a round: a copy of the trained head's work */
+    json_t *j = run_json("generate -p 'And God said unto Moses,' -n 60 --json --draft 2");
     double acc = json_real_value(json_object_get(json_object_get(j, "mtp"), "acceptance"));
     CHECKF(j && acc > 0.3, "acceptance %.3f", acc);
     json_decref(j);
