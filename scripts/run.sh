@@ -14,5 +14,4 @@ dir=$(scripts/build.sh release)
 prompt="And God said unto Moses,"
 for a in "$@"; do case $a in -p|--prompt|-f|--file|--prompt-ids|--load-state) prompt=;; esac; done
 if [ -n "$prompt" ]; then set -- -p "$prompt" "$@"; fi
-# --draft 2: on this tiny model the default (auto) drafts in few rounds
-exec "$dir/nextn" generate -n 200 --echo --stats --temp 0.7 --top-p 0.8 --top-k 20 --seed 1 --draft 2 "$@"
+exec "$dir/nextn" generate -n 200 --echo --stats --temp 0.7 --top-p 0.8 --top-k 20 --seed 1 "$@"

@@ -8,7 +8,8 @@
  *
  * Split: every thread, the caller included, claims ranges from a shared
  * counter until none is left (guided scheduling: a claim takes 1 / (2 *
- * threads) of what is left, at least `grain`). The first claims are large,
+ * threads) of what is left, rounded down to a multiple of `grain` but at
+ * least `grain`; only the range that ends at n may be shorter). The first claims are large,
  * contiguous runs; the last, small ones even out whatever holds one thread
  * back -- a late wake-up, a core that the machine's other load slows down.
  * With a fixed split in halves the caller of a 2-thread decode step waited
@@ -46,7 +47,7 @@ struct nx_pool {
     nx_range_fn fn;
     void *ctx;
     int64_t n, grain;
-    int parts;                    /* threads that may claim ranges of it       */
+    int parts;                    /* sizes the claims (every thread may claim) */
     atomic_int_fast64_t next;     /* first index not yet claimed               */
 };
 
@@ -56,7 +57,9 @@ static int pool_claim(nx_pool *p, int64_t *i0, int64_t *i1) {
     int_fast64_t a = atomic_load(&p->next);
     for (;;) {
         if (a >= p->n) return 0;
-        int64_t left = p->n - a, size = left / (2 * p->parts);
+        /* a multiple of the grain, so that claims start on grain boundaries
+         * (callers pick grains that keep their tiles and cache lines whole) */
+        int64_t left = p->n - a, size = left / (2 * p->parts) / p->grain * p->grain;
         if (size < p->grain) size = p->grain;
         if (size > left) size = left;
         if (atomic_compare_exchange_weak(&p->next, &a, a + size)) {

@@ -27,8 +27,11 @@ static const char *generate_help =
     "  --ignore-eos       keep going past end-of-sequence tokens\n"
     "  --mtp on|off|DIR   speculative decoding with the MTP head: the checkpoint's own (on,\n"
     "                     the default when it has one), none (off), or a drafter directory\n"
-    "  --draft K|auto     drafts per round, or auto (the default): K adapts to the measured\n"
-    "                     acceptance and cost, down to plain decoding where drafts do not pay\n"
+    "  --draft K|auto     drafts per round, or auto: K adapts to the measured acceptance and\n"
+    "                     cost, down to plain decoding where drafts do not pay (the default when\n"
+    "                     the output cannot depend on it: greedy or match acceptance; with\n"
+    "                     rejection the default is the drafter's block_size - 1, since auto's\n"
+    "                     timing-driven choices would change which sample a seed gives)\n"
     "  --accept MODE      greedy | match | rejection (default: greedy at --temp 0, else rejection)\n"
     "  --mtp-hidden post|prenorm   target hidden fed to the head (default post)\n"
     "  --draft-vocab N    draft over token ids [0, N) only (the first N rows of the LM\n"
@@ -248,12 +251,18 @@ static void print_mtp_json(FILE *f, const nx_spec_stats *st, int k_max, int draf
 
 int cmd_generate(int argc, char **argv) {
     cli_model_opts mo = {0};
-    /* auto by default: a fixed K = 2 decodes slower than plain where a verify
-     * costs much more than a step (bench/RESULTS.md: q4 0.87x plain, bf16
-     * 0.95x; auto 0.96x and 1.07x) */
-    gen_opts g = {.max_tokens = 64, .sp = nx_sampling_default(), .draft = NX_DRAFT_AUTO};
+    gen_opts g = {.max_tokens = 64, .sp = nx_sampling_default()};
     int r = parse_opts(argc, argv, &mo, &g);
     if (r) return r < 0 ? 0 : r;
+    /* No --draft: auto where the output cannot depend on the drafting
+     * decisions (greedy and match acceptance give plain decoding's tokens
+     * whatever K is): a fixed K = 2 decodes slower than plain where a verify
+     * costs much more than a step (bench/RESULTS.md: q4 0.87x plain, bf16
+     * 0.95x; auto 0.96x and 1.07x). Rejection sampling draws from other
+     * random streams at drafted positions, and auto's choices follow measured
+     * timings, so there a fixed K keeps a seed's sample reproducible. */
+    int rejection = g.accept == NX_ACCEPT_REJECTION || (g.accept == NX_ACCEPT_DEFAULT && g.sp.temperature > 0);
+    if (g.draft == 0 && !rejection) g.draft = NX_DRAFT_AUTO;
     const char *dir = mo.dir ? mo.dir : cli_default_model();
 
     int rc = 1, n_gen = 0, n_prompt = 0, n_stop = 0;
@@ -344,7 +353,7 @@ int cmd_generate(int argc, char **argv) {
         printf(",\"stats\":{\"prompt_tokens\":%d,\"generated_tokens\":%d,\"prefill_s\":%.6f,"
                "\"prefill_tok_s\":%.2f,\"decode_s\":%.6f,\"decode_tok_s\":%.2f}",
                n_prompt, n_gen, t1 - t0, prefill_tps, t2 - t1, decode_tps);
-        if (d) print_mtp_json(stdout, st, k_max, g.draft);
+        if (d) print_mtp_json(stdout, st, k_max, g.draft == NX_DRAFT_AUTO ? NX_DRAFT_AUTO : k_max);
         printf("}\n");
     } else {
         size_t len = 0;
@@ -365,7 +374,7 @@ int cmd_generate(int argc, char **argv) {
                     st->target_forwards ? (double)st->emitted / (double)st->target_forwards : 0.0,
                     (long long)st->target_forwards, st->draft_s, st->verify_s, st->commit_s);
             if (g.draft == NX_DRAFT_AUTO) fprintf(stderr, "; --draft auto\n");
-            else fprintf(stderr, "; --draft %d\n", g.draft);
+            else fprintf(stderr, "; --draft %d\n", k_max);
         } else {
             fprintf(stderr, "mtp: off\n");
         }

@@ -76,7 +76,10 @@ void mdl_linears(const nx_model *m, mdl_scratch *sc, const float *x, int T, int 
         kn_quantize_x(&qx, x, ws[0]->cols);
         j.x = NULL, j.qx = &qx;
     }
-    nx_pool_run(m->pool, linear_rows, &j, j.start[n], 16);
+    /* grain 48: claims start on multiples of 48 job rows, so the threads
+     * share no 64-byte line of y and, in a matrix that starts on such a
+     * multiple, no 12-row prefill tile (matmul.c) */
+    nx_pool_run(m->pool, linear_rows, &j, j.start[n], 48);
 }
 
 void mdl_linear(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float *x, int T, float *y) {

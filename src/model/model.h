@@ -203,8 +203,9 @@ void mdl_attention_kv(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, fl
                       int T);
 /* The same with a Gated DeltaNet mixer: each segment's conv_state and
  * recurrent state advance by its T tokens. With snap_recurrent, the
- * recurrent state after each of its tokens t is copied to snap_recurrent[t]
- * and its conv input window to snap_window (for rollback). */
+ * recurrent state after each of its tokens t < T - 1 is copied to
+ * snap_recurrent[t] (after the last one it is the state itself) and its conv
+ * input window to snap_window (for rollback). */
 void mdl_gdn_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, const mdl_seg *segs, int nseg);
 
 /* ---- verify and rollback (forward.c), used by the speculative decoder ---- */

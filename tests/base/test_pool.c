@@ -27,6 +27,7 @@ typedef struct {
     atomic_int calls;
     int64_t grain;
     atomic_int short_range;
+    atomic_int misaligned;   /* ranges that start off a multiple of the grain */
 } cover_job;
 
 static void mark(void *ctx, int64_t i0, int64_t i1, int tid) {
@@ -34,6 +35,7 @@ static void mark(void *ctx, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     atomic_fetch_add(&j->calls, 1);
     if (i1 - i0 < j->grain) atomic_fetch_add(&j->short_range, 1);
+    if (i0 % j->grain) atomic_fetch_add(&j->misaligned, 1);
     for (int64_t i = i0; i < i1; i++) atomic_fetch_add(&j->hits[i], 1);
 }
 
@@ -48,7 +50,7 @@ static void ranges_cover_every_index_once(void) {
         for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
             for (int64_t grain = 1; grain <= 16; grain *= 4) {
                 int64_t n = sizes[s];
-                cover_job j = {calloc((size_t)n + 1, sizeof(atomic_int)), 0, grain, 0};
+                cover_job j = {calloc((size_t)n + 1, sizeof(atomic_int)), 0, grain, 0, 0};
                 nx_pool_run(p, mark, &j, n, grain);
                 int ok = 1;
                 for (int64_t i = 0; i < n; i++) ok &= atomic_load(&j.hits[i]) == 1;
@@ -60,6 +62,8 @@ static void ranges_cover_every_index_once(void) {
                        (long long)grain, atomic_load(&j.calls));
                 /* only the range that ends at n may be shorter than the grain */
                 CHECK(atomic_load(&j.short_range) <= 1);
+                /* and every range starts on a multiple of the grain */
+                CHECK(atomic_load(&j.misaligned) == 0);
                 free(j.hits);
             }
         }
@@ -100,7 +104,7 @@ static void a_slow_thread_leaves_its_share_to_the_others(void) {
 static const nx_test tests[] = {
     {"default_size_is_one_per_physical_core", "nx_pool_new(0): 1 .. online CPUs threads; more than 256 refused",
      default_size_is_one_per_physical_core},
-    {"ranges_cover_every_index_once", "1, 3, 5 threads, n = 0..1000, grains 1/4/16: every index exactly once",
+    {"ranges_cover_every_index_once", "1, 3, 5 threads, n = 0..1000, grains 1/4/16: every index once, ranges on grain multiples",
      ranges_cover_every_index_once},
     {"a_slow_thread_leaves_its_share_to_the_others", "2 threads, the worker's first range 50 ms late: the caller does >= 70%",
      a_slow_thread_leaves_its_share_to_the_others},

@@ -330,7 +330,13 @@ static void generate_with_mtp_reports_acceptance(void) {
     json_t *ps = run_json("generate -m '" COPY05 "' --prompt-ids 11,42,7,300 -n 40 --ignore-eos --json --mtp off --temp 0.8 --seed 5");
     json_t *ms = run_json("generate -m '" COPY05 "' --prompt-ids 11,42,7,300 -n 40 --ignore-eos --json --accept match --temp 0.8 --seed 5");
     CHECK(ps && ms && same_ids(ps, ms, 0));
-    json_decref(ps), json_decref(ms);
+    /* without --draft: auto with match acceptance, the head's fixed K = 2
+     * with rejection sampling (auto's timing-driven K would change the sample) */
+    json_t *rs = run_json("generate -m '" COPY05 "' --prompt-ids 11,42,7,300 -n 40 --ignore-eos --json --temp 0.8 --seed 5");
+    json_t *ms_draft = json_object_get(json_object_get(ms, "mtp"), "draft"), *rs_draft = json_object_get(json_object_get(rs, "mtp"), "draft");
+    CHECK(json_is_string(ms_draft) && strcmp(json_string_value(ms_draft), "auto") == 0);
+    CHECK(rs && json_is_integer(rs_draft) && json_integer_value(rs_draft) == 2);
+    json_decref(ps), json_decref(ms), json_decref(rs);
     /* --stats prints the acceptance line */
     CHECK(nextn("generate -m '" COPY05 "' --prompt-ids 1,2,3 -n 20 --stats") == 0);
     char *err = captured("stderr");
@@ -400,7 +406,7 @@ static void generate_defaults_to_the_bundled_model(void) {
     CHECKF(letters > 100 && spaces > 20 && odd == 0, "letters %d, spaces %d, other bytes %d: %s", letters, spaces, odd, out);
     CHECKF(strstr(out + strlen(prompt), " the ") || strstr(out + strlen(prompt), " and "), "%s", out);
     CHECKF(strstr(err, "mtp: accepted") != NULL && strstr(err, "--draft auto"), "%s", err);
-    /* scripts/run.sh drafts 2 a round: a copy of the trained head's work */
+    /* acceptance of the head's own block (auto may draft in few rounds here) */
     json_t *j = run_json("generate -p 'And God said unto Moses,' -n 60 --json --draft 2");
     double acc = json_real_value(json_object_get(json_object_get(j, "mtp"), "acceptance"));
     CHECKF(j && acc > 0.3, "acceptance %.3f", acc);
