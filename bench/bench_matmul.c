@@ -1,10 +1,11 @@
 /* bench_matmul.c — weight streaming rate of kn_matmul_rows, dense and affine.
  *
- *   bench-matmul [MB] [REPS] [TS]   MB: bytes of weights per matrix (default 256)
+ *   bench-matmul [MB] [REPS] [TS] [ONLY]   MB: bytes of weights per matrix (default 256)
  *                                   REPS: timed calls per case (default 7)
  *                                   TS: activation row counts, e.g. 1,2,4,8 (default 1,4)
+ *                                   ONLY: run the cases whose name contains it
  *
- * For dense bf16 and affine q2..q8 (group 64, bf16 scales and biases), one
+ * For dense f32 and bf16 and affine q2..q8 (group 64, bf16 scales and biases), one
  * matrix of 4096 columns and as many rows as fill MB megabytes (so it streams
  * from DRAM, not from cache), filled with random bytes (the rate does not
  * depend on the values; no quantizer run). Each case times REPS calls of
@@ -30,7 +31,7 @@
 #define COLS 4096
 #endif
 #define GROUP 64
-#define MAX_T 16
+#define MAX_T 32
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
 static uint64_t rng_next(void) {   /* xorshift64* */
@@ -117,13 +118,15 @@ int main(int argc, char **argv) {
     float *x = malloc(MAX_T * COLS * sizeof *x);
     for (int i = 0; i < MAX_T * COLS; i++) x[i] = (float)(rng_next() >> 40) * 0x1p-24f - 0.5f;
     void *qxbuf = malloc(kn_qx_bytes(MAX_T, COLS));
-    static const int formats[] = {0, 8, 6, 5, 4, 3, 2};   /* 0: dense bf16; else affine bits */
+    static const int formats[] = {-1, 0, 8, 6, 5, 4, 3, 2};   /* -1: dense f32, 0: dense bf16; else affine bits */
     for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
-        const int bits = formats[f];
-        const size_t row_bytes = bits ? (size_t)kn_affine_row_words(COLS, bits) * 4 + 2 * (COLS / GROUP) * 2 : COLS * 2;
+        const int bits = formats[f] > 0 ? formats[f] : 0, f32 = formats[f] < 0;
+        const size_t row_bytes = bits ? (size_t)kn_affine_row_words(COLS, bits) * 4 + 2 * (COLS / GROUP) * 2 : COLS * (f32 ? 4 : 2);
         const int64_t rows = (int64_t)(mb * 1e6 / (double)row_bytes);
         kn_mat w = {.data = random_bytes((size_t)rows * (bits ? row_bytes - 4 * (COLS / GROUP) : row_bytes)),
-                    .dtype = bits ? NX_DT_U32 : NX_DT_BF16, .rows = rows, .cols = COLS, .bits = bits};
+                    .dtype = bits ? NX_DT_U32 : f32 ? NX_DT_F32 : NX_DT_BF16, .rows = rows, .cols = COLS, .bits = bits};
+        if (f32)   /* finite values: random bytes would make NaNs and subnormals */
+            for (int64_t i = 0; i < rows * COLS; i++) ((float *)(void *)w.data)[i] = (float)(rng_next() >> 40) * 0x1p-24f - 0.5f;
         if (bits) {
             w.group = GROUP;
             w.sdtype = NX_DT_BF16;
@@ -135,7 +138,8 @@ int main(int argc, char **argv) {
         for (int int8 = 0; int8 <= (bits != 0); int8++) {
             char name[48];
             if (bits) snprintf(name, sizeof name, "affine q%d g%d bf16, %s x", bits, GROUP, int8 ? "int8" : "f32");
-            else snprintf(name, sizeof name, "dense bf16");
+            else snprintf(name, sizeof name, "dense %s", f32 ? "f32" : "bf16");
+            if (argc > 4 && !strstr(name, argv[4])) continue;
             kn_qx qx;
             if (int8) kn_qx_bind(&qx, qxbuf, MAX_T, &w);
             for (int k = 0; k < nts; k++) {

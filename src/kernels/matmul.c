@@ -256,7 +256,9 @@ KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, in
  * (the next row group's; the caller says so only when that group exists):
  * with rows of a few KB, the hardware prefetcher does not run far enough
  * ahead of several interleaved streams. */
+#ifndef KN_TILE_COLS
 #define KN_TILE_COLS 256
+#endif
 #define KN_TILE_GROUP 12   /* rows per group: a multiple of every tile height */
 #define KN_TILE_MIN_T 5    /* fewer activation rows go row by row (see matmul_rows_fmt_avx2) */
 

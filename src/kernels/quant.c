@@ -187,7 +187,7 @@ void kn_affine_matmul_rows_ref(const kn_mat *w, const float *x, int64_t ldx, int
 size_t kn_qx_bytes(int T, int64_t cols) {
     assert(T >= 0 && cols >= 0);
     const size_t G = (size_t)(cols / 32);   /* the most groups any group size gives */
-    return (size_t)T * ((size_t)cols + G * (2 * sizeof(float) + 8 * sizeof(int32_t)));
+    return (size_t)T * ((size_t)cols + G * 2 * sizeof(float));
 }
 
 void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w) {
@@ -202,8 +202,7 @@ void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w) {
     /* cols is a multiple of 32, so every array after q starts 4-byte aligned. */
     qx->q = (int8_t *)p, p += (size_t)T * (size_t)cols;
     qx->d = (float *)(void *)p, p += (size_t)T * G * sizeof(float);
-    qx->s = (float *)(void *)p, p += (size_t)T * G * sizeof(float);
-    qx->lsum = (int32_t *)(void *)p;
+    qx->s = (float *)(void *)p;
 }
 
 /* The lane of element c of a group (c counts from a multiple of 64) and where
@@ -222,8 +221,8 @@ static inline void qx_scale(float amax, float *d, float *id) {
     *id = 127.0f / amax;
 }
 
-/* Quantizes one group of n elements of x into q, *d, *s, lsum[8] (quant.h). */
-static void quantize_group_ref(const float *x, int n, int nibbles, int8_t *q, float *d, float *s, int32_t lsum[8]) {
+/* Quantizes one group of n elements of x into q, *d and *s (quant.h). */
+static void quantize_group_ref(const float *x, int n, int nibbles, int8_t *q, float *d, float *s) {
     float amax = 0.0f;
     int bad = 0;
     for (int c = 0; c < n; c++) {
@@ -231,7 +230,6 @@ static void quantize_group_ref(const float *x, int n, int nibbles, int8_t *q, fl
         if (!(a <= FLT_MAX)) bad = 1;   /* NaN or infinity */
         else if (a > amax) amax = a;
     }
-    memset(lsum, 0, 8 * sizeof *lsum);
     if (bad) {
         memset(q, 0, (size_t)n);
         *d = *s = NAN;
@@ -245,14 +243,13 @@ static void quantize_group_ref(const float *x, int n, int nibbles, int8_t *q, fl
         v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
         q[qx_pos(nibbles, c)] = (int8_t)v;
         sum += (int32_t)v;
-        lsum[qx_lane(nibbles, c)] += (int32_t)v;
     }
     *d = scale;
     *s = scale * (float)sum;
 }
 
 /* Quantizer of one group, as quantize_group_ref. */
-typedef void (*qx_group_fn)(const float *x, int n, int nibbles, int8_t *q, float *d, float *s, int32_t lsum[8]);
+typedef void (*qx_group_fn)(const float *x, int n, int nibbles, int8_t *q, float *d, float *s);
 
 /* Every group of every row of x through one twin's group quantizer. */
 static void quantize_rows(kn_qx *qx, const float *x, int64_t ldx, qx_group_fn quantize_group) {
@@ -262,7 +259,7 @@ static void quantize_rows(kn_qx *qx, const float *x, int64_t ldx, qx_group_fn qu
         for (int64_t g = 0; g < G; g++) {
             const int64_t k = (int64_t)t * G + g;
             quantize_group(x + (int64_t)t * ldx + g * qx->group, qx->group, qx->nibbles,
-                           qx->q + (int64_t)t * n + g * qx->group, qx->d + k, qx->s + k, qx->lsum + 8 * k);
+                           qx->q + (int64_t)t * n + g * qx->group, qx->d + k, qx->s + k);
         }
 }
 
@@ -282,17 +279,20 @@ void kn_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t l
     for (int64_t r = r0; r < r1; r++) {
         const affine_row ar = row_at(w, r);
         const void *codes = ar.codes, *sc = ar.sc, *bi = ar.bi;
+        /* 8-bit codes centered (quant.h): u = q - 128, c_g = fma(128, sc_g, b_g) */
+        const int32_t center = w->bits == 8 ? 128 : 0;
         for (int t = 0; t < qx->T; t++) {
             const int8_t *xq = qx->q + (int64_t)t * n;
             float acc[8] = {0}, bl[8] = {0};
             for (int64_t g = 0; g < G; g++) {
                 int32_t lane[8] = {0};
                 for (int64_t c = g * group; c < (g + 1) * group; c++)
-                    lane[qx_lane(qx->nibbles, c)] += (int32_t)code_at(codes, c, w->bits) * xq[qx_pos(qx->nibbles, c)];
+                    lane[qx_lane(qx->nibbles, c)] += ((int32_t)code_at(codes, c, w->bits) - center) * xq[qx_pos(qx->nibbles, c)];
                 const int64_t k = (int64_t)t * G + g;
-                const float dg = qx->d[k] * sd_load(sc, w->sdtype, g);
+                const float scale = sd_load(sc, w->sdtype, g), dg = qx->d[k] * scale;
+                const float cg = center ? fmaf(128.0f, scale, sd_load(bi, w->sdtype, g)) : sd_load(bi, w->sdtype, g);
                 for (int j = 0; j < 8; j++) acc[j] = fmaf((float)lane[j], dg, acc[j]);
-                bl[g % 8] = fmaf(sd_load(bi, w->sdtype, g), qx->s[k], bl[g % 8]);
+                bl[g % 8] = fmaf(cg, qx->s[k], bl[g % 8]);
             }
             y[(int64_t)t * ldy + r] = combine8_ref(acc) + combine8_ref(bl);
         }
@@ -456,9 +456,9 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * elements 4j..4j+3 of the block into int32 lane j, and adding the blocks of a
  * group gives quant.h's I_j exactly. The int16 pair sums cannot saturate: a
  * code is at most 63 for bits <= 6 (63 * 127 * 2 < 32767). 8-bit codes (up to
- * 255) would, so they are shifted to q - 128 in [-128, 127] and multiplied with
- * the sign trick (|q - 128| times xq with q - 128's sign; 128 * 127 * 2 <
- * 32767); the group's I_j gets 128 * lsum[j] back, exactly.
+ * 255) would, so they are centered (quant.h: u = q - 128 in [-128, 127]) and
+ * multiplied with the sign trick (|u| times xq with u's sign; 128 * 127 * 2 <
+ * 32767).
  *
  * Schedule: row by row; per row, up to KN_QXBLOCK activation rows share each
  * unpacked block (an int32 group accumulator and an f32 accumulator each), so
@@ -506,8 +506,7 @@ KN_AVX2_INLINE int32_t hsum_epi32_avx2(__m256i v) {
 }
 
 /* quantize_group_ref with vectors; n is a multiple of 32 (of 64 with nibbles). */
-static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8_t *q, float *d, float *s,
-                                        int32_t lsum[8]) {
+static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8_t *q, float *d, float *s) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), big = _mm256_set1_ps(FLT_MAX);
     __m256 vmax = _mm256_setzero_ps(), vbad = _mm256_setzero_ps();
     for (int c = 0; c < n; c += 8) {
@@ -517,7 +516,6 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8
     }
     if (_mm256_movemask_ps(vbad)) {
         memset(q, 0, (size_t)n);
-        memset(lsum, 0, 8 * sizeof *lsum);
         *d = *s = NAN;
         return;
     }
@@ -559,7 +557,6 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8
         }
         lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, b), ones16));
     }
-    _mm256_storeu_si256((__m256i *)(void *)lsum, lanes);
     *d = scale;
     *s = scale * (float)hsum_epi32_avx2(lanes);
 }
@@ -602,7 +599,9 @@ KN_AVX2_INLINE void dot_rows_qx_avx2(affine_row ar, nx_dtype sdt, int bits, int6
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps(), bl[t] = _mm256_setzero_ps();
     for (int64_t g8 = 0; g8 < G; g8 += 8) {
         const int64_t cnt = G - g8 < 8 ? G - g8 : 8;
-        const __m256 sv = load8_sd_avx2(sc, sdt, g8, cnt), bv = load8_sd_avx2(bi, sdt, g8, cnt);
+        const __m256 sv = load8_sd_avx2(sc, sdt, g8, cnt);
+        __m256 bv = load8_sd_avx2(bi, sdt, g8, cnt);
+        if (bits == 8) bv = _mm256_fmadd_ps(_mm256_set1_ps(128.0f), sv, bv);   /* c_g of centered codes */
         const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)cnt), lane_idx);
         for (int t = 0; t < nt; t++) {
             const int64_t k = (int64_t)(t0 + t) * G + g8;
@@ -616,15 +615,11 @@ KN_AVX2_INLINE void dot_rows_qx_avx2(affine_row ar, nx_dtype sdt, int bits, int6
                 for (int t = 0; t < nt; t++) gi[t] = _mm256_setzero_si256();
                 for (int64_t i = i0; i < i1; i += 32) {
                     const __m256i wq = unpack32_u8_avx2(codes, bits, i, n);
-                    const __m256i ws = _mm256_xor_si256(wq, flip), wa = _mm256_abs_epi8(ws);   /* q - 128, |q - 128| */
+                    const __m256i ws = _mm256_xor_si256(wq, flip), wa = _mm256_abs_epi8(ws);   /* u = q - 128, |u| */
                     _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
                         const __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(qx->q + (int64_t)(t0 + t) * n + i));
                         gi[t] = _mm256_add_epi32(gi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(xv, ws)), ones16));
                     }
-                }
-                _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {   /* back from q - 128 to q: + 128 * lane sums */
-                    const int32_t *ls = qx->lsum + 8 * ((int64_t)(t0 + t) * G + g);
-                    gi[t] = _mm256_add_epi32(gi[t], _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(const void *)ls), 7));
                 }
             } else if (bits == 4 && group >= 64) {   /* nibbles layout: 64 elements per 32 code bytes */
                 const __m256i m4 = _mm256_set1_epi8(0x0f);

@@ -89,7 +89,6 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  *             all 0, and d = 0, when amax < KN_QX_MIN_AMAX (2^-100: 127 / amax
  *             could overflow f32; such a group adds nothing to the product)
  *   s[t][g] = d * (sum of xq over the group)   (the exact integer times d)
- *   lsum[t][g][j] = sum of xq over the group's elements c with lane(c) == j
  * A group holding a NaN or an infinity gets xq = 0 and d = s = NaN, so the
  * product is NaN, as an f32 product would be NaN or infinite. (At the other
  * extreme, s and d * scale overflow to infinity for activations beyond about
@@ -105,13 +104,17 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * The product of weight row r (scale sc_g, bias b_g, codes q) with activation
  * row t is, with 8 f32 lanes acc[j] and 8 more bl[j], all starting at 0:
  *   for each group g in order:
- *     I_j     = sum of q[c] * xq[c] over the group's c with lane(c) == j
+ *     I_j     = sum of u[c] * xq[c] over the group's c with lane(c) == j
  *               (an exact integer: lane j of a maddubs + madd over the
  *               group's 32-element blocks)
  *     acc[j]  = fma((float)I_j, d[t][g] * sc_g, acc[j])   for j = 0..7
- *     bl[g % 8] = fma(b_g, s[t][g], bl[g % 8])
+ *     bl[g % 8] = fma(c_g, s[t][g], bl[g % 8])
  *   y = comb(acc) + comb(bl), comb(a) = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
- * which is sum_c (sc_g q + b_g) * (d xq[c]): the dequantized weights times the
+ * where u = q and c_g = b_g, except for 8-bit weights, which are centered: u
+ * = q - 128 and c_g = fma(128, sc_g, b_g) (sc_g q + b_g = sc_g u + c_g; the
+ * SIMD product needs u in [-128, 127], and the centered I_j are small where
+ * sum q xq would be mostly 128 * sum xq, cancelled by the bias term). This is
+ * sum_c (sc_g q + b_g) * (d xq[c]): the dequantized weights times the
  * dequantized activations, rounded in a fixed order. Both twins compute
  * exactly this, so they agree bit for bit, and Y[t][r] depends only on W row
  * r and X row t (matmul.h's contract). Error against the f32 product: the
@@ -130,7 +133,6 @@ typedef struct {
     int8_t *q;          /* [T][cols]                                         */
     float *d;           /* [T][cols / group] activation scales               */
     float *s;           /* [T][cols / group] d * sum of the group's q        */
-    int32_t *lsum;      /* [T][cols / group][8] per-lane sums of q (8-bit weights use them) */
 } kn_qx;
 
 /* 1 if activations for affine w are stored in the nibbles order (above). */
