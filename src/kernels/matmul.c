@@ -259,6 +259,7 @@ KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, in
 #ifndef KN_TILE_COLS
 #define KN_TILE_COLS 256
 #endif
+_Static_assert(KN_TILE_COLS > 0 && KN_TILE_COLS % 32 == 0, "a chunk must hold whole 32-column blocks");
 #define KN_TILE_GROUP 12   /* rows per group: a multiple of every tile height */
 #define KN_TILE_MIN_T 5    /* fewer activation rows go row by row (see matmul_rows_fmt_avx2) */
 

@@ -582,7 +582,8 @@ KN_AVX2_INLINE __m256 load8_sd_avx2(const void *p, nx_dtype dt, int64_t g, int64
  *
  * Per 8 groups, the 8 weight scales and biases are widened at once; for each
  * activation row, d * scale goes to a small buffer (each group then broadcasts
- * its lane from it) and the bias term takes one vector fma. Within a group,
+ * its lane from it) and the bias term takes one vector fma (8-bit weights: one
+ * more per 8 groups, for c_g). Within a group,
  * maddubs results are summed as int16 while that cannot overflow (acc16: the
  * largest pair sum, 2 * (2^bits - 1) * 127, times the group's blocks fits in
  * 32767 - bits <= 5 up to group 128, 6 up to 64), then widened once by madd. */

@@ -111,14 +111,18 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  *     bl[g % 8] = fma(c_g, s[t][g], bl[g % 8])
  *   y = comb(acc) + comb(bl), comb(a) = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
  * where u = q and c_g = b_g, except for 8-bit weights, which are centered: u
- * = q - 128 and c_g = fma(128, sc_g, b_g) (sc_g q + b_g = sc_g u + c_g; the
- * SIMD product needs u in [-128, 127], and the centered I_j are small where
- * sum q xq would be mostly 128 * sum xq, cancelled by the bias term). This is
- * sum_c (sc_g q + b_g) * (d xq[c]): the dequantized weights times the
- * dequantized activations, rounded in a fixed order. Both twins compute
- * exactly this, so they agree bit for bit, and Y[t][r] depends only on W row
- * r and X row t (matmul.h's contract). Error against the f32 product: the
- * activation rounding, |x - d xq| <= d / 2 = amax / 254 per element. */
+ * = q - 128 and c_g = fma(128, sc_g, b_g) (sc_g q + b_g = sc_g u + c_g up to
+ * c_g's f32 rounding, at most 2^-24 |c_g| per group and none for bf16 scales
+ * and biases within 16 binades of each other; the SIMD product needs u in
+ * [-128, 127], and the centered I_j are small where sum q xq would be mostly
+ * 128 * sum xq, cancelled by the bias term). This is sum_c (sc_g q + b_g) *
+ * (d xq[c]): the dequantized weights times the dequantized activations,
+ * rounded in a fixed order. Both twins compute exactly this, so they agree
+ * bit for bit, and Y[t][r] depends only on W row r and X row t (matmul.h's
+ * contract). Error against the f32 product: the activation rounding, |x - d
+ * xq| <= d / 2 = amax / 254 per element, and for 8-bit weights c_g's rounding
+ * above. (c_g overflows for scales beyond about 2.6e36, where sc_g * 255
+ * would be near f32's limit anyway.) */
 
 #define KN_QX_MIN_AMAX 0x1p-100f
 
@@ -132,7 +136,7 @@ typedef struct {
     int nibbles;        /* 1: the 4-bit storage order (above)                */
     int8_t *q;          /* [T][cols]                                         */
     float *d;           /* [T][cols / group] activation scales               */
-    float *s;           /* [T][cols / group] d * sum of the group's q        */
+    float *s;           /* [T][cols / group] d * sum of the group's xq       */
 } kn_qx;
 
 /* 1 if activations for affine w are stored in the nibbles order (above). */
@@ -151,7 +155,7 @@ void kn_quantize_x(kn_qx *qx, const float *x, int64_t ldx);
 
 /* Y[t*ldy + r] = the product above of W row r and qx row t, for t < qx->T and
  * r in [r0, r1). qx was bound for w (or a matrix of the same cols, group and
- * bit width). A row-range worker like kn_matmul_rows. */
+ * storage order: kn_qx_nibbles). A row-range worker like kn_matmul_rows. */
 void kn_matmul_qx_rows(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
 /* The twins behind kn_quantize_x and kn_matmul_qx_rows (the scalar ones are the
