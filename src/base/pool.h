@@ -27,8 +27,9 @@ void nx_pool_free(nx_pool *p);
 int nx_pool_size(const nx_pool *p);
 
 /* Splits [0, n) into ranges of at least `grain` indices (grain >= 1; only
- * the range that ends at n may be shorter) and runs them on the pool's
- * threads. n <= 0 returns at once; n <= grain runs on the caller alone. */
+ * the range that ends at n may be shorter), each starting on a multiple of
+ * `grain`, and runs them on the pool's threads. n <= 0 returns at once; n <=
+ * grain runs on the caller alone. */
 void nx_pool_run(nx_pool *p, nx_range_fn fn, void *ctx, int64_t n, int64_t grain);
 
 #endif

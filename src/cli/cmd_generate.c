@@ -29,9 +29,10 @@ static const char *generate_help =
     "                     the default when it has one), none (off), or a drafter directory\n"
     "  --draft K|auto     drafts per round, or auto: K adapts to the measured acceptance and\n"
     "                     cost, down to plain decoding where drafts do not pay (the default when\n"
-    "                     the output cannot depend on it: greedy or match acceptance; with\n"
-    "                     rejection the default is the drafter's block_size - 1, since auto's\n"
-    "                     timing-driven choices would change which sample a seed gives)\n"
+    "                     the output cannot depend on it: greedy or match acceptance, or --temp 0\n"
+    "                     or --top-k 1; under rejection sampling the default is the drafter's\n"
+    "                     block_size - 1, since auto's timing-driven choices would change which\n"
+    "                     sample a seed gives)\n"
     "  --accept MODE      greedy | match | rejection (default: greedy at --temp 0, else rejection)\n"
     "  --mtp-hidden post|prenorm   target hidden fed to the head (default post)\n"
     "  --draft-vocab N    draft over token ids [0, N) only (the first N rows of the LM\n"
@@ -260,8 +261,10 @@ int cmd_generate(int argc, char **argv) {
      * costs much more than a step (bench/RESULTS.md: q4 0.87x plain, bf16
      * 0.95x; auto 0.96x and 1.07x). Rejection sampling draws from other
      * random streams at drafted positions, and auto's choices follow measured
-     * timings, so there a fixed K keeps a seed's sample reproducible. */
-    int rejection = g.accept == NX_ACCEPT_REJECTION || (g.accept == NX_ACCEPT_DEFAULT && g.sp.temperature > 0);
+     * timings, so there a fixed K keeps a seed's sample reproducible (unless
+     * the distribution is one-hot: temperature 0 or top-k 1). */
+    int rejection = (g.accept == NX_ACCEPT_REJECTION || g.accept == NX_ACCEPT_DEFAULT) && g.sp.temperature > 0 &&
+                    g.sp.top_k != 1;
     if (g.draft == 0 && !rejection) g.draft = NX_DRAFT_AUTO;
     const char *dir = mo.dir ? mo.dir : cli_default_model();
 

@@ -48,14 +48,17 @@ static void ranges_cover_every_index_once(void) {
         CHECK(nx_pool_size(p) == threads);
         static const int64_t sizes[] = {0, 1, 2, 7, 64, 1000};
         for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
-            for (int64_t grain = 1; grain <= 16; grain *= 4) {
-                int64_t n = sizes[s];
+            static const int64_t grains[] = {1, 4, 16, 48};
+            for (size_t gi = 0; gi < sizeof grains / sizeof *grains; gi++) {
+                const int64_t grain = grains[gi], n = sizes[s];
                 cover_job j = {calloc((size_t)n + 1, sizeof(atomic_int)), 0, grain, 0, 0};
                 nx_pool_run(p, mark, &j, n, grain);
                 int ok = 1;
                 for (int64_t i = 0; i < n; i++) ok &= atomic_load(&j.hits[i]) == 1;
-                /* guided claims: each takes at least 1 / (2P) of what is left
-                 * or the grain, so there are few of them */
+                /* guided claims: each takes about 1 / (2P) of what is left
+                 * (rounded down to a multiple of the grain) or the grain, so
+                 * there are few of them (claim sizes depend only on what is
+                 * left, so the count is the same on every run) */
                 int64_t P = threads < (n + grain - 1) / grain ? threads : (n + grain - 1) / grain;
                 double bound = n == 0 ? 0 : P <= 1 ? 1 : 2.0 * (double)P * (log((double)n / (double)grain + 1) + 1) + 1;
                 CHECKF(ok && atomic_load(&j.calls) <= bound, "threads %d n %lld grain %lld: %d calls", threads, (long long)n,
@@ -104,7 +107,7 @@ static void a_slow_thread_leaves_its_share_to_the_others(void) {
 static const nx_test tests[] = {
     {"default_size_is_one_per_physical_core", "nx_pool_new(0): 1 .. online CPUs threads; more than 256 refused",
      default_size_is_one_per_physical_core},
-    {"ranges_cover_every_index_once", "1, 3, 5 threads, n = 0..1000, grains 1/4/16: every index once, ranges on grain multiples",
+    {"ranges_cover_every_index_once", "1, 3, 5 threads, n = 0..1000, grains 1/4/16/48: every index once, ranges on grain multiples",
      ranges_cover_every_index_once},
     {"a_slow_thread_leaves_its_share_to_the_others", "2 threads, the worker's first range 50 ms late: the caller does >= 70%",
      a_slow_thread_leaves_its_share_to_the_others},

@@ -336,11 +336,27 @@ static void generate_with_mtp_reports_acceptance(void) {
     json_t *ms_draft = json_object_get(json_object_get(ms, "mtp"), "draft"), *rs_draft = json_object_get(json_object_get(rs, "mtp"), "draft");
     CHECK(json_is_string(ms_draft) && strcmp(json_string_value(ms_draft), "auto") == 0);
     CHECK(rs && json_is_integer(rs_draft) && json_integer_value(rs_draft) == 2);
-    json_decref(ps), json_decref(ms), json_decref(rs);
-    /* --stats prints the acceptance line */
-    CHECK(nextn("generate -m '" COPY05 "' --prompt-ids 1,2,3 -n 20 --stats") == 0);
+    /* ... so the same seed gives the same sample again */
+    json_t *rs2 = run_json("generate -m '" COPY05 "' --prompt-ids 11,42,7,300 -n 40 --ignore-eos --json --temp 0.8 --seed 5");
+    CHECK(rs && rs2 && same_ids(rs, rs2, 0));
+    /* greedy acceptance whatever the temperature, and a one-hot distribution
+     * (top-k 1) under rejection: the output cannot depend on K, so auto */
+    static const char *const auto_variants[] = {"--accept greedy --temp 0.8", "--accept rejection --temp 0.8 --top-k 1",
+                                                "--accept rejection --temp 0"};
+    for (size_t v = 0; v < sizeof auto_variants / sizeof *auto_variants; v++) {
+        char args[512];
+        snprintf(args, sizeof args, "generate -m '" COPY05 "' --prompt-ids 11,42,7,300 -n 8 --ignore-eos --json %s",
+                 auto_variants[v]);
+        json_t *a = run_json(args);
+        json_t *policy = json_object_get(json_object_get(a, "mtp"), "draft");
+        CHECKF(a && json_is_string(policy) && strcmp(json_string_value(policy), "auto") == 0, "'%s'", auto_variants[v]);
+        json_decref(a);
+    }
+    json_decref(ps), json_decref(ms), json_decref(rs), json_decref(rs2);
+    /* --stats prints the acceptance line, and the fixed K of a sampled run */
+    CHECK(nextn("generate -m '" COPY05 "' --prompt-ids 1,2,3 -n 20 --stats --temp 0.8") == 0);
     char *err = captured("stderr");
-    CHECK(strstr(err, "mtp: accepted") && strstr(err, "tokens per target forward"));
+    CHECKF(strstr(err, "mtp: accepted") && strstr(err, "tokens per target forward") && strstr(err, "; --draft 2\n"), "%s", err);
     free(err);
     json_decref(plain);
 }
