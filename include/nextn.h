@@ -358,6 +358,13 @@ int nx_spec_checkpoint_tokens(const char *path);
 const nx_spec_stats *nx_spec_get_stats(const nx_spec *s);
 /* The most drafts a round of this session proposes (0 without a drafter). */
 int nx_spec_max_draft(const nx_spec *s);
+/* 1 if the tokens a session with these options emits can depend on where and
+ * how many drafts it runs: rejection sampling (NX_ACCEPT_DEFAULT resolves to
+ * it at temperature > 0) of a distribution that is not one-hot (top-k 1).
+ * Greedy and match acceptance emit plain decoding's tokens whatever the
+ * drafts, so only there may K follow timings (NX_DRAFT_AUTO) without
+ * changing which sample a seed gives. */
+int nx_spec_drafts_shape_output(nx_accept_mode accept, const nx_sampling *sp);
 /* Tokens of the sequence so far (prompt + emitted). */
 int nx_spec_length(const nx_spec *s);
 

@@ -256,16 +256,12 @@ int cmd_generate(int argc, char **argv) {
     int r = parse_opts(argc, argv, &mo, &g);
     if (r) return r < 0 ? 0 : r;
     /* No --draft: auto where the output cannot depend on the drafting
-     * decisions (greedy and match acceptance give plain decoding's tokens
-     * whatever K is): a fixed K = 2 decodes slower than plain where a verify
+     * decisions: a fixed K = 2 decodes slower than plain where a verify
      * costs much more than a step (bench/RESULTS.md: q4 0.87x plain, bf16
-     * 0.95x; auto 0.96x and 1.07x). Rejection sampling draws from other
-     * random streams at drafted positions, and auto's choices follow measured
-     * timings, so there a fixed K keeps a seed's sample reproducible (unless
-     * the distribution is one-hot: temperature 0 or top-k 1). */
-    int rejection = (g.accept == NX_ACCEPT_REJECTION || g.accept == NX_ACCEPT_DEFAULT) && g.sp.temperature > 0 &&
-                    g.sp.top_k != 1;
-    if (g.draft == 0 && !rejection) g.draft = NX_DRAFT_AUTO;
+     * 0.95x; auto 0.96x and 1.07x). Where it can (rejection sampling), auto's
+     * timing-driven K would change which sample a seed gives, so the
+     * drafter's fixed K stays. */
+    if (g.draft == 0 && !nx_spec_drafts_shape_output(g.accept, &g.sp)) g.draft = NX_DRAFT_AUTO;
     const char *dir = mo.dir ? mo.dir : cli_default_model();
 
     int rc = 1, n_gen = 0, n_prompt = 0, n_stop = 0;
@@ -342,7 +338,7 @@ int cmd_generate(int argc, char **argv) {
      * prefill logits) */
     double prefill_tps = n_prompt && t1 > t0 ? n_prompt / (t1 - t0) : 0.0, decode_tps = n_gen > 1 && t2 > t1 ? (n_gen - 1) / (t2 - t1) : 0.0;
     const nx_spec_stats *st = nx_spec_get_stats(s);
-    int k_max = nx_spec_max_draft(s);
+    const int k_max = nx_spec_max_draft(s), policy = g.draft == NX_DRAFT_AUTO ? NX_DRAFT_AUTO : k_max;   /* as run */
     if (g.json) {
         printf("{\"prompt_ids\":[");
         print_ids(stdout, prompt, n_prompt);
@@ -356,7 +352,7 @@ int cmd_generate(int argc, char **argv) {
         printf(",\"stats\":{\"prompt_tokens\":%d,\"generated_tokens\":%d,\"prefill_s\":%.6f,"
                "\"prefill_tok_s\":%.2f,\"decode_s\":%.6f,\"decode_tok_s\":%.2f}",
                n_prompt, n_gen, t1 - t0, prefill_tps, t2 - t1, decode_tps);
-        if (d) print_mtp_json(stdout, st, k_max, g.draft == NX_DRAFT_AUTO ? NX_DRAFT_AUTO : k_max);
+        if (d) print_mtp_json(stdout, st, k_max, policy);
         printf("}\n");
     } else {
         size_t len = 0;
@@ -376,8 +372,8 @@ int cmd_generate(int argc, char **argv) {
             fprintf(stderr, "; %.2f tokens per target forward (%lld forwards); draft %.3f s, verify %.3f s, commit %.3f s",
                     st->target_forwards ? (double)st->emitted / (double)st->target_forwards : 0.0,
                     (long long)st->target_forwards, st->draft_s, st->verify_s, st->commit_s);
-            if (g.draft == NX_DRAFT_AUTO) fprintf(stderr, "; --draft auto\n");
-            else fprintf(stderr, "; --draft %d\n", k_max);
+            if (policy == NX_DRAFT_AUTO) fprintf(stderr, "; --draft auto\n");
+            else fprintf(stderr, "; --draft %d\n", policy);
         } else {
             fprintf(stderr, "mtp: off\n");
         }

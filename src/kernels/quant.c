@@ -289,8 +289,8 @@ void kn_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t l
                 for (int64_t c = g * group; c < (g + 1) * group; c++)
                     lane[qx_lane(qx->nibbles, c)] += ((int32_t)code_at(codes, c, w->bits) - center) * xq[qx_pos(qx->nibbles, c)];
                 const int64_t k = (int64_t)t * G + g;
-                const float scale = sd_load(sc, w->sdtype, g), dg = qx->d[k] * scale;
-                const float cg = center ? fmaf(128.0f, scale, sd_load(bi, w->sdtype, g)) : sd_load(bi, w->sdtype, g);
+                const float scale = sd_load(sc, w->sdtype, g), bias = sd_load(bi, w->sdtype, g), dg = qx->d[k] * scale;
+                const float cg = center ? fmaf(128.0f, scale, bias) : bias;
                 for (int j = 0; j < 8; j++) acc[j] = fmaf((float)lane[j], dg, acc[j]);
                 bl[g % 8] = fmaf(cg, qx->s[k], bl[g % 8]);
             }

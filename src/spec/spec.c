@@ -75,6 +75,13 @@ static int spec_invariants(const nx_spec *s) {
 
 /* ---- setup ------------------------------------------------------------- */
 
+/* NX_ACCEPT_DEFAULT as a session runs it: greedy at temperature 0, rejection
+ * otherwise. */
+static nx_accept_mode resolve_accept(nx_accept_mode accept, const nx_sampling *sp) {
+    if (accept != NX_ACCEPT_DEFAULT) return accept;
+    return sp->temperature > 0 ? NX_ACCEPT_REJECTION : NX_ACCEPT_GREEDY;
+}
+
 nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const nx_spec_opts *opts, nx_spec **out,
                       char *err, size_t errlen) {
     *out = NULL;
@@ -99,8 +106,7 @@ nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const
     if (s->k_max > NX_SPEC_MAX_DRAFT) s->k_max = NX_SPEC_MAX_DRAFT; /* stats and drafts are sized by it */
     s->k_fixed = d ? (s->auto_k ? 1 : k) : 0;
     s->max_ctx = max_ctx;
-    if (s->opts.accept == NX_ACCEPT_DEFAULT)
-        s->opts.accept = s->opts.sampling.temperature > 0 ? NX_ACCEPT_REJECTION : NX_ACCEPT_GREEDY;
+    s->opts.accept = resolve_accept(s->opts.accept, &s->opts.sampling);
     const cfg_model *c = &m->cfg;
     size_t V = (size_t)c->vocab_size, H = (size_t)c->hidden_size, B = (size_t)s->k_max + 1;
     nx_status st = nx_state_new(m, max_ctx, &s->target, err, errlen);
@@ -152,6 +158,10 @@ void nx_spec_free(nx_spec *s) {
 
 const nx_spec_stats *nx_spec_get_stats(const nx_spec *s) { return &s->stats; }
 int nx_spec_max_draft(const nx_spec *s) { return s->k_max; }
+
+int nx_spec_drafts_shape_output(nx_accept_mode accept, const nx_sampling *sp) {
+    return resolve_accept(accept, sp) == NX_ACCEPT_REJECTION && sp->temperature > 0 && sp->top_k != 1;
+}
 int nx_spec_length(const nx_spec *s) { return s->state == SPEC_FRESH || s->state == SPEC_CLOSED ? 0 : s->n + 1; }
 
 int spec_is_stop(const nx_spec *s, int32_t t) {
