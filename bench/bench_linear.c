@@ -10,7 +10,8 @@
  * and on the LM head, each with T rows of random activations of its input
  * width, so every weight is streamed from memory once per pass, as in a step.
  * The table gives the median pass time, the weight bytes it read per second
- * (codes, scales and biases as stored) and the pass time relative to T = 1:
+ * (codes, scales and biases as stored), the multiply-adds per second (2 flops
+ * each: the prefill GEMM's rate at T = 32) and the pass time relative to T = 1:
  * set against `nextn bench`'s step time and verify cost, it splits a step into
  * its matmuls and everything else (norms, attention, the GDN recurrence, pool
  * hand-offs). A warm-up pass comes first. Do not run it while a build runs. */
@@ -22,7 +23,7 @@
 #include "bench_util.h"
 #include "model/model.h"
 
-#define MAX_T 8
+#define MAX_T MDL_CHUNK   /* a prefill chunk's rows */
 
 /* Every matrix a step multiplies: the layers' (the other mixer kind's slots
  * are empty) and the LM head. Returns the count written to out. */
@@ -67,10 +68,11 @@ int main(int argc, char **argv) {
     enum { CAP = 16 * CFG_MAX_LAYERS };
     const kn_mat **mats = malloc(CAP * sizeof *mats);
     const int nm = step_matrices(m, mats, CAP);
-    double bytes = 0;
+    double bytes = 0, macs = 0;   /* per activation row */
     int64_t in_max = 0, out_max = 0;
     for (int i = 0; i < nm; i++) {
         bytes += kn_mat_bytes(mats[i]);
+        macs += (double)mats[i]->rows * (double)mats[i]->cols;
         if (mats[i]->cols > in_max) in_max = mats[i]->cols;
         if (mats[i]->rows > out_max) out_max = mats[i]->rows;
     }
@@ -88,7 +90,7 @@ int main(int argc, char **argv) {
     }
     printf("%s: %d matrices, %.1f MB of weights (%s), %d threads, median of %d passes\n\n", argv[1], nm, bytes / 1e6,
            nx_model_get_info(m)->weight_dtype, nx_pool_size(m->pool), reps);
-    printf("| T | ms / pass | GB/s | x T=1 |\n|---:|---:|---:|---:|\n");
+    printf("| T | ms / pass | GB/s | GFLOP/s | x T=1 |\n|---:|---:|---:|---:|---:|\n");
     double base = 0;
     for (int k = 0; k < nts; k++) {
         const int T = ts[k];
@@ -99,8 +101,9 @@ int main(int argc, char **argv) {
         }
         const double med = bench_median(s, reps);
         if (T == 1) base = med;   /* the ratio column needs T = 1 measured first */
-        if (base > 0) printf("| %d | %.2f | %.2f | %.2f |\n", T, med * 1e3, bytes / med / 1e9, med / base);
-        else printf("| %d | %.2f | %.2f | - |\n", T, med * 1e3, bytes / med / 1e9);
+        const double gflops = 2.0 * macs * T / med / 1e9;
+        if (base > 0) printf("| %d | %.2f | %.2f | %.1f | %.2f |\n", T, med * 1e3, bytes / med / 1e9, gflops, med / base);
+        else printf("| %d | %.2f | %.2f | %.1f | - |\n", T, med * 1e3, bytes / med / 1e9, gflops);
         fflush(stdout);
     }
     mdl_scratch_free(&sc);

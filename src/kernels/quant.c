@@ -1,5 +1,7 @@
 /* quant.c — MLX affine quantized weights: reading and writing the packed bit
- * stream, the quantizer, and two pairs of matmul twins (see quant.h).
+ * stream, the quantizer twins (the AVX2 one writes the scalar one's bytes; it
+ * makes --draft-head-bits copies and `nextn quantize` fast), and two pairs of
+ * matmul twins (see quant.h).
  *
  * f32 activations (kn_matmul_rows, --f32-activations): both twins compute the
  * dense product with the dequantized matrix: they dequantize each weight with
@@ -117,8 +119,46 @@ static void sd_store(void *p, nx_dtype dt, int64_t i, float v) {
     memcpy((char *)p + 2 * i, &h, 2);
 }
 
-void kn_affine_quantize_row(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
-                            void *scales, void *biases) {
+/* The smallest and largest of n finite values, as a scan in index order
+ * finds them: of equal values the first stays, which fixes the sign of a zero
+ * minimum (the bias stores it). */
+static void group_range(const float *w, int n, float *lo, float *hi) {
+    float l = w[0], h = w[0];
+    for (int c = 1; c < n; c++) {
+        if (w[c] < l) l = w[c];
+        if (w[c] > h) h = w[c];
+    }
+    *lo = l, *hi = h;
+}
+
+/* A group's bias and scale (quant.h) from its extremes, stored as element g of
+ * the scale and bias arrays; both twins share it. */
+static void group_params(float lo, float hi, unsigned nbins, nx_dtype sdtype, void *scales, void *biases, int64_t g,
+                         float *bias, float *scale) {
+    assert(isfinite(lo) && isfinite(hi));
+    const float b = sd_round_dir(lo, sdtype, -1);
+    double s = ((double)hi - b) / nbins;   /* in double: the grid reaches hi to within 2^-52 */
+    if (s < KN_AFFINE_MIN_SCALE) s = KN_AFFINE_MIN_SCALE;
+    const float sc = sd_round_dir(s, sdtype, +1);
+    assert(isfinite(b) && isfinite(sc) && sc > 0);
+    sd_store(scales, sdtype, g, sc);
+    sd_store(biases, sdtype, g, b);
+    *bias = b, *scale = sc;
+}
+
+/* ORs codes q[0..n) into the stream at element c0 (the stream starts zeroed).
+ * Element c's field starts at stream bit k = c * bits; it may spill into the
+ * next word. */
+static void put_codes(uint32_t *codes, int64_t c0, const uint8_t *q, int n, int bits) {
+    for (int c = 0; c < n; c++) {
+        const int64_t k = (c0 + c) * bits;
+        codes[k / 32] |= (uint32_t)q[c] << (k % 32);
+        if (k % 32 + bits > 32) codes[k / 32 + 1] |= (uint32_t)(q[c] >> (32 - k % 32));
+    }
+}
+
+void kn_affine_quantize_row_ref(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
+                                void *scales, void *biases) {
     assert(kn_bits_ok(bits) && kn_group_ok(group) && kn_sd_ok(sdtype) && cols >= 0 && cols % group == 0);
     assert(cols == 0 || (w != NULL && codes != NULL && scales != NULL && biases != NULL));
     if (cols == 0) return;
@@ -126,27 +166,15 @@ void kn_affine_quantize_row(const float *w, int64_t cols, int bits, int group, n
     memset(codes, 0, (size_t)kn_affine_row_words(cols, bits) * sizeof *codes);
     for (int64_t g = 0; g < cols / group; g++) {
         const float *wg = w + g * group;
-        float lo = wg[0], hi = wg[0];
-        for (int c = 1; c < group; c++) {
-            if (wg[c] < lo) lo = wg[c];
-            if (wg[c] > hi) hi = wg[c];
-        }
-        assert(isfinite(lo) && isfinite(hi));
-        const float bias = sd_round_dir(lo, sdtype, -1);
-        double s = ((double)hi - bias) / nbins;   /* in double: the grid reaches hi to within 2^-52 */
-        if (s < KN_AFFINE_MIN_SCALE) s = KN_AFFINE_MIN_SCALE;
-        const float scale = sd_round_dir(s, sdtype, +1);
-        assert(isfinite(bias) && isfinite(scale) && scale > 0);
-        sd_store(scales, sdtype, g, scale);
-        sd_store(biases, sdtype, g, bias);
+        float lo, hi, bias, scale;
+        uint8_t q[128];
+        group_range(wg, group, &lo, &hi);
+        group_params(lo, hi, nbins, sdtype, scales, biases, g, &bias, &scale);
         for (int c = 0; c < group; c++) {
-            double v = floor(((double)wg[c] - bias) / scale + 0.5);
-            unsigned q = v <= 0 ? 0 : v >= nbins ? nbins : (unsigned)v;
-            /* The element's field starts at stream bit k; it may spill into the next word. */
-            const int64_t k = (g * group + c) * bits;
-            codes[k / 32] |= (uint32_t)q << (k % 32);
-            if (k % 32 + bits > 32) codes[k / 32 + 1] |= (uint32_t)(q >> (32 - k % 32));
+            const double v = floor(((double)wg[c] - bias) / scale + 0.5);
+            q[c] = (uint8_t)(v <= 0 ? 0 : v >= nbins ? nbins : (unsigned)v);
         }
+        put_codes(codes, g * group, q, group, bits);
     }
 }
 
@@ -723,6 +751,58 @@ void kn_matmul_qx_rows_avx2(const kn_mat *w, const kn_qx *qx, float *y, int64_t 
     case 6: qx_rows_q6_avx2(w, qx, y, ldy, r0, r1); break;
     case 8: qx_rows_q8_avx2(w, qx, y, ldy, r0, r1); break;
     default: assert(!"unsupported bit width");
+    }
+}
+
+/* kn_affine_quantize_row_ref with vectors, the same codes, scales and biases:
+ * a group's extremes by min/max, which are exact in any order (only the sign
+ * of a zero minimum depends on it, so such a group is scanned again in index
+ * order); each code through the reference's own double operations (w - bias,
+ * / scale, + 0.5, floor, clamp) four lanes at a time; 8- and 4-bit codes
+ * stored as bytes, the other widths through put_codes. */
+KN_AVX2 void kn_affine_quantize_row_avx2(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
+                                         void *scales, void *biases) {
+    assert(kn_bits_ok(bits) && kn_group_ok(group) && kn_sd_ok(sdtype) && cols >= 0 && cols % group == 0);
+    assert(cols == 0 || (w != NULL && codes != NULL && scales != NULL && biases != NULL));
+    if (cols == 0) return;
+    const unsigned nbins = (1u << bits) - 1;
+    unsigned char *bytes = (unsigned char *)codes;
+    memset(codes, 0, (size_t)kn_affine_row_words(cols, bits) * sizeof *codes);
+    for (int64_t g = 0; g < cols / group; g++) {
+        const float *wg = w + g * group;
+        __m256 vlo = _mm256_loadu_ps(wg), vhi = vlo;
+        for (int c = 8; c < group; c += 8) {
+            const __m256 v = _mm256_loadu_ps(wg + c);
+            vlo = _mm256_min_ps(vlo, v), vhi = _mm256_max_ps(vhi, v);
+        }
+        __m128 l4 = _mm_min_ps(_mm256_castps256_ps128(vlo), _mm256_extractf128_ps(vlo, 1));
+        __m128 h4 = _mm_max_ps(_mm256_castps256_ps128(vhi), _mm256_extractf128_ps(vhi, 1));
+        l4 = _mm_min_ps(l4, _mm_movehl_ps(l4, l4)), h4 = _mm_max_ps(h4, _mm_movehl_ps(h4, h4));
+        float lo = _mm_cvtss_f32(_mm_min_ss(l4, _mm_movehdup_ps(l4))), hi = _mm_cvtss_f32(_mm_max_ss(h4, _mm_movehdup_ps(h4)));
+        if (lo == 0.0f) group_range(wg, group, &lo, &hi);
+        float bias, scale;
+        group_params(lo, hi, nbins, sdtype, scales, biases, g, &bias, &scale);
+        const __m256d vb = _mm256_set1_pd(bias), vs = _mm256_set1_pd(scale), half = _mm256_set1_pd(0.5);
+        const __m256d zero = _mm256_setzero_pd(), top = _mm256_set1_pd(nbins);
+        uint8_t q[128];
+        for (int c = 0; c < group; c += 8) {
+            const __m256 v = _mm256_loadu_ps(wg + c);
+            __m128i q4[2];
+            for (int h = 0; h < 2; h++) {
+                const __m256d d = _mm256_cvtps_pd(h ? _mm256_extractf128_ps(v, 1) : _mm256_castps256_ps128(v));
+                const __m256d r = _mm256_floor_pd(_mm256_add_pd(_mm256_div_pd(_mm256_sub_pd(d, vb), vs), half));
+                q4[h] = _mm256_cvttpd_epi32(_mm256_min_pd(_mm256_max_pd(r, zero), top));
+            }
+            const __m128i q16 = _mm_packus_epi32(q4[0], q4[1]);
+            _mm_storel_epi64((__m128i *)(void *)(q + c), _mm_packus_epi16(q16, q16));
+        }
+        if (bits == 8) {
+            memcpy(bytes + g * group, q, (size_t)group);
+        } else if (bits == 4) {
+            for (int c = 0; c < group; c += 2) bytes[(g * group + c) / 2] = (unsigned char)(q[c] | q[c + 1] << 4);
+        } else {
+            put_codes(codes, g * group, q, group, bits);
+        }
     }
 }
 

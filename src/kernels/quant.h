@@ -52,6 +52,12 @@ static inline int64_t kn_affine_row_words(int64_t cols, int bits) { return cols 
  * value and q = 0), else within scale / 2 of it. */
 void kn_affine_quantize_row(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
                             void *scales, void *biases);
+/* Its twins (kn_affine_quantize_row dispatches like every kernel): the
+ * scalar one is the definition, the AVX2 one writes the same bytes. */
+void kn_affine_quantize_row_ref(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
+                                void *scales, void *biases);
+void kn_affine_quantize_row_avx2(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
+                                 void *scales, void *biases);
 
 /* ---- Used by matmul.c (callers go through kn_matmul_rows / kn_mat_row_f32) ---- */
 

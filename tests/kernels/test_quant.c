@@ -1,6 +1,6 @@
 /* test_quant.c — MLX affine quantized weights (quant.h): the quantizer and the
  * bit stream it packs, read back by an independent bit-at-a-time reader; the
- * dequantization error bound; both matmul twins against the dense twins on the
+ * dequantization error bound; the quantizer twins byte for byte; both matmul twins against the dense twins on the
  * dequantized matrix (bit for bit) and against each other; the bit-exactness
  * contract of matmul.h; kn_mat_row_f32 on affine rows.
  *
@@ -303,6 +303,57 @@ static void test_quantizer_gives_a_flat_group_a_positive_scale_and_its_value(voi
             }
         }
     }
+}
+
+/* Row kinds for the quantizer twins: the model's range, tiny and large
+ * weights, constant groups, codes that land exactly on a half step (ties),
+ * and zero minimums of either sign first (the bias keeps the scan's sign). */
+static void fill_quantizer_row(nx_test_rng *r, int kind, float *w, int64_t cols, int group, int bits) {
+    static const float sigmas[] = {WEIGHT_SIGMA, 1e-4f, 30.0f};
+    for (int64_t c = 0; c < cols; c++) {
+        const int64_t k = c % group;
+        switch (kind) {
+        case 0: case 1: case 2: w[c] = nx_test_rng_normal(r, sigmas[kind]); break;
+        case 3: w[c] = (c / group) % 2 ? 0.1f : -2.5f; break;
+        /* min 0, max nbins * 2^-6, so scale = 2^-6 exactly; odd elements lie
+         * halfway between codes m and m + 1 (m even and odd: round half up,
+         * not to even) */
+        case 4: {
+            const int nbins = (1 << bits) - 1, m = (int)(k / 2) % nbins;
+            w[c] = k == 0 ? 0.0f : k == 1 ? (float)nbins * 0x1p-6f : ((float)m + (k % 2 ? 0.5f : 0.0f)) * 0x1p-6f;
+            break;
+        }
+        case 5: w[c] = k % 3 == 0 ? (k % 2 ? 0.0f : -0.0f) : fabsf(nx_test_rng_normal(r, WEIGHT_SIGMA)); break;
+        default: w[c] = (k + (c / group)) % 2 ? 0.0f : -0.0f; break;
+        }
+    }
+}
+
+static void test_quantizer_twins_write_the_same_bytes(void) {
+    enum { KINDS = 7, MAXC = 5 * 128 };
+    nx_test_rng r = {0x452821E638D01377ULL};
+    if (!use_simd()) return;
+    float w[MAXC];
+    uint32_t codes[2][MAXC * 8 / 32];
+    float sc[2][MAXC / 32], bi[2][MAXC / 32];
+    for (int b = 0; b < N_BITS; b++)
+        for (int g = 0; g < N_GROUPS; g++)
+            for (int s = 0; s < N_SD; s++)
+                for (int kind = 0; kind < KINDS; kind++) {
+                    const int bits = bit_widths[b], group = groups[g];
+                    const int64_t cols = group * groups_per_row[(kind + b) % N_SHAPES];
+                    fill_quantizer_row(&r, kind, w, cols, group, bits);
+                    for (int simd = 0; simd < 2; simd++) {
+                        set_impl(simd);
+                        memset(codes[simd], 0xA5, sizeof codes[simd]);   /* the quantizer must write every word */
+                        kn_affine_quantize_row(w, cols, bits, group, sdtypes[s], codes[simd], sc[simd], bi[simd]);
+                    }
+                    const size_t cb = (size_t)kn_affine_row_words(cols, bits) * 4, sb = (size_t)(cols / group) * nx_dtype_size(sdtypes[s]);
+                    CHECKF(memcmp(codes[0], codes[1], cb) == 0 && memcmp(sc[0], sc[1], sb) == 0 && memcmp(bi[0], bi[1], sb) == 0,
+                           "q%d g%d sd=%s kind %d (%lld cols): the twins wrote different bytes", bits, group,
+                           nx_dtype_name(sdtypes[s]), kind, (long long)cols);
+                }
+    kn_init(0);
 }
 
 /* The affine twins are the dense twins on the dequantized matrix: equal bit
@@ -755,6 +806,9 @@ static const nx_test tests[] = {
     {"quantizer_gives_a_flat_group_a_positive_scale_and_its_value",
      "a constant group: scale > 0, q = 0, bias = the value when it is exact in sdtype",
      test_quantizer_gives_a_flat_group_a_positive_scale_and_its_value},
+    {"quantizer_twins_write_the_same_bytes",
+     "scalar and AVX2 quantizer: same codes, scales, biases; every bits x group x sdtype; ties, flat groups, signed zeros",
+     test_quantizer_twins_write_the_same_bytes},
     {"affine_matmul_equals_dense_matmul_on_dequantized_weights",
      "each twin equals its dense twin bit for bit; SIMD within KN_TOL_AFFINE of the reference",
      test_affine_matmul_equals_dense_matmul_on_dequantized_weights},
