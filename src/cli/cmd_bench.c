@@ -11,12 +11,14 @@
  *   3. R repeats of: a plain greedy session (prefill P prompt tokens, then
  *      decode G tokens after the one the prefill emits, as llama-bench's pp/tg
  *      split it) and, when there is a drafter, the same with MTP. The two
- *      alternate so that drift on a shared machine hits both alike. Greedy
- *      MTP output must equal plain output; the bench checks it;
+ *      alternate so that drift on a shared machine hits both alike, and the
+ *      speed-up is the median of each pair's ratio. Greedy MTP output must
+ *      equal plain output; the bench checks it;
  *   4. the cost of one T-token forward (T = 1..8, what a verify of T-1
  *      drafts costs) on a state holding the prompt, interleaved
  *      1, 2, .., 8, 1, 2, .. so that the growing context and any drift are
- *      shared across T;
+ *      shared across T, each T's cost the median of its ratios to the same
+ *      round's T = 1;
  *   5. the roofline: bandwidth / decode_bytes (nx_model_info) is the decode
  *      rate if every step streamed the weights from DRAM at full speed.
  * Stop tokens are ignored (every run decodes exactly G tokens) and the prompt
@@ -59,6 +61,7 @@ static const char *bench_help =
 #define BENCH_BW_BYTES_PER_THREAD ((size_t)16 << 20)
 #define BENCH_PROBE_PASSES 5
 #define BENCH_WARMUP_TOKENS 16
+#define BENCH_MAX_REPEAT 100
 
 typedef struct {
     long prompt, gen, repeat;
@@ -83,6 +86,7 @@ typedef struct {
     int k_max, mtp_matches;
     int verify_rounds;
     double verify_s[BENCH_VERIFY_T + 1];     /* [T]: median seconds of a T-token call */
+    double verify_cost[BENCH_VERIFY_T + 1];  /* [T]: median over rounds of T's time / 1's */
     bench_probe bw, fma;
 } bench_result;
 
@@ -104,7 +108,8 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, bench_opts *o) 
         } else if (strcmp(a, "--gen") == 0) {
             if (cli_parse_int(v, 1, 1 << 20, &o->gen)) return cli_usage_error("--gen wants an integer in [1, %d], got '%s'", 1 << 20, v);
         } else if (strcmp(a, "--repeat") == 0) {
-            if (cli_parse_int(v, 1, 100, &o->repeat)) return cli_usage_error("--repeat wants an integer in [1, 100], got '%s'", v);
+            if (cli_parse_int(v, 1, BENCH_MAX_REPEAT, &o->repeat))
+                return cli_usage_error("--repeat wants an integer in [1, %d], got '%s'", BENCH_MAX_REPEAT, v);
         } else if (strcmp(a, "--mtp") == 0) {
             o->mtp = v;
         } else if (strcmp(a, "--draft-vocab") == 0) {
@@ -190,18 +195,23 @@ fail:
 /* Median seconds of one nx_forward of T tokens, T = 1..BENCH_VERIFY_T, on a
  * state that holds the prompt, with every row's logits and hidden wanted (what
  * a verify asks for; the session's verify also snapshots the Gated DeltaNet
- * state per token, which this leaves out). One untimed round first. */
-static int measure_verify(const nx_model *m, const int32_t *prompt, int n_prompt, int rounds, int ctx, double *med) {
+ * state per token, which this leaves out), into med[T]; and into cost[T] the
+ * median over rounds of a T-token call's time over the same round's 1-token
+ * call, so that a machine that changes speed between rounds does not skew the
+ * ratio. One untimed round first. */
+static int measure_verify(const nx_model *m, const int32_t *prompt, int n_prompt, int rounds, int ctx, double *med,
+                          double *cost) {
     const nx_model_info *in = nx_model_get_info(m);
     char err[1024];
     nx_state *st = NULL;
     float *logits = malloc((size_t)BENCH_VERIFY_T * (size_t)in->vocab_size * sizeof *logits);
     float *hidden = malloc((size_t)BENCH_VERIFY_T * (size_t)in->hidden_size * sizeof *hidden);
     double *samples = malloc((size_t)BENCH_VERIFY_T * (size_t)rounds * sizeof *samples);
+    double *ratios = malloc((size_t)rounds * sizeof *ratios);
     int32_t toks[BENCH_VERIFY_T];
     uint64_t x = 0x76657269667931ull; /* "verify1" */
     int rc = 1;
-    if (!logits || !hidden || !samples) {
+    if (!logits || !hidden || !samples || !ratios) {
         cli_fail("out of memory");
         goto done;
     }
@@ -220,6 +230,10 @@ static int measure_verify(const nx_model *m, const int32_t *prompt, int n_prompt
             }
             if (r >= 0) samples[(size_t)(T - 1) * (size_t)rounds + (size_t)r] = cli_now() - t0;
         }
+    for (int T = 1; T <= BENCH_VERIFY_T; T++) { /* ratios first: range_of sorts the samples */
+        for (int r = 0; r < rounds; r++) ratios[r] = samples[(size_t)(T - 1) * (size_t)rounds + (size_t)r] / samples[r];
+        cost[T] = range_of(ratios, rounds).median;
+    }
     for (int T = 1; T <= BENCH_VERIFY_T; T++) med[T] = range_of(samples + (size_t)(T - 1) * (size_t)rounds, rounds).median;
     rc = 0;
 done:
@@ -227,6 +241,7 @@ done:
     free(logits);
     free(hidden);
     free(samples);
+    free(ratios);
     return rc;
 }
 
@@ -300,7 +315,8 @@ static int measure_model(const nx_model *m, const bench_opts *o, bench_result *r
         res->mtp[r] = (double)o->gen / ds;
         res->mtp_matches &= memcmp(plain_out, mtp_out, (size_t)(1 + o->gen) * sizeof *mtp_out) == 0;
     }
-    if (measure_verify(m, prompt, (int)o->prompt, res->verify_rounds, (int)vctx, res->verify_s)) goto done;
+    if (measure_verify(m, prompt, (int)o->prompt, res->verify_rounds, (int)vctx, res->verify_s, res->verify_cost))
+        goto done;
     rc = 0;
 done:
     free(prompt);
@@ -317,7 +333,7 @@ typedef struct {
     bench_range prefill, decode, mtp;
     double mtp_speedup;
     double acceptance, per_position[NX_SPEC_MAX_DRAFT], tokens_per_forward;
-    double verify_cost[BENCH_VERIFY_T + 1];          /* [T] = verify_s[T] / verify_s[1] */
+    double verify_cost[BENCH_VERIFY_T + 1];          /* [T]: bench_result's paired median */
     double roofline_tok_s, roofline_pct, mtp_roofline_pct;
 } bench_summary;
 
@@ -325,15 +341,19 @@ static bench_summary summarize(bench_result *r, const bench_opts *o, const nx_mo
     bench_summary s;
     int n = (int)o->repeat, has_mtp = r->mtp_skipped == NULL;
     s.prefill = range_of(r->prefill, n);
-    s.decode = range_of(r->decode, n);
+    /* each MTP run against the plain run just before it, before range_of
+     * sorts the rates (drift between the pair hits both alike) */
+    double ratio[BENCH_MAX_REPEAT];
+    for (int i = 0; i < n; i++) ratio[i] = has_mtp ? r->mtp[i] / r->decode[i] : NAN;
+    s.mtp_speedup = has_mtp ? range_of(ratio, n).median : NAN;
     s.mtp = has_mtp ? range_of(r->mtp, n) : (bench_range){NAN, NAN, NAN};
-    s.mtp_speedup = s.mtp.median / s.decode.median;
+    s.decode = range_of(r->decode, n);
     s.acceptance = r->st.drafted ? (double)r->st.accepted / (double)r->st.drafted : NAN;
     for (int i = 0; i < NX_SPEC_MAX_DRAFT; i++)
         s.per_position[i] = r->st.tried[i] ? (double)r->st.hits[i] / (double)r->st.tried[i] : NAN;
     /* the prefill's token is in `emitted` but not made by a verify round */
     s.tokens_per_forward = r->st.rounds ? (double)(r->st.emitted - o->repeat) / (double)r->st.rounds : NAN;
-    for (int T = 1; T <= BENCH_VERIFY_T; T++) s.verify_cost[T] = r->verify_s[T] / r->verify_s[1];
+    for (int T = 1; T <= BENCH_VERIFY_T; T++) s.verify_cost[T] = r->verify_cost[T];
     s.roofline_tok_s = in->decode_bytes > 0 ? r->bw.rate * 1e9 / (double)in->decode_bytes : NAN;
     s.roofline_pct = 100.0 * s.decode.median / s.roofline_tok_s;
     s.mtp_roofline_pct = 100.0 * s.mtp.median / s.roofline_tok_s;

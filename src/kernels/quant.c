@@ -778,7 +778,8 @@ KN_AVX2 void kn_affine_quantize_row_avx2(const float *w, int64_t cols, int bits,
         __m128 l4 = _mm_min_ps(_mm256_castps256_ps128(vlo), _mm256_extractf128_ps(vlo, 1));
         __m128 h4 = _mm_max_ps(_mm256_castps256_ps128(vhi), _mm256_extractf128_ps(vhi, 1));
         l4 = _mm_min_ps(l4, _mm_movehl_ps(l4, l4)), h4 = _mm_max_ps(h4, _mm_movehl_ps(h4, h4));
-        float lo = _mm_cvtss_f32(_mm_min_ss(l4, _mm_movehdup_ps(l4))), hi = _mm_cvtss_f32(_mm_max_ss(h4, _mm_movehdup_ps(h4)));
+        float lo = _mm_cvtss_f32(_mm_min_ss(l4, _mm_movehdup_ps(l4)));
+        float hi = _mm_cvtss_f32(_mm_max_ss(h4, _mm_movehdup_ps(h4)));
         if (lo == 0.0f) group_range(wg, group, &lo, &hi);
         float bias, scale;
         group_params(lo, hi, nbins, sdtype, scales, biases, g, &bias, &scale);

@@ -62,6 +62,9 @@ static void bench_json_reports_every_figure(void) {
         CHECKF(p >= 0 && p <= 1, "per_position[%zu] = %g", i, p);
     }
     CHECK(num(j, "tokens_per_forward") >= 1);
+    /* one repeat: the paired speed-up is that repeat's MTP rate over its plain rate */
+    double sp = num(j, "mtp_speedup"), ratio = num(j, "mtp_decode_tok_s") / num(j, "decode_tok_s");
+    CHECKF(sp > 0 && fabs(sp - ratio) <= 1e-4 * ratio, "mtp_speedup %g, rates give %g", sp, ratio);
     CHECK(json_is_true(json_object_get(j, "mtp_output_matches")));
     CHECK(json_is_null(json_object_get(j, "mtp_skipped")));
     const json_t *cost = json_object_get(j, "verify_cost"), *vs = json_object_get(j, "verify_s");
@@ -83,8 +86,8 @@ static void bench_without_a_head_reports_mtp_as_null(void) {
     json_t *j = bench_json(args);
     if (j) {
         CHECK(num(j, "decode_tok_s") > 0 && num(j, "roofline_pct") > 0);
-        static const char *const nulls[] = {"mtp_decode_tok_s", "mtp_decode_tok_s_range", "acceptance", "per_position",
-                                            "tokens_per_forward", "mtp_output_matches"};
+        static const char *const nulls[] = {"mtp_decode_tok_s", "mtp_decode_tok_s_range", "mtp_speedup", "acceptance",
+                                            "per_position", "tokens_per_forward", "mtp_output_matches"};
         for (size_t i = 0; i < sizeof nulls / sizeof *nulls; i++) CHECKF(json_is_null(json_object_get(j, nulls[i])), "%s", nulls[i]);
         CHECK(strstr(json_string_value(json_object_get(j, "mtp_skipped")), "no MTP head") != NULL);
         json_decref(j);

@@ -348,7 +348,8 @@ static void test_quantizer_twins_write_the_same_bytes(void) {
                         memset(codes[simd], 0xA5, sizeof codes[simd]);   /* the quantizer must write every word */
                         kn_affine_quantize_row(w, cols, bits, group, sdtypes[s], codes[simd], sc[simd], bi[simd]);
                     }
-                    const size_t cb = (size_t)kn_affine_row_words(cols, bits) * 4, sb = (size_t)(cols / group) * nx_dtype_size(sdtypes[s]);
+                    const size_t cb = (size_t)kn_affine_row_words(cols, bits) * 4;
+                    const size_t sb = (size_t)(cols / group) * nx_dtype_size(sdtypes[s]);
                     CHECKF(memcmp(codes[0], codes[1], cb) == 0 && memcmp(sc[0], sc[1], sb) == 0 && memcmp(bi[0], bi[1], sb) == 0,
                            "q%d g%d sd=%s kind %d (%lld cols): the twins wrote different bytes", bits, group,
                            nx_dtype_name(sdtypes[s]), kind, (long long)cols);
