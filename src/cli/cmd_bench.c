@@ -24,6 +24,7 @@
  * Stop tokens are ignored (every run decodes exactly G tokens) and the prompt
  * is fixed pseudo-random ids, so runs are comparable across machines and
  * engines. Rates are reported as the median over repeats with min and max. */
+#include <assert.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -344,6 +345,7 @@ static bench_summary summarize(bench_result *r, const bench_opts *o, const nx_mo
     /* each MTP run against the plain run just before it, before range_of
      * sorts the rates (drift between the pair hits both alike) */
     double ratio[BENCH_MAX_REPEAT];
+    assert(n <= BENCH_MAX_REPEAT);   /* parse_opts bounds --repeat */
     for (int i = 0; i < n; i++) ratio[i] = has_mtp ? r->mtp[i] / r->decode[i] : NAN;
     s.mtp_speedup = has_mtp ? range_of(ratio, n).median : NAN;
     s.mtp = has_mtp ? range_of(r->mtp, n) : (bench_range){NAN, NAN, NAN};

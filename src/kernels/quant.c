@@ -788,15 +788,18 @@ KN_AVX2 void kn_affine_quantize_row_avx2(const float *w, int64_t cols, int bits,
         uint8_t q[128];
         for (int c = 0; c < group; c += 8) {
             const __m256 v = _mm256_loadu_ps(wg + c);
-            __m128i q4[2];
+            __m128i half_q[2];   /* codes of elements c..c+3, c+4..c+7 as int32 */
             for (int h = 0; h < 2; h++) {
                 const __m256d d = _mm256_cvtps_pd(h ? _mm256_extractf128_ps(v, 1) : _mm256_castps256_ps128(v));
                 const __m256d r = _mm256_floor_pd(_mm256_add_pd(_mm256_div_pd(_mm256_sub_pd(d, vb), vs), half));
-                q4[h] = _mm256_cvttpd_epi32(_mm256_min_pd(_mm256_max_pd(r, zero), top));
+                half_q[h] = _mm256_cvttpd_epi32(_mm256_min_pd(_mm256_max_pd(r, zero), top));
             }
-            const __m128i q16 = _mm_packus_epi32(q4[0], q4[1]);
+            const __m128i q16 = _mm_packus_epi32(half_q[0], half_q[1]);
             _mm_storel_epi64((__m128i *)(void *)(q + c), _mm_packus_epi16(q16, q16));
         }
+        /* The stream's bit k is bit k % 32 of word k / 32, and the host is
+         * little-endian, so stream byte b is memory byte b: an 8-bit code is
+         * one byte, a 4-bit pair one byte with the even element low. */
         if (bits == 8) {
             memcpy(bytes + g * group, q, (size_t)group);
         } else if (bits == 4) {

@@ -1,8 +1,9 @@
 /* test_quant.c — MLX affine quantized weights (quant.h): the quantizer and the
  * bit stream it packs, read back by an independent bit-at-a-time reader; the
- * dequantization error bound; the quantizer twins byte for byte; both matmul twins against the dense twins on the
- * dequantized matrix (bit for bit) and against each other; the bit-exactness
- * contract of matmul.h; kn_mat_row_f32 on affine rows.
+ * dequantization error bound; the quantizer twins byte for byte; both matmul
+ * twins against the dense twins on the dequantized matrix (bit for bit) and
+ * against each other; the bit-exactness contract of matmul.h; kn_mat_row_f32
+ * on affine rows.
  *
  * Every bit width {2,3,4,5,6,8} x group {32,64,128} x scale type
  * {f32,bf16,f16} is covered, with odd row counts (1, 7, 13) and cols of 1, 3
@@ -307,7 +308,8 @@ static void test_quantizer_gives_a_flat_group_a_positive_scale_and_its_value(voi
 
 /* Row kinds for the quantizer twins: the model's range, tiny and large
  * weights, constant groups, codes that land exactly on a half step (ties),
- * and zero minimums of either sign first (the bias keeps the scan's sign). */
+ * zero minimums of either sign first (the bias keeps the scan's sign), and
+ * magnitudes spread over 38 binades. */
 static void fill_quantizer_row(nx_test_rng *r, int kind, float *w, int64_t cols, int group, int bits) {
     static const float sigmas[] = {WEIGHT_SIGMA, 1e-4f, 30.0f};
     for (int64_t c = 0; c < cols; c++) {
@@ -324,13 +326,15 @@ static void fill_quantizer_row(nx_test_rng *r, int kind, float *w, int64_t cols,
             break;
         }
         case 5: w[c] = k % 3 == 0 ? (k % 2 ? 0.0f : -0.0f) : fabsf(nx_test_rng_normal(r, WEIGHT_SIGMA)); break;
-        default: w[c] = (k + (c / group)) % 2 ? 0.0f : -0.0f; break;
+        case 6: w[c] = (k + (c / group)) % 2 ? 0.0f : -0.0f; break;
+        /* magnitudes 2^-24 .. 2^14 of either sign: wide groups, within f16 */
+        default: w[c] = ldexpf(nx_test_rng_normal(r, 1.0f) < 0 ? -1.0f : 1.0f, -24 + (int)(nx_test_rng_next(r) % 39)); break;
         }
     }
 }
 
 static void test_quantizer_twins_write_the_same_bytes(void) {
-    enum { KINDS = 7, MAXC = 5 * 128 };
+    enum { KINDS = 8, MAXC = 5 * 128 };
     nx_test_rng r = {0x452821E638D01377ULL};
     if (!use_simd()) return;
     float w[MAXC];
@@ -808,7 +812,7 @@ static const nx_test tests[] = {
      "a constant group: scale > 0, q = 0, bias = the value when it is exact in sdtype",
      test_quantizer_gives_a_flat_group_a_positive_scale_and_its_value},
     {"quantizer_twins_write_the_same_bytes",
-     "scalar and AVX2 quantizer: same codes, scales, biases; every bits x group x sdtype; ties, flat groups, signed zeros",
+     "scalar and AVX2 quantizer: same codes, scales, biases; every bits x group x sdtype; ties, flat groups, signed zeros, wide ranges",
      test_quantizer_twins_write_the_same_bytes},
     {"affine_matmul_equals_dense_matmul_on_dequantized_weights",
      "each twin equals its dense twin bit for bit; SIMD within KN_TOL_AFFINE of the reference",
