@@ -20,7 +20,11 @@
  *      shared across T, each T's cost the median of its ratios to the same
  *      round's T = 1;
  *   5. the roofline: bandwidth / decode_bytes (nx_model_info) is the decode
- *      rate if every step streamed the weights from DRAM at full speed.
+ *      rate if every step streamed the weights from DRAM at full speed. The
+ *      bandwidth is probed again right after each repeat's sessions, and each
+ *      repeat's decode is set against its own probe (median of those
+ *      shares): on a shared machine whose bandwidth moves, a probe minutes
+ *      away from the decode it judges can be off by 1.5x.
  * Stop tokens are ignored (every run decodes exactly G tokens) and the prompt
  * is fixed pseudo-random ids, so runs are comparable across machines and
  * engines. Rates are reported as the median over repeats with min and max. */
@@ -82,13 +86,16 @@ typedef struct {
     int threads;
     double load_s, mtp_load_s;
     double *prefill, *decode, *mtp;         /* [repeat] each                        */
+    double *bw_gbs;                          /* [repeat]: read GB/s probed right after its plain session */
+    size_t bw_bytes;                         /* the probes' buffer                   */
+    int force_scalar;                        /* the probes' plain C path             */
     const char *mtp_skipped;                 /* why there is no MTP figure, or NULL  */
     nx_spec_stats st;                        /* MTP statistics summed over repeats   */
     int k_max, mtp_matches;
     int verify_rounds;
     double verify_s[BENCH_VERIFY_T + 1];     /* [T]: median seconds of a T-token call */
     double verify_cost[BENCH_VERIFY_T + 1];  /* [T]: median over rounds of T's time / 1's */
-    bench_probe bw, fma;
+    bench_probe bw, fma;                     /* the probes before the sessions (step 2)  */
 } bench_result;
 
 static int parse_opts(int argc, char **argv, cli_model_opts *mo, bench_opts *o) {
@@ -310,6 +317,13 @@ static int measure_model(const nx_model *m, const bench_opts *o, bench_result *r
         if (run_session(m, NULL, 0, prompt, (int)o->prompt, o->gen, (int)ctx, plain_out, &ps, &ds, NULL, NULL)) goto done;
         res->prefill[r] = (double)o->prompt / ps;
         res->decode[r] = (double)o->gen / ds;
+        char err[1024];
+        bench_probe bw;
+        if (bench_read_bandwidth(res->bw_bytes, res->threads, BENCH_PROBE_PASSES, res->force_scalar, &bw, err, sizeof err)) {
+            cli_fail("%s", err);
+            goto done;
+        }
+        res->bw_gbs[r] = bw.rate;
         if (!d) continue;
         if (run_session(m, d, o->draft, prompt, (int)o->prompt, o->gen, (int)ctx, mtp_out, &ps, &ds, &res->st, &res->k_max))
             goto done;
@@ -335,6 +349,7 @@ typedef struct {
     double mtp_speedup;
     double acceptance, per_position[NX_SPEC_MAX_DRAFT], tokens_per_forward;
     double verify_cost[BENCH_VERIFY_T + 1];          /* [T]: bench_result's paired median */
+    bench_range bandwidth;                            /* the per-repeat probes, GB/s */
     double roofline_tok_s, roofline_pct, mtp_roofline_pct;
 } bench_summary;
 
@@ -348,6 +363,13 @@ static bench_summary summarize(bench_result *r, const bench_opts *o, const nx_mo
     assert(n <= BENCH_MAX_REPEAT);   /* parse_opts bounds --repeat */
     for (int i = 0; i < n; i++) ratio[i] = has_mtp ? r->mtp[i] / r->decode[i] : NAN;
     s.mtp_speedup = has_mtp ? range_of(ratio, n).median : NAN;
+    /* likewise each repeat's decode against the bandwidth probed after it */
+    const double per_gbs = in->decode_bytes > 0 ? (double)in->decode_bytes / 1e9 : NAN;   /* GB per token */
+    for (int i = 0; i < n; i++) ratio[i] = 100.0 * r->decode[i] * per_gbs / r->bw_gbs[i];
+    s.roofline_pct = range_of(ratio, n).median;
+    for (int i = 0; i < n; i++) ratio[i] = has_mtp ? 100.0 * r->mtp[i] * per_gbs / r->bw_gbs[i] : NAN;
+    s.mtp_roofline_pct = has_mtp ? range_of(ratio, n).median : NAN;
+    s.bandwidth = range_of(r->bw_gbs, n);
     s.mtp = has_mtp ? range_of(r->mtp, n) : (bench_range){NAN, NAN, NAN};
     s.decode = range_of(r->decode, n);
     s.acceptance = r->st.drafted ? (double)r->st.accepted / (double)r->st.drafted : NAN;
@@ -356,9 +378,7 @@ static bench_summary summarize(bench_result *r, const bench_opts *o, const nx_mo
     /* the prefill's token is in `emitted` but not made by a verify round */
     s.tokens_per_forward = r->st.rounds ? (double)(r->st.emitted - o->repeat) / (double)r->st.rounds : NAN;
     for (int T = 1; T <= BENCH_VERIFY_T; T++) s.verify_cost[T] = r->verify_cost[T];
-    s.roofline_tok_s = in->decode_bytes > 0 ? r->bw.rate * 1e9 / (double)in->decode_bytes : NAN;
-    s.roofline_pct = 100.0 * s.decode.median / s.roofline_tok_s;
-    s.mtp_roofline_pct = 100.0 * s.mtp.median / s.roofline_tok_s;
+    s.roofline_tok_s = s.bandwidth.median / per_gbs;
     return s;
 }
 
@@ -411,7 +431,8 @@ static int print_json(const bench_result *r, const bench_summary *s, const bench
     PUT("verify_s", vs);
     PUT("verify_rounds", json_integer(r->verify_rounds));
     PUT("decode_bytes", json_integer(in->decode_bytes));
-    PUT("bandwidth_gbs", jnum(r->bw.rate));
+    PUT("bandwidth_gbs", jnum(s->bandwidth.median));
+    PUT("bandwidth_gbs_range", jrange(s->bandwidth));
     PUT("bandwidth_buffer_bytes", json_integer((json_int_t)r->bw.bytes));
     PUT("fma_gflops", jnum(r->fma.rate));
     PUT("probe_impl", json_string(r->bw.impl));
@@ -461,12 +482,14 @@ static void print_text(const bench_result *r, const bench_summary *s, const benc
     for (int T = 2; T <= BENCH_VERIFY_T; T++) printf(" T=%d %.2fx", T, s->verify_cost[T]);
     printf("  (1-token step %.3f ms, median of %d)\n", r->verify_s[1] * 1e3, r->verify_rounds);
     printf("%-14s %.2f MB of weights read per decode step\n", "weights/token", (double)in->decode_bytes / 1e6);
-    printf("%-14s read %.1f GB/s (%zu MiB, %d thread%s, %s); FMA %.1f GFLOP/s\n", "machine", r->bw.rate, r->bw.bytes >> 20,
-           r->bw.threads, r->bw.threads == 1 ? "" : "s", r->bw.impl, r->fma.rate);
-    printf("%-14s %.0f tok/s at %.1f GB/s; decode runs at %.0f%% of it", "roofline", s->roofline_tok_s, r->bw.rate,
+    printf("%-14s read %.1f GB/s [%.1f - %.1f] (%zu MiB, %d thread%s, %s, after each repeat); FMA %.1f GFLOP/s\n",
+           "machine", s->bandwidth.median, s->bandwidth.min, s->bandwidth.max, r->bw.bytes >> 20, r->bw.threads,
+           r->bw.threads == 1 ? "" : "s", r->bw.impl, r->fma.rate);
+    printf("%-14s %.0f tok/s at %.1f GB/s; decode runs at %.0f%% of it", "roofline", s->roofline_tok_s, s->bandwidth.median,
            s->roofline_pct);
     if (!r->mtp_skipped) printf(", MTP decode at %.0f%%", s->mtp_roofline_pct);
-    printf("\n%-14s (weights that fit in cache are not read from DRAM and can run above 100%%)\n", "");
+    printf("\n%-14s (each repeat against its own probe, median; weights that fit in cache are not\n"
+           "%-14s read from DRAM and can run above 100%%)\n", "", "");
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -478,10 +501,11 @@ int cmd_bench(int argc, char **argv) {
     res.prefill = calloc((size_t)o.repeat, sizeof *res.prefill);
     res.decode = calloc((size_t)o.repeat, sizeof *res.decode);
     res.mtp = calloc((size_t)o.repeat, sizeof *res.mtp);
+    res.bw_gbs = calloc((size_t)o.repeat, sizeof *res.bw_gbs);
     nx_model *m = NULL;
     char err[1024];
     int rc = 1;
-    if (!res.prefill || !res.decode || !res.mtp) {
+    if (!res.prefill || !res.decode || !res.mtp || !res.bw_gbs) {
         cli_fail("out of memory");
         goto done;
     }
@@ -489,11 +513,11 @@ int cmd_bench(int argc, char **argv) {
     if (!(m = cli_load_model(&mo))) goto done;
     res.load_s = cli_now() - t0;
     res.threads = nx_model_get_info(m)->n_threads;   /* the probes use as many as the model */
-    int scalar = mo.load.force_reference;
-    size_t bw_bytes = (size_t)res.threads * BENCH_BW_BYTES_PER_THREAD;
-    if (bw_bytes < BENCH_BW_BYTES) bw_bytes = BENCH_BW_BYTES;
-    if (bench_read_bandwidth(bw_bytes, res.threads, BENCH_PROBE_PASSES, scalar, &res.bw, err, sizeof err) ||
-        bench_fma_throughput(res.threads, BENCH_PROBE_PASSES, scalar, &res.fma, err, sizeof err)) {
+    res.force_scalar = mo.load.force_reference;
+    res.bw_bytes = (size_t)res.threads * BENCH_BW_BYTES_PER_THREAD;
+    if (res.bw_bytes < BENCH_BW_BYTES) res.bw_bytes = BENCH_BW_BYTES;
+    if (bench_read_bandwidth(res.bw_bytes, res.threads, BENCH_PROBE_PASSES, res.force_scalar, &res.bw, err, sizeof err) ||
+        bench_fma_throughput(res.threads, BENCH_PROBE_PASSES, res.force_scalar, &res.fma, err, sizeof err)) {
         cli_fail("%s", err);
         goto done;
     }
@@ -506,6 +530,7 @@ done:
     free(res.prefill);
     free(res.decode);
     free(res.mtp);
+    free(res.bw_gbs);
     nx_model_free(m);
     return rc;
 }

@@ -44,7 +44,7 @@ static void bench_json_reports_every_figure(void) {
                                         "roofline_tok_s", "roofline_pct", "decode_bytes"};
     for (size_t i = 0; i < sizeof rates / sizeof *rates; i++)
         CHECKF(num(j, rates[i]) > 0 && isfinite(num(j, rates[i])), "%s = %g", rates[i], num(j, rates[i]));
-    static const char *const ranges[] = {"prefill_tok_s", "decode_tok_s", "mtp_decode_tok_s"};
+    static const char *const ranges[] = {"prefill_tok_s", "decode_tok_s", "mtp_decode_tok_s", "bandwidth_gbs"};
     for (size_t i = 0; i < sizeof ranges / sizeof *ranges; i++) {
         char key[64];
         snprintf(key, sizeof key, "%s_range", ranges[i]);
@@ -62,9 +62,16 @@ static void bench_json_reports_every_figure(void) {
         CHECKF(p >= 0 && p <= 1, "per_position[%zu] = %g", i, p);
     }
     CHECK(num(j, "tokens_per_forward") >= 1);
-    /* one repeat: the paired speed-up is that repeat's MTP rate over its plain rate */
+    /* one repeat: the paired speed-up is that repeat's MTP rate over its plain
+     * rate, and the roofline share its decode over its own bandwidth probe */
     double sp = num(j, "mtp_speedup"), ratio = num(j, "mtp_decode_tok_s") / num(j, "decode_tok_s");
     CHECKF(sp > 0 && fabs(sp - ratio) <= 1e-4 * ratio, "mtp_speedup %g, rates give %g", sp, ratio);
+    double pct = num(j, "roofline_pct");
+    double want = 100.0 * num(j, "decode_tok_s") * num(j, "decode_bytes") / 1e9 / num(j, "bandwidth_gbs");
+    CHECKF(fabs(pct - want) <= 1e-4 * want, "roofline_pct %g, decode / bandwidth give %g", pct, want);
+    double bw = num(j, "bandwidth_gbs");
+    CHECKF(fabs(num(j, "roofline_tok_s") * num(j, "decode_bytes") / 1e9 - bw) <= 1e-4 * bw, "roofline_tok_s %g",
+           num(j, "roofline_tok_s"));
     CHECK(json_is_true(json_object_get(j, "mtp_output_matches")));
     CHECK(json_is_null(json_object_get(j, "mtp_skipped")));
     const json_t *cost = json_object_get(j, "verify_cost"), *vs = json_object_get(j, "verify_s");
@@ -86,8 +93,9 @@ static void bench_without_a_head_reports_mtp_as_null(void) {
     json_t *j = bench_json(args);
     if (j) {
         CHECK(num(j, "decode_tok_s") > 0 && num(j, "roofline_pct") > 0);
-        static const char *const nulls[] = {"mtp_decode_tok_s", "mtp_decode_tok_s_range", "mtp_speedup", "acceptance",
-                                            "per_position", "tokens_per_forward", "mtp_output_matches"};
+        static const char *const nulls[] = {"mtp_decode_tok_s", "mtp_decode_tok_s_range", "mtp_speedup",
+                                            "mtp_roofline_pct", "acceptance", "per_position",
+                                            "tokens_per_forward", "mtp_output_matches"};
         for (size_t i = 0; i < sizeof nulls / sizeof *nulls; i++) CHECKF(json_is_null(json_object_get(j, nulls[i])), "%s", nulls[i]);
         CHECK(strstr(json_string_value(json_object_get(j, "mtp_skipped")), "no MTP head") != NULL);
         json_decref(j);
