@@ -213,8 +213,13 @@ typedef struct {
                              scales), held by the drafter; made only
                              when smaller than the head as stored. Drafts get
                              cheaper, acceptance may drop a little; output
-                             stays exact. 0: the head as stored */
+                             stays exact. 0: the head as stored.
+                             NX_DRAFT_HEAD_AUTO: 4 bits where the head is
+                             stored wider and is too big for a cache (64 MiB
+                             or more), else as stored */
 } nx_drafter_opts;
+
+#define NX_DRAFT_HEAD_AUTO (-1)
 
 /* dir NULL: the target checkpoint's own mtp.* tensors (or an mtp.safetensors
  * beside them); else a drafter directory (config.json model_type
@@ -226,6 +231,9 @@ nx_status nx_drafter_load(const nx_model *target, const char *dir, const nx_draf
 void nx_drafter_free(nx_drafter *d);
 /* Tokens per verify block by default: the pending token + block_size-1 drafts. */
 int nx_drafter_block_size(const nx_drafter *d);
+/* Bits of the LM head copy drafts are scored over, or 0 when they use the
+ * head as stored (no copy was asked for, or it would not be smaller). */
+int nx_drafter_head_bits(const nx_drafter *d);
 /* 1 if the drafter reads the pre-final-norm hidden (nx_drafter_opts). */
 int nx_drafter_hidden_prenorm(const nx_drafter *d);
 

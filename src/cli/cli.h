@@ -34,6 +34,14 @@ int cli_parse_float(const char *s, double lo, double hi, double *out);
 /* "1,2,3" -> a malloc'd array (caller frees) of n ids in [0, INT32_MAX]. */
 int cli_parse_ids(const char *s, int32_t **ids, int *n);
 
+/* --draft-head-bits when not given (generate, bench, serve): auto, a 4-bit
+ * draft copy of an LM head stored wider and too big for a cache (see
+ * mtp_auto_head_bits for the measurements). */
+#define CLI_DRAFT_HEAD_BITS NX_DRAFT_HEAD_AUTO
+/* --draft-head-bits B: auto (NX_DRAFT_HEAD_AUTO), 0 (the head as stored) or
+ * 2, 3, 4, 5, 6, 8. */
+int cli_parse_head_bits(const char *s, long *out);
+
 /* The option value after argv[*i], advancing *i; NULL (and an error printed)
  * if missing. */
 const char *cli_value(int argc, char **argv, int *i);

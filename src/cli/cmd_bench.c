@@ -41,7 +41,7 @@
 #include "cli.h"
 
 static const char *bench_help =
-    "usage: nextn bench [-m DIR] [-t N] [--prompt 512] [--gen 128] [--mtp on|off|DIR] [--draft K|auto] [--draft-vocab N] [--draft-head-bits B] [--repeat 3] [--json]\n"
+    "usage: nextn bench [-m DIR] [-t N] [--prompt 512] [--gen 128] [--mtp on|off|DIR] [--draft K|auto] [--draft-vocab N] [--draft-head-bits B|auto] [--repeat 3] [--json]\n"
     "Measures load time, prefill and decode speed (plain and MTP, greedy, stop tokens\n"
     "ignored), MTP acceptance, the cost of a T-token verify against a 1-token step, and\n"
     "this machine's read bandwidth and FMA throughput, and prints decode as a share of\n"
@@ -52,7 +52,8 @@ static const char *bench_help =
     "                     none, or a drafter directory\n"
     "  --draft K|auto     drafts per round (default: the drafter's block_size - 1)\n"
     "  --draft-vocab N    draft over token ids [0, N) only (verification uses all)\n"
-    "  --draft-head-bits B  draft with a B-bit copy of the LM head (verification uses the head)\n"
+    "  --draft-head-bits B|auto  draft with a B-bit copy of the LM head (default auto, 0: as\n"
+    "                     stored; see nextn generate --help; verification uses the head)\n"
     "  --repeat R         runs of prefill, decode and MTP decode (default 3): median [min-max]\n"
     "  --json             one JSON object instead of the table\n"
     "  (--ref also routes the machine probes to their plain C paths)\n";
@@ -73,7 +74,7 @@ typedef struct {
     const char *mtp;             /* NULL: the checkpoint's head if it has one    */
     int draft;                   /* 0: the drafter's default; NX_DRAFT_AUTO      */
     long draft_vocab;            /* 0: the whole vocabulary                      */
-    long draft_head_bits;        /* 0: draft with the head as stored             */
+    long draft_head_bits;        /* 0: the head as stored; NX_DRAFT_HEAD_AUTO (the default) */
     int json;
 } bench_opts;
 
@@ -92,6 +93,7 @@ typedef struct {
     const char *mtp_skipped;                 /* why there is no MTP figure, or NULL  */
     nx_spec_stats st;                        /* MTP statistics summed over repeats   */
     int k_max, mtp_matches;
+    int draft_head_bits;                     /* nx_drafter_head_bits: 0 as stored    */
     int verify_rounds;
     double verify_s[BENCH_VERIFY_T + 1];     /* [T]: median seconds of a T-token call */
     double verify_cost[BENCH_VERIFY_T + 1];  /* [T]: median over rounds of T's time / 1's */
@@ -123,8 +125,8 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, bench_opts *o) 
         } else if (strcmp(a, "--draft-vocab") == 0) {
             if (cli_parse_int(v, 1, 1 << 30, &o->draft_vocab)) return cli_usage_error("--draft-vocab wants a positive integer, got '%s'", v);
         } else if (strcmp(a, "--draft-head-bits") == 0) {
-            if (cli_parse_int(v, 2, 8, &o->draft_head_bits) || o->draft_head_bits == 7)
-                return cli_usage_error("--draft-head-bits wants 2, 3, 4, 5, 6 or 8, got '%s'", v);
+            if (cli_parse_head_bits(v, &o->draft_head_bits))
+                return cli_usage_error("--draft-head-bits wants auto, 0, 2, 3, 4, 5, 6 or 8, got '%s'", v);
         } else if (strcmp(v, "auto") == 0) {
             o->draft = NX_DRAFT_AUTO;
         } else if (cli_parse_int(v, 1, NX_SPEC_MAX_DRAFT, &k)) {
@@ -283,6 +285,7 @@ static int measure_model(const nx_model *m, const bench_opts *o, bench_result *r
     nx_drafter *d = load_drafter(o, m, &res->mtp_skipped, &err_rc);
     if (err_rc) return 1;
     res->mtp_load_s = d ? cli_now() - t0 : -1;
+    res->draft_head_bits = d ? nx_drafter_head_bits(d) : 0;
 
     res->verify_rounds = BENCH_VERIFY_ROUNDS * (int)o->repeat;
     int64_t ctx = o->prompt + 1 + o->gen + NX_SPEC_MAX_DRAFT + 1;
@@ -420,7 +423,7 @@ static int print_json(const bench_result *r, const bench_summary *s, const bench
     PUT("mtp_speedup", jnum(s->mtp_speedup));
     PUT("draft", has_mtp ? json_integer(r->k_max) : json_null());
     PUT("draft_vocab", o->draft_vocab ? json_integer(o->draft_vocab) : json_null());
-    PUT("draft_head_bits", o->draft_head_bits ? json_integer(o->draft_head_bits) : json_null());
+    PUT("draft_head_bits", r->draft_head_bits ? json_integer(r->draft_head_bits) : json_null());
     PUT("acceptance", jnum(s->acceptance));
     PUT("accepted", has_mtp ? json_integer(r->st.accepted) : json_null());
     PUT("drafted", has_mtp ? json_integer(r->st.drafted) : json_null());
@@ -477,6 +480,7 @@ static void print_text(const bench_result *r, const bench_summary *s, const benc
         }
         printf("), %.2f tokens per verify, output %s\n", s->tokens_per_forward,
                r->mtp_matches ? "identical to plain" : "DIFFERS from plain decoding");
+        if (r->draft_head_bits) printf("%-14s drafts score a %d-bit copy of the LM head\n", "", r->draft_head_bits);
     }
     printf("%-14s", "verify cost");
     for (int T = 2; T <= BENCH_VERIFY_T; T++) printf(" T=%d %.2fx", T, s->verify_cost[T]);
@@ -494,7 +498,7 @@ static void print_text(const bench_result *r, const bench_summary *s, const benc
 
 int cmd_bench(int argc, char **argv) {
     cli_model_opts mo = {0};
-    bench_opts o = {.prompt = 512, .gen = 128, .repeat = 3};
+    bench_opts o = {.prompt = 512, .gen = 128, .repeat = 3, .draft_head_bits = CLI_DRAFT_HEAD_BITS};
     int r = parse_opts(argc, argv, &mo, &o);
     if (r) return r < 0 ? 0 : r;
     bench_result res = {0};

@@ -37,8 +37,10 @@ static const char *generate_help =
     "  --mtp-hidden post|prenorm   target hidden fed to the head (default post)\n"
     "  --draft-vocab N    draft over token ids [0, N) only (the first N rows of the LM\n"
     "                     head); verification still uses the whole vocabulary\n"
-    "  --draft-head-bits B  draft with a B-bit copy of the LM head made at load (2-6, 8;\n"
-    "                     only when smaller than the head); verification uses the head\n"
+    "  --draft-head-bits B|auto  draft with a B-bit copy of the LM head made at load (2-6,\n"
+    "                     8; only when smaller than the head), or 0: the head as stored;\n"
+    "                     default auto: 4 bits for a head stored wider and of 64 MiB or more.\n"
+    "                     Verification always uses the head, so output is unchanged\n"
     "  --save-state F     write the session (target state, drafter entries, sequence) to F\n"
     "  --load-state F     continue the session saved in F: the prompt, if any, is appended\n"
     "                     after it as tokens (no chat rendering), then generation goes on\n"
@@ -92,8 +94,8 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
         } else if (strcmp(a, "--draft-vocab") == 0) {
             if (cli_parse_int(v, 1, 1 << 30, &g->draft_vocab)) return cli_usage_error("--draft-vocab wants a positive integer, got '%s'", v);
         } else if (strcmp(a, "--draft-head-bits") == 0) {
-            if (cli_parse_int(v, 2, 8, &g->draft_head_bits) || g->draft_head_bits == 7)
-                return cli_usage_error("--draft-head-bits wants 2, 3, 4, 5, 6 or 8, got '%s'", v);
+            if (cli_parse_head_bits(v, &g->draft_head_bits))
+                return cli_usage_error("--draft-head-bits wants auto, 0, 2, 3, 4, 5, 6 or 8, got '%s'", v);
         } else if (strcmp(a, "--accept") == 0) {
             if (strcmp(v, "greedy") == 0) g->accept = NX_ACCEPT_GREEDY;
             else if (strcmp(v, "match") == 0) g->accept = NX_ACCEPT_MATCH;
@@ -235,9 +237,11 @@ static nx_drafter *load_drafter(const gen_opts *g, const nx_model *m, int *rc) {
     return d;
 }
 
-static void print_mtp_json(FILE *f, const nx_spec_stats *st, int k_max, int draft) {
+static void print_mtp_json(FILE *f, const nx_spec_stats *st, int k_max, int draft, int head_bits) {
     if (draft == NX_DRAFT_AUTO) fprintf(f, ",\"mtp\":{\"draft\":\"auto\",");
     else fprintf(f, ",\"mtp\":{\"draft\":%d,", draft);
+    if (head_bits) fprintf(f, "\"draft_head_bits\":%d,", head_bits);
+    else fprintf(f, "\"draft_head_bits\":null,");
     fprintf(f, "\"drafted\":%lld,\"accepted\":%lld,\"acceptance\":%.4f,\"per_position\":[", (long long)st->drafted,
             (long long)st->accepted, st->drafted ? (double)st->accepted / (double)st->drafted : 0.0);
     for (int i = 0; i < k_max; i++)
@@ -252,7 +256,7 @@ static void print_mtp_json(FILE *f, const nx_spec_stats *st, int k_max, int draf
 
 int cmd_generate(int argc, char **argv) {
     cli_model_opts mo = {0};
-    gen_opts g = {.max_tokens = 64, .sp = nx_sampling_default()};
+    gen_opts g = {.max_tokens = 64, .sp = nx_sampling_default(), .draft_head_bits = CLI_DRAFT_HEAD_BITS};
     int r = parse_opts(argc, argv, &mo, &g);
     if (r) return r < 0 ? 0 : r;
     /* No --draft: auto where the output cannot depend on the drafting
@@ -352,7 +356,7 @@ int cmd_generate(int argc, char **argv) {
         printf(",\"stats\":{\"prompt_tokens\":%d,\"generated_tokens\":%d,\"prefill_s\":%.6f,"
                "\"prefill_tok_s\":%.2f,\"decode_s\":%.6f,\"decode_tok_s\":%.2f}",
                n_prompt, n_gen, t1 - t0, prefill_tps, t2 - t1, decode_tps);
-        if (d) print_mtp_json(stdout, st, k_max, policy);
+        if (d) print_mtp_json(stdout, st, k_max, policy, nx_drafter_head_bits(d));
         printf("}\n");
     } else {
         size_t len = 0;
@@ -372,8 +376,10 @@ int cmd_generate(int argc, char **argv) {
             fprintf(stderr, "; %.2f tokens per target forward (%lld forwards); draft %.3f s, verify %.3f s, commit %.3f s",
                     st->target_forwards ? (double)st->emitted / (double)st->target_forwards : 0.0,
                     (long long)st->target_forwards, st->draft_s, st->verify_s, st->commit_s);
-            if (policy == NX_DRAFT_AUTO) fprintf(stderr, "; --draft auto\n");
-            else fprintf(stderr, "; --draft %d\n", policy);
+            if (policy == NX_DRAFT_AUTO) fprintf(stderr, "; --draft auto");
+            else fprintf(stderr, "; --draft %d", policy);
+            if (nx_drafter_head_bits(d)) fprintf(stderr, "; drafts score a %d-bit copy of the LM head", nx_drafter_head_bits(d));
+            fprintf(stderr, "\n");
         } else {
             fprintf(stderr, "mtp: off\n");
         }

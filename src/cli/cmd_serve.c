@@ -30,7 +30,8 @@ static const char *serve_help =
     "  --draft-policy P   adaptive (default): for each number of running requests, measure\n"
     "                     rounds with and without drafts and run the faster; always: draft\n"
     "                     every round\n"
-    "  --draft-head-bits B  draft with a B-bit copy of the LM head (see nextn generate)\n"
+    "  --draft-head-bits B|auto  draft with a B-bit copy of the LM head (default auto, 0: as\n"
+    "                     stored; see nextn generate --help)\n"
     "  --api-key KEY      require Authorization: Bearer KEY on /v1/ and /metrics\n"
     "  --model-name NAME  the model id /v1/models lists (default: the directory's name)\n"
     "  --chat-template F  use this template file instead of the checkpoint's\n"
@@ -72,7 +73,7 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
                     {"--max-queue", &o->max_queue, 1, 100000}, {"--ctx", &o->ctx, 16, 1 << 20},
                     {"--prefill-chunk", &o->chunk, 2, 1 << 20}, {"--cache-ram", &o->cache_mb, 0, 1 << 24},
                     {"--cache-disk", &o->disk_mb, 0, 1 << 30},
-                    {"--draft", &o->draft, 1, NX_SPEC_MAX_DRAFT}, {"--draft-head-bits", &o->head_bits, 2, 8},
+                    {"--draft", &o->draft, 1, NX_SPEC_MAX_DRAFT},
                     {"--max-body", &o->max_body, 1024, 1L << 30}};
         int done = strcmp(a, "--draft") == 0 && strcmp(v, "auto") == 0;
         if (done) o->draft = NX_DRAFT_AUTO;
@@ -83,7 +84,10 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
                 done = 1;
             }
         if (done) continue;
-        if (strcmp(a, "--draft-policy") == 0) {
+        if (strcmp(a, "--draft-head-bits") == 0) {
+            if (cli_parse_head_bits(v, &o->head_bits))
+                return cli_usage_error("--draft-head-bits wants auto, 0, 2, 3, 4, 5, 6 or 8, got '%s'", v);
+        } else if (strcmp(a, "--draft-policy") == 0) {
             if (strcmp(v, "adaptive") != 0 && strcmp(v, "always") != 0)
                 return cli_usage_error("--draft-policy wants adaptive or always, got '%s'", v);
             o->policy = strcmp(v, "always") == 0 ? NX_DRAFTS_ALWAYS : NX_DRAFTS_ADAPTIVE;
@@ -101,7 +105,8 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
 
 int cmd_serve(int argc, char **argv) {
     cli_model_opts mo = {cli_default_model(), {0}};
-    serve_opts o = {"127.0.0.1", NULL, NULL, "default", NULL, NULL, NULL, NX_DRAFTS_ADAPTIVE, 8080, 4, 64, 4096, 64, 1024, 8192, 0, 0, 4 << 20};
+    serve_opts o = {"127.0.0.1", NULL, NULL, "default", NULL, NULL, NULL, NX_DRAFTS_ADAPTIVE, 8080, 4, 64, 4096, 64, 1024, 8192, 0,
+                     CLI_DRAFT_HEAD_BITS, 4 << 20};
     int rc = parse(argc, argv, &mo, &o);
     if (rc) return rc < 0 ? 0 : rc;
 

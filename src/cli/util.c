@@ -41,6 +41,17 @@ int cli_parse_int(const char *s, long lo, long hi, long *out) {
     return 0;
 }
 
+int cli_parse_head_bits(const char *s, long *out) {
+    long b;
+    if (s && strcmp(s, "auto") == 0) {
+        *out = NX_DRAFT_HEAD_AUTO;
+        return 0;
+    }
+    if (cli_parse_int(s, 0, 8, &b) || b == 1 || b == 7) return -1;
+    *out = b;
+    return 0;
+}
+
 int cli_parse_u64(const char *s, uint64_t *out) {
     if (!s || !*s || *s == '-') return -1;
     char *end;

@@ -104,6 +104,13 @@ void nx_drafter_free(nx_drafter *d) {
 
 int nx_drafter_block_size(const nx_drafter *d) { return d->block_size; }
 
+int nx_drafter_head_bits(const nx_drafter *d) { return d->head_copy_bits; }
+
+int mtp_auto_head_bits(const kn_mat *head) {
+    const int stored_bits = head->bits ? head->bits : 8 * (int)nx_dtype_size(head->dtype);
+    return stored_bits > 4 && head->cols % 32 == 0 && kn_mat_bytes(head) >= MTP_AUTO_HEAD_BYTES ? 4 : 0;
+}
+
 /* ---- a lower-bit copy of the draft head (nx_drafter_opts.draft_head_bits) ---- */
 
 
@@ -138,7 +145,8 @@ static void quantize_head_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
 static nx_status quantize_draft_head(nx_drafter *d, int bits, char *err, size_t errlen) {
     const kn_mat *h = &d->head;
     if (bits < 2 || bits > 8 || bits == 7)
-        return nx_fail(err, errlen, NX_EINVAL, "draft_head_bits %d: must be 2, 3, 4, 5, 6 or 8", bits);
+        return nx_fail(err, errlen, NX_EINVAL, "draft_head_bits %d: must be 2, 3, 4, 5, 6 or 8 (0: as stored, -1: auto)",
+                       bits);
     /* group 64 as mlx quantizes by default, 32 where the hidden size needs it */
     const int group = h->cols % 64 == 0 ? 64 : 32;
     if (h->cols % group)
@@ -167,6 +175,7 @@ static nx_status quantize_draft_head(nx_drafter *d, int bits, char *err, size_t 
     }
     d->head = q;
     d->head_copy = buf;
+    d->head_copy_bits = bits;
     return NX_OK;
 }
 
@@ -200,7 +209,9 @@ nx_status nx_drafter_load(const nx_model *target, const char *dir, const nx_draf
         return nx_fail(err, errlen, NX_EINVAL, "draft_vocab %d must be >= 0", opts->draft_vocab);
     }
     if (opts && opts->draft_vocab > 0 && opts->draft_vocab < d->head.rows) d->head.rows = opts->draft_vocab;
-    if (opts && opts->draft_head_bits && (st = quantize_draft_head(d, opts->draft_head_bits, err, errlen))) {
+    int head_bits = opts ? opts->draft_head_bits : 0;
+    if (head_bits == NX_DRAFT_HEAD_AUTO) head_bits = mtp_auto_head_bits(&d->head);
+    if (head_bits && (st = quantize_draft_head(d, head_bits, err, errlen))) {
         nx_drafter_free(d);
         return st;
     }

@@ -33,6 +33,7 @@ struct nx_drafter {
                                      all, or the first draft_vocab (a view), or
                                      a draft_head_bits copy of those (owned)   */
     void *head_copy;              /* the copy's codes | scales | biases, or NULL */
+    int head_copy_bits;           /* bits of that copy; 0 without one          */
     uint64_t identity;            /* artifact identity (config + tensor index) */
     char source[256];             /* where the tensors came from, for messages */
 };
@@ -49,6 +50,16 @@ typedef struct {
     float *m;                     /* [H] output m of the last entry run        */
     float *logits;                /* [V] draft logits of the last entry run    */
 } mtp_rows;
+
+/* NX_DRAFT_HEAD_AUTO's choice for a draft head as stored: 4 bits when it is
+ * wider than that and at least MTP_AUTO_HEAD_BYTES, else 0 (as stored).
+ * Why: a draft scores the whole head for one row, so it costs the head's
+ * bytes from DRAM; a 4-bit copy of a bf16 or 8-bit head halves or quarters
+ * that (0.8B shape, `nextn bench`: MTP decode 0.95x -> 1.17x plain at q8,
+ * 0.90x -> 1.04x at bf16; bench/RESULTS.md). A head that stays in cache
+ * gains nothing and only loses acceptance (the bundled model: 62% -> 51%). */
+#define MTP_AUTO_HEAD_BYTES (64.0 * 1024 * 1024)
+int mtp_auto_head_bits(const kn_mat *head);
 
 /* Loading (mtp.c, mtp_load.c). */
 nx_status mtp_load_from_target(nx_drafter *d, char *err, size_t errlen);

@@ -74,6 +74,8 @@ static void bench_json_reports_every_figure(void) {
            num(j, "roofline_tok_s"));
     CHECK(json_is_true(json_object_get(j, "mtp_output_matches")));
     CHECK(json_is_null(json_object_get(j, "mtp_skipped")));
+    /* auto: the bundled model's head fits a cache, so no draft copy */
+    CHECK(json_is_null(json_object_get(j, "draft_head_bits")));
     const json_t *cost = json_object_get(j, "verify_cost"), *vs = json_object_get(j, "verify_s");
     for (int T = 1; T <= 8; T++) {
         char key[8];
@@ -118,6 +120,8 @@ static void bad_bench_options_exit_2_with_one_line(void) {
         {"bench --repeat 0", "--repeat"},
         {"bench --repeat many", "--repeat"},
         {"bench --draft 0", "--draft"},
+        {"bench --draft-head-bits 7", "--draft-head-bits"},
+        {"bench --draft-head-bits 1", "--draft-head-bits"},
         {"bench --frobnicate", "unknown option '--frobnicate'"},
         {"bench --prompt", "needs a value"},
         {"bench -t 0", "--threads"},

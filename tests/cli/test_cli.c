@@ -138,6 +138,8 @@ static void bad_use_exits_2_with_one_line(void) {
         {"generate -m x --prompt-ids 1 --chat", 2, "need a text prompt"},
         {"generate -m x --prompt-ids 1 --draft 0", 2, "--draft"},
         {"generate -m x --prompt-ids 1 --draft lots", 2, "--draft"},
+        {"generate -m x --prompt-ids 1 --draft-head-bits 7", 2, "--draft-head-bits"},
+        {"generate -m x --prompt-ids 1 --draft-head-bits many", 2, "--draft-head-bits"},
         {"generate -m x --prompt-ids 1 --accept maybe", 2, "--accept"},
         {"generate -m x --prompt-ids 1 --mtp-hidden mid", 2, "--mtp-hidden"},
         {"generate -m '" GOLDEN "/hf' --prompt-ids 1 --mtp /nonexistent/drafter", 1, "/nonexistent/drafter"},
@@ -320,6 +322,17 @@ static void generate_with_mtp_reports_acceptance(void) {
                "variant '%s'", variants[v]);
         json_decref(j);
     }
+    /* the draft head: as stored by default here (auto copies only heads of
+     * 64 MiB or more), a 4-bit copy when asked, greedy output unchanged */
+    static const struct { const char *args; int bits; } heads[] = {{"", 0}, {"--draft-head-bits 4", 4}, {"--draft-head-bits 0", 0}};
+    for (size_t v = 0; v < sizeof heads / sizeof *heads; v++) {
+        snprintf(args, sizeof args, "%s --draft 2 %s", base, heads[v].args);
+        json_t *h = run_json(args);
+        json_t *bits = json_object_get(json_object_get(h, "mtp"), "draft_head_bits");
+        CHECKF(h && same_ids(plain, h, 0) && (heads[v].bits ? json_integer_value(bits) == heads[v].bits : json_is_null(bits)),
+               "'%s'", heads[v].args);
+        json_decref(h);
+    }
     /* the copy head accepts a lot on this checkpoint: fewer target forwards than tokens */
     json_t *j = run_json("generate -m '" COPY05 "' --prompt-ids 11,42,7,300 -n 60 --ignore-eos --json --draft 2");
     json_t *mtp = json_object_get(j, "mtp");
@@ -357,6 +370,10 @@ static void generate_with_mtp_reports_acceptance(void) {
     CHECK(nextn("generate -m '" COPY05 "' --prompt-ids 1,2,3 -n 20 --stats --temp 0.8") == 0);
     char *err = captured("stderr");
     CHECKF(strstr(err, "mtp: accepted") && strstr(err, "tokens per target forward") && strstr(err, "; --draft 2\n"), "%s", err);
+    free(err);
+    CHECK(nextn("generate -m '" COPY05 "' --prompt-ids 1,2,3 -n 20 --stats --draft-head-bits 4") == 0);
+    err = captured("stderr");
+    CHECKF(strstr(err, "; drafts score a 4-bit copy of the LM head\n"), "%s", err);
     free(err);
     json_decref(plain);
 }

@@ -84,13 +84,14 @@ static void a_lower_bit_head_copy_stays_close_to_the_head(void) {
         CHECKF(d8.nmse > 0 && d8.nmse < 3e-5 && d8.nmse < d4.nmse && d4.nmse < 4e-3, "nmse q8 %.2e q4 %.2e", d8.nmse,
                d4.nmse);
         CHECK(full->head_copy == NULL && q8->head_copy && q4->head_copy && q4n->head_copy && q4n->head.rows == N);
+        CHECK(nx_drafter_head_bits(full) == 0 && nx_drafter_head_bits(q8) == 8 && nx_drafter_head_bits(q4) == 4);
         CHECK(same8 >= n - 2 && same4 >= (n - 1) * 3 / 4);
         CHECK(tail_inf && head_equal);   /* the reduced copy is the first N rows of the full copy */
         free(a), free(b8), free(b4), free(c);
     }
     nx_drafter_free(full), nx_drafter_free(q8), nx_drafter_free(q4), nx_drafter_free(q4n);
     char err[512];
-    static const int bad[] = {1, 7, 9, -3};
+    static const int bad[] = {1, 7, 9, -3};   /* -1 is NX_DRAFT_HEAD_AUTO */
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         nx_drafter *x = NULL;
         nx_drafter_opts o = {.draft_head_bits = bad[i]};
@@ -160,6 +161,31 @@ static void a_non_finite_head_weight_is_refused_by_name(void) {
         CHECK(nx_drafter_load(m, NULL, NULL, &x, err, sizeof err) == NX_OK);
         nx_drafter_free(x);
     }
+    nx_model_free(m);
+}
+
+/* NX_DRAFT_HEAD_AUTO: a 4-bit copy only of a head stored wider than 4 bits
+ * and of MTP_AUTO_HEAD_BYTES or more (views with no data: the rule reads
+ * shapes and formats). The bundled model's head is small: no copy. */
+static void auto_copies_only_a_wide_head_too_big_for_a_cache(void) {
+    const int64_t V = 248320, H = 1024;
+    const kn_mat bf16 = {.dtype = NX_DT_BF16, .rows = V, .cols = H}, f32 = {.dtype = NX_DT_F32, .rows = V, .cols = H};
+    const kn_mat small = {.dtype = NX_DT_BF16, .rows = 4096, .cols = H}, odd = {.dtype = NX_DT_BF16, .rows = V, .cols = 1000};
+    kn_mat q8 = {.dtype = NX_DT_U32, .rows = V, .cols = H, .bits = 8, .group = 64, .sdtype = NX_DT_BF16};
+    kn_mat q5 = q8, q4 = q8;
+    q5.bits = 5, q4.bits = 4;
+    CHECKF(mtp_auto_head_bits(&bf16) == 4 && mtp_auto_head_bits(&f32) == 4 && mtp_auto_head_bits(&q8) == 4 &&
+               mtp_auto_head_bits(&q5) == 4,
+           "bf16 %d f32 %d q8 %d q5 %d", mtp_auto_head_bits(&bf16), mtp_auto_head_bits(&f32), mtp_auto_head_bits(&q8),
+           mtp_auto_head_bits(&q5));
+    CHECKF(mtp_auto_head_bits(&q4) == 0 && mtp_auto_head_bits(&small) == 0 && mtp_auto_head_bits(&odd) == 0,
+           "q4 %d, 8 MB bf16 %d, 1000 columns %d", mtp_auto_head_bits(&q4), mtp_auto_head_bits(&small),
+           mtp_auto_head_bits(&odd));
+    nx_model *m = nx_test_model(MODEL, 2);
+    if (!m) return;
+    nx_drafter *d = drafter_bits(m, 0, NX_DRAFT_HEAD_AUTO);
+    if (d) CHECK(nx_drafter_head_bits(d) == 0 && d->head_copy == NULL);
+    nx_drafter_free(d);
     nx_model_free(m);
 }
 
@@ -237,6 +263,9 @@ static const nx_test tests[] = {
      a_lower_bit_head_copy_stays_close_to_the_head},
     {"no_copy_when_the_head_is_no_larger", "a q4 g64 head gets no 4-bit copy: drafts equal the plain drafter's",
      no_copy_when_the_head_is_no_larger},
+    {"auto_copies_only_a_wide_head_too_big_for_a_cache",
+     "NX_DRAFT_HEAD_AUTO: 4 bits for big bf16/f32/q8/q5 heads; none for q4, an 8 MB head, 1000 columns, the bundled model",
+     auto_copies_only_a_wide_head_too_big_for_a_cache},
     {"a_non_finite_head_weight_is_refused_by_name", "a NaN in the head: draft_head_bits fails naming the row",
      a_non_finite_head_weight_is_refused_by_name},
     {"a_checkpoint_loads_into_a_reduced_drafter", "saved with the whole head, loaded with N = 7: drafts from [0, 7)",
