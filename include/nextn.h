@@ -212,8 +212,10 @@ typedef struct {
                              64 (32 if the hidden size needs it), bf16
                              scales), held by the drafter; made only
                              when smaller than the head as stored. Drafts get
-                             cheaper, acceptance may drop a little; output
-                             stays exact. 0: the head as stored.
+                             cheaper, acceptance may drop a little; greedy
+                             and match output stay exact, rejection sampling
+                             keeps the distribution (a seed's sample depends
+                             on the drafts). 0: the head as stored.
                              NX_DRAFT_HEAD_AUTO: 4 bits where the head is
                              stored wider and is too big for a cache (64 MiB
                              or more), else as stored */

@@ -209,9 +209,13 @@ nx_status nx_drafter_load(const nx_model *target, const char *dir, const nx_draf
         return nx_fail(err, errlen, NX_EINVAL, "draft_vocab %d must be >= 0", opts->draft_vocab);
     }
     if (opts && opts->draft_vocab > 0 && opts->draft_vocab < d->head.rows) d->head.rows = opts->draft_vocab;
-    int head_bits = opts ? opts->draft_head_bits : 0;
-    if (head_bits == NX_DRAFT_HEAD_AUTO) head_bits = mtp_auto_head_bits(&d->head);
-    if (head_bits && (st = quantize_draft_head(d, head_bits, err, errlen))) {
+    int head_bits = opts ? opts->draft_head_bits : 0, auto_bits = head_bits == NX_DRAFT_HEAD_AUTO;
+    if (auto_bits) head_bits = mtp_auto_head_bits(&d->head);
+    /* auto is an optimisation nobody asked for by name: where the copy cannot
+     * be made (memory, a weight the quantizer refuses), draft with the head as
+     * stored rather than fail (d->head is replaced only on success) */
+    if (head_bits && (st = quantize_draft_head(d, head_bits, err, errlen)) && auto_bits) st = NX_OK;
+    if (st) {
         nx_drafter_free(d);
         return st;
     }
