@@ -14,7 +14,9 @@
  * each: the prefill GEMM's rate at T = 32) and the pass time relative to T = 1:
  * set against `nextn bench`'s step time and verify cost, it splits a step into
  * its matmuls and everything else (norms, attention, the GDN recurrence, pool
- * hand-offs). A warm-up pass comes first. Do not run it while a build runs. */
+ * hand-offs). A warm-up pass comes first. NEXTN_BENCH_KERNELS=avx2 (or
+ * scalar, avx512vnni) times an older kernel set than the newest the CPU
+ * runs. Do not run it while a build runs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +62,7 @@ int main(int argc, char **argv) {
     }
     char err[1024];
     nx_model *m = NULL;
-    nx_load_opts lo = {threads, 0, 0};
+    nx_load_opts lo = {.n_threads = threads, .kernels = bench_kernels()};
     if (nx_model_load(argv[1], &lo, &m, err, sizeof err) != NX_OK) {
         fprintf(stderr, "%s\n", err);
         return 1;
@@ -88,8 +90,8 @@ int main(int argc, char **argv) {
         r ^= r >> 12, r ^= r << 25, r ^= r >> 27;
         x[i] = (float)((r * 0x2545F4914F6CDD1DULL) >> 40) * 0x1p-23f - 1.0f;
     }
-    printf("%s: %d matrices, %.1f MB of weights (%s), %d threads, median of %d passes\n\n", argv[1], nm, bytes / 1e6,
-           nx_model_get_info(m)->weight_dtype, nx_pool_size(m->pool), reps);
+    printf("%s: %d matrices, %.1f MB of weights (%s), %d threads, %s kernels, median of %d passes\n\n", argv[1], nm,
+           bytes / 1e6, nx_model_get_info(m)->weight_dtype, nx_pool_size(m->pool), nx_model_get_info(m)->kernels, reps);
     printf("| T | ms / pass | GB/s | GFLOP/s | x T=1 |\n|---:|---:|---:|---:|---:|\n");
     double base = 0;
     for (int k = 0; k < nts; k++) {

@@ -13,8 +13,9 @@
  * prints the median as GB/s of weight bytes streamed (codes + scales + biases
  * for affine) and as G weights/s (the rate a model's decode step sees), plus
  * the fastest call's G weights/s (less disturbed by other load), by
- * default at T = 1 and T = 4 (T = 4: a verify block of 3 drafts). Pass force_reference
- * through NEXTN_BENCH_REF=1 to time the scalar twins instead.
+ * default at T = 1 and T = 4 (T = 4: a verify block of 3 drafts).
+ * NEXTN_BENCH_KERNELS=avx2 (or scalar, avx512vnni) times an older kernel set
+ * than the newest the CPU runs.
  * Do not run it while a build is running; say how busy the machine was.
  */
 #include <stdint.h>
@@ -108,8 +109,9 @@ int main(int argc, char **argv) {
         }
         ts[nts++] = t;
     }
-    const char *ref = getenv("NEXTN_BENCH_REF");
-    kn_init(ref && *ref == '1');
+    static const kn_isa isa_of[] = {[NX_KERNELS_AUTO] = KN_ISA_BEST, [NX_KERNELS_SCALAR] = KN_ISA_SCALAR,
+                                    [NX_KERNELS_AVX2] = KN_ISA_AVX2, [NX_KERNELS_AVX512VNNI] = KN_ISA_AVX512VNNI};
+    kn_select(isa_of[bench_kernels()]);
     printf("kernels: %s, one thread, %d columns, ~%.1f MB per matrix, median of %d calls\n\n", kn_impl_name(), COLS,
            mb, reps);
     printf("| weights | rows | MB | T | ms/call | GB/s | G weights/s | best G weights/s |\n"

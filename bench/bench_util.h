@@ -2,8 +2,11 @@
 #ifndef NX_BENCH_UTIL_H
 #define NX_BENCH_UTIL_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include "nextn.h"
 
 /* Monotonic seconds. */
 static inline double bench_now(void) {
@@ -21,6 +24,19 @@ static inline int bench_cmp_double(const void *a, const void *b) {
 static inline double bench_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
     return v[n / 2];
+}
+
+/* The kernel set named by NEXTN_BENCH_KERNELS (auto, avx512vnni, avx2 or
+ * scalar; unset: auto), for timing one set against another; exits on a bad
+ * name. */
+static inline nx_kernels bench_kernels(void) {
+    const char *v = getenv("NEXTN_BENCH_KERNELS");
+    nx_kernels k = NX_KERNELS_AUTO;
+    if (v && nx_kernels_parse(v, &k)) {
+        fprintf(stderr, "NEXTN_BENCH_KERNELS wants auto, avx512vnni, avx2 or scalar, got '%s'\n", v);
+        exit(2);
+    }
+    return k;
 }
 
 #endif

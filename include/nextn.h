@@ -44,6 +44,20 @@ const char *nx_status_str(nx_status s);
  * sequence gets its own nx_state. */
 typedef struct nx_model nx_model;
 
+/* Kernel sets for nx_load_opts.kernels, each the one before plus newer
+ * instructions. AVX2 and AVX512VNNI compute the same bits (only the speed
+ * differs); SCALAR, the reference, agrees with them to rounding. */
+typedef enum {
+    NX_KERNELS_AUTO = 0,    /* the newest set this CPU runs                      */
+    NX_KERNELS_SCALAR,      /* plain C (as force_reference)                      */
+    NX_KERNELS_AVX2,        /* AVX2 + FMA + F16C                                 */
+    NX_KERNELS_AVX512VNNI   /* AVX2, and AVX-512 VNNI for the int8 products      */
+} nx_kernels;
+
+/* The set named "auto", "scalar", "avx2" or "avx512vnni" in *out; NX_EINVAL
+ * for any other name. */
+nx_status nx_kernels_parse(const char *name, nx_kernels *out);
+
 typedef struct {
     int n_threads;          /* worker threads for kernels; <= 0: one per core   */
     int force_reference;    /* 1: route every kernel to its scalar reference    */
@@ -51,6 +65,10 @@ typedef struct {
                                (slower); 0: activations are rounded to int8 per
                                weight group and multiplied with integer dot
                                products (the default)                        */
+    nx_kernels kernels;     /* the newest kernel set to use, where the CPU runs
+                               it (older ones otherwise); AUTO: the newest.
+                               The kernels are process-wide: the last model
+                               loaded sets them for every model             */
 } nx_load_opts;
 
 /* Loads a Qwen3.5 checkpoint directory: config.json plus model.safetensors or
@@ -89,6 +107,8 @@ typedef struct {
     int n_files, n_tensors;
     const char *quantization;        /* "none" or a description                 */
     int n_threads;                   /* worker threads of the model's pool       */
+    const char *kernels;             /* the kernel set in use: "avx512vnni",
+                                        "avx2" or "scalar"                      */
 } nx_model_info;
 
 const nx_model_info *nx_model_get_info(const nx_model *m);

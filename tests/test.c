@@ -170,7 +170,7 @@ long nx_test_argmax(const float *v, long n) {
 nx_model *nx_test_model(const char *dir, int threads) {
     char err[512];
     nx_model *m = NULL;
-    nx_load_opts o = {threads, 0, 0};
+    nx_load_opts o = {.n_threads = threads};
     nx_status st = nx_model_load(dir, &o, &m, err, sizeof err);
     CHECKF(st == NX_OK, "%s", err);
     return m;

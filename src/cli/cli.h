@@ -49,7 +49,8 @@ const char *cli_value(int argc, char **argv, int *i);
 /* The model directory: -m DIR, else $NEXTN_MODEL, else the bundled default model. */
 const char *cli_default_model(void);
 
-/* Options every model-loading command takes: -m DIR, -t N, --ref, --f32-activations. */
+/* Options every model-loading command takes: -m DIR, -t N, --ref, --kernels,
+ * --f32-activations. */
 typedef struct {
     const char *dir;
     nx_load_opts load;
@@ -59,6 +60,8 @@ typedef struct {
     "  -m, --model DIR    checkpoint directory (default: $NEXTN_MODEL, else the bundled model)\n" \
     "  -t, --threads N    worker threads (default: one per physical core)\n"                  \
     "  --ref              use the scalar reference kernels (slow; for checking)\n"                 \
+    "  --kernels SET      newest kernel set to use: auto (default: the newest this CPU runs),\n" \
+    "                     avx512vnni, avx2 or scalar (avx512vnni and avx2 give the same bits)\n" \
     "  --f32-activations  quantized weights multiply f32 activations, not int8 (slower, closer)\n"
 
 /* If argv[*i] is one of the model options, consumes it (and its value) and

@@ -159,6 +159,15 @@ int cli_model_option(int argc, char **argv, int *i, cli_model_opts *o) {
         o->load.force_reference = 1;
         return 1;
     }
+    if (strcmp(a, "--kernels") == 0) {
+        const char *v = cli_value(argc, argv, i);
+        if (!v) return -1;
+        if (nx_kernels_parse(v, &o->load.kernels)) {
+            cli_usage_error("--kernels wants auto, avx512vnni, avx2 or scalar, got '%s'", v);
+            return -1;
+        }
+        return 1;
+    }
     if (strcmp(a, "--f32-activations") == 0) {
         o->load.f32_activations = 1;
         return 1;

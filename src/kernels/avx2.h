@@ -18,6 +18,12 @@
 
 #define KN_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define KN_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+/* AVX2 plus AVX-512 VNNI on 256-bit vectors (vpdpbusd needs AVX512VNNI and
+ * AVX512VL; F and BW come with them on every CPU that has both). Only the
+ * kernels built for kn_init's "avx512vnni" level carry it. */
+#define KN_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define KN_VNNI_INLINE \
+    static inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 /* Stored elements w[i .. i+8) of type dt (f32, bf16, f16) widened to f32;
  * unaligned loads. dt is a constant after inlining. */

@@ -3,8 +3,9 @@
  *
  * Every kernel exists twice: a scalar `_ref` twin, which is the definition, and
  * an AVX2+FMA+F16C version compiled per function with a target attribute (the
- * build stays portable; no -mavx2). kn_init() points one small table at either
- * set, and the public kn_* entry points call through it.
+ * build stays portable; no -mavx2). The int8 product has a third version, on
+ * AVX-512 VNNI (quant.c). kn_select() points one small table at one set, and
+ * the public kn_* entry points call through it.
  *
  * Loop order, and why: CPU decode is bound by memory bandwidth, so each weight
  * row is streamed from DRAM once per call. kn_matmul_rows walks rows outer and
@@ -501,6 +502,12 @@ static const kn_impl kn_impl_avx2 = {
     .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2};
+/* The AVX2 set with the int8 product on vpdpbusd (quant_qx.inc). */
+static const kn_impl kn_impl_avx512vnni = {
+    .name = "avx512vnni", .matmul_rows = matmul_rows_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
+    .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
+    .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
+    .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .affine_quantize_row = kn_affine_quantize_row_avx2};
 #endif
 
 static const kn_impl *kn_active = &kn_impl_scalar;
@@ -508,21 +515,38 @@ static const kn_impl *kn_active = &kn_impl_scalar;
 #if KN_HAVE_X86
 /* F16C is read from CPUID (leaf 1, ECX bit 29) rather than
  * __builtin_cpu_supports("f16c"), which clang 14 rejects. Its registers are the
- * AVX state, whose OS support the "avx2" check already covers. */
+ * AVX state, whose OS support the "avx2" check already covers; the AVX-512
+ * checks cover the OS's saving of the AVX-512 state (XCR0). */
 static int kn_cpu_has_avx2(void) {
     unsigned a, b, c, d;
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
 }
+
+static int kn_cpu_has_avx512vnni(void) {
+    return kn_cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
 #endif
 
-int kn_init(int force_reference) {
+kn_isa kn_select(kn_isa max) {
     kn_active = &kn_impl_scalar;
 #if KN_HAVE_X86
-    if (!force_reference && kn_cpu_has_avx2()) kn_active = &kn_impl_avx2;
+    if (max >= KN_ISA_AVX512VNNI && kn_cpu_has_avx512vnni()) kn_active = &kn_impl_avx512vnni;
+    else if (max >= KN_ISA_AVX2 && kn_cpu_has_avx2()) kn_active = &kn_impl_avx2;
 #endif
-    return kn_active != &kn_impl_scalar;
+    return kn_isa_active();
 }
+
+kn_isa kn_isa_active(void) {
+#if KN_HAVE_X86
+    if (kn_active == &kn_impl_avx512vnni) return KN_ISA_AVX512VNNI;
+    if (kn_active == &kn_impl_avx2) return KN_ISA_AVX2;
+#endif
+    return KN_ISA_SCALAR;
+}
+
+int kn_init(int force_reference) { return kn_select(force_reference ? KN_ISA_SCALAR : KN_ISA_BEST) != KN_ISA_SCALAR; }
 
 const char *kn_impl_name(void) { return kn_active->name; }
 

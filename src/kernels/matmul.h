@@ -12,9 +12,10 @@
  * is one fixed instruction sequence for a given length.
  *
  * Every SIMD kernel has a scalar `_ref` twin with the same signature in the
- * same file (matmul.c, quant.c, act.c). kn_init() picks AVX2+FMA+F16C versions when the CPU has them,
+ * same file (matmul.c, quant.c, act.c). kn_init() picks the SIMD versions
+ * the CPU has (AVX2+FMA+F16C; the int8 product also with AVX-512 VNNI),
  * unless force_reference is set; the scalar twins are the definition and the
- * tests compare the two. Kernels never see a model and never allocate. */
+ * tests compare each SIMD set with them. Kernels never see a model and never allocate. */
 #ifndef NX_KERNELS_MATMUL_H
 #define NX_KERNELS_MATMUL_H
 
@@ -42,10 +43,23 @@ typedef struct {
     nx_dtype sdtype;       /* affine: NX_DT_F32, NX_DT_BF16 or NX_DT_F16                     */
 } kn_mat;
 
-/* Selects the implementation of every kernel; call once at startup (more calls
- * are harmless). Returns 1 if SIMD kernels are active, 0 for scalar. */
+/* Kernel sets, each one the one before plus newer instructions: scalar C
+ * (the definition); AVX2 + FMA + F16C; that plus AVX-512 VNNI (on 256-bit
+ * vectors) for the int8 products. The two SIMD sets compute the same bits
+ * (they share every kernel but the int8 product, which is bit-exact in every
+ * set: quant.h), so choosing between them changes speed only. */
+typedef enum { KN_ISA_SCALAR = 0, KN_ISA_AVX2 = 1, KN_ISA_AVX512VNNI = 2 } kn_isa;
+#define KN_ISA_BEST KN_ISA_AVX512VNNI
+
+/* Selects the newest kernel set this CPU runs, up to max, for every kernel;
+ * call at startup, before worker threads run kernels (more calls are
+ * harmless). Returns the set chosen. */
+kn_isa kn_select(kn_isa max);
+/* kn_select(KN_ISA_SCALAR) if force_reference, else kn_select(KN_ISA_BEST).
+ * Returns 1 if SIMD kernels are active, 0 for scalar. */
 int kn_init(int force_reference);
-/* "avx2" or "scalar". */
+/* The active set, and its name: "avx512vnni", "avx2" or "scalar". */
+kn_isa kn_isa_active(void);
 const char *kn_impl_name(void);
 
 /* Y[t*ldy + r] = sum_c W[r][c] * X[t*ldx + c]   for t in [0,T), r in [r0,r1).

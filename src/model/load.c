@@ -462,6 +462,7 @@ static void fill_info(nx_model *m) {
     in->has_mtp = m->n_mtp_tensors > 0 || access(path, R_OK) == 0;
     in->n_mtp_tensors = m->n_mtp_tensors;
     in->n_threads = nx_pool_size(m->pool);
+    in->kernels = kn_impl_name();
     in->quantization = "none";
     if (c->has_quantization) {
         snprintf(m->quant_desc, sizeof m->quant_desc, "mlx affine, %d bits, group %d%s", c->q_bits, c->q_group,
@@ -471,11 +472,27 @@ static void fill_info(nx_model *m) {
     in->decode_bytes = decode_bytes(m);
 }
 
+static const char *const kernel_names[] = {[NX_KERNELS_AUTO] = "auto", [NX_KERNELS_SCALAR] = "scalar",
+                                           [NX_KERNELS_AVX2] = "avx2", [NX_KERNELS_AVX512VNNI] = "avx512vnni"};
+
+nx_status nx_kernels_parse(const char *name, nx_kernels *out) {
+    for (size_t k = 0; name && k < sizeof kernel_names / sizeof *kernel_names; k++)
+        if (strcmp(name, kernel_names[k]) == 0) {
+            *out = (nx_kernels)k;
+            return NX_OK;
+        }
+    return NX_EINVAL;
+}
+
 nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **out, char *err, size_t errlen) {
     *out = NULL;
-    nx_load_opts defaults = {0, 0, 0};
+    nx_load_opts defaults = {0};
     if (!opts) opts = &defaults;
-    kn_init(opts->force_reference);
+    static const kn_isa isa_of[] = {[NX_KERNELS_AUTO] = KN_ISA_BEST, [NX_KERNELS_SCALAR] = KN_ISA_SCALAR,
+                                    [NX_KERNELS_AVX2] = KN_ISA_AVX2, [NX_KERNELS_AVX512VNNI] = KN_ISA_AVX512VNNI};
+    if ((unsigned)opts->kernels >= sizeof isa_of / sizeof *isa_of)
+        return nx_fail(err, errlen, NX_EINVAL, "loading %s: unknown kernel set %d", dir, (int)opts->kernels);
+    kn_select(opts->force_reference ? KN_ISA_SCALAR : isa_of[opts->kernels]);
     nx_model *m = nx_calloc(1, sizeof *m);
     if (!m || !(m->dir = nx_strdup(dir))) {
         nx_free(m);

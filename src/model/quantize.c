@@ -165,7 +165,7 @@ nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize
     if (stat(in_dir, &a) == 0 && stat(out_dir, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
         return nx_fail(err, errlen, NX_EINVAL, "quantize: the output directory %s is the input", out_dir);
     nx_model *m = NULL;
-    nx_load_opts lo = {1, 0, 0};
+    nx_load_opts lo = {.n_threads = 1};
     nx_status st = nx_model_load(in_dir, &lo, &m, err, errlen);
     if (st) return st;
     st_writer *w = NULL;

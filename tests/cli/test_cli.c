@@ -152,6 +152,7 @@ static void bad_use_exits_2_with_one_line(void) {
         {"chat-template -m x --messages /nonexistent.json", 1, "/nonexistent.json"},
         {"inspect --bogus", 2, "unknown option '--bogus'"},
         {"inspect -t 0 -m x", 2, "--threads"},
+        {"inspect --kernels avx512 -m x", 2, "--kernels"},
         {"inspect -m /nonexistent/model", 1, "/nonexistent/model"},
         {"generate -m '" GOLDEN "/hf' --prompt-ids 1,99999", 1, "99999"},
     };

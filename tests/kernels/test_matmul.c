@@ -83,15 +83,25 @@ static int use_simd(void) {
 
 static void test_init_selects_avx2_or_scalar_and_force_reference_wins(void) {
     CHECK(kn_init(1) == 0);
-    CHECK(strcmp(kn_impl_name(), "scalar") == 0);
+    CHECK(strcmp(kn_impl_name(), "scalar") == 0 && kn_isa_active() == KN_ISA_SCALAR);
     int on = kn_init(0);
-    CHECK(strcmp(kn_impl_name(), on ? "avx2" : "scalar") == 0);
+    int has = 0, vnni = 0;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d;   /* F16C from CPUID leaf 1: clang 14 has no "f16c" builtin name */
-    int has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
-              (c & bit_F16C) != 0;
-    CHECKF(on == has, "kn_init(0) = %d but the CPU %s AVX2+FMA+F16C", on, has ? "has" : "lacks");
+    has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+          (c & bit_F16C) != 0;
+    vnni = has && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 #endif
+    CHECKF(on == has, "kn_init(0) = %d but the CPU %s AVX2+FMA+F16C", on, has ? "has" : "lacks");
+    CHECKF(strcmp(kn_impl_name(), vnni ? "avx512vnni" : has ? "avx2" : "scalar") == 0, "kn_init(0) chose %s",
+           kn_impl_name());
+    /* kn_select caps the set: never above its argument, never above the CPU */
+    CHECK(kn_select(KN_ISA_AVX2) == (has ? KN_ISA_AVX2 : KN_ISA_SCALAR));
+    CHECK(strcmp(kn_impl_name(), has ? "avx2" : "scalar") == 0);
+    CHECK(kn_select(KN_ISA_AVX512VNNI) == (vnni ? KN_ISA_AVX512VNNI : has ? KN_ISA_AVX2 : KN_ISA_SCALAR));
+    CHECK(kn_select(KN_ISA_SCALAR) == KN_ISA_SCALAR && kn_isa_active() == KN_ISA_SCALAR);
+    kn_init(0);
 }
 
 static void test_matmul_ref_computes_a_hand_checked_product(void) {
@@ -403,7 +413,7 @@ static void test_public_kernels_follow_force_reference(void) {
 
 static const nx_test tests[] = {
     {"init_selects_avx2_or_scalar_and_force_reference_wins",
-     "kn_init picks avx2 exactly when the CPU has AVX2+FMA+F16C; force_reference picks scalar",
+     "kn_init picks avx512vnni / avx2 exactly when the CPU has them; kn_select caps the set; force_reference picks scalar",
      test_init_selects_avx2_or_scalar_and_force_reference_wins},
     {"matmul_ref_computes_a_hand_checked_product", "a 3x2 product with exact values, every format, both twins",
      test_matmul_ref_computes_a_hand_checked_product},

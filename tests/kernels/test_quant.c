@@ -154,6 +154,21 @@ static void set_impl(int simd) {
     else kn_init(1);
 }
 
+/* The int8 product has a kernel per SIMD set (quant_qx.inc); its tests run
+ * the scalar definition and each set this CPU has, newest first. */
+static const kn_isa int8_isas[] = {KN_ISA_AVX512VNNI, KN_ISA_AVX2, KN_ISA_SCALAR};
+enum { N_INT8_ISAS = sizeof int8_isas / sizeof *int8_isas };
+
+/* Selects int8_isas[k]; returns 0, and says so once per set, where the CPU
+ * lacks it. */
+static int use_int8_isa(int k) {
+    static const char *const names[] = {"avx512vnni", "avx2", "scalar"};
+    static int warned[N_INT8_ISAS];
+    if (kn_select(int8_isas[k]) == int8_isas[k]) return 1;
+    if (!warned[k]++) fprintf(stderr, "  note: this CPU lacks the %s kernels; their int8 checks did not run\n", names[k]);
+    return 0;
+}
+
 /* "avx2 q4 g64 sd=BF16 7x192"; with_impl: whether to name the active twin. */
 static void describe(char *buf, size_t n, const kn_mat *w, int with_impl) {
     snprintf(buf, n, "%s%sq%d g%d sd=%s %lldx%lld", with_impl ? kn_impl_name() : "", with_impl ? " " : "", w->bits,
@@ -653,9 +668,12 @@ static void test_int8_matmul_twins_agree_and_stay_within_the_activation_rounding
                         char what[96];
                         describe(what, sizeof what, &q.m, 0);
                         kn_matmul_qx_rows_ref(&q.m, &qx, yr, rows, 0, rows);
-                        use_simd();
-                        kn_matmul_qx_rows(&q.m, &qx, ya, rows, 0, rows);
-                        CHECKF(memcmp(ya, yr, sizeof(float) * (size_t)(T * rows)) == 0, "%s: the twins differ", what);
+                        for (int k = 0; k < N_INT8_ISAS; k++) {
+                            if (!use_int8_isa(k)) continue;
+                            kn_matmul_qx_rows(&q.m, &qx, ya, rows, 0, rows);
+                            CHECKF(memcmp(ya, yr, sizeof(float) * (size_t)(T * rows)) == 0, "%s %s: the twins differ",
+                                   kn_impl_name(), what);
+                        }
                         int off_def = 0, off_f32 = 0;
                         for (int t = 0; t < T; t++)
                             for (int64_t row = 0; row < rows; row++) {
@@ -702,8 +720,8 @@ static void test_int8_rows_are_bit_identical_whatever_t_and_row_range(void) {
             qmat q = make_affine(&r, MAX_ROWS, n, bit_widths[b], groups[g], sdtypes[(b + g) % N_SD], WEIGHT_SIGMA);
             float *x = make_acts(&r, MAX_T * n);
             kn_qx qx = make_qx(MAX_T, &q.m);
-            for (int simd = 1; simd >= 0; simd--) {
-                set_impl(simd);
+            for (int k = 0; k < N_INT8_ISAS; k++) {
+                if (!use_int8_isa(k)) continue;
                 kn_quantize_x(&qx, x, n);
                 char what[96];
                 describe(what, sizeof what, &q.m, 1);
@@ -736,13 +754,16 @@ static void test_int8_matmul_on_long_and_many_rows_matches_the_reference(void) {
                 describe(what, sizeof what, &q.m, 0);
                 kn_quantize_x_ref(&qx, x, n);
                 kn_matmul_qx_rows_ref(&q.m, &qx, yr, ROWS, 0, ROWS);
-                use_simd();
-                kn_matmul_qx_rows(&q.m, &qx, ya, ROWS, 0, ROWS);
-                CHECKF(memcmp(ya, yr, sizeof(float) * T * ROWS) == 0, "%s: the twins differ", what);
-                for (int t = 0; t < T; t++) {
-                    kn_qx one = qx_rows(&qx, t, 1);
-                    kn_matmul_qx_rows(&q.m, &one, y1, ROWS, 0, ROWS);
-                    CHECKF(memcmp(y1, ya + t * ROWS, sizeof y1) == 0, "%s: row t=%d alone differs", what, t);
+                for (int s = 0; s < N_INT8_ISAS; s++) {
+                    if (!use_int8_isa(s)) continue;
+                    kn_matmul_qx_rows(&q.m, &qx, ya, ROWS, 0, ROWS);
+                    CHECKF(memcmp(ya, yr, sizeof(float) * T * ROWS) == 0, "%s %s: the twins differ", kn_impl_name(), what);
+                    for (int t = 0; t < T; t++) {
+                        kn_qx one = qx_rows(&qx, t, 1);
+                        kn_matmul_qx_rows(&q.m, &one, y1, ROWS, 0, ROWS);
+                        CHECKF(memcmp(y1, ya + t * ROWS, sizeof y1) == 0, "%s %s: row t=%d alone differs", kn_impl_name(),
+                               what, t);
+                    }
                 }
                 free(qx.q), free(x);
                 free_affine(&q);
@@ -777,8 +798,8 @@ static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(vo
         for (int c = 0; c < n; c++) x[c] = 127.0f, x[n + c] = c % 2 ? -127.0f : 127.0f, x[2 * n + c] = 127.0f;
         x[2 * n + 5] = NAN;
         kn_qx qx = make_qx(3, &w);
-        for (int simd = 1; simd >= 0; simd--) {
-            set_impl(simd);
+        for (int k = 0; k < N_INT8_ISAS; k++) {
+            if (!use_int8_isa(k)) continue;
             kn_quantize_x(&qx, x, n);
             float y[3 * rows];
             kn_matmul_qx_rows(&w, &qx, y, rows, 0, rows);
@@ -827,16 +848,16 @@ static const nx_test tests[] = {
      "int8 activations per group: |x - d q| <= d/2, amax -> 127, ties to even, sums; NaN/inf groups; twins equal",
      test_activation_quantizer_follows_the_definition_in_both_twins},
     {"int8_matmul_twins_agree_and_stay_within_the_activation_rounding",
-     "scalar == SIMD bit for bit, = dequantized W times dequantized x, within sum|w| d/2 of the f32 product",
+     "scalar == each SIMD set (avx2, avx512vnni) bit for bit, = dequantized W times dequantized x, within sum|w| d/2 of the f32 product",
      test_int8_matmul_twins_agree_and_stay_within_the_activation_rounding},
     {"int8_rows_are_bit_identical_whatever_t_and_row_range",
-     "Y[t][r] is the same bits for T=1..16 and uneven row ranges, every bit width and group, both twins",
+     "Y[t][r] is the same bits for T=1..16 and uneven row ranges, every bit width and group, every kernel set",
      test_int8_rows_are_bit_identical_whatever_t_and_row_range},
     {"int8_matmul_on_long_and_many_rows_matches_the_reference",
-     "8, 9, 17 groups a row and 30 rows: twins bit for bit, T = 5 equals T = 1 row by row",
+     "8, 9, 17 groups a row and 30 rows: every kernel set bit for bit, T = 5 equals T = 1 row by row",
      test_int8_matmul_on_long_and_many_rows_matches_the_reference},
     {"int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates",
-     "q8 0/255, q6 g64, q5/q4/q3 g128 at their largest sums against xq = 127: exact; a NaN activation gives NaN",
+     "q8 0/255, q6 g64, q5/q4/q3 g128 at their largest sums against xq = 127: exact in every kernel set; a NaN activation gives NaN",
      test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates},
 };
 

@@ -13,7 +13,7 @@
 static nx_model *load(const char *dir, int force_ref) {
     char err[512];
     nx_model *m = NULL;
-    nx_load_opts o = {2, force_ref, 0};
+    nx_load_opts o = {.n_threads = 2, .force_reference = force_ref};
     nx_status st = nx_model_load(dir, &o, &m, err, sizeof err);
     CHECKF(st == NX_OK, "%s", err);
     return m;

@@ -58,7 +58,7 @@ static void quantized_default_model_stays_close(void) {
     CHECK(nx_drafter_teacher_forced(dd, seq, n, ref_mtp, NULL, err, sizeof err) == NX_OK);
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         const char *dir = quantize("quant-default", DEFAULT_MODEL, cases[c].bits, cases[c].group, 0);
-        nx_load_opts lo = {2, 0, cases[c].f32_act};
+        nx_load_opts lo = {.n_threads = 2, .f32_activations = cases[c].f32_act};
         nx_model *q = NULL;
         CHECKF(nx_model_load(dir, &lo, &q, err, sizeof err) == NX_OK, "%s", err);
         nx_drafter *qd = q ? nx_test_drafter(q, 0) : NULL;
@@ -111,7 +111,7 @@ static void greedy_speculative_equals_plain_on_quantized_weights(void) {
             snprintf(dir, sizeof dir, "%s", nx_test_fixture("quant-f16", "--preset tiny --seed 5 --copy-head 0.05 --dtype f16"));
         else
             snprintf(dir, sizeof dir, "%s", quantize("quant-spec", src, cases[c].bits, cases[c].group, 0));
-        nx_load_opts lo = {2, 0, cases[c].f32_act};
+        nx_load_opts lo = {.n_threads = 2, .f32_activations = cases[c].f32_act};
         nx_model *m = NULL;
         char err[512];
         CHECKF(nx_model_load(dir, &lo, &m, err, sizeof err) == NX_OK, "%s", err);
@@ -393,7 +393,71 @@ static void malformed_quantization_is_a_clear_error(void) {
     CHECK(nx_quantize(DEFAULT_MODEL, DEFAULT_MODEL, &o, NULL, err, sizeof err) == NX_EINVAL);
 }
 
+/* The SIMD kernel sets differ only in how they compute the int8 products
+ * (quant.h), not in the result: q4 and q8 copies of the bundled model give
+ * the same logits bits under auto, avx512vnni and avx2 (a set the CPU lacks
+ * falls back to the next older one, which info->kernels names); the scalar
+ * set, the definition, differs by its kernels' rounding (measured logits
+ * NMSE 4.5e-15 at q8; 2.7e-6 at q4, where a last-bit difference can move an
+ * activation to the next int8 step; bound 1e-4, a tenth of q4's own error
+ * against the dense model); and the names parse. */
+static void every_kernel_set_gives_the_same_logits(void) {
+    static const struct { const char *name; nx_kernels k; } sets[] = {
+        {"auto", NX_KERNELS_AUTO}, {"avx512vnni", NX_KERNELS_AVX512VNNI}, {"avx2", NX_KERNELS_AVX2}, {"scalar", NX_KERNELS_SCALAR}};
+    for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
+        nx_kernels k = (nx_kernels)-1;
+        CHECKF(nx_kernels_parse(sets[i].name, &k) == NX_OK && k == sets[i].k, "%s", sets[i].name);
+    }
+    nx_kernels k = NX_KERNELS_AVX2;
+    CHECK(nx_kernels_parse("avx512", &k) == NX_EINVAL && nx_kernels_parse(NULL, &k) == NX_EINVAL && k == NX_KERNELS_AVX2);
+    int n;
+    int32_t *seq = golden_tokens(&n);
+    if (n > 24) n = 24;   /* the scalar set is slow */
+    static const int bits[] = {4, 8};
+    for (size_t b = 0; b < sizeof bits / sizeof *bits; b++) {
+        const char *dir = quantize("quant-kernels", DEFAULT_MODEL, bits[b], 64, 0);
+        float *first = NULL;
+        size_t bytes = 0;
+        for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
+            char err[512];
+            nx_model *m = NULL;
+            nx_load_opts lo = {.n_threads = 2, .kernels = sets[i].k};
+            CHECKF(nx_model_load(dir, &lo, &m, err, sizeof err) == NX_OK, "%s", err);
+            if (!m) continue;
+            const char *got = nx_model_get_info(m)->kernels;
+            /* the set asked for, or (CPU without it) an older one; auto: the newest */
+            int ok = strcmp(got, sets[i].name) == 0 || (sets[i].k == NX_KERNELS_AVX512VNNI && strcmp(got, "avx2") == 0) ||
+                     (sets[i].k != NX_KERNELS_SCALAR && strcmp(got, "scalar") == 0) ||
+                     (sets[i].k == NX_KERNELS_AUTO && (strcmp(got, "avx512vnni") == 0 || strcmp(got, "avx2") == 0));
+            CHECKF(ok, "asked for %s, got %s", sets[i].name, got);
+            bytes = (size_t)n * (size_t)nx_model_get_info(m)->vocab_size * sizeof(float);
+            float *logits = nx_test_logits(m, seq, n);
+            if (!first) first = logits;
+            else if (strcmp(got, "scalar") == 0) {
+                const nx_test_diff d = nx_test_compare(logits, first, (long)(bytes / sizeof(float)));
+                fprintf(stderr, "  q%d: scalar kernels vs auto: logits nmse %.2e, max |diff| %.2e\n", bits[b], d.nmse, d.max_abs);
+                CHECKF(d.nmse < 1e-4, "q%d: scalar kernels: logits nmse %.3g against auto", bits[b], d.nmse);
+                free(logits);
+            } else {
+                CHECKF(memcmp(first, logits, bytes) == 0, "q%d: %s kernels give other logits than auto", bits[b], got);
+                free(logits);
+            }
+            nx_model_free(m);
+        }
+        free(first);
+    }
+    free(seq);
+    /* a value outside the enum is an error naming the directory, not a crash */
+    char err[512];
+    nx_model *m = NULL;
+    nx_load_opts lo = {.kernels = (nx_kernels)99};
+    CHECK(nx_model_load(DEFAULT_MODEL, &lo, &m, err, sizeof err) == NX_EINVAL && !m && strstr(err, "kernel set"));
+}
+
 static const nx_test tests[] = {
+    {"every_kernel_set_gives_the_same_logits",
+     "q4 and q8: auto, avx512vnni and avx2 kernels give the same logits bits, scalar within rounding; names parse; a bad set is an error",
+     every_kernel_set_gives_the_same_logits},
     {"mixed_dense_embedding_and_quantized_layers_load_and_decode",
      "q4 layers + a dense bf16 embedding and in_proj_b (false entries): loads, names both formats, close to q4, spec == plain",
      mixed_dense_embedding_and_quantized_layers_load_and_decode},
