@@ -502,14 +502,27 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * integer part. */
 
 #define KN_QXBLOCK 4
-/* Rows ahead whose codes, scales and biases a row's pass prefetches: three
- * streams per row (codes, scales, biases) of under 1 KB each are more than
- * the hardware prefetcher follows well. Whole-process A/B of q4 decode on the
- * 0.8B-shape fixture, 2 threads: 0.92x the wall time at 24 rows ahead (0.98x
- * at 4; 64 the same as 24). */
-#ifndef KN_QX_PREFETCH
-#define KN_QX_PREFETCH 24
-#endif
+/* Rows ahead whose codes, scales and biases a row's pass prefetches (0:
+ * none), by the CPU generation each set runs on; row_bytes counts all three.
+ * AVX2 (measured on Zen 3): three streams per row of under 1 KB each are more
+ * than the hardware prefetcher follows well; whole-process A/B of q4 decode on
+ * the 0.8B-shape fixture, 2 threads: 0.92x the wall time at 24 rows ahead
+ * (0.98x at 4; 64 the same as 24).
+ * AVX-512 VNNI (measured on Zen 4): 24 rows ahead is 26-91 KB at 8 bits,
+ * past the 32 KB L1 the lines land in, and slows every pass; the hardware
+ * alone does best at 8 bits and about 4 KB ahead at 4. Every step matrix and
+ * the LM head of the 0.8B-shape fixture, 2 threads (bench-linear, three
+ * alternating rounds, ms at T = 1): q8 24 rows 34.1/26.3/26.5, none
+ * 28.1/19.1/18.8, 4 KB 28.6/21.2/23.6; q4 24 rows 16.5/15.8/15.7, none
+ * 15.4/15.3/16.4, 4 KB 14.7/14.4/14.9. */
+static inline int64_t qx_prefetch_rows_avx2(int bits, size_t row_bytes) {
+    (void)bits, (void)row_bytes;
+    return 24;
+}
+
+static inline int64_t qx_prefetch_rows_avx512vnni(int bits, size_t row_bytes) {
+    return bits == 8 ? 0 : (int64_t)(4096 / row_bytes) + 1;
+}
 
 /* The 32 codes of the block from element i (a multiple of 32) of a row of n,
  * as unsigned bytes in element order. bits is a constant after inlining. */
