@@ -489,25 +489,29 @@ typedef struct {
     void (*matmul_qx_rows)(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
     void (*affine_quantize_row)(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
                                 void *scales, void *biases);
+    void (*affine_row_f32)(const kn_mat *w, int64_t row, float *out);
 } kn_impl;
 
 static const kn_impl kn_impl_scalar = {
     .name = "scalar", .matmul_rows = kn_matmul_rows_ref, .dot_f32 = kn_dot_f32_ref, .axpy_f32 = kn_axpy_f32_ref,
     .scale_f32 = kn_scale_f32_ref, .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .silu_mul_f32 = kn_silu_mul_f32_ref,
     .attn_values_f32 = kn_attn_values_f32_ref, .quantize_x = kn_quantize_x_ref,
-    .matmul_qx_rows = kn_matmul_qx_rows_ref, .affine_quantize_row = kn_affine_quantize_row_ref};
+    .matmul_qx_rows = kn_matmul_qx_rows_ref, .affine_quantize_row = kn_affine_quantize_row_ref,
+    .affine_row_f32 = kn_affine_row_f32_ref};
 #if KN_HAVE_X86
 static const kn_impl kn_impl_avx2 = {
     .name = "avx2", .matmul_rows = matmul_rows_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
     .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
-    .matmul_qx_rows = kn_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2};
+    .matmul_qx_rows = kn_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2,
+    .affine_row_f32 = kn_affine_row_f32_avx2};
 /* The AVX2 set with the int8 product on vpdpbusd (quant_qx.inc). */
 static const kn_impl kn_impl_avx512vnni = {
     .name = "avx512vnni", .matmul_rows = matmul_rows_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
     .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
-    .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .affine_quantize_row = kn_affine_quantize_row_avx2};
+    .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .affine_quantize_row = kn_affine_quantize_row_avx2,
+    .affine_row_f32 = kn_affine_row_f32_avx2};
 #endif
 
 static const kn_impl *kn_active = &kn_impl_scalar;
@@ -577,6 +581,8 @@ void kn_quantize_x(kn_qx *qx, const float *x, int64_t ldx) { kn_active->quantize
 void kn_matmul_qx_rows(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     kn_active->matmul_qx_rows(w, qx, y, ldy, r0, r1);
 }
+
+void kn_affine_row_f32(const kn_mat *w, int64_t row, float *out) { kn_active->affine_row_f32(w, row, out); }
 
 void kn_affine_quantize_row(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
                             void *scales, void *biases) {

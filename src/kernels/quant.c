@@ -186,7 +186,7 @@ static inline float dequant_ref(const kn_mat *w, const void *codes, const void *
     return fmaf(sd_load(sc, w->sdtype, g), (float)code_at(codes, c, w->bits), sd_load(bi, w->sdtype, g));
 }
 
-void kn_affine_row_f32(const kn_mat *w, int64_t row, float *out) {
+void kn_affine_row_f32_ref(const kn_mat *w, int64_t row, float *out) {
     assert(kn_affine_valid(w) && 0 <= row && row < w->rows);
     const affine_row ar = row_at(w, row);
     const void *codes = ar.codes, *sc = ar.sc, *bi = ar.bi;
@@ -461,6 +461,27 @@ KN_AFFINE_ROWS_AVX2(4)
 KN_AFFINE_ROWS_AVX2(5)
 KN_AFFINE_ROWS_AVX2(6)
 KN_AFFINE_ROWS_AVX2(8)
+
+KN_AVX2 void kn_affine_row_f32_avx2(const kn_mat *w, int64_t row, float *out) {
+    assert(kn_affine_valid(w) && 0 <= row && row < w->rows);
+    const affine_row ar = row_at(w, row);
+    const int64_t n = w->cols;
+    for (int64_t g = 0, i = 0; i < n; g++) {
+        const __m256 sv = _mm256_set1_ps(sd_load_avx2(ar.sc, w->sdtype, g)), bv = _mm256_set1_ps(sd_load_avx2(ar.bi, w->sdtype, g));
+        for (const int64_t end = i + w->group; i < end; i += 32) {
+            __m256 v[4];
+            switch (w->bits) {   /* each width its own inlined unpacking */
+            case 2: dequant32_avx2(ar.codes, 2, i, n, sv, bv, v); break;
+            case 3: dequant32_avx2(ar.codes, 3, i, n, sv, bv, v); break;
+            case 4: dequant32_avx2(ar.codes, 4, i, n, sv, bv, v); break;
+            case 5: dequant32_avx2(ar.codes, 5, i, n, sv, bv, v); break;
+            case 6: dequant32_avx2(ar.codes, 6, i, n, sv, bv, v); break;
+            default: dequant32_avx2(ar.codes, 8, i, n, sv, bv, v); break;
+            }
+            for (int k = 0; k < 4; k++) _mm256_storeu_ps(out + i + 8 * k, v[k]);
+        }
+    }
+}
 
 void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                 int64_t r0, int64_t r1) {

@@ -66,8 +66,14 @@ void kn_affine_quantize_row_avx2(const float *w, int64_t cols, int bits, int gro
  * biases set unless the matrix is empty. Checked by assert only. */
 int kn_affine_valid(const kn_mat *w);
 
-/* Dequantizes row `row` of affine w into out[0..cols). */
+/* Dequantizes row `row` of affine w into out[0..cols): the active twin (each
+ * weight one f32 fma, so both write the same bits). The AVX2 one is what
+ * makes a lower-bit draft-head copy (spec/mtp.c) cheap at load. */
 void kn_affine_row_f32(const kn_mat *w, int64_t row, float *out);
+void kn_affine_row_f32_ref(const kn_mat *w, int64_t row, float *out);
+#if defined(__x86_64__) || defined(__i386__)
+void kn_affine_row_f32_avx2(const kn_mat *w, int64_t row, float *out);
+#endif
 
 /* The affine matmul twins, with kn_matmul_rows's contract; the caller has
  * checked the arguments. The scalar one is the definition: each dequantized

@@ -376,6 +376,34 @@ static void test_quantizer_twins_write_the_same_bytes(void) {
     kn_init(0);
 }
 
+/* Both row dequantizers write the same floats for every row of every format
+ * (the last row read at its exact byte count: the sanitize build catches a
+ * read past the codes); kn_mat_row_f32 runs the active one, here the SIMD. */
+static void test_row_dequantizer_twins_write_the_same_floats(void) {
+    nx_test_rng r = {0x3F84D5B5B5470917ULL};
+    if (!use_simd()) return;
+    for (int b = 0; b < N_BITS; b++)
+        for (int g = 0; g < N_GROUPS; g++)
+            for (int s = 0; s < N_SD; s++)
+                for (int sh = 0; sh < N_SHAPES; sh++) {
+                    const int64_t rows = row_counts[sh], n = groups[g] * groups_per_row[(sh + s) % N_SHAPES];
+                    qmat q = make_affine(&r, rows, n, bit_widths[b], groups[g], sdtypes[s], WEIGHT_SIGMA);
+                    char what[96];
+                    describe(what, sizeof what, &q.m, 0);
+                    float *a = malloc((size_t)n * sizeof *a), *v = malloc((size_t)n * sizeof *v);
+                    int bad = 0;
+                    for (int64_t row = 0; row < rows; row++) {
+                        kn_affine_row_f32_ref(&q.m, row, a);
+                        kn_mat_row_f32(&q.m, row, v);   /* the SIMD twin */
+                        bad += memcmp(a, v, (size_t)n * sizeof *a) != 0;
+                    }
+                    CHECKF(bad == 0, "%s: %d rows differ between the dequantizer twins", what, bad);
+                    free(a), free(v);
+                    free_affine(&q);
+                }
+    kn_init(0);
+}
+
 /* The affine twins are the dense twins on the dequantized matrix: equal bit
  * for bit (scalar with scalar, SIMD with SIMD), and SIMD within KN_TOL_AFFINE
  * of the scalar definition. T = 5 is a 3-row SIMD block plus a 2-row one. */
@@ -835,6 +863,9 @@ static const nx_test tests[] = {
     {"quantizer_twins_write_the_same_bytes",
      "scalar and AVX2 quantizer: same codes, scales, biases; every bits x group x sdtype; ties, flat groups, signed zeros, wide ranges",
      test_quantizer_twins_write_the_same_bytes},
+    {"row_dequantizer_twins_write_the_same_floats",
+     "kn_affine_row_f32 scalar and AVX2 agree bit for bit; every bits x group x sdtype, odd rows",
+     test_row_dequantizer_twins_write_the_same_floats},
     {"affine_matmul_equals_dense_matmul_on_dequantized_weights",
      "each twin equals its dense twin bit for bit; SIMD within KN_TOL_AFFINE of the reference",
      test_affine_matmul_equals_dense_matmul_on_dequantized_weights},
