@@ -46,7 +46,7 @@ __attribute__((unused)) static int kn_dtype_ok(nx_dtype dt) {
 static void assert_matmul_args(const kn_mat *w, const float *x, int64_t ldx, int T, const float *y,
                                int64_t ldy, int64_t r0, int64_t r1) {
     assert(w != NULL && (w->bits == 0 ? kn_dtype_ok(w->dtype) : kn_affine_valid(w)));
-    assert(w->rows >= 0 && w->cols >= 0);
+    assert(w->rows >= 0 && w->cols >= 0 && (w->ld == 0 || (w->bits == 0 && w->ld >= w->cols)));
     assert(0 <= r0 && r0 <= r1 && r1 <= w->rows);
     assert(T >= 0);
     /* Rows of X and Y must not overlap when there are several of them. */
@@ -95,7 +95,7 @@ void kn_matmul_rows_ref(const kn_mat *w, const float *x, int64_t ldx, int T, flo
         return;
     }
     const int64_t n = w->cols;
-    const size_t row_bytes = (size_t)n * nx_dtype_size(w->dtype);
+    const size_t row_bytes = (size_t)kn_row_stride(w) * nx_dtype_size(w->dtype);
     for (int64_t r = r0; r < r1; r++) {
         const void *wr = (const char *)w->data + (size_t)r * row_bytes;
         for (int t = 0; t < T; t++) y[(int64_t)t * ldy + r] = (float)dot_ref(wr, w->dtype, x + (int64_t)t * ldx, n);
@@ -174,7 +174,7 @@ void kn_mat_row_f32(const kn_mat *w, int64_t row, float *out) {
         return;
     }
     assert(kn_dtype_ok(w->dtype) && 0 <= row && row < w->rows);
-    const size_t row_bytes = (size_t)w->cols * nx_dtype_size(w->dtype);
+    const size_t row_bytes = (size_t)kn_row_stride(w) * nx_dtype_size(w->dtype);
     kn_to_f32(w->dtype, (const char *)w->data + (size_t)row * row_bytes, out, w->cols);
 }
 
@@ -337,7 +337,7 @@ static inline int tile_rows(int nt) { return nt == 4 ? 2 : nt == 3 ? 3 : 4; }
 KN_AVX2_INLINE void matmul_rows_fmt_avx2(const kn_mat *w, nx_dtype dt, const float *x, int64_t ldx, int T,
                                          float *y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t n = w->cols;
-    const size_t row_bytes = (size_t)n * nx_dtype_size(dt);
+    const size_t row_bytes = (size_t)kn_row_stride(w) * nx_dtype_size(dt);
     int64_t r = r0;
     if (T >= KN_TILE_MIN_T)
         for (; r + KN_TILE_GROUP <= r1; r += KN_TILE_GROUP) {

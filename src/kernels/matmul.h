@@ -41,7 +41,13 @@ typedef struct {
     int group;             /* affine: elements per scale/bias group: 32, 64 or 128           */
     const void *scales, *biases;  /* affine: [rows, cols / group] each, in sdtype           */
     nx_dtype sdtype;       /* affine: NX_DT_F32, NX_DT_BF16 or NX_DT_F16                     */
+    int64_t ld;            /* dense: elements from one row's start to the next (>= cols);
+                              0: cols (packed). Lets a view pick one head's rows out of a
+                              cache that interleaves heads. Affine: 0                     */
 } kn_mat;
+
+/* Elements from one row of dense w to the next. */
+static inline int64_t kn_row_stride(const kn_mat *w) { return w->ld ? w->ld : w->cols; }
 
 /* Kernel sets, each one the one before plus newer instructions: scalar C
  * (the definition); AVX2 + FMA + F16C; that plus AVX-512 VNNI (on 256-bit

@@ -35,7 +35,7 @@ static int kn_bits_ok(int bits) { return bits == 2 || bits == 3 || bits == 4 || 
 static int kn_group_ok(int group) { return group == 32 || group == 64 || group == 128; }
 
 int kn_affine_valid(const kn_mat *w) {
-    return w != NULL && kn_bits_ok(w->bits) && kn_group_ok(w->group) && w->dtype == NX_DT_U32 &&
+    return w != NULL && kn_bits_ok(w->bits) && kn_group_ok(w->group) && w->dtype == NX_DT_U32 && w->ld == 0 &&
            kn_sd_ok(w->sdtype) && w->rows >= 0 && w->cols >= 0 && w->cols % w->group == 0 &&
            (w->rows == 0 || w->cols == 0 || (w->data != NULL && w->scales != NULL && w->biases != NULL));
 }

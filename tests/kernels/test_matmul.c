@@ -237,6 +237,49 @@ static void test_matmul_with_no_rows_or_no_tokens_writes_nothing(void) {
     free(x);
 }
 
+/* A strided view (ld > cols: every other row of a matrix, as one head's
+ * rows of a cache that interleaves two) gives the bits of a packed copy of
+ * those rows, in every format and both twins, at T = 4 (row by row) and 7
+ * (tiles, KN_TILE_GROUP rows at a time), for uneven row ranges; and
+ * kn_mat_row_f32 reads the strided row. */
+static void test_strided_rows_equal_a_packed_copy(void) {
+    enum { ROWS = 29, T = 7 };
+    nx_test_rng r = {0x9C30D5392AF26013ULL};
+    static const int64_t cols_list[] = {7, 64, 257};
+    float y1[T * ROWS], y2[T * ROWS], row1[257], row2[257];
+    for (int f = 0; f < 3; f++)
+        for (size_t c = 0; c < sizeof cols_list / sizeof *cols_list; c++) {
+            const int64_t cols = cols_list[c];
+            const size_t es = nx_dtype_size(formats[f]);
+            kn_mat both = make_weights(&r, formats[f], 2 * ROWS, cols);   /* rows of two heads, interleaved */
+            char *packed = malloc((size_t)(ROWS * cols) * es);
+            for (int64_t i = 0; i < ROWS; i++)
+                memcpy(packed + (size_t)(i * cols) * es, (const char *)both.data + (size_t)((2 * i + 1) * cols) * es,
+                       (size_t)cols * es);
+            const kn_mat strided = {.data = (const char *)both.data + (size_t)cols * es, .dtype = formats[f], .rows = ROWS,
+                                    .cols = cols, .ld = 2 * cols};
+            const kn_mat dense = {.data = packed, .dtype = formats[f], .rows = ROWS, .cols = cols};
+            float *x = make_acts(&r, T * cols);
+            for (int simd = 1; simd >= 0; simd--) {
+                if (simd) use_simd();
+                else kn_init(1);
+                for (int t = 4; t <= T; t += 3) {
+                    memset(y1, 0, sizeof y1), memset(y2, 0, sizeof y2);
+                    kn_matmul_rows(&strided, x, cols, t, y1, ROWS, 0, 5);
+                    kn_matmul_rows(&strided, x, cols, t, y1, ROWS, 5, ROWS);
+                    kn_matmul_rows(&dense, x, cols, t, y2, ROWS, 0, ROWS);
+                    CHECKF(memcmp(y1, y2, sizeof y1) == 0, "%s %s cols %lld T %d: strided rows differ from packed",
+                           kn_impl_name(), nx_dtype_name(formats[f]), (long long)cols, t);
+                }
+                kn_mat_row_f32(&strided, ROWS - 1, row1);
+                kn_mat_row_f32(&dense, ROWS - 1, row2);
+                CHECK(memcmp(row1, row2, (size_t)cols * sizeof *row1) == 0);
+            }
+            free(x), free(packed), free((void *)both.data);
+        }
+    kn_init(0);
+}
+
 /* Every 16-bit pattern as a weight, multiplied by 1: the SIMD widening
  * (cvtph, and the bf16 shift) must give the exact value. Pattern p sits in
  * lane p % 8 of an 8-column row, so every lane is covered. The sum adds +0s,
@@ -412,6 +455,8 @@ static void test_public_kernels_follow_force_reference(void) {
 }
 
 static const nx_test tests[] = {
+    {"strided_rows_equal_a_packed_copy", "kn_mat.ld > cols: same bits as a packed copy, every format, both twins, rows and tiles",
+     test_strided_rows_equal_a_packed_copy},
     {"init_selects_avx2_or_scalar_and_force_reference_wins",
      "kn_init picks avx512vnni / avx2 exactly when the CPU has them; kn_select caps the set; force_reference picks scalar",
      test_init_selects_avx2_or_scalar_and_force_reference_wins},
