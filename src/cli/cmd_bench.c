@@ -160,6 +160,14 @@ static bench_range range_of(double *v, int n) {
     return (bench_range){n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v[0], v[n - 1]};
 }
 
+/* The median of scale * num[i] / den[i] over i < n, each measurement against
+ * its own pair (drift of this VM between pairs hits both alike); tmp holds n
+ * doubles. */
+static double paired_median(const double *num, const double *den, int n, double scale, double *tmp) {
+    for (int i = 0; i < n; i++) tmp[i] = scale * num[i] / den[i];
+    return range_of(tmp, n).median;
+}
+
 /* One greedy session: prefill the prompt (its first token into out[0]), then
  * decode until gen more tokens follow. With a drafter, its statistics are
  * added to *sum and its longest round to *k_max (each may be NULL). Returns
@@ -240,10 +248,8 @@ static int measure_verify(const nx_model *m, const int32_t *prompt, int n_prompt
             }
             if (r >= 0) samples[(size_t)(T - 1) * (size_t)rounds + (size_t)r] = cli_now() - t0;
         }
-    for (int T = 1; T <= BENCH_VERIFY_T; T++) { /* ratios first: range_of sorts the samples */
-        for (int r = 0; r < rounds; r++) ratios[r] = samples[(size_t)(T - 1) * (size_t)rounds + (size_t)r] / samples[r];
-        cost[T] = range_of(ratios, rounds).median;
-    }
+    for (int T = 1; T <= BENCH_VERIFY_T; T++) /* ratios first: range_of sorts the samples */
+        cost[T] = paired_median(samples + (size_t)(T - 1) * (size_t)rounds, samples, rounds, 1.0, ratios);
     for (int T = 1; T <= BENCH_VERIFY_T; T++) med[T] = range_of(samples + (size_t)(T - 1) * (size_t)rounds, rounds).median;
     rc = 0;
 done:
@@ -361,17 +367,14 @@ static bench_summary summarize(bench_result *r, const bench_opts *o, const nx_mo
     int n = (int)o->repeat, has_mtp = r->mtp_skipped == NULL;
     s.prefill = range_of(r->prefill, n);
     /* each MTP run against the plain run just before it, before range_of
-     * sorts the rates (drift between the pair hits both alike) */
-    double ratio[BENCH_MAX_REPEAT];
+     * sorts the rates; each repeat's decode against the bandwidth probed
+     * after it */
+    double tmp[BENCH_MAX_REPEAT];
     assert(n <= BENCH_MAX_REPEAT);   /* parse_opts bounds --repeat */
-    for (int i = 0; i < n; i++) ratio[i] = has_mtp ? r->mtp[i] / r->decode[i] : NAN;
-    s.mtp_speedup = has_mtp ? range_of(ratio, n).median : NAN;
-    /* likewise each repeat's decode against the bandwidth probed after it */
     const double per_gbs = in->decode_bytes > 0 ? (double)in->decode_bytes / 1e9 : NAN;   /* GB per token */
-    for (int i = 0; i < n; i++) ratio[i] = 100.0 * r->decode[i] * per_gbs / r->bw_gbs[i];
-    s.roofline_pct = range_of(ratio, n).median;
-    for (int i = 0; i < n; i++) ratio[i] = has_mtp ? 100.0 * r->mtp[i] * per_gbs / r->bw_gbs[i] : NAN;
-    s.mtp_roofline_pct = has_mtp ? range_of(ratio, n).median : NAN;
+    s.mtp_speedup = has_mtp ? paired_median(r->mtp, r->decode, n, 1.0, tmp) : NAN;
+    s.roofline_pct = paired_median(r->decode, r->bw_gbs, n, 100.0 * per_gbs, tmp);
+    s.mtp_roofline_pct = has_mtp ? paired_median(r->mtp, r->bw_gbs, n, 100.0 * per_gbs, tmp) : NAN;
     s.bandwidth = range_of(r->bw_gbs, n);
     s.mtp = has_mtp ? range_of(r->mtp, n) : (bench_range){NAN, NAN, NAN};
     s.decode = range_of(r->decode, n);
@@ -521,7 +524,9 @@ int cmd_bench(int argc, char **argv) {
     res.force_scalar = mo.load.force_reference;
     res.bw_bytes = (size_t)res.threads * BENCH_BW_BYTES_PER_THREAD;
     if (res.bw_bytes < BENCH_BW_BYTES) res.bw_bytes = BENCH_BW_BYTES;
-    if (bench_read_bandwidth(res.bw_bytes, res.threads, BENCH_PROBE_PASSES, res.force_scalar, &res.bw, err, sizeof err) ||
+    /* one pass: this probe only checks the buffer can be had (its rate is
+     * not used; each repeat is probed again after its sessions) */
+    if (bench_read_bandwidth(res.bw_bytes, res.threads, 1, res.force_scalar, &res.bw, err, sizeof err) ||
         bench_fma_throughput(res.threads, BENCH_PROBE_PASSES, res.force_scalar, &res.fma, err, sizeof err)) {
         cli_fail("%s", err);
         goto done;

@@ -23,6 +23,36 @@ static nx_drafter *drafter_bits(nx_model *m, int draft_vocab, int head_bits) {
 
 static nx_drafter *drafter(nx_model *m, int draft_vocab) { return drafter_bits(m, draft_vocab, 0); }
 
+/* A copy of dir's checkpoint in a new directory with [row][3] := NaN in the
+ * bf16 tensor whose name contains `tensor`; returns the directory. */
+static const char *with_nan_in(const char *dir, const char *name, const char *tensor, int64_t row) {
+    const char *out = nx_test_tmpdir(name);
+    char err[512], path[1200];
+    st_set *st = NULL;
+    st_writer *w = NULL;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(st_open_file(path, &st, err, sizeof err) == NX_OK && st_writer_new(&w, err, sizeof err) == NX_OK);
+    for (int i = 0; st && w && i < st_count(st); i++) {
+        const st_tensor *t = st_at(st, i);
+        void *data = (void *)t->data;
+        unsigned char *copy = NULL;
+        if (strstr(t->name, tensor)) {
+            copy = malloc(t->nbytes);
+            memcpy(copy, t->data, t->nbytes);
+            const uint16_t nan = 0x7FC0;
+            memcpy(copy + ((size_t)row * (size_t)t->shape[1] + 3) * 2, &nan, 2);
+            data = copy;
+        }
+        CHECK(st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, data, t->nbytes, err, sizeof err) == NX_OK);
+        free(copy);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    CHECK(w && st_writer_write(w, path, err, sizeof err) == NX_OK);
+    st_writer_free(w), st_close(st);
+    CHECK(nx_test_system("cp %s/config.json %s/", dir, out) == 0);
+    return out;
+}
+
 /* Teacher-forced draft logits of n tokens through d ([n-1][V], caller frees). */
 static float *draft_logits(nx_drafter *d, const int32_t *tok, int n, int V) {
     float *out = malloc((size_t)(n - 1) * V * sizeof *out);
@@ -128,30 +158,9 @@ static void no_copy_when_the_head_is_no_larger(void) {
 /* A head weight the quantizer cannot take (NaN) is a clear error naming the
  * row, not a crash; the plain drafter still loads (the NaN is the model's). */
 static void a_non_finite_head_weight_is_refused_by_name(void) {
-    const char *dir = nx_test_tmpdir("draft-head-nan");
-    char err[512], path[1200];
-    st_set *st = NULL;
-    st_writer *w = NULL;
-    snprintf(path, sizeof path, "%s/model.safetensors", MODEL);
-    CHECK(st_open_file(path, &st, err, sizeof err) == NX_OK && st_writer_new(&w, err, sizeof err) == NX_OK);
-    for (int i = 0; st && w && i < st_count(st); i++) {
-        const st_tensor *t = st_at(st, i);
-        void *data = (void *)t->data;
-        unsigned char *copy = NULL;
-        if (strstr(t->name, "embed_tokens.weight")) {   /* tied: the head; row 77, column 3 := NaN (bf16) */
-            copy = malloc(t->nbytes);
-            memcpy(copy, t->data, t->nbytes);
-            const uint16_t nan = 0x7FC0;
-            memcpy(copy + ((size_t)77 * (size_t)t->shape[1] + 3) * 2, &nan, 2);
-            data = copy;
-        }
-        CHECK(st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, data, t->nbytes, err, sizeof err) == NX_OK);
-        free(copy);
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    CHECK(w && st_writer_write(w, path, err, sizeof err) == NX_OK);
-    st_writer_free(w), st_close(st);
-    CHECK(nx_test_system("cp %s/config.json %s/", MODEL, dir) == 0);
+    /* tied: the embedding is the head */
+    const char *dir = with_nan_in(MODEL, "draft-head-nan", "embed_tokens.weight", 77);
+    char err[512];
     nx_model *m = nx_test_model(dir, 2);
     if (m) {
         nx_drafter *x = NULL;
@@ -194,6 +203,39 @@ static void run(nx_model *m, nx_drafter *d, nx_accept_mode acc, nx_sampling sp, 
                 int32_t *out, nx_spec_stats *stats) {
     nx_spec_opts o = {.draft = 2, .accept = acc, .sampling = sp};
     CHECK(nx_test_generate(m, d, &o, prompt, np, n, out, stats) == n);
+}
+
+/* NX_DRAFT_HEAD_AUTO end to end on a head at the threshold (32768 x 1024
+ * bf16 = 64 MiB, untied, a copy-head fixture so that drafts are accepted):
+ * the drafter makes the 4-bit copy, greedy output equals plain; with a NaN in
+ * that head, auto falls back to the head as stored while an explicit 4 bits
+ * is refused. */
+static void auto_copies_a_big_head_end_to_end_and_falls_back_on_a_bad_one(void) {
+    const char *dir = nx_test_fixture("draft-head-auto", "--vocab 32768 --hidden 1024 --layers 1 --no-tie --copy-head 0.05 --seed 3");
+    nx_model *m = nx_test_model(dir, 2);
+    if (!m) return;
+    CHECKF(kn_mat_bytes(&m->lm_head) >= MTP_AUTO_HEAD_BYTES, "head of %.0f bytes", kn_mat_bytes(&m->lm_head));
+    nx_drafter *d = drafter_bits(m, 0, NX_DRAFT_HEAD_AUTO);
+    if (d) {
+        CHECK(nx_drafter_head_bits(d) == 4 && d->head_copy != NULL);
+        int32_t prompt[8], plain[48], spec[48];
+        nx_spec_stats st;
+        nx_test_tokens(prompt, 8, 32768, 5);
+        run(m, NULL, NX_ACCEPT_GREEDY, nx_sampling_default(), prompt, 8, 48, plain, NULL);
+        run(m, d, NX_ACCEPT_GREEDY, nx_sampling_default(), prompt, 8, 48, spec, &st);
+        CHECK(memcmp(plain, spec, sizeof plain) == 0 && st.accepted > 0);
+    }
+    nx_drafter_free(d);
+    nx_model_free(m);
+    const char *bad = with_nan_in(dir, "draft-head-auto-nan", "lm_head.weight", 1234);
+    if (!(m = nx_test_model(bad, 2))) return;
+    char err[512];
+    nx_drafter *x = NULL;
+    nx_drafter_opts o = {.draft_head_bits = 4};
+    CHECKF(nx_drafter_load(m, NULL, &o, &x, err, sizeof err) == NX_EFORMAT && !x && strstr(err, "row 1234"), "%s", err);
+    if ((d = drafter_bits(m, 0, NX_DRAFT_HEAD_AUTO))) CHECK(nx_drafter_head_bits(d) == 0 && d->head_copy == NULL);
+    nx_drafter_free(d);
+    nx_model_free(m);
 }
 
 static void output_is_exact_for_every_draft_vocabulary(void) {
@@ -266,6 +308,9 @@ static const nx_test tests[] = {
     {"auto_copies_only_a_wide_head_too_big_for_a_cache",
      "NX_DRAFT_HEAD_AUTO: 4 bits for big bf16/f32/q8/q5 heads; none for q4, an 8 MB head, 1000 columns, the bundled model",
      auto_copies_only_a_wide_head_too_big_for_a_cache},
+    {"auto_copies_a_big_head_end_to_end_and_falls_back_on_a_bad_one",
+     "64 MiB bf16 head: auto drafts with a 4-bit copy, greedy == plain; a NaN in it: auto drafts as stored, 4 bits refused",
+     auto_copies_a_big_head_end_to_end_and_falls_back_on_a_bad_one},
     {"a_non_finite_head_weight_is_refused_by_name", "a NaN in the head: draft_head_bits fails naming the row",
      a_non_finite_head_weight_is_refused_by_name},
     {"a_checkpoint_loads_into_a_reduced_drafter", "saved with the whole head, loaded with N = 7: drafts from [0, 7)",
