@@ -389,8 +389,14 @@ static KN_AVX2 void matmul_rows_f16_avx2(const kn_mat *w, const float *x, int64_
     matmul_rows_fmt_avx2(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1);
 }
 
-static void matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
-                             int64_t r0, int64_t r1) {
+/* A SIMD set's dense product for one format (f32, bf16, f16). */
+typedef void (*kn_rows_fn)(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
+                           int64_t r1);
+
+/* kn_matmul_rows for a SIMD set: affine weights to quant.c, dense ones to
+ * the set's kernel for their format (dense[0..2]: f32, bf16, f16). */
+static void matmul_rows_simd(const kn_rows_fn dense[3], const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
+                             int64_t ldy, int64_t r0, int64_t r1) {
     assert_matmul_args(w, x, ldx, T, y, ldy, r0, r1);
     if (T == 0 || r0 == r1) return;
     if (w->bits) {
@@ -398,11 +404,17 @@ static void matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, int T
         return;
     }
     switch (w->dtype) {
-    case NX_DT_F32: matmul_rows_f32_avx2(w, x, ldx, T, y, ldy, r0, r1); break;
-    case NX_DT_BF16: matmul_rows_bf16_avx2(w, x, ldx, T, y, ldy, r0, r1); break;
-    case NX_DT_F16: matmul_rows_f16_avx2(w, x, ldx, T, y, ldy, r0, r1); break;
+    case NX_DT_F32: dense[0](w, x, ldx, T, y, ldy, r0, r1); break;
+    case NX_DT_BF16: dense[1](w, x, ldx, T, y, ldy, r0, r1); break;
+    case NX_DT_F16: dense[2](w, x, ldx, T, y, ldy, r0, r1); break;
     default: assert(!"unsupported weight dtype");
     }
+}
+
+static void matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
+                             int64_t r0, int64_t r1) {
+    static const kn_rows_fn dense[3] = {matmul_rows_f32_avx2, matmul_rows_bf16_avx2, matmul_rows_f16_avx2};
+    matmul_rows_simd(dense, w, x, ldx, T, y, ldy, r0, r1);
 }
 
 static KN_AVX2 float dot_f32_avx2(const float *a, const float *b, int64_t n) {
@@ -466,6 +478,111 @@ static KN_AVX2 float scale_axpy_dot_f32_avx2(float *y, float a, float b, const f
     return finish_avx2(acc, y, NX_DT_F32, z, n);
 }
 
+/* ---- AVX-512 twin of the row-by-row products (the avx512vnni set) -------
+ * dot_rows_avx2 with 16-lane vectors: one register holds accumulators 0 and
+ * 1 of the dot product layout (lanes 0-7 and 8-15), another 2 and 3, so each
+ * 16-lane FMA is exactly two of dot_rows_avx2's 8-lane ones, in the same
+ * order: the same bits, with half the instructions (the widening of bf16 and
+ * f16 too). The steps in [n32, n8) use a half register, masked. Four
+ * activation rows share each widened weight vector (the 32 registers hold
+ * their eight accumulators), so a verify of up to 3 drafts widens every
+ * weight once. Tiles (T >= KN_TILE_MIN_T) stay AVX2. */
+
+#define KN_TBLOCK_512 4
+
+/* Stored elements w[i .. i+16) as f32; only the first 8 when half. */
+KN_VNNI_INLINE __m512 load16_avx512(const void *w, nx_dtype dt, int64_t i, int half) {
+    if (dt == NX_DT_F32) return half ? _mm512_maskz_loadu_ps(0x00FF, (const float *)w + i) : _mm512_loadu_ps((const float *)w + i);
+    const uint16_t *p = (const uint16_t *)w + i;
+    const __m256i h = half ? _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p))
+                           : _mm256_loadu_si256((const __m256i *)(const void *)p);
+    if (dt == NX_DT_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Lanes 0-7 / 8-15 of v as 8-lane vectors. */
+KN_VNNI_INLINE __m256 lo8_avx512(__m512 v) { return _mm512_castps512_ps256(v); }
+KN_VNNI_INLINE __m256 hi8_avx512(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+/* dot_rows_avx2's y for t < nt (1 <= nt <= KN_TBLOCK_512). */
+KN_VNNI_INLINE void dot_rows_avx512(const void *w, nx_dtype dt, const float *x, int64_t ldx, int nt, int64_t n, float *y,
+                                    int64_t ldy) {
+    __m512 a01[KN_TBLOCK_512], a23[KN_TBLOCK_512];
+    for (int t = 0; t < nt; t++) a01[t] = _mm512_setzero_ps(), a23[t] = _mm512_setzero_ps();
+    const int64_t n32 = n & ~(int64_t)31, n8 = n & ~(int64_t)7;
+    int64_t i = 0;
+    for (; i < n32; i += 32) {
+        const __m512 w01 = load16_avx512(w, dt, i, 0), w23 = load16_avx512(w, dt, i + 16, 0);
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
+            const float *xt = x + (int64_t)t * ldx + i;
+            a01[t] = _mm512_fmadd_ps(w01, _mm512_loadu_ps(xt), a01[t]);
+            a23[t] = _mm512_fmadd_ps(w23, _mm512_loadu_ps(xt + 16), a23[t]);
+        }
+    }
+    /* [n32, n8): accumulator 0 (and 1) in a01, then 2 in a23 */
+    if (i + 16 <= n8) {
+        const __m512 wv = load16_avx512(w, dt, i, 0);
+        for (int t = 0; t < nt; t++) a01[t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (int64_t)t * ldx + i), a01[t]);
+        i += 16;
+        if (i < n8) {
+            const __m512 wh = load16_avx512(w, dt, i, 1);
+            for (int t = 0; t < nt; t++)
+                a23[t] = _mm512_mask3_fmadd_ps(wh, _mm512_maskz_loadu_ps(0x00FF, x + (int64_t)t * ldx + i), a23[t], 0x00FF);
+        }
+    } else if (i < n8) {
+        const __m512 wh = load16_avx512(w, dt, i, 1);
+        for (int t = 0; t < nt; t++)
+            a01[t] = _mm512_mask3_fmadd_ps(wh, _mm512_maskz_loadu_ps(0x00FF, x + (int64_t)t * ldx + i), a01[t], 0x00FF);
+    }
+    for (int t = 0; t < nt; t++) {
+        const __m256 acc[4] = {lo8_avx512(a01[t]), hi8_avx512(a01[t]), lo8_avx512(a23[t]), hi8_avx512(a23[t])};
+        y[(int64_t)t * ldy] = finish_avx2(acc, w, dt, x + (int64_t)t * ldx, n);
+    }
+}
+
+/* matmul_rows_fmt_avx2, with the rows below KN_TILE_MIN_T activation rows
+ * through dot_rows_avx512. */
+KN_VNNI_INLINE void matmul_rows_fmt_avx512(const kn_mat *w, nx_dtype dt, const float *x, int64_t ldx, int T, float *y,
+                                           int64_t ldy, int64_t r0, int64_t r1) {
+    if (T >= KN_TILE_MIN_T) {
+        matmul_rows_fmt_avx2(w, dt, x, ldx, T, y, ldy, r0, r1);
+        return;
+    }
+    const int64_t n = w->cols;
+    const size_t row_bytes = (size_t)kn_row_stride(w) * nx_dtype_size(dt);
+    for (int64_t r = r0; r < r1; r++) {
+        const void *wr = (const char *)w->data + (size_t)r * row_bytes;
+        switch (T) {   /* T < KN_TILE_MIN_T = 5: one pass; each count its own inlined copy */
+        case 4: dot_rows_avx512(wr, dt, x, ldx, 4, n, y + r, ldy); break;
+        case 3: dot_rows_avx512(wr, dt, x, ldx, 3, n, y + r, ldy); break;
+        case 2: dot_rows_avx512(wr, dt, x, ldx, 2, n, y + r, ldy); break;
+        default: dot_rows_avx512(wr, dt, x, ldx, 1, n, y + r, ldy); break;
+        }
+    }
+}
+_Static_assert(KN_TILE_MIN_T - 1 <= KN_TBLOCK_512, "below the tiles, one pass of dot_rows_avx512 covers T");
+
+static KN_VNNI void matmul_rows_f32_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
+                                           int64_t r0, int64_t r1) {
+    matmul_rows_fmt_avx512(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1);
+}
+
+static KN_VNNI void matmul_rows_bf16_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
+                                            int64_t r0, int64_t r1) {
+    matmul_rows_fmt_avx512(w, NX_DT_BF16, x, ldx, T, y, ldy, r0, r1);
+}
+
+static KN_VNNI void matmul_rows_f16_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
+                                           int64_t r0, int64_t r1) {
+    matmul_rows_fmt_avx512(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1);
+}
+
+static void matmul_rows_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
+                               int64_t r1) {
+    static const kn_rows_fn dense[3] = {matmul_rows_f32_avx512, matmul_rows_bf16_avx512, matmul_rows_f16_avx512};
+    matmul_rows_simd(dense, w, x, ldx, T, y, ldy, r0, r1);
+}
+
 #endif /* KN_HAVE_X86 */
 
 /* ---- Dispatch ------------------------------------------------------------
@@ -505,9 +622,10 @@ static const kn_impl kn_impl_avx2 = {
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2};
-/* The AVX2 set with the int8 product on vpdpbusd (quant_qx.inc). */
+/* The AVX2 set with the int8 product on vpdpbusd (quant_qx.inc) and the
+ * dense row-by-row products on 16-lane vectors. */
 static const kn_impl kn_impl_avx512vnni = {
-    .name = "avx512vnni", .matmul_rows = matmul_rows_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
+    .name = "avx512vnni", .matmul_rows = matmul_rows_avx512, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
     .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .affine_quantize_row = kn_affine_quantize_row_avx2,

@@ -155,6 +155,37 @@ static void test_matmul_simd_matches_reference_for_every_format_and_length(void)
     }
 }
 
+/* The two SIMD sets run different dense kernels below the tiles (8- and
+ * 16-lane vectors) in the same layout: the same bits for every format,
+ * length (each tail of the layout) and T = 1..8, where the CPU has both. */
+static void test_dense_simd_sets_agree_bit_for_bit(void) {
+    enum { ROWS = 11, T = 8 };
+    nx_test_rng r = {0x6A09E667F3BCC909ULL};
+    if (kn_select(KN_ISA_AVX512VNNI) != KN_ISA_AVX512VNNI) {
+        fprintf(stderr, "  note: this CPU lacks the avx512vnni kernels; their dense check did not run\n");
+        kn_init(0);
+        return;
+    }
+    float ya[T * ROWS], yb[T * ROWS];
+    for (int f = 0; f < 3; f++)
+        for (int li = 0; li < N_LENGTHS; li++) {
+            const int64_t n = lengths[li];
+            kn_mat w = make_weights(&r, formats[f], ROWS, n);
+            float *x = make_acts(&r, T * n);
+            for (int t = 1; t <= T; t++) {
+                kn_select(KN_ISA_AVX2);
+                kn_matmul_rows(&w, x, n, t, ya, ROWS, 0, ROWS);
+                kn_select(KN_ISA_AVX512VNNI);
+                kn_matmul_rows(&w, x, n, t, yb, ROWS, 0, ROWS);
+                CHECKF(memcmp(ya, yb, sizeof(float) * (size_t)(t * ROWS)) == 0, "%s n=%lld T=%d: avx2 and avx512vnni differ",
+                       nx_dtype_name(formats[f]), (long long)n, t);
+            }
+            free((void *)w.data);
+            free(x);
+        }
+    kn_init(0);
+}
+
 /* Y[t][r] from one call per (r, t) pair, against calls over every T and
  * uneven row ranges; also checks no call writes outside its rows. */
 static void check_bit_exact(const kn_mat *w, const float *x, int64_t ldx, const char *what) {
@@ -455,6 +486,8 @@ static void test_public_kernels_follow_force_reference(void) {
 }
 
 static const nx_test tests[] = {
+    {"dense_simd_sets_agree_bit_for_bit", "avx2 and avx512vnni dense products: same bits, every format and length, T = 1..8",
+     test_dense_simd_sets_agree_bit_for_bit},
     {"strided_rows_equal_a_packed_copy", "kn_mat.ld > cols: same bits as a packed copy, every format, both twins, rows and tiles",
      test_strided_rows_equal_a_packed_copy},
     {"init_selects_avx2_or_scalar_and_force_reference_wins",
