@@ -51,7 +51,7 @@ typedef enum {
     NX_KERNELS_AUTO = 0,    /* the newest set this CPU runs                      */
     NX_KERNELS_SCALAR,      /* plain C (as force_reference)                      */
     NX_KERNELS_AVX2,        /* AVX2 + FMA + F16C                                 */
-    NX_KERNELS_AVX512VNNI   /* AVX2, and AVX-512 VNNI for the int8 products      */
+    NX_KERNELS_AVX512VNNI   /* AVX2, and AVX-512 (F, BW, VL, VNNI) where it pays  */
 } nx_kernels;
 
 /* The set named "auto", "scalar", "avx2" or "avx512vnni" in *out; NX_EINVAL

@@ -18,9 +18,8 @@
 
 #define KN_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define KN_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
-/* AVX2 plus AVX-512 VNNI on 256-bit vectors (vpdpbusd needs AVX512VNNI and
- * AVX512VL; F and BW come with them on every CPU that has both). Only the
- * kernels built for kn_init's "avx512vnni" level carry it. */
+/* AVX2 plus AVX-512 F, BW, VL and VNNI (vpdpbusd on 256-bit vectors needs
+ * VNNI and VL). Only the kernels of kn_select's "avx512vnni" set carry it. */
 #define KN_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define KN_VNNI_INLINE \
     static inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))

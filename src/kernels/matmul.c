@@ -3,9 +3,10 @@
  *
  * Every kernel exists twice: a scalar `_ref` twin, which is the definition, and
  * an AVX2+FMA+F16C version compiled per function with a target attribute (the
- * build stays portable; no -mavx2). The int8 product has a third version, on
- * AVX-512 VNNI (quant.c). kn_select() points one small table at one set, and
- * the public kn_* entry points call through it.
+ * build stays portable; no -mavx2). The int8 product (quant.c) and the
+ * dense row-by-row products (below) have a third version, on AVX-512.
+ * kn_select() points one small table at one set, and the public kn_* entry
+ * points call through it.
  *
  * Loop order, and why: CPU decode is bound by memory bandwidth, so each weight
  * row is streamed from DRAM once per call. kn_matmul_rows walks rows outer and

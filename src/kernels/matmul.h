@@ -50,10 +50,11 @@ typedef struct {
 static inline int64_t kn_row_stride(const kn_mat *w) { return w->ld ? w->ld : w->cols; }
 
 /* Kernel sets, each one the one before plus newer instructions: scalar C
- * (the definition); AVX2 + FMA + F16C; that plus AVX-512 VNNI (on 256-bit
- * vectors) for the int8 products. The two SIMD sets compute the same bits
- * (they share every kernel but the int8 product, which is bit-exact in every
- * set: quant.h), so choosing between them changes speed only. */
+ * (the definition); AVX2 + FMA + F16C; that plus AVX-512 (F, BW, VL, VNNI):
+ * the int8 products on vpdpbusd, the dense products below the tiles on
+ * 16-lane vectors. The two SIMD sets compute the same bits (each AVX-512
+ * kernel keeps its AVX2 twin's order of operations; tests check it), so
+ * choosing between them changes speed only. */
 typedef enum { KN_ISA_SCALAR = 0, KN_ISA_AVX2 = 1, KN_ISA_AVX512VNNI = 2 } kn_isa;
 #define KN_ISA_BEST KN_ISA_AVX512VNNI
 
