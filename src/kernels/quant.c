@@ -524,21 +524,21 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
 
 #define KN_QXBLOCK 4
 /* Rows ahead whose codes, scales and biases a row's pass prefetches (0:
- * none), by the CPU generation each set runs on; row_bytes counts all three.
- * AVX2 (measured on Zen 3): three streams per row of under 1 KB each are more
- * than the hardware prefetcher follows well; whole-process A/B of q4 decode on
- * the 0.8B-shape fixture, 2 threads: 0.92x the wall time at 24 rows ahead
- * (0.98x at 4; 64 the same as 24).
- * AVX-512 VNNI (measured on Zen 4): 24 rows ahead is 26-91 KB at 8 bits,
- * past the 32 KB L1 the lines land in, and slows every pass; the hardware
- * alone does best at 8 bits and about 4 KB ahead at 4. Every step matrix and
- * the LM head of the 0.8B-shape fixture, 2 threads (bench-linear, three
- * alternating rounds, ms at T = 1): q8 24 rows 34.1/26.3/26.5, none
- * 28.1/19.1/18.8, 4 KB 28.6/21.2/23.6; q4 24 rows 16.5/15.8/15.7, none
- * 15.4/15.3/16.4, 4 KB 14.7/14.4/14.9. */
+ * none), for each set's kernel; row_bytes counts all three. Measured on the
+ * 2-core AMD EPYC VM (bench-linear: every step matrix and the LM head of the
+ * 0.8B-shape fixture, 2 threads, ms per pass at T = 1, alternating rounds).
+ * 8 bits, either kernel: none. 24 rows ahead is 26-91 KB of q8 rows, past the
+ * 32 KB L1 the lines land in, and slows every pass: VNNI 24 rows
+ * 34.1/26.3/26.5, none 28.1/19.1/18.8, 4 KB 28.6/21.2/23.6; AVX2 24 rows
+ * 36.8/33.2/35.5, none 29.5/26.3/27.8.
+ * 4 bits: three streams per row of under 1 KB each are more than the
+ * hardware prefetcher follows well. AVX2 (an earlier whole-process A/B of q4
+ * decode: 0.92x the wall time at 24 rows ahead, 0.98x at 4; here 24 rows
+ * 18.3/17.6/18.1 against 4 KB 20.2/18.6/18.5); the faster VNNI kernel wants
+ * less: 24 rows 16.5/15.8/15.7, none 15.4/15.3/16.4, 4 KB 14.7/14.4/14.9. */
 static inline int64_t qx_prefetch_rows_avx2(int bits, size_t row_bytes) {
-    (void)bits, (void)row_bytes;
-    return 24;
+    (void)row_bytes;
+    return bits == 8 ? 0 : 24;
 }
 
 static inline int64_t qx_prefetch_rows_avx512vnni(int bits, size_t row_bytes) {
