@@ -479,7 +479,7 @@ static KN_AVX2 float scale_axpy_dot_f32_avx2(float *y, float a, float b, const f
     return finish_avx2(acc, y, NX_DT_F32, z, n);
 }
 
-/* ---- AVX-512 twin of the row-by-row products (the avx512vnni set) -------
+/* ---- AVX-512 twins of the dense products (the avx512vnni set) -----------
  * dot_rows_avx2 with 16-lane vectors: one register holds accumulators 0 and
  * 1 of the dot product layout (lanes 0-7 and 8-15), another 2 and 3, so each
  * 16-lane FMA is exactly two of dot_rows_avx2's 8-lane ones, in the same
@@ -487,7 +487,7 @@ static KN_AVX2 float scale_axpy_dot_f32_avx2(float *y, float a, float b, const f
  * f16 too). The steps in [n32, n8) use a half register, masked. Four
  * activation rows share each widened weight vector (the 32 registers hold
  * their eight accumulators), so a verify of up to 3 drafts widens every
- * weight once. Tiles (T >= KN_TILE_MIN_T) stay AVX2. */
+ * weight once. The tiles (prefill) pair accumulators the same way. */
 
 #define KN_TBLOCK_512 4
 
@@ -541,27 +541,117 @@ KN_VNNI_INLINE void dot_rows_avx512(const void *w, nx_dtype dt, const float *x, 
     }
 }
 
-/* matmul_rows_fmt_avx2, with the rows below KN_TILE_MIN_T activation rows
- * through dot_rows_avx512. */
+/* a[r][t] = fma(w_r[i..i+16), x_t[i..i+16), a[r][t]) over the tile; only
+ * the first 8 columns when half (masked). A macro over dot_tile_avx512's
+ * locals, so that a stays registers. */
+#define KN_TILE_STEP_512(i, half)                                                                              \
+    do {                                                                                                       \
+        __m512 v[4];                                                                                           \
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) v[t] =                                             \
+            (half) ? _mm512_maskz_loadu_ps(0x00FF, x + (int64_t)t * ldx + (i)) : _mm512_loadu_ps(x + (int64_t)t * ldx + (i)); \
+        _Pragma("GCC unroll 4") for (int r = 0; r < rw; r++) {                                                 \
+            const __m512 wv = load16_avx512(w0 + (size_t)r * row_bytes, dt, (i), (half));                       \
+            _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) a[r][t] =                                      \
+                (half) ? _mm512_mask3_fmadd_ps(wv, v[t], a[r][t], 0x00FF) : _mm512_fmadd_ps(wv, v[t], a[r][t]); \
+        }                                                                                                      \
+    } while (0)
+
+/* dot_tile_avx2 with 16-lane vectors: a register holds accumulators 2p and
+ * 2p + 1 of one product (lanes 0-7, 8-15), and a chunk runs pair p = 0, then
+ * 1: block i's columns [i + 16p, i + 16p + 16) by one 16-lane FMA, which is
+ * the two 8-lane FMAs dot_tile_avx2 gives accumulators 2p and 2p + 1, in the
+ * same order (the same bits). The 32 registers hold tiles up to 4 x 4 (16
+ * accumulators, 4 activation vectors, a weight vector). */
+KN_VNNI_INLINE void dot_tile_avx512(const void *w, size_t row_bytes, int rw, nx_dtype dt, const float *x, int64_t ldx,
+                                    int nt, int64_t n, float *y, int64_t ldy, int prefetch) {
+    __m512 part[2][4][4];   /* [accumulator pair][weight row][activation row] */
+    const int64_t es = (int64_t)nx_dtype_size(dt), n32 = n & ~(int64_t)31, n8 = n & ~(int64_t)7;
+    const char *w0 = w;
+    for (int p = 0; p < 2; p++)
+        for (int r = 0; r < rw; r++)
+            for (int t = 0; t < nt; t++) part[p][r][t] = _mm512_setzero_ps();
+    for (int64_t c0 = 0; c0 < n32; c0 += KN_TILE_COLS) {
+        const int64_t c1 = c0 + KN_TILE_COLS < n32 ? c0 + KN_TILE_COLS : n32;
+        if (prefetch)
+            for (int r = 0; r < rw; r++)
+                for (int64_t b = c0 * es; b < c1 * es; b += 64)
+                    _mm_prefetch(w0 + (size_t)(r + KN_TILE_GROUP) * row_bytes + (size_t)b, _MM_HINT_T1);
+        for (int p = 0; p < 2; p++) {
+            __m512 a[4][4];
+            KN_TILE_LOAD(p);
+            for (int64_t i = c0 + 16 * p; i < c1; i += 32) KN_TILE_STEP_512(i, 0);
+            KN_TILE_STORE(p);
+        }
+    }
+    /* [n32, n8): accumulator 0's step (and 1's) in pair 0, then 2's in pair 1 */
+    if (n32 + 16 <= n8) {
+        __m512 a[4][4];
+        KN_TILE_LOAD(0);
+        KN_TILE_STEP_512(n32, 0);
+        KN_TILE_STORE(0);
+        if (n32 + 16 < n8) {
+            KN_TILE_LOAD(1);
+            KN_TILE_STEP_512(n32 + 16, 1);
+            KN_TILE_STORE(1);
+        }
+    } else if (n32 < n8) {
+        __m512 a[4][4];
+        KN_TILE_LOAD(0);
+        KN_TILE_STEP_512(n32, 1);
+        KN_TILE_STORE(0);
+    }
+    for (int r = 0; r < rw; r++)
+        for (int t = 0; t < nt; t++) {
+            const __m256 acc[4] = {lo8_avx512(part[0][r][t]), hi8_avx512(part[0][r][t]), lo8_avx512(part[1][r][t]),
+                                   hi8_avx512(part[1][r][t])};
+            y[(int64_t)t * ldy + r] = finish_avx2(acc, w0 + (size_t)r * row_bytes, dt, x + (int64_t)t * ldx, n);
+        }
+}
+
+/* matmul_rows_fmt_avx2 on 16-lane vectors: from KN_TILE_MIN_T activation
+ * rows, groups of KN_TILE_GROUP weight rows in 4 x 4 tiles (the last 1-3
+ * activation rows as 4 x nt); rows short of a group, and fewer activation
+ * rows, through dot_rows_avx512, four activation rows a pass. */
 KN_VNNI_INLINE void matmul_rows_fmt_avx512(const kn_mat *w, nx_dtype dt, const float *x, int64_t ldx, int T, float *y,
                                            int64_t ldy, int64_t r0, int64_t r1) {
-    if (T >= KN_TILE_MIN_T) {
-        matmul_rows_fmt_avx2(w, dt, x, ldx, T, y, ldy, r0, r1);
-        return;
-    }
     const int64_t n = w->cols;
     const size_t row_bytes = (size_t)kn_row_stride(w) * nx_dtype_size(dt);
-    for (int64_t r = r0; r < r1; r++) {
+    int64_t r = r0;
+    if (T >= KN_TILE_MIN_T)
+        for (; r + KN_TILE_GROUP <= r1; r += KN_TILE_GROUP) {
+            const char *wg = (const char *)w->data + (size_t)r * row_bytes;
+            const int pf = r + 2 * KN_TILE_GROUP <= r1;   /* the next group exists */
+            for (int t = 0; t < T; t += KN_TBLOCK_512) {
+                const int nt = T - t < KN_TBLOCK_512 ? T - t : KN_TBLOCK_512;
+                const float *xt = x + (int64_t)t * ldx;
+                float *yt = y + (int64_t)t * ldy + r;
+                /* every nt its own inlined copy; prefetch on the first block only */
+                for (int j = 0; j < KN_TILE_GROUP; j += 4) {
+                    const void *wj = wg + (size_t)j * row_bytes;
+                    switch (nt) {
+                    case 4: dot_tile_avx512(wj, row_bytes, 4, dt, xt, ldx, 4, n, yt + j, ldy, pf && t == 0); break;
+                    case 3: dot_tile_avx512(wj, row_bytes, 4, dt, xt, ldx, 3, n, yt + j, ldy, pf && t == 0); break;
+                    case 2: dot_tile_avx512(wj, row_bytes, 4, dt, xt, ldx, 2, n, yt + j, ldy, pf && t == 0); break;
+                    default: dot_tile_avx512(wj, row_bytes, 4, dt, xt, ldx, 1, n, yt + j, ldy, pf && t == 0); break;
+                    }
+                }
+            }
+        }
+    for (; r < r1; r++) {
         const void *wr = (const char *)w->data + (size_t)r * row_bytes;
-        switch (T) {   /* T < KN_TILE_MIN_T = 5: one pass; each count its own inlined copy */
-        case 4: dot_rows_avx512(wr, dt, x, ldx, 4, n, y + r, ldy); break;
-        case 3: dot_rows_avx512(wr, dt, x, ldx, 3, n, y + r, ldy); break;
-        case 2: dot_rows_avx512(wr, dt, x, ldx, 2, n, y + r, ldy); break;
-        default: dot_rows_avx512(wr, dt, x, ldx, 1, n, y + r, ldy); break;
+        for (int t = 0; t < T; t += KN_TBLOCK_512) {
+            const float *xt = x + (int64_t)t * ldx;
+            float *yt = y + (int64_t)t * ldy + r;
+            switch (T - t < KN_TBLOCK_512 ? T - t : KN_TBLOCK_512) {   /* each count its own inlined copy */
+            case 4: dot_rows_avx512(wr, dt, xt, ldx, 4, n, yt, ldy); break;
+            case 3: dot_rows_avx512(wr, dt, xt, ldx, 3, n, yt, ldy); break;
+            case 2: dot_rows_avx512(wr, dt, xt, ldx, 2, n, yt, ldy); break;
+            default: dot_rows_avx512(wr, dt, xt, ldx, 1, n, yt, ldy); break;
+            }
         }
     }
 }
-_Static_assert(KN_TILE_MIN_T - 1 <= KN_TBLOCK_512, "below the tiles, one pass of dot_rows_avx512 covers T");
+_Static_assert(KN_TILE_GROUP % 4 == 0, "a group is whole 4-row tiles");
 
 static KN_VNNI void matmul_rows_f32_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                            int64_t r0, int64_t r1) {

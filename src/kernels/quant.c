@@ -542,7 +542,7 @@ static inline int64_t qx_prefetch_rows_avx2(int bits, size_t row_bytes) {
 }
 
 static inline int64_t qx_prefetch_rows_avx512vnni(int bits, size_t row_bytes) {
-    return bits == 8 ? 0 : (int64_t)(4096 / row_bytes) + 1;
+    return bits == 8 || row_bytes == 0 ? 0 : (int64_t)(4096 / row_bytes) + 1;   /* 0 columns: nothing to fetch */
 }
 
 /* The 32 codes of the block from element i (a multiple of 32) of a row of n,

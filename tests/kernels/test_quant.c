@@ -847,6 +847,35 @@ static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(vo
     kn_init(0);
 }
 
+/* The int8 product with nothing to do, in every kernel set: zero columns
+ * give 0 (every bit width's prefetch rule included), and T = 0 or an empty
+ * row range writes nothing. */
+static void test_int8_matmul_with_no_columns_rows_or_tokens(void) {
+    static const int bits[] = {8, 4, 3};
+    for (size_t b = 0; b < sizeof bits / sizeof *bits; b++)
+        for (int g = 0; g < N_GROUPS; g++) {
+            const uint32_t word = 0;
+            const float one = 1.0f;
+            const kn_mat w = {.data = &word, .dtype = NX_DT_U32, .rows = 4, .cols = 0, .bits = bits[b], .group = groups[g],
+                              .scales = &one, .biases = &one, .sdtype = NX_DT_F32};
+            kn_qx qx = make_qx(2, &w), none = qx_rows(&qx, 0, 0);
+            for (int k = 0; k < N_INT8_ISAS; k++) {
+                if (!use_int8_isa(k)) continue;
+                float y[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+                kn_quantize_x(&qx, NULL, 0);
+                kn_matmul_qx_rows(&w, &none, y, 4, 0, 4);
+                kn_matmul_qx_rows(&w, &qx, y, 4, 2, 2);
+                CHECKF(y[0] == 1 && y[7] == 8, "%s q%d g%d: an empty call wrote", kn_impl_name(), bits[b], groups[g]);
+                kn_matmul_qx_rows(&w, &qx, y, 4, 0, 4);
+                int zero = 1;
+                for (int i = 0; i < 8; i++) zero &= y[i] == 0.0f;
+                CHECKF(zero, "%s q%d g%d: zero columns did not give 0", kn_impl_name(), bits[b], groups[g]);
+            }
+            free(qx.q);
+        }
+    kn_init(0);
+}
+
 static const nx_test tests[] = {
     {"hand_packed_words_decode_as_the_spec_says",
      "4-bit nibbles low first, 8-bit bytes, the spec's 3-bit example; kn_mat_row_f32 and both twins",
@@ -887,6 +916,8 @@ static const nx_test tests[] = {
     {"int8_matmul_on_long_and_many_rows_matches_the_reference",
      "8, 9, 17 groups a row and 30 rows: every kernel set bit for bit, T = 5 equals T = 1 row by row",
      test_int8_matmul_on_long_and_many_rows_matches_the_reference},
+    {"int8_matmul_with_no_columns_rows_or_tokens", "every kernel set: 0 columns give 0, T = 0 or r0 = r1 writes nothing",
+     test_int8_matmul_with_no_columns_rows_or_tokens},
     {"int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates",
      "q8 0/255, q6 g64, q5/q4/q3 g128 at their largest sums against xq = 127: exact in every kernel set; a NaN activation gives NaN",
      test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates},
