@@ -7,7 +7,8 @@
  * head dim 256, caches interleaving the 2 heads (as nx_state holds them),
  * each call kn_attention_group on ONE thread. Before each step a 64 MB
  * buffer is read, as a step's weights would, so the caches come from DRAM.
- * Prints the median step time. Do not run it while a build runs. */
+ * Prints the median step time. NEXTN_BENCH_KERNELS=avx2 (or scalar,
+ * avx512vnni) times an older kernel set. Do not run it while a build runs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "bench_util.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
+#include "model/model.h"
 
 enum { LAYERS = 6, NKV = 2, G = 4, HD = 256 };
 
@@ -25,7 +27,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench-attention [CTX] [REPS]\n");
         return 2;
     }
-    kn_init(0);
+    kn_isa isa = KN_ISA_BEST;
+    mdl_kernels_isa(bench_kernels(), &isa);   /* bench_kernels gives a valid set */
+    kn_select(isa);
     const size_t kvn = (size_t)ctx * NKV * HD, flush_n = (size_t)64 << 20;
     float *k[LAYERS], *v[LAYERS];
     float *q = malloc(G * HD * sizeof *q), *out = malloc(G * HD * sizeof *out);

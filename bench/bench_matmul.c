@@ -27,6 +27,7 @@
 #include "bench_util.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
+#include "model/model.h"
 
 #ifndef COLS
 #define COLS 4096
@@ -109,9 +110,9 @@ int main(int argc, char **argv) {
         }
         ts[nts++] = t;
     }
-    static const kn_isa isa_of[] = {[NX_KERNELS_AUTO] = KN_ISA_BEST, [NX_KERNELS_SCALAR] = KN_ISA_SCALAR,
-                                    [NX_KERNELS_AVX2] = KN_ISA_AVX2, [NX_KERNELS_AVX512VNNI] = KN_ISA_AVX512VNNI};
-    kn_select(isa_of[bench_kernels()]);
+    kn_isa isa = KN_ISA_BEST;
+    mdl_kernels_isa(bench_kernels(), &isa);   /* bench_kernels gives a valid set */
+    kn_select(isa);
     printf("kernels: %s, one thread, %d columns, ~%.1f MB per matrix, median of %d calls\n\n", kn_impl_name(), COLS,
            mb, reps);
     printf("| weights | rows | MB | T | ms/call | GB/s | G weights/s | best G weights/s |\n"

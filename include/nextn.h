@@ -66,9 +66,11 @@ typedef struct {
                                weight group and multiplied with integer dot
                                products (the default)                        */
     nx_kernels kernels;     /* the newest kernel set to use, where the CPU runs
-                               it (older ones otherwise); AUTO: the newest.
-                               The kernels are process-wide: the last model
-                               loaded sets them for every model             */
+                               it (older ones otherwise); AUTO: the newest;
+                               force_reference wins over it. The kernels are
+                               process-wide: each successful load sets them
+                               for every model (as does nx_quantize, to the
+                               newest), so load while no other model runs */
 } nx_load_opts;
 
 /* Loads a Qwen3.5 checkpoint directory: config.json plus model.safetensors or
@@ -107,8 +109,9 @@ typedef struct {
     int n_files, n_tensors;
     const char *quantization;        /* "none" or a description                 */
     int n_threads;                   /* worker threads of the model's pool       */
-    const char *kernels;             /* the kernel set in use: "avx512vnni",
-                                        "avx2" or "scalar"                      */
+    const char *kernels;             /* the kernel set this load selected:
+                                        "avx512vnni", "avx2" or "scalar" (a
+                                        later load may select another)          */
 } nx_model_info;
 
 const nx_model_info *nx_model_get_info(const nx_model *m);
@@ -172,8 +175,10 @@ typedef struct {
  * (embeddings and the MTP head included, unless keep_mtp_dense) as U32 codes
  * + scales + biases in the source dtype; a "quantization" block in
  * config.json; tokenizer and generation files copied. in_dir is loaded and
- * checked first; an already quantized input is NX_EUNSUPPORTED, a
- * non-finite weight NX_EFORMAT naming the tensor. rep may be NULL. */
+ * checked first (a load with default options: it selects the newest kernel
+ * set, see nx_load_opts.kernels); an already quantized input is
+ * NX_EUNSUPPORTED, a non-finite weight NX_EFORMAT naming the tensor. rep may
+ * be NULL. */
 nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize_opts *opts, nx_quantize_report *rep,
                       char *err, size_t errlen);
 

@@ -521,7 +521,7 @@ int cmd_bench(int argc, char **argv) {
     if (!(m = cli_load_model(&mo))) goto done;
     res.load_s = cli_now() - t0;
     res.threads = nx_model_get_info(m)->n_threads;   /* the probes use as many as the model */
-    res.force_scalar = mo.load.force_reference;
+    res.force_scalar = mo.load.force_reference || mo.load.kernels == NX_KERNELS_SCALAR;   /* the probes follow */
     res.bw_bytes = (size_t)res.threads * BENCH_BW_BYTES_PER_THREAD;
     if (res.bw_bytes < BENCH_BW_BYTES) res.bw_bytes = BENCH_BW_BYTES;
     /* one pass: this probe only checks the buffer can be had (its rate is

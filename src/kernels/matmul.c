@@ -24,6 +24,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "base/fp16.h"
@@ -285,6 +286,12 @@ _Static_assert(KN_TILE_COLS > 0 && KN_TILE_COLS % 32 == 0, "a chunk must hold wh
     _Pragma("GCC unroll 4") for (int r = 0; r < rw; r++)                            \
         _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) part[k][r][t] = a[r][t]
 
+/* Bytes [b0, b1) of the rw rows KN_TILE_GROUP rows after w0, into L2. */
+KN_AVX2_INLINE void prefetch_next_group(const char *w0, size_t row_bytes, int rw, int64_t b0, int64_t b1) {
+    for (int r = 0; r < rw; r++)
+        for (int64_t b = b0; b < b1; b += 64) _mm_prefetch(w0 + (size_t)(r + KN_TILE_GROUP) * row_bytes + (size_t)b, _MM_HINT_T1);
+}
+
 KN_AVX2_INLINE void dot_tile_avx2(const void *w, size_t row_bytes, int rw, nx_dtype dt, const float *x, int64_t ldx,
                                   int nt, int64_t n, float *y, int64_t ldy, int prefetch) {
     __m256 part[4][4][4];   /* [accumulator][weight row][activation row] */
@@ -295,10 +302,7 @@ KN_AVX2_INLINE void dot_tile_avx2(const void *w, size_t row_bytes, int rw, nx_dt
             for (int t = 0; t < nt; t++) part[k][r][t] = _mm256_setzero_ps();
     for (int64_t c0 = 0; c0 < n32; c0 += KN_TILE_COLS) {
         const int64_t c1 = c0 + KN_TILE_COLS < n32 ? c0 + KN_TILE_COLS : n32;
-        if (prefetch)
-            for (int r = 0; r < rw; r++)
-                for (int64_t b = c0 * es; b < c1 * es; b += 64)
-                    _mm_prefetch(w0 + (size_t)(r + KN_TILE_GROUP) * row_bytes + (size_t)b, _MM_HINT_T1);
+        if (prefetch) prefetch_next_group(w0, row_bytes, rw, c0 * es, c1 * es);
         for (int k = 0; k < 4; k++) {
             __m256 a[4][4];
             KN_TILE_LOAD(k);
@@ -484,7 +488,8 @@ static KN_AVX2 float scale_axpy_dot_f32_avx2(float *y, float a, float b, const f
  * 1 of the dot product layout (lanes 0-7 and 8-15), another 2 and 3, so each
  * 16-lane FMA is exactly two of dot_rows_avx2's 8-lane ones, in the same
  * order: the same bits, with half the instructions (the widening of bf16 and
- * f16 too). The steps in [n32, n8) use a half register, masked. Four
+ * f16 too). In [n32, n8) a 16-wide step is a whole register and an 8-wide
+ * one half a register, masked. Four
  * activation rows share each widened weight vector (the 32 registers hold
  * their eight accumulators), so a verify of up to 3 drafts widens every
  * weight once. The tiles (prefill) pair accumulators the same way. */
@@ -572,10 +577,7 @@ KN_VNNI_INLINE void dot_tile_avx512(const void *w, size_t row_bytes, int rw, nx_
             for (int t = 0; t < nt; t++) part[p][r][t] = _mm512_setzero_ps();
     for (int64_t c0 = 0; c0 < n32; c0 += KN_TILE_COLS) {
         const int64_t c1 = c0 + KN_TILE_COLS < n32 ? c0 + KN_TILE_COLS : n32;
-        if (prefetch)
-            for (int r = 0; r < rw; r++)
-                for (int64_t b = c0 * es; b < c1 * es; b += 64)
-                    _mm_prefetch(w0 + (size_t)(r + KN_TILE_GROUP) * row_bytes + (size_t)b, _MM_HINT_T1);
+        if (prefetch) prefetch_next_group(w0, row_bytes, rw, c0 * es, c1 * es);
         for (int p = 0; p < 2; p++) {
             __m512 a[4][4];
             KN_TILE_LOAD(p);
@@ -678,9 +680,10 @@ static void matmul_rows_avx512(const kn_mat *w, const float *x, int64_t ldx, int
 
 /* ---- Dispatch ------------------------------------------------------------
  * One table per implementation and one pointer to the active table: the only
- * mutable global in the kernels. kn_init sets it once at startup, before any
- * worker thread runs a kernel. It starts at the scalar table, so a kernel
- * called before kn_init is correct, only slow. */
+ * mutable global in the kernels. kn_select (each model load) sets it with one
+ * store, while no kernel runs (nextn.h asks callers to load while no other
+ * model runs). It starts at the scalar table, so a kernel called before any
+ * kn_select is correct, only slow. */
 
 typedef struct {
     const char *name;
@@ -723,7 +726,11 @@ static const kn_impl kn_impl_avx512vnni = {
     .affine_row_f32 = kn_affine_row_f32_avx2};
 #endif
 
-static const kn_impl *kn_active = &kn_impl_scalar;
+static _Atomic(const kn_impl *) kn_active = &kn_impl_scalar;
+
+/* The active table; relaxed: it only changes between model loads, and each
+ * table is constant. */
+static inline const kn_impl *active(void) { return atomic_load_explicit(&kn_active, memory_order_relaxed); }
 
 #if KN_HAVE_X86
 /* F16C is read from CPUID (leaf 1, ECX bit 29) rather than
@@ -743,57 +750,59 @@ static int kn_cpu_has_avx512vnni(void) {
 #endif
 
 kn_isa kn_select(kn_isa max) {
-    kn_active = &kn_impl_scalar;
+    const kn_impl *pick = &kn_impl_scalar;
 #if KN_HAVE_X86
-    if (max >= KN_ISA_AVX512VNNI && kn_cpu_has_avx512vnni()) kn_active = &kn_impl_avx512vnni;
-    else if (max >= KN_ISA_AVX2 && kn_cpu_has_avx2()) kn_active = &kn_impl_avx2;
+    if (max >= KN_ISA_AVX512VNNI && kn_cpu_has_avx512vnni()) pick = &kn_impl_avx512vnni;
+    else if (max >= KN_ISA_AVX2 && kn_cpu_has_avx2()) pick = &kn_impl_avx2;
 #endif
+    atomic_store_explicit(&kn_active, pick, memory_order_relaxed);   /* one store: never a set in between */
     return kn_isa_active();
 }
 
 kn_isa kn_isa_active(void) {
 #if KN_HAVE_X86
-    if (kn_active == &kn_impl_avx512vnni) return KN_ISA_AVX512VNNI;
-    if (kn_active == &kn_impl_avx2) return KN_ISA_AVX2;
+    const kn_impl *a = active();
+    if (a == &kn_impl_avx512vnni) return KN_ISA_AVX512VNNI;
+    if (a == &kn_impl_avx2) return KN_ISA_AVX2;
 #endif
     return KN_ISA_SCALAR;
 }
 
 int kn_init(int force_reference) { return kn_select(force_reference ? KN_ISA_SCALAR : KN_ISA_BEST) != KN_ISA_SCALAR; }
 
-const char *kn_impl_name(void) { return kn_active->name; }
+const char *kn_impl_name(void) { return active()->name; }
 
 void kn_matmul_rows(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
                     int64_t r1) {
-    kn_active->matmul_rows(w, x, ldx, T, y, ldy, r0, r1);
+    active()->matmul_rows(w, x, ldx, T, y, ldy, r0, r1);
 }
 
-float kn_dot_f32(const float *a, const float *b, int64_t n) { return kn_active->dot_f32(a, b, n); }
+float kn_dot_f32(const float *a, const float *b, int64_t n) { return active()->dot_f32(a, b, n); }
 
-void kn_axpy_f32(float *y, float a, const float *x, int64_t n) { kn_active->axpy_f32(y, a, x, n); }
+void kn_axpy_f32(float *y, float a, const float *x, int64_t n) { active()->axpy_f32(y, a, x, n); }
 
-void kn_scale_f32(float *y, float a, int64_t n) { kn_active->scale_f32(y, a, n); }
+void kn_scale_f32(float *y, float a, int64_t n) { active()->scale_f32(y, a, n); }
 
 float kn_scale_axpy_dot_f32(float *y, float a, float b, const float *x, const float *z, int64_t n) {
-    return kn_active->scale_axpy_dot_f32(y, a, b, x, z, n);
+    return active()->scale_axpy_dot_f32(y, a, b, x, z, n);
 }
 
-void kn_silu_mul_f32(float *y, const float *x, const float *u, int64_t n) { kn_active->silu_mul_f32(y, x, u, n); }
+void kn_silu_mul_f32(float *y, const float *x, const float *u, int64_t n) { active()->silu_mul_f32(y, x, u, n); }
 
 void kn_attn_values_f32(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const float *v, int64_t kv_stride,
                         int64_t n_ctx, int64_t hd) {
-    kn_active->attn_values_f32(out, ldo, p, ldp, G, v, kv_stride, n_ctx, hd);
+    active()->attn_values_f32(out, ldo, p, ldp, G, v, kv_stride, n_ctx, hd);
 }
 
-void kn_quantize_x(kn_qx *qx, const float *x, int64_t ldx) { kn_active->quantize_x(qx, x, ldx); }
+void kn_quantize_x(kn_qx *qx, const float *x, int64_t ldx) { active()->quantize_x(qx, x, ldx); }
 
 void kn_matmul_qx_rows(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    kn_active->matmul_qx_rows(w, qx, y, ldy, r0, r1);
+    active()->matmul_qx_rows(w, qx, y, ldy, r0, r1);
 }
 
-void kn_affine_row_f32(const kn_mat *w, int64_t row, float *out) { kn_active->affine_row_f32(w, row, out); }
+void kn_affine_row_f32(const kn_mat *w, int64_t row, float *out) { active()->affine_row_f32(w, row, out); }
 
 void kn_affine_quantize_row(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
                             void *scales, void *biases) {
-    kn_active->affine_quantize_row(w, cols, bits, group, sdtype, codes, scales, biases);
+    active()->affine_quantize_row(w, cols, bits, group, sdtype, codes, scales, biases);
 }

@@ -12,10 +12,10 @@
  * is one fixed instruction sequence for a given length.
  *
  * Every SIMD kernel has a scalar `_ref` twin with the same signature in the
- * same file (matmul.c, quant.c, act.c). kn_init() picks the SIMD versions
- * the CPU has (AVX2+FMA+F16C; the int8 product also with AVX-512 VNNI),
- * unless force_reference is set; the scalar twins are the definition and the
- * tests compare each SIMD set with them. Kernels never see a model and never allocate. */
+ * same file (matmul.c, quant.c, act.c). kn_select() picks the newest SIMD
+ * set the CPU has (AVX2+FMA+F16C; the int8 and dense products also with
+ * AVX-512), or the scalar twins; those are the definition, and the tests
+ * compare each SIMD set with them. Kernels never see a model and never allocate. */
 #ifndef NX_KERNELS_MATMUL_H
 #define NX_KERNELS_MATMUL_H
 

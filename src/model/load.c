@@ -475,6 +475,14 @@ static void fill_info(nx_model *m) {
 static const char *const kernel_names[] = {[NX_KERNELS_AUTO] = "auto", [NX_KERNELS_SCALAR] = "scalar",
                                            [NX_KERNELS_AVX2] = "avx2", [NX_KERNELS_AVX512VNNI] = "avx512vnni"};
 
+nx_status mdl_kernels_isa(nx_kernels k, kn_isa *isa) {
+    static const kn_isa isa_of[] = {[NX_KERNELS_AUTO] = KN_ISA_BEST, [NX_KERNELS_SCALAR] = KN_ISA_SCALAR,
+                                    [NX_KERNELS_AVX2] = KN_ISA_AVX2, [NX_KERNELS_AVX512VNNI] = KN_ISA_AVX512VNNI};
+    if ((unsigned)k >= sizeof isa_of / sizeof *isa_of) return NX_EINVAL;
+    *isa = isa_of[k];
+    return NX_OK;
+}
+
 nx_status nx_kernels_parse(const char *name, nx_kernels *out) {
     for (size_t k = 0; name && k < sizeof kernel_names / sizeof *kernel_names; k++)
         if (strcmp(name, kernel_names[k]) == 0) {
@@ -488,11 +496,9 @@ nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **ou
     *out = NULL;
     nx_load_opts defaults = {0};
     if (!opts) opts = &defaults;
-    static const kn_isa isa_of[] = {[NX_KERNELS_AUTO] = KN_ISA_BEST, [NX_KERNELS_SCALAR] = KN_ISA_SCALAR,
-                                    [NX_KERNELS_AVX2] = KN_ISA_AVX2, [NX_KERNELS_AVX512VNNI] = KN_ISA_AVX512VNNI};
-    if ((unsigned)opts->kernels >= sizeof isa_of / sizeof *isa_of)
+    kn_isa isa;
+    if (mdl_kernels_isa(opts->kernels, &isa))
         return nx_fail(err, errlen, NX_EINVAL, "loading %s: unknown kernel set %d", dir, (int)opts->kernels);
-    kn_select(opts->force_reference ? KN_ISA_SCALAR : isa_of[opts->kernels]);
     nx_model *m = nx_calloc(1, sizeof *m);
     if (!m || !(m->dir = nx_strdup(dir))) {
         nx_free(m);
@@ -530,6 +536,9 @@ nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **ou
     for (int i = 0; i < c->n_layers; i++)
         if ((st = bind_layer(&b, m, i))) goto fail;
     if ((st = nx_pool_new(opts->n_threads, &m->pool, err, errlen))) goto fail;
+    /* only a load that succeeds changes the process's kernels (nothing above
+     * runs one) */
+    kn_select(opts->force_reference ? KN_ISA_SCALAR : isa);
     fill_info(m);
     m->identity = model_identity(m);
     *out = m;

@@ -155,6 +155,7 @@ typedef struct {
  * agree with b->quant. A missing tensor, another shape or dtype is an error
  * naming the tensor; `why` says what the config expects. */
 nx_status mdl_bind_mat(mdl_binder *b, const char *name, int64_t rows, int64_t cols, const char *why, kn_mat *out);
+
 /* A vector of n floats converted to f32; plus_one adds 1 to every element
  * (zero-centred norm stored raw). */
 nx_status mdl_bind_vec(mdl_binder *b, const char *name, int64_t n, int plus_one, const char *why, float **out);
@@ -238,5 +239,9 @@ nx_status mdl_forward_batch(const nx_model *m, const mdl_batch_item *items, int 
  * to its state after token keep-1. Bit-identical to having run only those
  * tokens. NX_ESTATE without a record. Consumes the record. */
 nx_status mdl_rollback_to(nx_state *s, int keep, char *err, size_t errlen);
+
+/* The kernel set (kernels/matmul.h) nx_kernels k asks for; 0 if k is one of
+ * the enum's values, else NX_EINVAL. */
+nx_status mdl_kernels_isa(nx_kernels k, kn_isa *isa);
 
 #endif

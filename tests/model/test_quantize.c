@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "io/safetensors.h"
+#include "kernels/matmul.h"
 #include "nextn.h"
 
 #define DEFAULT_MODEL NX_MODELS_DIR "/default"
@@ -402,8 +403,10 @@ static void malformed_quantization_is_a_clear_error(void) {
  * activation to the next int8 step; bound 1e-4, a tenth of q4's own error
  * against the dense model); and the names parse. */
 static void every_kernel_set_gives_the_same_logits(void) {
-    static const struct { const char *name; nx_kernels k; } sets[] = {
-        {"auto", NX_KERNELS_AUTO}, {"avx512vnni", NX_KERNELS_AVX512VNNI}, {"avx2", NX_KERNELS_AVX2}, {"scalar", NX_KERNELS_SCALAR}};
+    static const struct { const char *name; nx_kernels k; kn_isa isa; } sets[] = {{"auto", NX_KERNELS_AUTO, KN_ISA_BEST},
+                                                                                {"avx512vnni", NX_KERNELS_AVX512VNNI, KN_ISA_AVX512VNNI},
+                                                                                {"avx2", NX_KERNELS_AVX2, KN_ISA_AVX2},
+                                                                                {"scalar", NX_KERNELS_SCALAR, KN_ISA_SCALAR}};
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
         nx_kernels k = (nx_kernels)-1;
         CHECKF(nx_kernels_parse(sets[i].name, &k) == NX_OK && k == sets[i].k, "%s", sets[i].name);
@@ -424,12 +427,12 @@ static void every_kernel_set_gives_the_same_logits(void) {
             nx_load_opts lo = {.n_threads = 2, .kernels = sets[i].k};
             CHECKF(nx_model_load(dir, &lo, &m, err, sizeof err) == NX_OK, "%s", err);
             if (!m) continue;
-            const char *got = nx_model_get_info(m)->kernels;
-            /* the set asked for, or (CPU without it) an older one; auto: the newest */
-            int ok = strcmp(got, sets[i].name) == 0 || (sets[i].k == NX_KERNELS_AVX512VNNI && strcmp(got, "avx2") == 0) ||
-                     (sets[i].k != NX_KERNELS_SCALAR && strcmp(got, "scalar") == 0) ||
-                     (sets[i].k == NX_KERNELS_AUTO && (strcmp(got, "avx512vnni") == 0 || strcmp(got, "avx2") == 0));
-            CHECKF(ok, "asked for %s, got %s", sets[i].name, got);
+            /* the set asked for, or the newest older one this CPU runs: what
+             * kn_select gives for it (asked after the load, which set it) */
+            char got[32];
+            snprintf(got, sizeof got, "%s", nx_model_get_info(m)->kernels);
+            kn_select(sets[i].isa);
+            CHECKF(strcmp(got, kn_impl_name()) == 0, "asked for %s, got %s, want %s", sets[i].name, got, kn_impl_name());
             bytes = (size_t)n * (size_t)nx_model_get_info(m)->vocab_size * sizeof(float);
             float *logits = nx_test_logits(m, seq, n);
             if (!first) first = logits;
