@@ -30,12 +30,12 @@ void kn_conv_silu(float *out, const float *window, int64_t ld, int T, const floa
  *   S[i] = alpha S_old[i] + delta k;  o[i] = S[i] . q
  * Two passes over the row (a dot product, then the update and the read-out
  * together) rather than four (decay, dot, axpy, dot). */
-void kn_gated_delta_step(float *S, const float *q, const float *k, const float *v, float alpha, float beta,
-                         float *o, int dk, int dv) {
+void kn_gated_delta_step(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
+                         float beta, float *o, int dk, int dv) {
     for (int i = 0; i < dv; i++) {
-        float *row = S + (int64_t)i * dk;
+        const float *row = S_in + (int64_t)i * dk;
         const float m = kn_dot_f32(row, k, dk);
         const float delta = beta * (v[i] - alpha * m);
-        o[i] = kn_scale_axpy_dot_f32(row, alpha, delta, k, q, dk);
+        o[i] = kn_scale_axpy_dot_f32(S_out + (int64_t)i * dk, row, alpha, delta, k, q, dk);
     }
 }

@@ -126,9 +126,9 @@ void kn_scale_f32_ref(float *y, float a, int64_t n) {
  * so y comes out bit-identical; the dot product sums in double, as dot_ref.
  * (fmaf is a libm call in this portable build, and a slow one on a CPU
  * without FMA: the price of the twins agreeing.) */
-float kn_scale_axpy_dot_f32_ref(float *y, float a, float b, const float *x, const float *z, int64_t n) {
-    assert(n >= 0 && (n == 0 || (y != NULL && x != NULL && z != NULL)));
-    for (int64_t i = 0; i < n; i++) y[i] = fmaf(b, x[i], a * y[i]);
+float kn_scale_axpy_dot_f32_ref(float *y, const float *src, float a, float b, const float *x, const float *z, int64_t n) {
+    assert(n >= 0 && (n == 0 || (y != NULL && src != NULL && x != NULL && z != NULL)));
+    for (int64_t i = 0; i < n; i++) y[i] = fmaf(b, x[i], a * src[i]);
     return (float)dot_ref(y, NX_DT_F32, z, n);
 }
 
@@ -456,15 +456,16 @@ static KN_AVX2 void scale_f32_avx2(float *y, float a, int64_t n) {
  * product's accumulator of the "Dot product layout" (block i / 8 goes to
  * accumulator (i / 8) % 4), so the result is what dot_f32_avx2 would give on
  * the new y. */
-static KN_AVX2 float scale_axpy_dot_f32_avx2(float *y, float a, float b, const float *x, const float *z, int64_t n) {
-    assert(n >= 0 && (n == 0 || (y != NULL && x != NULL && z != NULL)));
+static KN_AVX2 float scale_axpy_dot_f32_avx2(float *y, const float *src, float a, float b, const float *x, const float *z,
+                                             int64_t n) {
+    assert(n >= 0 && (n == 0 || (y != NULL && src != NULL && x != NULL && z != NULL)));
     const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     const int64_t n32 = n & ~(int64_t)31, n8 = n & ~(int64_t)7;
 /* block i of the update into accumulator k (a constant: acc stays in registers) */
 #define KN_SAD_STEP(k, i)                                                                                      \
     do {                                                                                                       \
-        const __m256 v = _mm256_fmadd_ps(bv, _mm256_loadu_ps(x + (i)), _mm256_mul_ps(av, _mm256_loadu_ps(y + (i)))); \
+        const __m256 v = _mm256_fmadd_ps(bv, _mm256_loadu_ps(x + (i)), _mm256_mul_ps(av, _mm256_loadu_ps(src + (i)))); \
         _mm256_storeu_ps(y + (i), v);                                                                          \
         acc[k] = _mm256_fmadd_ps(v, _mm256_loadu_ps(z + (i)), acc[k]);                                         \
     } while (0)
@@ -479,7 +480,7 @@ static KN_AVX2 float scale_axpy_dot_f32_avx2(float *y, float a, float b, const f
     if (i < n8) { KN_SAD_STEP(1, i); i += 8; }
     if (i < n8) { KN_SAD_STEP(2, i); i += 8; }
 #undef KN_SAD_STEP
-    for (int64_t j = n8; j < n; j++) y[j] = fmaf(b, x[j], a * y[j]);
+    for (int64_t j = n8; j < n; j++) y[j] = fmaf(b, x[j], a * src[j]);
     return finish_avx2(acc, y, NX_DT_F32, z, n);
 }
 
@@ -692,7 +693,7 @@ typedef struct {
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
     void (*scale_f32)(float *y, float a, int64_t n);
-    float (*scale_axpy_dot_f32)(float *y, float a, float b, const float *x, const float *z, int64_t n);
+    float (*scale_axpy_dot_f32)(float *y, const float *src, float a, float b, const float *x, const float *z, int64_t n);
     void (*silu_mul_f32)(float *y, const float *x, const float *u, int64_t n);
     void (*attn_values_f32)(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const float *v,
                             int64_t kv_stride, int64_t n_ctx, int64_t hd);
@@ -783,8 +784,8 @@ void kn_axpy_f32(float *y, float a, const float *x, int64_t n) { active()->axpy_
 
 void kn_scale_f32(float *y, float a, int64_t n) { active()->scale_f32(y, a, n); }
 
-float kn_scale_axpy_dot_f32(float *y, float a, float b, const float *x, const float *z, int64_t n) {
-    return active()->scale_axpy_dot_f32(y, a, b, x, z, n);
+float kn_scale_axpy_dot_f32(float *y, const float *src, float a, float b, const float *x, const float *z, int64_t n) {
+    return active()->scale_axpy_dot_f32(y, src, a, b, x, z, n);
 }
 
 void kn_silu_mul_f32(float *y, const float *x, const float *u, int64_t n) { active()->silu_mul_f32(y, x, u, n); }

@@ -94,11 +94,12 @@ float kn_dot_f32(const float *a, const float *b, int64_t n);
 void kn_axpy_f32(float *y, float a, const float *x, int64_t n);
 /* y[i] *= a */
 void kn_scale_f32(float *y, float a, int64_t n);
-/* y[i] = fma(b, x[i], a * y[i]) (the product a * y[i] rounded, then one fused
- * multiply-add), and returns the dot product of the new y with z, summed as
- * kn_dot_f32 sums: a decay, an update and a read-out in one pass over y (the
- * gated delta rule's row step, kernels/gdn.c). */
-float kn_scale_axpy_dot_f32(float *y, float a, float b, const float *x, const float *z, int64_t n);
+/* y[i] = fma(b, x[i], a * src[i]) (the product a * src[i] rounded, then one
+ * fused multiply-add), and returns the dot product of the new y with z,
+ * summed as kn_dot_f32 sums: a decay, an update and a read-out in one pass
+ * (the gated delta rule's row step, kernels/gdn.c). y is src, or an array
+ * that does not overlap it. */
+float kn_scale_axpy_dot_f32(float *y, const float *src, float a, float b, const float *x, const float *z, int64_t n);
 
 /* Scalar references (always available, used by tests and force_reference). */
 void kn_matmul_rows_ref(const kn_mat *w, const float *x, int64_t ldx, int T,
@@ -106,6 +107,6 @@ void kn_matmul_rows_ref(const kn_mat *w, const float *x, int64_t ldx, int T,
 float kn_dot_f32_ref(const float *a, const float *b, int64_t n);
 void kn_axpy_f32_ref(float *y, float a, const float *x, int64_t n);
 void kn_scale_f32_ref(float *y, float a, int64_t n);
-float kn_scale_axpy_dot_f32_ref(float *y, float a, float b, const float *x, const float *z, int64_t n);
+float kn_scale_axpy_dot_f32_ref(float *y, const float *src, float a, float b, const float *x, const float *z, int64_t n);
 
 #endif

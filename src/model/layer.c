@@ -291,12 +291,17 @@ static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
             float beta = kn_sigmoid(sc->bbuf[t * Hv + jh]);
             float alpha = expf(L->neg_exp_a[jh] * kn_softplus(sc->abuf[t * Hv + jh] + L->dt_bias[jh]));
             float *o = sc->mix + t * VD + jh * Dv;
-            kn_gated_delta_step(S, row + kh * Dk, row + KD + kh * Dk, row + 2 * KD + jh * Dv, alpha, beta, o, Dk, Dv);
+            /* With snapshots, token i's state goes straight to its slot, read
+             * back by token i + 1, and the last token's to S: the state after
+             * the block's last token is the state itself (a rollback keeps
+             * fewer tokens, so it never needs that slot), and S's old value is
+             * not needed once token 0 has read it. */
+            const int snap = sg->snap_recurrent != NULL;
+            const float *S_in = snap && i > 0 ? sg->snap_recurrent + ((i - 1) * Hv + jh) * head : S;
+            float *S_out = snap && i < sg->T - 1 ? sg->snap_recurrent + (i * Hv + jh) * head : S;
+            kn_gated_delta_step(S_out, S_in, row + kh * Dk, row + KD + kh * Dk, row + 2 * KD + jh * Dv, alpha, beta, o, Dk,
+                                Dv);
             kn_rmsnorm_gated(o, o, sc->zbuf + t * VD + jh * Dv, L->gnorm, Dv, eps);
-            /* the state after the block's last token is the state itself:
-             * a rollback keeps fewer tokens, so it never reads that slot */
-            if (sg->snap_recurrent && i < sg->T - 1)
-                memcpy(sg->snap_recurrent + (i * Hv + jh) * head, S, (size_t)head * sizeof(float));
         }
     }
 }

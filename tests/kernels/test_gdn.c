@@ -59,7 +59,9 @@ static void test_conv_silu_follows_the_formula_on_its_channels_only(void) {
 
 /* Several tokens of the recurrence on one head against
  *   S <- alpha S;  m = S k;  delta = beta (v - m);  S <- S + delta k^T;  o = S q
- * in double (S[dv][dk]), with normalised k and q as the model feeds them. */
+ * in double (S[dv][dk]), with normalised k and q as the model feeds them;
+ * odd steps write the new state out of place (as a verify's snapshots do),
+ * which must give the in-place bits: a second state follows in place. */
 static void test_gated_delta_steps_follow_the_recurrence(void) {
     static const int dims[][2] = {{7, 5}, {33, 17}, {128, 128}, {64, 96}};
     nx_test_rng r = {0xDE17A5ULL};
@@ -68,6 +70,10 @@ static void test_gated_delta_steps_follow_the_recurrence(void) {
         for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
             const int dk = dims[di][0], dv = dims[di][1];
             float *S = normals(&r, (int64_t)dk * dv, 0.3f), *o = malloc((size_t)dv * sizeof *o);
+            float *S2 = malloc((size_t)dk * dv * sizeof *S2), *Sx = malloc((size_t)dk * dv * sizeof *Sx);
+            float *o2 = malloc((size_t)dv * sizeof *o2);
+            memcpy(S2, S, (size_t)dk * dv * sizeof *S2);
+            int same = 1;
             double *Sd = malloc((size_t)dk * dv * sizeof *Sd), *od = malloc((size_t)dv * sizeof *od);
             for (int64_t i = 0; i < (int64_t)dk * dv; i++) Sd[i] = S[i];
             double worst = 0;
@@ -77,7 +83,14 @@ static void test_gated_delta_steps_follow_the_recurrence(void) {
                 for (int j = 0; j < dk; j++) nq += (double)q[j] * q[j], nk += (double)k[j] * k[j];
                 for (int j = 0; j < dk; j++) q[j] = (float)(q[j] / sqrt(nq) / sqrt((double)dk)), k[j] = (float)(k[j] / sqrt(nk));
                 const float alpha = 0.6f + 0.06f * (float)step, beta = 0.9f - 0.1f * (float)step;
-                kn_gated_delta_step(S, q, k, v, alpha, beta, o, dk, dv);
+                if (step % 2) {   /* out of place, then back */
+                    kn_gated_delta_step(Sx, S, q, k, v, alpha, beta, o, dk, dv);
+                    memcpy(S, Sx, (size_t)dk * dv * sizeof *S);
+                } else {
+                    kn_gated_delta_step(S, S, q, k, v, alpha, beta, o, dk, dv);
+                }
+                kn_gated_delta_step(S2, S2, q, k, v, alpha, beta, o2, dk, dv);
+                same &= memcmp(S, S2, (size_t)dk * dv * sizeof *S) == 0 && memcmp(o, o2, (size_t)dv * sizeof *o) == 0;
                 for (int i = 0; i < dv; i++) {
                     double *row = Sd + (int64_t)i * dk, m = 0;
                     for (int j = 0; j < dk; j++) row[j] *= alpha, m += row[j] * k[j];
@@ -90,7 +103,8 @@ static void test_gated_delta_steps_follow_the_recurrence(void) {
                 free(q), free(k), free(v);
             }
             CHECKF(worst < 2e-5, "%s dk=%d dv=%d: %.3g off the recurrence", kn_impl_name(), dk, dv, worst);
-            free(S), free(o), free(Sd), free(od);
+            CHECKF(same, "%s dk=%d dv=%d: out of place differs from in place", kn_impl_name(), dk, dv);
+            free(S), free(o), free(Sd), free(od), free(S2), free(Sx), free(o2);
         }
     }
     kn_init(0);

@@ -438,9 +438,10 @@ static void test_axpy_and_scale_simd_match_reference_bit_for_bit(void) {
 }
 
 /* The fused decay + update + read-out: the updated y is bit-identical in both
- * twins (the same two roundings); the returned dot product is, in the SIMD
- * twin, exactly kn_dot_f32 of the new y with z, and within the dot
- * tolerance of the double reference. Odd lengths and unaligned rows. */
+ * twins (the same two roundings), in place and into another array; the
+ * returned dot product is, in the SIMD twin, exactly kn_dot_f32 of the new y
+ * with z, and within the dot tolerance of the double reference. Odd lengths
+ * and unaligned rows. */
 static void test_scale_axpy_dot_updates_like_its_twin_and_reads_out_like_dot(void) {
     nx_test_rng r = {0x9E3779B97F4A7C15ULL};
     use_simd();
@@ -452,9 +453,14 @@ static void test_scale_axpy_dot_updates_like_its_twin_and_reads_out_like_dot(voi
         for (int off = 0; off < 2; off++) {
             memcpy(ys, y0, (size_t)(n + 1) * sizeof *ys);
             memcpy(yr, y0, (size_t)(n + 1) * sizeof *yr);
-            const float s = kn_scale_axpy_dot_f32(ys + off, a, b, x + off, z + off, n);
-            const float ref = kn_scale_axpy_dot_f32_ref(yr + off, a, b, x + off, z + off, n);
+            const float s = kn_scale_axpy_dot_f32(ys + off, ys + off, a, b, x + off, z + off, n);
+            const float ref = kn_scale_axpy_dot_f32_ref(yr + off, yr + off, a, b, x + off, z + off, n);
             CHECKF(memcmp(ys, yr, (size_t)(n + 1) * sizeof *ys) == 0, "update n=%lld off=%d", (long long)n, off);
+            float *yo = malloc((size_t)(n + 1) * sizeof *yo);   /* out of place, from y0 */
+            CHECKF(kn_scale_axpy_dot_f32(yo + off, y0 + off, a, b, x + off, z + off, n) == s &&
+                       memcmp(yo + off, ys + off, (size_t)n * sizeof *yo) == 0,
+                   "n=%lld off=%d: out of place differs from in place", (long long)n, off);
+            free(yo);
             int exact = 1;
             for (int64_t i = 0; i < n; i++) exact &= ys[off + i] == fmaf(b, x[off + i], a * y0[off + i]);
             CHECKF(exact, "n=%lld off=%d: y != fma(b, x, a * y)", (long long)n, off);
@@ -482,7 +488,7 @@ static void test_public_kernels_follow_force_reference(void) {
     CHECK(memcmp(y, yr, sizeof y) == 0);
     float a2[1023];
     memcpy(a2, a, sizeof a2);
-    CHECK(kn_scale_axpy_dot_f32(a, 0.5f, 0.25f, b, b, 1023) == kn_scale_axpy_dot_f32_ref(a2, 0.5f, 0.25f, b, b, 1023));
+    CHECK(kn_scale_axpy_dot_f32(a, a, 0.5f, 0.25f, b, b, 1023) == kn_scale_axpy_dot_f32_ref(a2, a2, 0.5f, 0.25f, b, b, 1023));
     CHECK(memcmp(a, a2, sizeof a2) == 0);
     kn_init(0);
     free(a);
