@@ -24,7 +24,7 @@ void kn_silu_mul_f32(float *y, const float *x, const float *u, int64_t n);
  * The scalar definition the SIMD twin follows step by step. */
 float kn_exp(float x);
 
-/* The twins behind kn_silu_mul_f32 (matmul.c's kn_init picks one). */
+/* The twins behind kn_silu_mul_f32 (matmul.c's kn_select picks one). */
 void kn_silu_mul_f32_ref(float *y, const float *x, const float *u, int64_t n);
 #if defined(__x86_64__) || defined(__i386__)
 void kn_silu_mul_f32_avx2(float *y, const float *x, const float *u, int64_t n);
