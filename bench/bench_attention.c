@@ -16,7 +16,6 @@
 #include "bench_util.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
-#include "model/model.h"
 
 enum { LAYERS = 6, NKV = 2, G = 4, HD = 256 };
 
@@ -27,9 +26,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench-attention [CTX] [REPS]\n");
         return 2;
     }
-    kn_isa isa = KN_ISA_BEST;
-    mdl_kernels_isa(bench_kernels(), &isa);   /* bench_kernels gives a valid set */
-    kn_select(isa);
+    bench_select_kernels();
     const size_t kvn = (size_t)ctx * NKV * HD, flush_n = (size_t)64 << 20;
     float *k[LAYERS], *v[LAYERS];
     float *q = malloc(G * HD * sizeof *q), *out = malloc(G * HD * sizeof *out);

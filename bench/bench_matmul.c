@@ -27,7 +27,6 @@
 #include "bench_util.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
-#include "model/model.h"
 
 #ifndef COLS
 #define COLS 4096
@@ -110,9 +109,7 @@ int main(int argc, char **argv) {
         }
         ts[nts++] = t;
     }
-    kn_isa isa = KN_ISA_BEST;
-    mdl_kernels_isa(bench_kernels(), &isa);   /* bench_kernels gives a valid set */
-    kn_select(isa);
+    bench_select_kernels();
     printf("kernels: %s, one thread, %d columns, ~%.1f MB per matrix, median of %d calls\n\n", kn_impl_name(), COLS,
            mb, reps);
     printf("| weights | rows | MB | T | ms/call | GB/s | G weights/s | best G weights/s |\n"

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "model/model.h"
 #include "nextn.h"
 
 /* Monotonic seconds. */
@@ -37,6 +38,14 @@ static inline nx_kernels bench_kernels(void) {
         exit(2);
     }
     return k;
+}
+
+/* For tools that call kernels without loading a model: selects the set
+ * NEXTN_BENCH_KERNELS names (kn_select), as a model load would. */
+static inline void bench_select_kernels(void) {
+    kn_isa isa = KN_ISA_BEST;
+    mdl_kernels_isa(bench_kernels(), &isa);   /* bench_kernels gives a valid set */
+    kn_select(isa);
 }
 
 #endif

@@ -507,9 +507,14 @@ KN_VNNI_INLINE __m512 load16_avx512(const void *w, nx_dtype dt, int64_t i, int h
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* Lanes 0-7 / 8-15 of v as 8-lane vectors. */
-KN_VNNI_INLINE __m256 lo8_avx512(__m512 v) { return _mm512_castps512_ps256(v); }
-KN_VNNI_INLINE __m256 hi8_avx512(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+/* finish_avx2 for one product whose four accumulators are the halves of a01
+ * (0 in lanes 0-7, 1 in 8-15) and a23. */
+KN_VNNI_INLINE float finish_pairs_avx512(__m512 a01, __m512 a23, const void *w, nx_dtype dt, const float *xt, int64_t n) {
+#define KN_HI8(v) _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))
+    const __m256 acc[4] = {_mm512_castps512_ps256(a01), KN_HI8(a01), _mm512_castps512_ps256(a23), KN_HI8(a23)};
+#undef KN_HI8
+    return finish_avx2(acc, w, dt, xt, n);
+}
 
 /* dot_rows_avx2's y for t < nt (1 <= nt <= KN_TBLOCK_512). */
 KN_VNNI_INLINE void dot_rows_avx512(const void *w, nx_dtype dt, const float *x, int64_t ldx, int nt, int64_t n, float *y,
@@ -541,10 +546,7 @@ KN_VNNI_INLINE void dot_rows_avx512(const void *w, nx_dtype dt, const float *x, 
         for (int t = 0; t < nt; t++)
             a01[t] = _mm512_mask3_fmadd_ps(wh, _mm512_maskz_loadu_ps(0x00FF, x + (int64_t)t * ldx + i), a01[t], 0x00FF);
     }
-    for (int t = 0; t < nt; t++) {
-        const __m256 acc[4] = {lo8_avx512(a01[t]), hi8_avx512(a01[t]), lo8_avx512(a23[t]), hi8_avx512(a23[t])};
-        y[(int64_t)t * ldy] = finish_avx2(acc, w, dt, x + (int64_t)t * ldx, n);
-    }
+    for (int t = 0; t < nt; t++) y[(int64_t)t * ldy] = finish_pairs_avx512(a01[t], a23[t], w, dt, x + (int64_t)t * ldx, n);
 }
 
 /* a[r][t] = fma(w_r[i..i+16), x_t[i..i+16), a[r][t]) over the tile; only
@@ -604,11 +606,9 @@ KN_VNNI_INLINE void dot_tile_avx512(const void *w, size_t row_bytes, int rw, nx_
         KN_TILE_STORE(0);
     }
     for (int r = 0; r < rw; r++)
-        for (int t = 0; t < nt; t++) {
-            const __m256 acc[4] = {lo8_avx512(part[0][r][t]), hi8_avx512(part[0][r][t]), lo8_avx512(part[1][r][t]),
-                                   hi8_avx512(part[1][r][t])};
-            y[(int64_t)t * ldy + r] = finish_avx2(acc, w0 + (size_t)r * row_bytes, dt, x + (int64_t)t * ldx, n);
-        }
+        for (int t = 0; t < nt; t++)
+            y[(int64_t)t * ldy + r] =
+                finish_pairs_avx512(part[0][r][t], part[1][r][t], w0 + (size_t)r * row_bytes, dt, x + (int64_t)t * ldx, n);
 }
 
 /* matmul_rows_fmt_avx2 on 16-lane vectors: from KN_TILE_MIN_T activation
