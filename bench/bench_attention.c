@@ -1,11 +1,13 @@
 /* bench_attention.c — one decode step's attention over a cold KV cache.
  *
- *   bench-attention [CTX] [REPS]   CTX: cached positions (default 660)
- *                                  REPS: timed steps (default 50)
+ *   bench-attention [CTX] [REPS] [T]   CTX: cached positions (default 660)
+ *                                      REPS: timed steps (default 50)
+ *                                      T: tokens per step (default 1; a
+ *                                      verify of K drafts is K + 1)
  *
  * The 0.8B shape's attention: 6 layers x 2 KV heads of 4 query heads each,
  * head dim 256, caches interleaving the 2 heads (as nx_state holds them),
- * each call kn_attention_group on ONE thread. Before each step a 64 MB
+ * each call kn_attention on ONE thread, for the T tokens after CTX - T cached ones. Before each step a 64 MB
  * buffer is read, as a step's weights would, so the caches come from DRAM.
  * Prints the median step time. NEXTN_BENCH_KERNELS=avx2 (or scalar,
  * avx512vnni) times an older kernel set. Do not run it while a build runs. */
@@ -21,16 +23,16 @@ enum { LAYERS = 6, NKV = 2, G = 4, HD = 256 };
 
 int main(int argc, char **argv) {
     const int64_t ctx = argc > 1 ? atol(argv[1]) : 660;
-    const int reps = argc > 2 ? atoi(argv[2]) : 50;
-    if (ctx < 1 || reps < 1) {
-        fprintf(stderr, "usage: bench-attention [CTX] [REPS]\n");
+    const int reps = argc > 2 ? atoi(argv[2]) : 50, T = argc > 3 ? atoi(argv[3]) : 1;
+    if (ctx < 1 || reps < 1 || T < 1 || T > ctx) {
+        fprintf(stderr, "usage: bench-attention [CTX] [REPS] [T], 1 <= T <= CTX\n");
         return 2;
     }
     bench_select_kernels();
     const size_t kvn = (size_t)ctx * NKV * HD, flush_n = (size_t)64 << 20;
     float *k[LAYERS], *v[LAYERS];
-    float *q = malloc(G * HD * sizeof *q), *out = malloc(G * HD * sizeof *out);
-    float *scores = malloc((size_t)G * (size_t)ctx * sizeof *scores);
+    float *q = malloc((size_t)T * G * HD * sizeof *q), *out = malloc((size_t)T * G * HD * sizeof *out);
+    float *scores = malloc((size_t)T * G * (size_t)ctx * sizeof *scores);
     double *s = malloc((size_t)reps * sizeof *s);
     unsigned char *flush = malloc(flush_n);
     if (!q || !out || !scores || !s || !flush) return 1;
@@ -40,19 +42,23 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < kvn; i++)
             k[l][i] = (float)(i * 2654435761u % 1000) * 1e-3f - 0.5f, v[l][i] = (float)(i * 40503u % 1000) * 1e-3f - 0.5f;
     }
-    for (int i = 0; i < G * HD; i++) q[i] = (float)(i % 17) * 0.01f;
+    for (int i = 0; i < T * G * HD; i++) q[i] = (float)(i % 17) * 0.01f;
     memset(flush, 1, flush_n);
     volatile unsigned sink = 0;
     for (int r = 0; r < reps; r++) {
         for (size_t i = 0; i < flush_n; i += 64) sink += flush[i];
         const double t0 = bench_now();
         for (int l = 0; l < LAYERS; l++)
-            for (int h = 0; h < NKV; h++)
-                kn_attention_group(out, HD, q, HD, G, k[l] + h * HD, v[l] + h * HD, NKV * HD, ctx, HD, 0.0625f, scores);
+            for (int h = 0; h < NKV; h++) {
+                const kn_attn_block b = {.out = out, .ldo = HD, .ldo_t = G * HD, .q = q, .ldq = HD, .ldq_t = G * HD,
+                                         .G = G, .T = T, .k = k[l] + h * HD, .v = v[l] + h * HD, .kv_stride = NKV * HD,
+                                         .n0 = ctx - T, .hd = HD, .scale = 0.0625f};
+                kn_attention(&b, scores);
+            }
         s[r] = bench_now() - t0;
     }
-    printf("kernels %s, ctx %lld: %.3f ms per step (6 layers x 2 KV heads, one thread, cold cache), median of %d\n",
-           kn_impl_name(), (long long)ctx, bench_median(s, reps) * 1e3, reps);
+    printf("kernels %s, ctx %lld, T %d: %.3f ms per step (6 layers x 2 KV heads, one thread, cold cache), median of %d\n",
+           kn_impl_name(), (long long)ctx, T, bench_median(s, reps) * 1e3, reps);
     for (int l = 0; l < LAYERS; l++) free(k[l]), free(v[l]);
     free(q), free(out), free(scores), free(s), free(flush);
     return 0;

@@ -60,6 +60,41 @@ void kn_silu_mul_f32_ref(float *y, const float *x, const float *u, int64_t n) {
     }
 }
 
+/* Softmax's first step on p[i0 .. n): scaled in place; returns the larger of
+ * mx and their max, and sets *nan when one is NaN. */
+static float scale_and_max(float *p, int64_t i0, int64_t n, float scale, float mx, int *nan) {
+    for (int64_t i = i0; i < n; i++) {
+        p[i] *= scale;
+        mx = p[i] > mx ? p[i] : mx;
+        *nan |= p[i] != p[i];
+    }
+    return mx;
+}
+
+/* 1, with the row set to NaN, when softmax cannot give numbers. */
+static int softmax_failed(float *p, int64_t n, float mx, int nan) {
+    if (!nan && isfinite(mx)) return 0;
+    for (int64_t i = 0; i < n; i++) p[i] = NAN;
+    return 1;
+}
+
+void kn_softmax_f32_ref(float *p, int64_t n, float scale) {
+    assert(n >= 1 && p != NULL);
+    const int64_t n8 = n & ~(int64_t)7;
+    int nan = 0;
+    const float mx = scale_and_max(p, 0, n, scale, -INFINITY, &nan);
+    if (softmax_failed(p, n, mx, nan)) return;
+    double lane[8] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        p[i] = kn_exp(p[i] - mx);
+        if (i < n8) lane[i % 8] += p[i];
+    }
+    double sum = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+    for (int64_t i = n8; i < n; i++) sum += p[i];
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) p[i] *= inv;
+}
+
 #if KN_HAVE_X86
 /* kn_exp on 8 lanes, operation for operation. */
 KN_AVX2_INLINE __m256 exp8_avx2(__m256 x) {
@@ -93,5 +128,42 @@ KN_AVX2 void kn_silu_mul_f32_avx2(float *y, const float *x, const float *u, int6
         _mm256_storeu_ps(y + i, s);
     }
     kn_silu_mul_f32_ref(y + n8, x + n8, u ? u + n8 : NULL, n - n8);
+}
+
+/* The scalar twin's steps on 8 lanes: the max is exact in any order; the
+ * sums of lanes 0-3 and 4-7 go to two double vectors (so lanes l and l + 4
+ * meet first), and the tail follows in order. */
+KN_AVX2 void kn_softmax_f32_avx2(float *p, int64_t n, float scale) {
+    assert(n >= 1 && p != NULL);
+    const int64_t n8 = n & ~(int64_t)7;
+    const __m256 sv = _mm256_set1_ps(scale);
+    __m256 mv = _mm256_set1_ps(-INFINITY), nanv = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n8; i += 8) {
+        const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(p + i), sv);
+        _mm256_storeu_ps(p + i, x);
+        mv = _mm256_max_ps(x, mv);   /* a NaN in x keeps mv, as the scalar test does */
+        nanv = _mm256_or_ps(nanv, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    }
+    float m8[8], mx = -INFINITY;
+    _mm256_storeu_ps(m8, mv);
+    for (int l = 0; l < 8; l++) mx = m8[l] > mx ? m8[l] : mx;
+    int nan = _mm256_movemask_ps(nanv) != 0;
+    mx = scale_and_max(p, n8, n, scale, mx, &nan);
+    if (softmax_failed(p, n, mx, nan)) return;
+    const __m256 mxv = _mm256_set1_ps(mx);
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    for (int64_t i = 0; i < n8; i += 8) {
+        const __m256 e = exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + i), mxv));
+        _mm256_storeu_ps(p + i, e);
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double l4[4];
+    _mm256_storeu_pd(l4, _mm256_add_pd(lo, hi));
+    double sum = (l4[0] + l4[1]) + (l4[2] + l4[3]);
+    for (int64_t i = n8; i < n; i++) sum += (p[i] = kn_exp(p[i] - mx));
+    const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
+    for (int64_t i = 0; i < n8; i += 8) _mm256_storeu_ps(p + i, _mm256_mul_ps(_mm256_loadu_ps(p + i), inv));
+    for (int64_t i = n8; i < n; i++) p[i] *= (float)(1.0 / sum);
 }
 #endif

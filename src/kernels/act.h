@@ -1,5 +1,6 @@
-/* act.h — activation functions: scalar helpers (f32 in, f32 out) and the
- * vector SiLU the model's MLP, depthwise conv and gated norm run on. */
+/* act.h — activation functions: scalar helpers (f32 in, f32 out), the
+ * vector SiLU the model's MLP, depthwise conv and gated norm run on, and the
+ * softmax of attention scores. */
 #ifndef NX_KERNELS_ACT_H
 #define NX_KERNELS_ACT_H
 
@@ -24,10 +25,22 @@ void kn_silu_mul_f32(float *y, const float *x, const float *u, int64_t n);
  * The scalar definition the SIMD twin follows step by step. */
 float kn_exp(float x);
 
-/* The twins behind kn_silu_mul_f32 (matmul.c's kn_select picks one). */
+/* p <- softmax(scale * p) over n >= 1 scores, in place: s_i = scale * p_i,
+ * m = max s_i, e_i = kn_exp(s_i - m), p_i = e_i * (float)(1 / sum e_i) with
+ * the sum in double, in 8 lanes (lane l takes the i = l mod 8 below the
+ * last multiple of 8; lanes l and l + 4 are added, then the four in pairs,
+ * then the rest in order). A NaN score, or an infinite max, makes every p_i
+ * NaN (kn_exp would turn NaN into a number). Both twins follow those steps:
+ * the same bits. */
+void kn_softmax_f32(float *p, int64_t n, float scale);
+
+/* The twins behind kn_silu_mul_f32 and kn_softmax_f32 (matmul.c's kn_select
+ * picks them). */
 void kn_silu_mul_f32_ref(float *y, const float *x, const float *u, int64_t n);
+void kn_softmax_f32_ref(float *p, int64_t n, float scale);
 #if defined(__x86_64__) || defined(__i386__)
 void kn_silu_mul_f32_avx2(float *y, const float *x, const float *u, int64_t n);
+void kn_softmax_f32_avx2(float *p, int64_t n, float scale);
 #endif
 
 #endif

@@ -1,33 +1,49 @@
 /* attention.h — causal softmax attention for the query heads that share one
- * KV head, over a KV cache.
+ * KV head, over a KV cache, for a block of consecutive tokens at once.
  *
- * q: G query rows of hd floats, ldq apart; k, v: rows [n_ctx] with stride
- * kv_stride floats between positions (the cache interleaves kv heads); out:
- * G rows of hd, ldo apart. scores: caller scratch of G * n_ctx floats.
- * Per query: scores = (q . k_t) * scale (kn_dot_f32's sums), softmax in f32
- * with the running max subtracted and the sum in double, then
+ * A block is T tokens of one sequence and the G query heads of one KV head:
+ * row (j, h) for j < T, h < G. Token j sees cache rows 0 .. n0 + j (its own
+ * row included), so a block of T = 1 is a decode step, T = K + 1 a verify and
+ * larger T a prefill chunk. Cache rows are hd floats, kv_stride floats apart.
+ * Per row: scores = (q . k_t) * scale (kn_dot_f32's sums), kn_softmax_f32, then
  * out = sum_t p_t v_t accumulated in order of t, one multiply and one add per
- * element (kn_axpy_f32's operations). The G heads share each loaded k_t and
- * v_t, but the result for a query depends only on q and the n_ctx cached rows,
- * so a verify block and single-token steps agree bit for bit. */
+ * element (kn_axpy_f32's operations). The rows share each loaded k_t and v_t
+ * (one pass over the cache per block, not one per token), but a row's result
+ * depends only on its query and the rows it sees, so a verify block and
+ * single-token steps agree bit for bit. */
 #ifndef NX_KERNELS_ATTENTION_H
 #define NX_KERNELS_ATTENTION_H
 
 #include <stdint.h>
 
-void kn_attention_group(float *out, int64_t ldo, const float *q, int64_t ldq, int G, const float *k, const float *v,
-                        int64_t kv_stride, int64_t n_ctx, int hd, float scale, float *scores);
+typedef struct {
+    float *out;
+    int64_t ldo, ldo_t;       /* out row (j, h) at out + j * ldo_t + h * ldo          */
+    const float *q;
+    int64_t ldq, ldq_t;       /* query row (j, h) at q + j * ldq_t + h * ldq          */
+    int G, T;                 /* query heads, tokens                                  */
+    const float *k, *v;       /* row t of the cache at k + t * kv_stride (and v)      */
+    int64_t kv_stride;
+    int64_t n0;               /* token j sees rows 0 .. n0 + j                        */
+    int hd;                   /* head dim                                             */
+    float scale;              /* applied to every score (1 / sqrt(hd))                */
+} kn_attn_block;
 
-/* out[h][d] = sum over t < n_ctx of p[h][t] * v[t][d] for h < G, d < hd,
- * starting from 0 and adding the products in order of t (multiply, then add:
- * no fused multiply-add), so both twins give kn_axpy_f32's bits. */
-void kn_attn_values_f32(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const float *v,
-                        int64_t kv_stride, int64_t n_ctx, int64_t hd);
-void kn_attn_values_f32_ref(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const float *v,
-                            int64_t kv_stride, int64_t n_ctx, int64_t hd);
+/* Writes the block's T * G output rows. scores: caller scratch of at least
+ * T * G * (n0 + T) floats. */
+void kn_attention(const kn_attn_block *b, float *scores);
+
+/* out row (j, h) = sum over t <= n0 + j of p[(j * G + h) * ldp + t] * v_t,
+ * for j < T, h < G, each column starting from 0 and adding the products in
+ * order of t (multiply, then add: no fused multiply-add), so both twins give
+ * kn_axpy_f32's bits, whatever T. */
+void kn_attn_values_f32(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
+                        const float *v, int64_t kv_stride, int64_t hd);
+void kn_attn_values_f32_ref(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T,
+                            int64_t n0, const float *v, int64_t kv_stride, int64_t hd);
 #if defined(__x86_64__) || defined(__i386__)
-void kn_attn_values_f32_avx2(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const float *v,
-                             int64_t kv_stride, int64_t n_ctx, int64_t hd);
+void kn_attn_values_f32_avx2(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T,
+                             int64_t n0, const float *v, int64_t kv_stride, int64_t hd);
 #endif
 
 #endif

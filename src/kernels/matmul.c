@@ -695,8 +695,9 @@ typedef struct {
     void (*scale_f32)(float *y, float a, int64_t n);
     float (*scale_axpy_dot_f32)(float *y, const float *src, float a, float b, const float *x, const float *z, int64_t n);
     void (*silu_mul_f32)(float *y, const float *x, const float *u, int64_t n);
-    void (*attn_values_f32)(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const float *v,
-                            int64_t kv_stride, int64_t n_ctx, int64_t hd);
+    void (*softmax_f32)(float *p, int64_t n, float scale);
+    void (*attn_values_f32)(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
+                            const float *v, int64_t kv_stride, int64_t hd);
     void (*quantize_x)(kn_qx *qx, const float *x, int64_t ldx);
     void (*matmul_qx_rows)(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
     void (*affine_quantize_row)(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
@@ -707,6 +708,7 @@ typedef struct {
 static const kn_impl kn_impl_scalar = {
     .name = "scalar", .matmul_rows = kn_matmul_rows_ref, .dot_f32 = kn_dot_f32_ref, .axpy_f32 = kn_axpy_f32_ref,
     .scale_f32 = kn_scale_f32_ref, .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .silu_mul_f32 = kn_silu_mul_f32_ref,
+    .softmax_f32 = kn_softmax_f32_ref,
     .attn_values_f32 = kn_attn_values_f32_ref, .quantize_x = kn_quantize_x_ref,
     .matmul_qx_rows = kn_matmul_qx_rows_ref, .affine_quantize_row = kn_affine_quantize_row_ref,
     .affine_row_f32 = kn_affine_row_f32_ref};
@@ -714,6 +716,7 @@ static const kn_impl kn_impl_scalar = {
 static const kn_impl kn_impl_avx2 = {
     .name = "avx2", .matmul_rows = matmul_rows_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
     .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
+    .softmax_f32 = kn_softmax_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2};
@@ -722,6 +725,7 @@ static const kn_impl kn_impl_avx2 = {
 static const kn_impl kn_impl_avx512vnni = {
     .name = "avx512vnni", .matmul_rows = matmul_rows_avx512, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
     .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
+    .softmax_f32 = kn_softmax_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2};
@@ -790,9 +794,11 @@ float kn_scale_axpy_dot_f32(float *y, const float *src, float a, float b, const 
 
 void kn_silu_mul_f32(float *y, const float *x, const float *u, int64_t n) { active()->silu_mul_f32(y, x, u, n); }
 
-void kn_attn_values_f32(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const float *v, int64_t kv_stride,
-                        int64_t n_ctx, int64_t hd) {
-    active()->attn_values_f32(out, ldo, p, ldp, G, v, kv_stride, n_ctx, hd);
+void kn_softmax_f32(float *p, int64_t n, float scale) { active()->softmax_f32(p, n, scale); }
+
+void kn_attn_values_f32(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
+                        const float *v, int64_t kv_stride, int64_t hd) {
+    active()->attn_values_f32(out, ldo, ldo_t, p, ldp, G, T, n0, v, kv_stride, hd);
 }
 
 void kn_quantize_x(kn_qx *qx, const float *x, int64_t ldx) { active()->quantize_x(qx, x, ldx); }

@@ -142,29 +142,54 @@ static const mdl_seg *seg_of(const mdl_seg *segs, int nseg, int t) {
     return &segs[i];
 }
 
-/* One (row, KV head) pair per index: softmax attention of the query heads
- * that share the KV head over positions 0..pos+t of the row's own sequence,
- * then the sigmoid output gate. */
+/* Blocks of up to MDL_ATTN_TOKENS consecutive rows of one segment: the
+ * attention jobs, each block by each KV head. */
+static int64_t attention_blocks(const mdl_seg *segs, int nseg) {
+    int64_t n = 0;
+    for (int i = 0; i < nseg; i++) n += (segs[i].T + MDL_ATTN_TOKENS - 1) / MDL_ATTN_TOKENS;
+    return n;
+}
+
+/* Block b's segment, and its first row's offset in the segment. */
+static const mdl_seg *block_of(const mdl_seg *segs, int nseg, int64_t b, int *first) {
+    int i = 0;
+    for (;; i++) {
+        const int64_t nb = (segs[i].T + MDL_ATTN_TOKENS - 1) / MDL_ATTN_TOKENS;
+        if (b < nb || i == nseg - 1) break;
+        b -= nb;
+    }
+    *first = (int)b * MDL_ATTN_TOKENS;
+    return &segs[i];
+}
+
+/* One (block, KV head) pair per index: softmax attention of the query heads
+ * that share the KV head, each row over positions 0..pos+t of its own
+ * sequence, then the sigmoid output gate. */
 static void attention_rows(void *ctx, int64_t i0, int64_t i1, int tid) {
     const attn_job *j = ctx;
     const cfg_model *c = &j->m->cfg;
     mdl_scratch *sc = j->sc;
     int hd = c->head_dim, Nh = c->n_heads, Nkv = c->n_kv_heads, group = Nh / Nkv, gated = c->attn_output_gate;
     int64_t kvd = (int64_t)Nkv * hd, qstride = (int64_t)Nh * hd * (gated ? 2 : 1), ldq = (int64_t)hd * (gated ? 2 : 1);
-    float *scores = sc->scores + (int64_t)tid * group * sc->max_ctx;
+    float *scores = sc->scores + (int64_t)tid * MDL_ATTN_TOKENS * group * sc->max_ctx;
     for (int64_t i = i0; i < i1; i++) {
-        int t = (int)(i / Nkv), kvh = (int)(i % Nkv), h0 = kvh * group;
-        const mdl_seg *g = seg_of(j->segs, j->nseg, t);
-        const float *q = sc->proj + t * qstride + (int64_t)h0 * ldq;
-        float *o = sc->mix + (int64_t)t * Nh * hd + (int64_t)h0 * hd;
-        kn_attention_group(o, hd, q, ldq, group, g->k_cache + (int64_t)kvh * hd, g->v_cache + (int64_t)kvh * hd, kvd,
-                           g->pos + (t - g->row0) + 1, hd, 1.0f / sqrtf((float)hd), scores);
+        int first, kvh = (int)(i % Nkv), h0 = kvh * group;
+        const mdl_seg *g = block_of(j->segs, j->nseg, i / Nkv, &first);
+        int t0 = g->row0 + first, T = g->T - first < MDL_ATTN_TOKENS ? g->T - first : MDL_ATTN_TOKENS;
+        const float *q = sc->proj + t0 * qstride + (int64_t)h0 * ldq;
+        float *o = sc->mix + (int64_t)t0 * Nh * hd + (int64_t)h0 * hd;
+        const kn_attn_block b = {.out = o, .ldo = hd, .ldo_t = (int64_t)Nh * hd, .q = q, .ldq = ldq, .ldq_t = qstride,
+                                 .G = group, .T = T, .k = g->k_cache + (int64_t)kvh * hd,
+                                 .v = g->v_cache + (int64_t)kvh * hd, .kv_stride = kvd, .n0 = g->pos + first,
+                                 .hd = hd, .scale = 1.0f / sqrtf((float)hd)};
+        kn_attention(&b, scores);
         if (gated)
-            for (int h = 0; h < group; h++) {
-                const float *gate = q + (int64_t)h * ldq + hd;
-                float *oh = o + (int64_t)h * hd;
-                for (int d = 0; d < hd; d++) oh[d] *= kn_sigmoid(gate[d]);
-            }
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < group; h++) {
+                    const float *gate = q + t * qstride + (int64_t)h * ldq + hd;
+                    float *oh = o + (int64_t)t * Nh * hd + (int64_t)h * hd;
+                    for (int d = 0; d < hd; d++) oh[d] *= kn_sigmoid(gate[d]);
+                }
     }
 }
 
@@ -225,7 +250,7 @@ void mdl_attention_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, 
         }
     }
     attn_job j = {m, sc, segs, nseg};
-    nx_pool_run(m->pool, attention_rows, &j, (int64_t)T * c->n_kv_heads, 1);
+    nx_pool_run(m->pool, attention_rows, &j, attention_blocks(segs, nseg) * c->n_kv_heads, 1);
     mdl_linear(m, sc, &L->o_proj, sc->mix, T, sc->out);
     add_rows(sc->x, sc->out, (int64_t)T * c->hidden_size);
     ffn_half(m, L, sc, T);

@@ -23,6 +23,10 @@
  * so bigger chunks amortise memory traffic; 32 rows of activations of the
  * widest projection (I = 3584 floats for 0.8B, 448 KiB) still fit in L2. */
 #define MDL_CHUNK 32
+/* Tokens of one sequence whose attention shares one pass over a KV head's
+ * cache (kn_attention's block): a verify of up to 8 tokens reads its cache
+ * once; the scores scratch grows with it. */
+#define MDL_ATTN_TOKENS 8
 
 typedef struct {
     int is_full;                  /* full attention (1) or Gated DeltaNet (0) */
@@ -103,7 +107,7 @@ typedef struct {
     float *out;                   /* [C][H] block output before the residual   */
     float *hfinal;                /* [C][H] post-final-norm                    */
     float *rope;                  /* [C][rd] cos/sin table per chunk row        */
-    float *scores;                /* [n_threads][heads per KV head][max_ctx]    */
+    float *scores;                /* [n_threads][MDL_ATTN_TOKENS x heads per KV head][max_ctx] */
     void *qx;                     /* kn_qx buffer: int8 activations of C rows of the widest linear input */
 } mdl_scratch;
 

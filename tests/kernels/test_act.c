@@ -1,6 +1,6 @@
-/* test_act.c — the vector SiLU (kernels/act.h): the twins agree bit for bit,
- * kn_exp stays within a few ulp of e^x, and SiLU within a few ulp of
- * x / (1 + e^-x) computed in double. */
+/* test_act.c — the vector SiLU and softmax (kernels/act.h): the twins agree
+ * bit for bit, kn_exp stays within a few ulp of e^x, SiLU within a few ulp of
+ * x / (1 + e^-x) computed in double, softmax close to softmax in double. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -87,12 +87,49 @@ static void test_exp_and_silu_are_within_a_few_ulp(void) {
     free(x), free(y);
 }
 
+/* Softmax twins on rows of every length up to 40 and a long one, scores
+ * spread wide enough that some fall past kn_exp's clamp: the same bits, the
+ * sum within 1e-6 of one, each p within 1e-6 (absolute) of softmax in double;
+ * a NaN or infinite score makes the whole row NaN. */
+static void test_softmax_twins_agree_and_follow_softmax(void) {
+    static const float bad[] = {NAN, INFINITY, -INFINITY};
+    nx_test_rng r = {0x50F7AAULL};
+    const int have_simd = kn_init(0);
+    if (!have_simd) fprintf(stderr, "  note: no AVX2 here; the twins are compared scalar with scalar\n");
+    for (int64_t n = 1; n <= 700; n += n < 40 ? 1 : 659) {
+        float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+        for (int64_t i = 0; i < n; i++) a[i] = b[i] = nx_test_rng_normal(&r, i % 5 ? 3.0f : 60.0f);
+        double w[700], mx = -INFINITY, sum = 0, err = 0, total = 0;
+        for (int64_t i = 0; i < n; i++) mx = fmax(mx, (w[i] = 0.5 * a[i]));
+        for (int64_t i = 0; i < n; i++) sum += (w[i] = exp(w[i] - mx));
+        kn_softmax_f32(a, n, 0.5f);
+        kn_softmax_f32_ref(b, n, 0.5f);
+        CHECKF(memcmp(a, b, (size_t)n * sizeof *a) == 0, "%s n=%lld: the twins differ", kn_impl_name(), (long long)n);
+        for (int64_t i = 0; i < n; i++) err = fmax(err, fabs(a[i] - w[i] / sum)), total += a[i];
+        CHECKF(err < 1e-6 && fabs(total - 1.0) < 1e-6, "n=%lld: off softmax by %g, sums to %.9f", (long long)n, err, total);
+        for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+            for (int64_t i = 0; i < n; i++) a[i] = b[i] = (float)i;
+            a[n / 2] = b[n / 2] = bad[k];
+            kn_softmax_f32(a, n, 1.0f);
+            kn_softmax_f32_ref(b, n, 1.0f);
+            int nans = 0;
+            for (int64_t i = 0; i < n; i++) nans += isnan(a[i]) && isnan(b[i]);
+            CHECKF(nans == n || (bad[k] < 0 && n > 1), "n=%lld score %g: %d of the row NaN", (long long)n, bad[k], nans);
+        }
+        free(a), free(b);
+    }
+    kn_init(0);
+}
+
 static const nx_test tests[] = {
     {"silu_twins_agree_bit_for_bit_at_every_length",
      "kn_silu_mul_f32 (AVX2) == the scalar twin, with and without u, every tail length, in place",
      test_silu_twins_agree_bit_for_bit_at_every_length},
     {"exp_and_silu_are_within_a_few_ulp", "kn_exp <= 2 ulp on [-87, 88], +inf above; silu <= 4 ulp, -0 below -88; NaN stays NaN",
      test_exp_and_silu_are_within_a_few_ulp},
+    {"softmax_twins_agree_and_follow_softmax",
+     "kn_softmax_f32 == its scalar twin at lengths 1-40 and 699; within 1e-6 of softmax in double; NaN or +inf -> NaN row",
+     test_softmax_twins_agree_and_follow_softmax},
 };
 
 NX_TEST_MAIN(tests)

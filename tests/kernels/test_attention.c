@@ -1,7 +1,7 @@
 /* test_attention.c — grouped-query attention (kernels/attention.h): the value
- * sum's twins agree bit for bit, each head of a group equals that head alone
- * (so sharing a KV head's loads changes nothing), and the result follows
- * softmax attention written out in double. */
+ * sum's twins agree bit for bit, each row of a block (token, head) equals that
+ * row alone (so sharing a KV head's loads across heads and tokens changes
+ * nothing), and the result follows softmax attention written out in double. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,71 +20,99 @@ static float *normals(nx_test_rng *r, int64_t n, float sigma) {
 static void test_value_sum_twins_agree_bit_for_bit(void) {
     static const int64_t hds[] = {1, 7, 16, 33, 256};
     static const int64_t ctxs[] = {1, 2, 17, 100, 64, 65, 130};   /* runs of 64 positions: whole, one past, two */
+    static const int Ts[] = {1, 3, 9};
     nx_test_rng r = {0xA77E11ULL};
     if (!kn_init(0)) fprintf(stderr, "  note: no AVX2 here; the twins are compared scalar with scalar\n");
     for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++)
         for (size_t ci = 0; ci < sizeof ctxs / sizeof *ctxs; ci++)
-            for (int G = 1; G <= 6; G++) {
-                const int64_t hd = hds[hi], n = ctxs[ci], stride = hd * 2 + 3, ldo = hd + 5, ldp = n + 2;
-                float *v = normals(&r, n * stride, 1.0f), *p = normals(&r, G * ldp, 0.3f);
-                float *ya = malloc((size_t)(G * ldo) * sizeof *ya), *yr = malloc((size_t)(G * ldo) * sizeof *yr);
-                for (int64_t i = 0; i < G * ldo; i++) ya[i] = yr[i] = -5.0f;
-                kn_attn_values_f32(ya, ldo, p, ldp, G, v, stride, n, hd);
-                kn_attn_values_f32_ref(yr, ldo, p, ldp, G, v, stride, n, hd);
-                CHECKF(memcmp(ya, yr, (size_t)(G * ldo) * sizeof *ya) == 0, "%s hd=%lld n=%lld G=%d: the twins differ",
-                       kn_impl_name(), (long long)hd, (long long)n, G);
-                int gaps = 0;   /* the columns between rows are left alone */
-                for (int h = 0; h < G; h++)
-                    for (int64_t d = hd; d < ldo && h * ldo + d < G * ldo; d++) gaps += ya[h * ldo + d] != -5.0f;
-                CHECK(gaps == 0);
-                free(v), free(p), free(ya), free(yr);
-            }
+            for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+                for (int G = 1; G <= 6; G++) {
+                    const int T = Ts[ti];
+                    const int64_t hd = hds[hi], n = ctxs[ci] + T - 1, stride = hd * 2 + 3, ldo = hd + 5, ldp = n + 2;
+                    const int64_t ldo_t = G * ldo + 3, nout = T * ldo_t;
+                    float *v = normals(&r, n * stride, 1.0f), *p = normals(&r, T * G * ldp, 0.3f);
+                    float *ya = malloc((size_t)nout * sizeof *ya), *yr = malloc((size_t)nout * sizeof *yr);
+                    for (int64_t i = 0; i < nout; i++) ya[i] = yr[i] = -5.0f;
+                    kn_attn_values_f32(ya, ldo, ldo_t, p, ldp, G, T, n - T, v, stride, hd);
+                    kn_attn_values_f32_ref(yr, ldo, ldo_t, p, ldp, G, T, n - T, v, stride, hd);
+                    CHECKF(memcmp(ya, yr, (size_t)nout * sizeof *ya) == 0, "%s hd=%lld n=%lld T=%d G=%d: the twins differ",
+                           kn_impl_name(), (long long)hd, (long long)n, T, G);
+                    int gaps = 0;   /* the columns between rows are left alone */
+                    for (int64_t i = 0; i < nout; i++) {
+                        const int64_t j = i / ldo_t, w = i % ldo_t;
+                        const int in_row = w / ldo < G && w % ldo < hd;
+                        gaps += !in_row && ya[j * ldo_t + w] != -5.0f;
+                    }
+                    CHECK(gaps == 0);
+                    free(v), free(p), free(ya), free(yr);
+                }
     kn_init(0);
 }
 
-static void test_group_heads_equal_single_heads_and_follow_softmax(void) {
-    enum { HD = 40, N = 37, STRIDE = 2 * HD };
+/* A block of T tokens after n0 cached rows against the same rows one token
+ * and one head at a time, and against softmax attention in double. */
+static void test_blocks_equal_single_rows_and_follow_softmax(void) {
+    enum { HD = 40, STRIDE = 2 * HD, NMAX = 80 };
+    static const int Ts[] = {1, 2, 5, 9};
+    static const int n0s[] = {0, 7, 36, 66};   /* runs of 8 (scores) and 64 (values) positions */
     nx_test_rng r = {0x5EED0A77ULL};
+    const float scale = 1.0f / sqrtf((float)HD);
+    float *k = normals(&r, NMAX * STRIDE, 1.0f), *v = normals(&r, NMAX * STRIDE, 1.0f);
+    float *scores = malloc((size_t)(9 * 5 * NMAX) * sizeof *scores);
     for (int mode = 0; mode < 2; mode++) {
         kn_init(mode);
-        for (int G = 1; G <= 5; G++) {
-            const int64_t ldq = 2 * HD;   /* query, then its gate, as the model stores them */
-            float *q = normals(&r, G * ldq, 1.0f), *k = normals(&r, N * STRIDE, 1.0f), *v = normals(&r, N * STRIDE, 1.0f);
-            float *out = malloc((size_t)(G * HD) * sizeof *out), one[HD], *scores = malloc((size_t)(G * N) * sizeof *scores);
-            const float scale = 1.0f / sqrtf((float)HD);
-            kn_attention_group(out, HD, q, ldq, G, k, v, STRIDE, N, HD, scale, scores);
-            int differ = 0, off = 0;
-            for (int h = 0; h < G; h++) {
-                kn_attention_group(one, HD, q + h * ldq, ldq, 1, k, v, STRIDE, N, HD, scale, scores);
-                differ += memcmp(one, out + h * HD, sizeof one) != 0;
-                double w[N], mx = -INFINITY, sum = 0;
-                for (int t = 0; t < N; t++) {
-                    double dot = 0;
-                    for (int d = 0; d < HD; d++) dot += (double)q[h * ldq + d] * k[t * STRIDE + d];
-                    w[t] = dot * scale;
-                    mx = fmax(mx, w[t]);
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+            for (size_t ni = 0; ni < sizeof n0s / sizeof *n0s; ni++)
+                for (int G = 1; G <= 5; G++) {
+                    const int T = Ts[ti], n0 = n0s[ni];
+                    /* query, then its gate, as the model stores them; tokens Nh heads apart */
+                    const int64_t ldq = 2 * HD, ldq_t = 6 * ldq, ldo_t = 6 * HD;
+                    float *q = normals(&r, T * ldq_t, 1.0f), *out = malloc((size_t)(T * ldo_t) * sizeof *out), one[HD];
+                    kn_attn_block b = {.out = out, .ldo = HD, .ldo_t = ldo_t, .q = q, .ldq = ldq, .ldq_t = ldq_t,
+                                       .G = G, .T = T, .k = k, .v = v, .kv_stride = STRIDE, .n0 = n0, .hd = HD, .scale = scale};
+                    kn_attention(&b, scores);
+                    int differ = 0, off = 0;
+                    for (int j = 0; j < T; j++)
+                        for (int h = 0; h < G; h++) {
+                            const float *qh = q + j * ldq_t + h * ldq;
+                            kn_attn_block s1 = b;
+                            s1.out = one, s1.q = qh, s1.G = 1, s1.T = 1, s1.n0 = n0 + j;
+                            kn_attention(&s1, scores);
+                            differ += memcmp(one, out + j * ldo_t + h * HD, sizeof one) != 0;
+                            const int n = n0 + j + 1;
+                            double w[NMAX], mx = -INFINITY, sum = 0;
+                            for (int t = 0; t < n; t++) {
+                                double dot = 0;
+                                for (int d = 0; d < HD; d++) dot += (double)qh[d] * k[t * STRIDE + d];
+                                w[t] = dot * scale;
+                                mx = fmax(mx, w[t]);
+                            }
+                            for (int t = 0; t < n; t++) sum += (w[t] = exp(w[t] - mx));
+                            for (int d = 0; d < HD; d++) {
+                                double o = 0;
+                                for (int t = 0; t < n; t++) o += w[t] / sum * v[t * STRIDE + d];
+                                off += fabs(out[j * ldo_t + h * HD + d] - o) > 1e-5;
+                            }
+                        }
+                    CHECKF(differ == 0, "%s T=%d n0=%d G=%d: %d rows differ from the row alone", kn_impl_name(), T, n0,
+                           G, differ);
+                    CHECKF(off == 0, "%s T=%d n0=%d G=%d: %d outputs off softmax attention", kn_impl_name(), T, n0, G,
+                           off);
+                    free(q), free(out);
                 }
-                for (int t = 0; t < N; t++) sum += (w[t] = exp(w[t] - mx));
-                for (int d = 0; d < HD; d++) {
-                    double o = 0;
-                    for (int t = 0; t < N; t++) o += w[t] / sum * v[t * STRIDE + d];
-                    off += fabs(out[h * HD + d] - o) > 1e-5;
-                }
-            }
-            CHECKF(differ == 0, "%s G=%d: %d heads differ from the head alone", kn_impl_name(), G, differ);
-            CHECKF(off == 0, "%s G=%d: %d outputs off softmax attention", kn_impl_name(), G, off);
-            free(q), free(k), free(v), free(out), free(scores);
-        }
     }
+    free(k), free(v), free(scores);
     kn_init(0);
 }
 
 static const nx_test tests[] = {
-    {"value_sum_twins_agree_bit_for_bit", "kn_attn_values_f32 == its scalar twin: odd head sizes, 1-6 heads, strides",
+    {"value_sum_twins_agree_bit_for_bit",
+     "kn_attn_values_f32 == its scalar twin: odd head sizes, 1-6 heads, blocks of 1-9 tokens, strides",
      test_value_sum_twins_agree_bit_for_bit},
-    {"group_heads_equal_single_heads_and_follow_softmax",
-     "each of G heads == that head alone, bit for bit; within 1e-5 of softmax attention in double; both modes",
-     test_group_heads_equal_single_heads_and_follow_softmax},
+    {"blocks_equal_single_rows_and_follow_softmax",
+     "each row of a block of T tokens x G heads == that row alone, bit for bit; within 1e-5 of softmax attention "
+     "in double; both modes",
+     test_blocks_equal_single_rows_and_follow_softmax},
 };
 
 NX_TEST_MAIN(tests)
