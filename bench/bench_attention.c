@@ -6,7 +6,7 @@
  *                                      verify of K drafts is K + 1)
  *
  * The 0.8B shape's attention: 6 layers x 2 KV heads of 4 query heads each,
- * head dim 256, caches interleaving the 2 heads (as nx_state holds them),
+ * head dim 256, caches head by head (as nx_state holds them: model.h's mdl_kv),
  * each call kn_attention on ONE thread, for the T tokens after CTX - T cached ones. Before each step a 64 MB
  * buffer is read, as a step's weights would, so the caches come from DRAM.
  * Prints the median step time. NEXTN_BENCH_KERNELS=avx2 (or scalar,
@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
         for (int l = 0; l < LAYERS; l++)
             for (int h = 0; h < NKV; h++) {
                 const kn_attn_block b = {.out = out, .ldo = HD, .ldo_t = G * HD, .q = q, .ldq = HD, .ldq_t = G * HD,
-                                         .G = G, .T = T, .k = k[l] + h * HD, .v = v[l] + h * HD, .kv_stride = NKV * HD,
+                                         .G = G, .T = T, .k = k[l] + h * ctx * HD, .v = v[l] + h * ctx * HD, .kv_stride = HD,
                                          .n0 = ctx - T, .hd = HD, .scale = 0.0625f};
                 kn_attention(&b, scores);
             }

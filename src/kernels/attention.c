@@ -16,13 +16,13 @@
 
 /* Positions per call of the score pass, and how far ahead of a call its
  * rows are prefetched. The cache is cold at every step (the step's weights
- * went through since), and its rows, kv_stride apart with the other heads'
- * between them, cross a 4 KB page every position or two, where the hardware
- * prefetcher stops. With these prefetches (and the values' below), one
- * thread's attention of the 0.8B shape (bench-attention, Zen 4) took 3.2-3.3
- * -> 2.1-2.2 ms per step at 660 positions, 22.2-23.2 -> 15.9-16.2 at 4000.
- * A run's K rows (8 KB) stay in L1 while the block's tokens pass over them. */
-#define KN_ATTN_KRUN 8
+ * went through since). With these prefetches (and the values' below), one
+ * thread's attention of the 0.8B shape (bench-attention, Zen 4, heads then
+ * interleaved by position) took 3.2-3.3 -> 2.1-2.2 ms per step at 660
+ * positions, 22.2-23.2 -> 15.9-16.2 at 4000. A run's K rows (12 KB) stay in
+ * L1 while the block's tokens pass over them, in tiles of rows
+ * (kn_matmul_rows_cached: one tile group a run). */
+#define KN_ATTN_KRUN KN_TILE_GROUP
 #define KN_ATTN_KAHEAD 32
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -39,9 +39,9 @@ void kn_attention(const kn_attn_block *b, float *scores) {
     /* scores row (j, h) at scores + (j * G + h) * n_all = q_(j,h) . k_t for
      * t <= n0 + j: the cache rows as one strided matrix against each token's
      * G queries, a run of rows at a time so that the run is loaded once for
-     * the whole block (kn_matmul_rows sums each product exactly as kn_dot_f32
-     * does, whatever rows a call covers); the values' first run is fetched
-     * meanwhile */
+     * the whole block (kn_matmul_rows_cached sums each product exactly as
+     * kn_dot_f32 does, whatever rows a call covers); the values' first run is
+     * fetched meanwhile */
     const kn_mat kh = {.data = b->k, .dtype = NX_DT_F32, .rows = n_all, .cols = b->hd, .ld = b->kv_stride};
     prefetch_rows(b->k, b->kv_stride, 0, min64(n_all, KN_ATTN_KAHEAD), b->hd);
     for (int64_t t0 = 0; t0 < n_all; t0 += KN_ATTN_KRUN) {
@@ -50,7 +50,9 @@ void kn_attention(const kn_attn_block *b, float *scores) {
         if (t0 < KN_ATTN_VRUN) prefetch_rows(b->v, b->kv_stride, t0, min64(t1, KN_ATTN_VRUN), b->hd);
         for (int j = 0; j < b->T; j++) {
             const int64_t e = min64(t1, b->n0 + j + 1);
-            if (e > t0) kn_matmul_rows(&kh, b->q + j * b->ldq_t, b->ldq, (int)G, scores + j * G * n_all, n_all, t0, e);
+            if (e <= t0) continue;
+            if (b->T > 1) kn_matmul_rows_cached(&kh, b->q + j * b->ldq_t, b->ldq, (int)G, scores + j * G * n_all, n_all, t0, e);
+            else kn_matmul_rows(&kh, b->q, b->ldq, (int)G, scores, n_all, t0, e);
         }
     }
     for (int j = 0; j < b->T; j++)
@@ -79,10 +81,13 @@ void kn_attn_values_f32_ref(float *out, int64_t ldo, int64_t ldo_t, const float 
 /* Columns in blocks of 16 (two vectors) for up to 4 heads at a time: the 8
  * sums stay in registers while the positions [t0, t1) of a run pass, and
  * each v_t block is loaded once for the heads; between runs the sums wait in
- * out (exact: they are f32 either way). The first column block's pass
- * prefetches the row KN_ATTN_VRUN ahead of each of its rows while it is
- * below pf_end: the next run's. The columns past the last whole block go to
- * the scalar twin. */
+ * out (exact: they are f32 either way). While below pf_end, each step also
+ * prefetches its block (one cache line) of the row KN_ATTN_VRUN ahead: the
+ * next run's, spread one line a step over the whole pass. (Asking for all of
+ * a row's lines at once in the first block's pass, 1024 requests in a few
+ * hundred cycles, left most of them undone: bench-attention 3000 with the
+ * cache head by head, 9.6-11.4 -> 6.6 ms.) The columns past the last whole
+ * block go to the scalar twin. */
 KN_AVX2_INLINE void values_heads_avx2(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const float *v,
                                       int64_t kv_stride, int64_t t0, int64_t t1, int64_t hd, int64_t pf_end) {
     const int64_t h16 = hd & ~(int64_t)15;
@@ -95,8 +100,7 @@ KN_AVX2_INLINE void values_heads_avx2(float *out, int64_t ldo, const float *p, i
         }
         for (int64_t t = t0; t < t1; t++) {
             const float *vt = v + t * kv_stride + d;
-            if (d == 0 && t + KN_ATTN_VRUN < pf_end)
-                for (int64_t b = 0; b < hd; b += 16) _mm_prefetch((const char *)(vt + KN_ATTN_VRUN * kv_stride + b), _MM_HINT_T1);
+            if (t + KN_ATTN_VRUN < pf_end) _mm_prefetch((const char *)(vt + KN_ATTN_VRUN * kv_stride), _MM_HINT_T1);
             const __m256 v0 = _mm256_loadu_ps(vt), v1 = _mm256_loadu_ps(vt + 8);
             for (int h = 0; h < G; h++) {
                 const __m256 a = _mm256_broadcast_ss(p + (int64_t)h * ldp + t);

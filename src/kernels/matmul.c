@@ -263,8 +263,9 @@ KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, in
 #define KN_TILE_COLS 256
 #endif
 _Static_assert(KN_TILE_COLS > 0 && KN_TILE_COLS % 32 == 0, "a chunk must hold whole 32-column blocks");
-#define KN_TILE_GROUP 12   /* rows per group: a multiple of every tile height */
+_Static_assert(KN_TILE_GROUP % 12 == 0, "a group is a multiple of every tile height");
 #define KN_TILE_MIN_T 5    /* fewer activation rows go row by row (see matmul_rows_fmt_avx2) */
+#define KN_TILE_MIN_T_CACHED 2   /* kn_matmul_rows_cached: 2 x 4 tiles and up (there is no 1-row AVX2 tile) */
 
 /* a[r][t] = fma(w_r[i..i+8), x_t[i..i+8), a[r][t]) over the tile; a macro
  * over dot_tile_avx2's locals, so that a stays registers. */
@@ -340,11 +341,11 @@ static inline int tile_rows(int nt) { return nt == 4 ? 2 : nt == 3 ? 3 : 4; }
  * (dot_rows_avx2). A 500-token bf16 prefill of the same model took 0.92x the
  * wall time of row by row (whole-process A/B, median of 4 pairs). */
 KN_AVX2_INLINE void matmul_rows_fmt_avx2(const kn_mat *w, nx_dtype dt, const float *x, int64_t ldx, int T,
-                                         float *y, int64_t ldy, int64_t r0, int64_t r1) {
+                                         float *y, int64_t ldy, int64_t r0, int64_t r1, int tiles_from) {
     const int64_t n = w->cols;
     const size_t row_bytes = (size_t)kn_row_stride(w) * nx_dtype_size(dt);
     int64_t r = r0;
-    if (T >= KN_TILE_MIN_T)
+    if (T >= tiles_from)
         for (; r + KN_TILE_GROUP <= r1; r += KN_TILE_GROUP) {
             const char *wg = (const char *)w->data + (size_t)r * row_bytes;
             for (int t = 0; t < T;) {
@@ -381,17 +382,22 @@ KN_AVX2_INLINE void matmul_rows_fmt_avx2(const kn_mat *w, nx_dtype dt, const flo
 
 static KN_AVX2 void matmul_rows_f32_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
                                          int64_t ldy, int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx2(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1);
+    matmul_rows_fmt_avx2(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
 }
 
 static KN_AVX2 void matmul_rows_bf16_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
                                           int64_t ldy, int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx2(w, NX_DT_BF16, x, ldx, T, y, ldy, r0, r1);
+    matmul_rows_fmt_avx2(w, NX_DT_BF16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
 }
 
 static KN_AVX2 void matmul_rows_f16_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
                                          int64_t ldy, int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx2(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1);
+    matmul_rows_fmt_avx2(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
+}
+
+static KN_AVX2 void matmul_rows_cached_f32_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
+                                                int64_t ldy, int64_t r0, int64_t r1) {
+    matmul_rows_fmt_avx2(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T_CACHED);
 }
 
 /* A SIMD set's dense product for one format (f32, bf16, f16). */
@@ -616,11 +622,11 @@ KN_VNNI_INLINE void dot_tile_avx512(const void *w, size_t row_bytes, int rw, nx_
  * activation rows as 4 x nt); rows short of a group, and fewer activation
  * rows, through dot_rows_avx512, four activation rows a pass. */
 KN_VNNI_INLINE void matmul_rows_fmt_avx512(const kn_mat *w, nx_dtype dt, const float *x, int64_t ldx, int T, float *y,
-                                           int64_t ldy, int64_t r0, int64_t r1) {
+                                           int64_t ldy, int64_t r0, int64_t r1, int tiles_from) {
     const int64_t n = w->cols;
     const size_t row_bytes = (size_t)kn_row_stride(w) * nx_dtype_size(dt);
     int64_t r = r0;
-    if (T >= KN_TILE_MIN_T)
+    if (T >= tiles_from)
         for (; r + KN_TILE_GROUP <= r1; r += KN_TILE_GROUP) {
             const char *wg = (const char *)w->data + (size_t)r * row_bytes;
             const int pf = r + 2 * KN_TILE_GROUP <= r1;   /* the next group exists */
@@ -658,17 +664,22 @@ _Static_assert(KN_TILE_GROUP % 4 == 0, "a group is whole 4-row tiles");
 
 static KN_VNNI void matmul_rows_f32_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                            int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx512(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1);
+    matmul_rows_fmt_avx512(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
 }
 
 static KN_VNNI void matmul_rows_bf16_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                             int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx512(w, NX_DT_BF16, x, ldx, T, y, ldy, r0, r1);
+    matmul_rows_fmt_avx512(w, NX_DT_BF16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
 }
 
 static KN_VNNI void matmul_rows_f16_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                            int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx512(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1);
+    matmul_rows_fmt_avx512(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
+}
+
+static KN_VNNI void matmul_rows_cached_f32_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
+                                                  int64_t ldy, int64_t r0, int64_t r1) {
+    matmul_rows_fmt_avx512(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T_CACHED);
 }
 
 static void matmul_rows_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
@@ -690,6 +701,8 @@ typedef struct {
     const char *name;
     void (*matmul_rows)(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                         int64_t r0, int64_t r1);
+    void (*matmul_rows_cached_f32)(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
+                                   int64_t r0, int64_t r1);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
     void (*scale_f32)(float *y, float a, int64_t n);
@@ -706,7 +719,7 @@ typedef struct {
 } kn_impl;
 
 static const kn_impl kn_impl_scalar = {
-    .name = "scalar", .matmul_rows = kn_matmul_rows_ref, .dot_f32 = kn_dot_f32_ref, .axpy_f32 = kn_axpy_f32_ref,
+    .name = "scalar", .matmul_rows = kn_matmul_rows_ref, .matmul_rows_cached_f32 = kn_matmul_rows_ref, .dot_f32 = kn_dot_f32_ref, .axpy_f32 = kn_axpy_f32_ref,
     .scale_f32 = kn_scale_f32_ref, .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .silu_mul_f32 = kn_silu_mul_f32_ref,
     .softmax_f32 = kn_softmax_f32_ref,
     .attn_values_f32 = kn_attn_values_f32_ref, .quantize_x = kn_quantize_x_ref,
@@ -714,7 +727,7 @@ static const kn_impl kn_impl_scalar = {
     .affine_row_f32 = kn_affine_row_f32_ref};
 #if KN_HAVE_X86
 static const kn_impl kn_impl_avx2 = {
-    .name = "avx2", .matmul_rows = matmul_rows_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
+    .name = "avx2", .matmul_rows = matmul_rows_avx2, .matmul_rows_cached_f32 = matmul_rows_cached_f32_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
     .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .softmax_f32 = kn_softmax_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
@@ -723,7 +736,7 @@ static const kn_impl kn_impl_avx2 = {
 /* The AVX2 set with the int8 product on vpdpbusd (quant_qx.inc) and the
  * dense row-by-row products on 16-lane vectors. */
 static const kn_impl kn_impl_avx512vnni = {
-    .name = "avx512vnni", .matmul_rows = matmul_rows_avx512, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
+    .name = "avx512vnni", .matmul_rows = matmul_rows_avx512, .matmul_rows_cached_f32 = matmul_rows_cached_f32_avx512, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
     .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .softmax_f32 = kn_softmax_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
@@ -780,6 +793,16 @@ const char *kn_impl_name(void) { return active()->name; }
 void kn_matmul_rows(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
                     int64_t r1) {
     active()->matmul_rows(w, x, ldx, T, y, ldy, r0, r1);
+}
+
+void kn_matmul_rows_cached(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
+                           int64_t r1) {
+    if (w->bits || w->dtype != NX_DT_F32) {
+        kn_matmul_rows(w, x, ldx, T, y, ldy, r0, r1);
+        return;
+    }
+    assert_matmul_args(w, x, ldx, T, y, ldy, r0, r1);
+    if (T > 0 && r0 < r1) active()->matmul_rows_cached_f32(w, x, ldx, T, y, ldy, r0, r1);
 }
 
 float kn_dot_f32(const float *a, const float *b, int64_t n) { return active()->dot_f32(a, b, n); }

@@ -76,6 +76,19 @@ const char *kn_impl_name(void);
 void kn_matmul_rows(const kn_mat *w, const float *x, int64_t ldx, int T,
                     float *y, int64_t ldy, int64_t r0, int64_t r1);
 
+/* Rows per tile group of the dense products: a range of a multiple of it
+ * runs in tiles (kn_matmul_rows_cached), the rest row by row. */
+#define KN_TILE_GROUP 12
+
+/* kn_matmul_rows, the same bits, for a small f32 W already in cache (a run
+ * of attention's cached K rows against a token's queries): whole groups of
+ * KN_TILE_GROUP rows go in tiles from 2 activation rows on, not only from 5,
+ * so each loaded activation vector serves several rows. (For a W streamed
+ * from memory, rows one by one are faster below 5 activation rows.) Other
+ * formats take kn_matmul_rows. */
+void kn_matmul_rows_cached(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
+                           int64_t r1);
+
 /* Converts row `row` of w to f32 (embedding lookup): out[0..cols). An affine
  * row is dequantized: out[c] = fmaf(scale, q, bias), the weights the matmul
  * uses. */

@@ -170,7 +170,7 @@ static void attention_rows(void *ctx, int64_t i0, int64_t i1, int tid) {
     const cfg_model *c = &j->m->cfg;
     mdl_scratch *sc = j->sc;
     int hd = c->head_dim, Nh = c->n_heads, Nkv = c->n_kv_heads, group = Nh / Nkv, gated = c->attn_output_gate;
-    int64_t kvd = (int64_t)Nkv * hd, qstride = (int64_t)Nh * hd * (gated ? 2 : 1), ldq = (int64_t)hd * (gated ? 2 : 1);
+    int64_t qstride = (int64_t)Nh * hd * (gated ? 2 : 1), ldq = (int64_t)hd * (gated ? 2 : 1);
     float *scores = sc->scores + (int64_t)tid * MDL_ATTN_TOKENS * group * sc->max_ctx;
     for (int64_t i = i0; i < i1; i++) {
         int first, kvh = (int)(i % Nkv), h0 = kvh * group;
@@ -179,8 +179,8 @@ static void attention_rows(void *ctx, int64_t i0, int64_t i1, int tid) {
         const float *q = sc->proj + t0 * qstride + (int64_t)h0 * ldq;
         float *o = sc->mix + (int64_t)t0 * Nh * hd + (int64_t)h0 * hd;
         const kn_attn_block b = {.out = o, .ldo = hd, .ldo_t = (int64_t)Nh * hd, .q = q, .ldq = ldq, .ldq_t = qstride,
-                                 .G = group, .T = T, .k = g->k_cache + (int64_t)kvh * hd,
-                                 .v = g->v_cache + (int64_t)kvh * hd, .kv_stride = kvd, .n0 = g->pos + first,
+                                 .G = group, .T = T, .k = g->kv.k + (int64_t)kvh * g->kv.cap * hd,
+                                 .v = g->kv.v + (int64_t)kvh * g->kv.cap * hd, .kv_stride = hd, .n0 = g->pos + first,
                                  .hd = hd, .scale = 1.0f / sqrtf((float)hd)};
         kn_attention(&b, scores);
         if (gated)
@@ -209,25 +209,24 @@ static void attention_kv_rows(const nx_model *m, const mdl_layer *L, mdl_scratch
         const mdl_seg *g = seg_of(segs, nseg, t);
         const float *cs = sc->rope + (int64_t)t * rd;
         int p = g->pos + (t - g->row0);
-        float *kc = g->k_cache + (int64_t)p * kvd, *vc = g->v_cache + (int64_t)p * kvd;
-        for (int h = 0; h < Nkv; h++) {                /* k: per-head norm, RoPE, append */
-            kn_rmsnorm(kc + h * hd, sc->kbuf + t * kvd + h * hd, L->k_norm, hd, (float)c->rms_norm_eps);
-            kn_rope_apply(kc + h * hd, cs, rd);
+        for (int h = 0; h < Nkv; h++) {                /* k: per-head norm, RoPE, append; v: append */
+            const int64_t at = ((int64_t)h * g->kv.cap + p) * hd;
+            kn_rmsnorm(g->kv.k + at, sc->kbuf + t * kvd + h * hd, L->k_norm, hd, (float)c->rms_norm_eps);
+            kn_rope_apply(g->kv.k + at, cs, rd);
+            memcpy(g->kv.v + at, sc->vbuf + t * kvd + h * hd, (size_t)hd * sizeof(float));
         }
-        memcpy(vc, sc->vbuf + t * kvd, (size_t)kvd * sizeof(float));
     }
 }
 
 /* All rows of a chunk in one segment: the MTP head's single sequence. */
-static mdl_seg one_seg(float *k_cache, float *v_cache, int pos, int T) {
+static mdl_seg one_seg(mdl_kv kv, int pos, int T) {
     mdl_seg g = {0};
-    g.T = T, g.pos = pos, g.k_cache = k_cache, g.v_cache = v_cache;
+    g.T = T, g.pos = pos, g.kv = kv;
     return g;
 }
 
-void mdl_attention_kv(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache, int pos,
-                      int T) {
-    mdl_seg g = one_seg(k_cache, v_cache, pos, T);
+void mdl_attention_kv(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, mdl_kv kv, int pos, int T) {
+    mdl_seg g = one_seg(kv, pos, T);
     norm_rows(m, sc->xn, sc->x, L->input_norm, T);
     attention_kv_rows(m, L, sc, &g, 1, T, 0);
 }
@@ -256,9 +255,8 @@ void mdl_attention_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, 
     ffn_half(m, L, sc, T);
 }
 
-void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache,
-                         int pos, int T) {
-    mdl_seg g = one_seg(k_cache, v_cache, pos, T);
+void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, mdl_kv kv, int pos, int T) {
+    mdl_seg g = one_seg(kv, pos, T);
     mdl_attention_segs(m, L, sc, &g, 1);
 }
 

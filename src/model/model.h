@@ -130,8 +130,8 @@ struct nx_state {
     int pos;                      /* tokens held                               */
     int max_ctx;
     /* per full-attention layer l (indexed by layer; NULL for GDN layers) */
-    float **k_cache;              /* [max_ctx][Nkv*hd], post-norm post-RoPE K  */
-    float **v_cache;              /* [max_ctx][Nkv*hd]                         */
+    float **k_cache;              /* [Nkv][max_ctx][hd], post-norm post-RoPE K (mdl_kv) */
+    float **v_cache;              /* [Nkv][max_ctx][hd]                        */
     /* per GDN layer (NULL for attention layers) */
     float **conv_state;           /* [Kc-1][CD] last pre-conv rows             */
     float **recurrent;            /* [Hv][Dv][Dk]                              */
@@ -182,13 +182,23 @@ void mdl_linears(const nx_model *m, mdl_scratch *sc, const float *x, int T, int 
                  float *const ys[]);
 /* RoPE tables for positions pos..pos+T-1 into rows row0.. of sc->rope. */
 void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int row0, int pos, int T);
+/* One attention layer's KV cache of cap positions, K and V alike head by
+ * head: KV head h's row for position p is at k + (h * cap + p) * hd. Each
+ * head's rows are one run of memory, which attention streams (rows of all
+ * heads interleaved by position cost it a third more at 3000 positions:
+ * cache lines of one head were 2 KB apart, pages held 2 of its rows). */
+typedef struct {
+    float *k, *v;
+    int cap;
+} mdl_kv;
+
 /* Rows [row0, row0 + T) of a chunk that continue one sequence from position
  * pos, and the state of one layer they read and advance: a chunk may hold
  * several sequences (a batch), each its own segment, rows in segment order.
  * Rows never mix: every row's result is what the sequence alone would get. */
 typedef struct {
     int row0, T, pos;
-    float *k_cache, *v_cache;           /* attention: [ctx][Nkv*hd]              */
+    mdl_kv kv;                          /* attention                             */
     float *conv_state, *recurrent;      /* Gated DeltaNet                        */
     float *snap_recurrent, *snap_window;/* GDN rollback record, or NULL          */
 } mdl_seg;
@@ -199,13 +209,11 @@ typedef struct {
  * attends to positions 0..pos+t of its own cache. Needs sc->rope per row. */
 void mdl_attention_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, const mdl_seg *segs, int nseg);
 /* The same for one sequence in rows 0..T-1 (the MTP head). */
-void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache,
-                         int pos, int T);
+void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, mdl_kv kv, int pos, int T);
 /* Only the K/V writes of mdl_attention_layer for the T rows of sc->x, bit for
  * bit the values it would write: for rows whose outputs nobody reads (the
  * MTP head's committed entries, whose K/V later drafts attend to). */
-void mdl_attention_kv(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, float *k_cache, float *v_cache, int pos,
-                      int T);
+void mdl_attention_kv(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, mdl_kv kv, int pos, int T);
 /* The same with a Gated DeltaNet mixer: each segment's conv_state and
  * recurrent state advance by its T tokens. With snap_recurrent, the
  * recurrent state after each of its tokens t < T - 1 is copied to

@@ -5,9 +5,9 @@
  * File layout (little endian, this machine's float format):
  *   ckpt_header                    magic, version, identities, sizes, checksum
  *   int32 hist[n + 1]              the sequence, pending token last
- *   per target layer:  attention   K[n][kvd], V[n][kvd]
+ *   per target layer:  attention   K[Nkv][n][hd], V[Nkv][n][hd]
  *                      GDN         conv[Kc-1][CD], recurrent[Hv][Dv][Dk]
- *   drafter (if any):  K[rows][kvd], V[rows][kvd], m[H],
+ *   drafter (if any):  K[Nkv][rows][hd], V[Nkv][rows][hd], m[H],
  *                      deferred tokens[n_defer], deferred hiddens[n_defer][H]
  * The checksum (xxh64) covers everything after the header. Identities tie the
  * file to the model and drafter artifacts, so a checkpoint never restores
@@ -21,7 +21,7 @@
 #include "spec/spec.h"
 
 #define CKPT_MAGIC "NXSPEC01"
-#define CKPT_VERSION 1
+#define CKPT_VERSION 2   /* 2: K and V head by head (1: position by position) */
 #define CKPT_MAX_TOKENS (1 << 30) /* far above any context; keeps n + 1 + ... in int */
 
 typedef struct {
@@ -33,38 +33,56 @@ typedef struct {
     uint64_t payload_bytes, payload_hash;
 } ckpt_header;
 
-/* A section list shared by save and load so the two cannot disagree. */
+/* A section list shared by save and load so the two cannot disagree. A
+ * section is `pieces` runs of `bytes` each, `stride` bytes apart in memory
+ * (a KV cache's first n rows of each head) and back to back in the blob. */
 typedef struct {
-    void *p;
-    size_t bytes;
+    char *p;
+    size_t bytes, pieces, stride;
 } ckpt_part;
+
+static size_t part_bytes(const ckpt_part *q) { return q->bytes * q->pieces; }
+
+static void part_save(const ckpt_part *q, unsigned char *dst) {
+    for (size_t i = 0; i < q->pieces && q->bytes; i++) memcpy(dst + i * q->bytes, q->p + i * q->stride, q->bytes);
+}
+
+static void part_load(const ckpt_part *q, const unsigned char *src) {
+    for (size_t i = 0; i < q->pieces && q->bytes; i++) memcpy(q->p + i * q->stride, src + i * q->bytes, q->bytes);
+}
 
 static int parts_of(nx_spec *s, ckpt_part *parts, int cap) {
     const cfg_model *c = &s->m->cfg;
-    size_t kvd = (size_t)c->n_kv_heads * c->head_dim, F = sizeof(float);
+    size_t hd = (size_t)c->head_dim, Nkv = (size_t)c->n_kv_heads, F = sizeof(float);
     size_t conv = (size_t)(c->conv_kernel - 1) * (size_t)cfg_conv_dim(c);
     size_t rec = (size_t)c->linear_v_heads * (size_t)c->linear_v_dim * (size_t)c->linear_k_dim;
     size_t H = (size_t)c->hidden_size, n = (size_t)s->n;
     int k = 0;
-#define PART(ptr, nbytes) (k < cap ? (parts[k].p = (ptr), parts[k].bytes = (nbytes), k++) : k)
+#define PARTS(ptr, nbytes, npieces, gap) \
+    (k < cap ? (parts[k] = (ckpt_part){(char *)(ptr), (nbytes), (npieces), (gap)}, k++) : k)
+#define PART(ptr, nbytes) PARTS(ptr, nbytes, 1, 0)
+    /* the first `rows` positions of a cache of `max` (mdl_kv's layout) */
+#define KV_PARTS(cache, rows, max) PARTS(cache, (size_t)(rows) * hd * F, Nkv, (size_t)(max) * hd * F)
     PART(s->hist, (n + 1) * sizeof *s->hist);
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_full[l]) {
-            PART(s->target->k_cache[l], n * kvd * F);
-            PART(s->target->v_cache[l], n * kvd * F);
+            KV_PARTS(s->target->k_cache[l], n, s->target->max_ctx);
+            KV_PARTS(s->target->v_cache[l], n, s->target->max_ctx);
         } else {
             PART(s->target->conv_state[l], conv * F);
             PART(s->target->recurrent[l], rec * F);
         }
     }
     if (s->d) {
-        PART(s->rows.k_cache, (size_t)s->rows.n * kvd * F);
-        PART(s->rows.v_cache, (size_t)s->rows.n * kvd * F);
+        KV_PARTS(s->rows.k_cache, s->rows.n, s->rows.max_ctx);
+        KV_PARTS(s->rows.v_cache, s->rows.n, s->rows.max_ctx);
         PART(s->rows.m, H * F);
         PART(s->defer_tok, (size_t)s->n_defer * sizeof *s->defer_tok);
         PART(s->defer_h, (size_t)s->n_defer * H * F);
     }
+#undef KV_PARTS
 #undef PART
+#undef PARTS
     return k;
 }
 
@@ -98,14 +116,14 @@ nx_status nx_spec_snapshot(const nx_spec *cs, void **blob, size_t *len, char *er
     int np = parts_of(s, parts, (int)(sizeof parts / sizeof *parts));
     ckpt_header h;
     header_of(s, &h);
-    for (int i = 0; i < np; i++) h.payload_bytes += parts[i].bytes;
+    for (int i = 0; i < np; i++) h.payload_bytes += part_bytes(&parts[i]);
     unsigned char *out = nx_alloc(sizeof h + h.payload_bytes);
     if (!out) return nx_fail(err, errlen, NX_ENOMEM, "snapshot: out of memory for %llu bytes",
                              (unsigned long long)(sizeof h + h.payload_bytes));
     size_t at = sizeof h;
     for (int i = 0; i < np; i++) {
-        if (parts[i].bytes) memcpy(out + at, parts[i].p, parts[i].bytes);
-        at += parts[i].bytes;
+        part_save(&parts[i], out + at);
+        at += part_bytes(&parts[i]);
     }
     h.payload_hash = XXH64(out + sizeof h, h.payload_bytes, 0);
     memcpy(out, &h, sizeof h);
@@ -168,10 +186,10 @@ static nx_status restore(nx_spec *s, const unsigned char *blob, size_t len, cons
     ckpt_part parts[4 * CFG_MAX_LAYERS + 8];
     int np = parts_of(s, parts, (int)(sizeof parts / sizeof *parts));
     size_t total = 0;
-    for (int i = 0; i < np; i++) total += parts[i].bytes;
+    for (int i = 0; i < np; i++) total += part_bytes(&parts[i]);
     int ok = total == h.payload_bytes;
-    for (size_t i = 0, at = sizeof h; ok && i < (size_t)np; at += parts[i].bytes, i++)
-        if (parts[i].bytes) memcpy(parts[i].p, blob + at, parts[i].bytes);
+    for (size_t i = 0, at = sizeof h; ok && i < (size_t)np; at += part_bytes(&parts[i]), i++)
+        part_load(&parts[i], blob + at);
     for (int i = 0; ok && i <= h.n; i++) ok = s->hist[i] >= 0 && s->hist[i] < want.vocab;
     if (!ok) {
         /* back to FRESH: nothing of the bad blob may be used */

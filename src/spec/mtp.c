@@ -225,6 +225,8 @@ nx_status nx_drafter_load(const nx_model *target, const char *dir, const nx_draf
 
 /* ---- running entries ----------------------------------------------------- */
 
+static mdl_kv mtp_rows_kv(const mtp_rows *r) { return (mdl_kv){r->k_cache, r->v_cache, r->max_ctx}; }
+
 nx_status mtp_rows_init(mtp_rows *r, const nx_drafter *d, int max_ctx, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     const cfg_model *c = &d->target->cfg;
@@ -274,12 +276,12 @@ static void mtp_chunk(mtp_rows *r, const int32_t *tokens, const float *hidden, i
     int n_kv = T - n_full;
     if (n_kv > 0) {
         mdl_rope_rows(m, sc, 0, r->n, n_kv);
-        mdl_attention_kv(m, &d->layer, sc, r->k_cache, r->v_cache, r->n, n_kv);
+        mdl_attention_kv(m, &d->layer, sc, mtp_rows_kv(r), r->n, n_kv);
     }
     if (n_full > 0) {
         if (n_kv > 0) memmove(sc->x, sc->x + n_kv * H, (size_t)(n_full * H) * sizeof(float));
         mdl_rope_rows(m, sc, 0, r->n + n_kv, n_full);
-        mdl_attention_layer(m, &d->layer, sc, r->k_cache, r->v_cache, r->n + n_kv, n_full);
+        mdl_attention_layer(m, &d->layer, sc, mtp_rows_kv(r), r->n + n_kv, n_full);
         for (int t = 0; t < n_full; t++) kn_rmsnorm(sc->hfinal + t * H, sc->x + t * H, d->norm_out, H, eps); /* m */
     }
     r->n += T;
@@ -342,7 +344,7 @@ void mtp_step_batch(mtp_rows *const *rs, int n, const int32_t *tokens, const flo
         kn_mat_row_f32(&m->embed, tokens[i], ui);
         kn_rmsnorm(ui, ui, d->norm_embed, H, eps);
         kn_rmsnorm(ui + H, hidden[i], d->norm_hidden, H, eps);
-        segs[i] = (mdl_seg){.row0 = i, .T = 1, .pos = rs[i]->n, .k_cache = rs[i]->k_cache, .v_cache = rs[i]->v_cache};
+        segs[i] = (mdl_seg){.row0 = i, .T = 1, .pos = rs[i]->n, .kv = mtp_rows_kv(rs[i])};
         mdl_rope_rows(m, sc, i, rs[i]->n, 1);
     }
     mdl_linear(m, sc, &d->fc, u, n, sc->x);

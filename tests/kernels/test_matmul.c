@@ -316,6 +316,39 @@ static void test_strided_rows_equal_a_packed_copy(void) {
     kn_init(0);
 }
 
+/* kn_matmul_rows_cached against kn_matmul_rows: the same bits for every
+ * kernel set, T = 1..6 activation rows, strided f32 rows over ranges of whole
+ * tile groups and not, odd column counts; other formats pass through. */
+static void test_cached_rows_equal_plain_rows(void) {
+    enum { ROWS = 2 * KN_TILE_GROUP + 5, T = 6 };
+    nx_test_rng r = {0xCAC4ED0005ULL};
+    static const int64_t cols_list[] = {7, 40, 256, 257};
+    static const int64_t ranges[][2] = {{0, KN_TILE_GROUP}, {0, ROWS}, {3, 3 + 2 * KN_TILE_GROUP}, {1, 9}};
+    float y1[T * ROWS], y2[T * ROWS];
+    for (int f = 0; f < 3; f++)
+        for (size_t c = 0; c < sizeof cols_list / sizeof *cols_list; c++) {
+            const int64_t cols = cols_list[c];
+            kn_mat both = make_weights(&r, formats[f], 2 * ROWS, cols);
+            const kn_mat w = {.data = both.data, .dtype = formats[f], .rows = ROWS, .cols = cols, .ld = 2 * cols};
+            float *x = make_acts(&r, T * (cols + 3));
+            static const kn_isa sets[] = {KN_ISA_AVX512VNNI, KN_ISA_AVX2, KN_ISA_SCALAR};
+            for (size_t k = 0; k < sizeof sets / sizeof *sets; k++) {
+                if (kn_select(sets[k]) != sets[k]) continue;
+                for (int t = 1; t <= T; t++)
+                    for (size_t g = 0; g < sizeof ranges / sizeof *ranges; g++) {
+                        memset(y1, 0, sizeof y1), memset(y2, 0, sizeof y2);
+                        kn_matmul_rows_cached(&w, x, cols + 3, t, y1, ROWS, ranges[g][0], ranges[g][1]);
+                        kn_matmul_rows(&w, x, cols + 3, t, y2, ROWS, ranges[g][0], ranges[g][1]);
+                        CHECKF(memcmp(y1, y2, sizeof y1) == 0, "%s %s cols %lld T %d rows [%lld, %lld): cached differs",
+                               kn_impl_name(), nx_dtype_name(formats[f]), (long long)cols, t, (long long)ranges[g][0],
+                               (long long)ranges[g][1]);
+                    }
+            }
+            free(x), free((void *)both.data);
+        }
+    kn_init(0);
+}
+
 /* Every 16-bit pattern as a weight, multiplied by 1: the SIMD widening
  * (cvtph, and the bf16 shift) must give the exact value. Pattern p sits in
  * lane p % 8 of an 8-column row, so every lane is covered. The sum adds +0s,
@@ -501,6 +534,9 @@ static const nx_test tests[] = {
      test_dense_simd_sets_agree_bit_for_bit},
     {"strided_rows_equal_a_packed_copy", "kn_mat.ld > cols: same bits as a packed copy, every format and kernel set, rows and tiles",
      test_strided_rows_equal_a_packed_copy},
+    {"cached_rows_equal_plain_rows",
+     "kn_matmul_rows_cached == kn_matmul_rows bit for bit: every kernel set and format, T 1-6, tile groups and not",
+     test_cached_rows_equal_plain_rows},
     {"init_selects_avx2_or_scalar_and_force_reference_wins",
      "kn_init picks avx512vnni / avx2 exactly when the CPU has them; kn_select caps the set; force_reference picks scalar",
      test_init_selects_avx2_or_scalar_and_force_reference_wins},
