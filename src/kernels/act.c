@@ -162,8 +162,9 @@ KN_AVX2 void kn_softmax_f32_avx2(float *p, int64_t n, float scale) {
     _mm256_storeu_pd(l4, _mm256_add_pd(lo, hi));
     double sum = (l4[0] + l4[1]) + (l4[2] + l4[3]);
     for (int64_t i = n8; i < n; i++) sum += (p[i] = kn_exp(p[i] - mx));
-    const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
-    for (int64_t i = 0; i < n8; i += 8) _mm256_storeu_ps(p + i, _mm256_mul_ps(_mm256_loadu_ps(p + i), inv));
-    for (int64_t i = n8; i < n; i++) p[i] *= (float)(1.0 / sum);
+    const float inv = (float)(1.0 / sum);
+    const __m256 invv = _mm256_set1_ps(inv);
+    for (int64_t i = 0; i < n8; i += 8) _mm256_storeu_ps(p + i, _mm256_mul_ps(_mm256_loadu_ps(p + i), invv));
+    for (int64_t i = n8; i < n; i++) p[i] *= inv;
 }
 #endif

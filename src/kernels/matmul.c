@@ -719,16 +719,16 @@ typedef struct {
 } kn_impl;
 
 static const kn_impl kn_impl_scalar = {
-    .name = "scalar", .matmul_rows = kn_matmul_rows_ref, .matmul_rows_cached_f32 = kn_matmul_rows_ref, .dot_f32 = kn_dot_f32_ref, .axpy_f32 = kn_axpy_f32_ref,
-    .scale_f32 = kn_scale_f32_ref, .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .silu_mul_f32 = kn_silu_mul_f32_ref,
+    .name = "scalar", .matmul_rows = kn_matmul_rows_ref, .matmul_rows_cached_f32 = kn_matmul_rows_ref,
+    .dot_f32 = kn_dot_f32_ref, .axpy_f32 = kn_axpy_f32_ref, .scale_f32 = kn_scale_f32_ref, .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .silu_mul_f32 = kn_silu_mul_f32_ref,
     .softmax_f32 = kn_softmax_f32_ref,
     .attn_values_f32 = kn_attn_values_f32_ref, .quantize_x = kn_quantize_x_ref,
     .matmul_qx_rows = kn_matmul_qx_rows_ref, .affine_quantize_row = kn_affine_quantize_row_ref,
     .affine_row_f32 = kn_affine_row_f32_ref};
 #if KN_HAVE_X86
 static const kn_impl kn_impl_avx2 = {
-    .name = "avx2", .matmul_rows = matmul_rows_avx2, .matmul_rows_cached_f32 = matmul_rows_cached_f32_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
-    .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
+    .name = "avx2", .matmul_rows = matmul_rows_avx2, .matmul_rows_cached_f32 = matmul_rows_cached_f32_avx2,
+    .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .softmax_f32 = kn_softmax_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2,
@@ -736,8 +736,8 @@ static const kn_impl kn_impl_avx2 = {
 /* The AVX2 set with the int8 product on vpdpbusd (quant_qx.inc) and the
  * dense row-by-row products on 16-lane vectors. */
 static const kn_impl kn_impl_avx512vnni = {
-    .name = "avx512vnni", .matmul_rows = matmul_rows_avx512, .matmul_rows_cached_f32 = matmul_rows_cached_f32_avx512, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,
-    .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
+    .name = "avx512vnni", .matmul_rows = matmul_rows_avx512, .matmul_rows_cached_f32 = matmul_rows_cached_f32_avx512,
+    .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .softmax_f32 = kn_softmax_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .affine_quantize_row = kn_affine_quantize_row_avx2,

@@ -42,8 +42,8 @@ typedef struct {
     const void *scales, *biases;  /* affine: [rows, cols / group] each, in sdtype           */
     nx_dtype sdtype;       /* affine: NX_DT_F32, NX_DT_BF16 or NX_DT_F16                     */
     int64_t ld;            /* dense: elements from one row's start to the next (>= cols);
-                              0: cols (packed). Lets a view pick one head's rows out of a
-                              cache that interleaves heads. Affine: 0                     */
+                              0: cols (packed). Lets a view pick every k-th row, or one
+                              head's part of wider rows. Affine: 0                        */
 } kn_mat;
 
 /* Elements from one row of dense w to the next. */
@@ -76,8 +76,10 @@ const char *kn_impl_name(void);
 void kn_matmul_rows(const kn_mat *w, const float *x, int64_t ldx, int T,
                     float *y, int64_t ldy, int64_t r0, int64_t r1);
 
-/* Rows per tile group of the dense products: a range of a multiple of it
- * runs in tiles (kn_matmul_rows_cached), the rest row by row. */
+/* Rows per tile group of the dense products: where a product runs in tiles
+ * (kn_matmul_rows from 5 activation rows, kn_matmul_rows_cached from 2), the
+ * whole groups from r0 on go in tiles and the rows after the last one row by
+ * row. */
 #define KN_TILE_GROUP 12
 
 /* kn_matmul_rows, the same bits, for a small f32 W already in cache (a run

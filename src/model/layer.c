@@ -133,6 +133,7 @@ typedef struct {
     mdl_scratch *sc;
     const mdl_seg *segs;
     int nseg;
+    int block;                    /* rows per block (attention_block_rows)  */
 } attn_job;
 
 /* The segment row t belongs to. Segments are few (one per sequence). */
@@ -142,24 +143,33 @@ static const mdl_seg *seg_of(const mdl_seg *segs, int nseg, int t) {
     return &segs[i];
 }
 
-/* Blocks of up to MDL_ATTN_TOKENS consecutive rows of one segment: the
- * attention jobs, each block by each KV head. */
-static int64_t attention_blocks(const mdl_seg *segs, int nseg) {
+/* Rows per attention block: up to MDL_ATTN_TOKENS, fewer when that would
+ * leave threads without a (block, KV head) job (a verify of 4 tokens with 2
+ * KV heads on 8 threads goes token by token: a row's bits do not depend on
+ * its block). */
+static int attention_block_rows(const nx_model *m, int rows) {
+    const int per = rows * m->cfg.n_kv_heads / nx_pool_size(m->pool);
+    return per < 1 ? 1 : per > MDL_ATTN_TOKENS ? MDL_ATTN_TOKENS : per;
+}
+
+/* Blocks of up to j->block consecutive rows of one segment: the attention
+ * jobs, each block by each KV head. */
+static int64_t attention_blocks(const attn_job *j) {
     int64_t n = 0;
-    for (int i = 0; i < nseg; i++) n += (segs[i].T + MDL_ATTN_TOKENS - 1) / MDL_ATTN_TOKENS;
+    for (int i = 0; i < j->nseg; i++) n += (j->segs[i].T + j->block - 1) / j->block;
     return n;
 }
 
 /* Block b's segment, and its first row's offset in the segment. */
-static const mdl_seg *block_of(const mdl_seg *segs, int nseg, int64_t b, int *first) {
+static const mdl_seg *block_of(const attn_job *j, int64_t b, int *first) {
     int i = 0;
     for (;; i++) {
-        const int64_t nb = (segs[i].T + MDL_ATTN_TOKENS - 1) / MDL_ATTN_TOKENS;
-        if (b < nb || i == nseg - 1) break;
+        const int64_t nb = (j->segs[i].T + j->block - 1) / j->block;
+        if (b < nb || i == j->nseg - 1) break;
         b -= nb;
     }
-    *first = (int)b * MDL_ATTN_TOKENS;
-    return &segs[i];
+    *first = (int)b * j->block;
+    return &j->segs[i];
 }
 
 /* One (block, KV head) pair per index: softmax attention of the query heads
@@ -174,8 +184,8 @@ static void attention_rows(void *ctx, int64_t i0, int64_t i1, int tid) {
     float *scores = sc->scores + (int64_t)tid * MDL_ATTN_TOKENS * group * sc->max_ctx;
     for (int64_t i = i0; i < i1; i++) {
         int first, kvh = (int)(i % Nkv), h0 = kvh * group;
-        const mdl_seg *g = block_of(j->segs, j->nseg, i / Nkv, &first);
-        int t0 = g->row0 + first, T = g->T - first < MDL_ATTN_TOKENS ? g->T - first : MDL_ATTN_TOKENS;
+        const mdl_seg *g = block_of(j, i / Nkv, &first);
+        int t0 = g->row0 + first, T = g->T - first < j->block ? g->T - first : j->block;
         const float *q = sc->proj + t0 * qstride + (int64_t)h0 * ldq;
         float *o = sc->mix + (int64_t)t0 * Nh * hd + (int64_t)h0 * hd;
         const kn_attn_block b = {.out = o, .ldo = hd, .ldo_t = (int64_t)Nh * hd, .q = q, .ldq = ldq, .ldq_t = qstride,
@@ -209,6 +219,7 @@ static void attention_kv_rows(const nx_model *m, const mdl_layer *L, mdl_scratch
         const mdl_seg *g = seg_of(segs, nseg, t);
         const float *cs = sc->rope + (int64_t)t * rd;
         int p = g->pos + (t - g->row0);
+        assert(p < g->kv.cap);   /* past it, head h's rows would run into head h + 1's */
         for (int h = 0; h < Nkv; h++) {                /* k: per-head norm, RoPE, append; v: append */
             const int64_t at = ((int64_t)h * g->kv.cap + p) * hd;
             kn_rmsnorm(g->kv.k + at, sc->kbuf + t * kvd + h * hd, L->k_norm, hd, (float)c->rms_norm_eps);
@@ -248,8 +259,8 @@ void mdl_attention_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, 
             kn_rope_apply(q, cs, rd);
         }
     }
-    attn_job j = {m, sc, segs, nseg};
-    nx_pool_run(m->pool, attention_rows, &j, attention_blocks(segs, nseg) * c->n_kv_heads, 1);
+    attn_job j = {m, sc, segs, nseg, attention_block_rows(m, T)};
+    nx_pool_run(m->pool, attention_rows, &j, attention_blocks(&j) * c->n_kv_heads, 1);
     mdl_linear(m, sc, &L->o_proj, sc->mix, T, sc->out);
     add_rows(sc->x, sc->out, (int64_t)T * c->hidden_size);
     ffn_half(m, L, sc, T);

@@ -107,7 +107,10 @@ typedef struct {
     float *out;                   /* [C][H] block output before the residual   */
     float *hfinal;                /* [C][H] post-final-norm                    */
     float *rope;                  /* [C][rd] cos/sin table per chunk row        */
-    float *scores;                /* [n_threads][MDL_ATTN_TOKENS x heads per KV head][max_ctx] */
+    /* [n_threads][MDL_ATTN_TOKENS * heads per KV head * max_ctx]: a block's
+     * score rows, n0 + T apart (kn_attention). At the 0.8B shape 128 bytes
+     * per thread per position, against 24 KB per position of KV cache. */
+    float *scores;
     void *qx;                     /* kn_qx buffer: int8 activations of C rows of the widest linear input */
 } mdl_scratch;
 

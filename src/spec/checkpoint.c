@@ -29,7 +29,7 @@ typedef struct {
     uint32_t version, header_bytes;
     uint64_t target_id, drafter_id;
     int32_t n, rows, n_defer, d1;
-    int32_t n_layers, kvd, conv_floats, rec_floats, hidden, vocab;
+    int32_t n_layers, n_kv_heads, head_dim, conv_floats, rec_floats, hidden, vocab;
     uint64_t payload_bytes, payload_hash;
 } ckpt_header;
 
@@ -99,7 +99,8 @@ static void header_of(const nx_spec *s, ckpt_header *h) {
     h->n_defer = s->n_defer;
     h->d1 = s->d1;
     h->n_layers = c->n_layers;
-    h->kvd = c->n_kv_heads * c->head_dim;
+    h->n_kv_heads = c->n_kv_heads;
+    h->head_dim = c->head_dim;
     h->conv_floats = (c->conv_kernel - 1) * cfg_conv_dim(c);
     h->rec_floats = c->linear_v_heads * c->linear_v_dim * c->linear_k_dim;
     h->hidden = c->hidden_size;
@@ -169,7 +170,7 @@ static nx_status restore(nx_spec *s, const unsigned char *blob, size_t len, cons
     if (h.drafter_id != want.drafter_id)
         return nx_fail(err, errlen, NX_EINVAL, "%s: the checkpoint is from another drafter (identity %016llx, this one %016llx)", name,
                        (unsigned long long)h.drafter_id, (unsigned long long)want.drafter_id);
-    if (h.n_layers != want.n_layers || h.kvd != want.kvd || h.conv_floats != want.conv_floats || h.rec_floats != want.rec_floats ||
+    if (h.n_layers != want.n_layers || h.n_kv_heads != want.n_kv_heads || h.head_dim != want.head_dim || h.conv_floats != want.conv_floats || h.rec_floats != want.rec_floats ||
         h.hidden != want.hidden || h.vocab != want.vocab || h.n < 1 || h.n >= CKPT_MAX_TOKENS || h.rows < 0 || h.n_defer < 0 || h.n_defer > SPEC_MAX_DEFER ||
         (s->d && h.rows + h.n_defer > h.n) || h.rows > h.n || h.d1 < 0 || h.d1 >= want.vocab)
         return nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint's sizes do not fit this model", name);

@@ -87,36 +87,50 @@ static void test_exp_and_silu_are_within_a_few_ulp(void) {
     free(x), free(y);
 }
 
-/* Softmax twins on rows of every length up to 40 and a long one, scores
- * spread wide enough that some fall past kn_exp's clamp: the same bits, the
- * sum within 1e-6 of one, each p within 1e-6 (absolute) of softmax in double;
- * a NaN or infinite score makes the whole row NaN. */
+/* Softmax against softmax in double: each p and the sum of the row. */
+#define SOFTMAX_TOL 1e-6
+
+/* Softmax twins on rows of every length up to 40 and longer ones, scores
+ * spread wide enough that some fall past kn_exp's clamp: the same bits, each
+ * p within SOFTMAX_TOL (absolute) of softmax in double and the row summing to
+ * 1 within it; a NaN or +inf score at the start, middle or end (in the vector
+ * body or the tail) makes the whole row NaN in both twins, a -inf score only
+ * its own p (0 or e^-87 of the rest). */
 static void test_softmax_twins_agree_and_follow_softmax(void) {
     static const float bad[] = {NAN, INFINITY, -INFINITY};
+    static const int64_t longer[] = {255, 699, 1023};
     nx_test_rng r = {0x50F7AAULL};
-    const int have_simd = kn_init(0);
-    if (!have_simd) fprintf(stderr, "  note: no AVX2 here; the twins are compared scalar with scalar\n");
-    for (int64_t n = 1; n <= 700; n += n < 40 ? 1 : 659) {
+    if (!kn_init(0)) fprintf(stderr, "  note: no AVX2 here; the twins are compared scalar with scalar\n");
+    for (int64_t li = -40; li < (int64_t)(sizeof longer / sizeof *longer); li++) {
+        const int64_t n = li < 0 ? li + 41 : longer[li];
         float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+        double *w = malloc((size_t)n * sizeof *w), mx = -INFINITY, sum = 0, err = 0, total = 0;
         for (int64_t i = 0; i < n; i++) a[i] = b[i] = nx_test_rng_normal(&r, i % 5 ? 3.0f : 60.0f);
-        double w[700], mx = -INFINITY, sum = 0, err = 0, total = 0;
         for (int64_t i = 0; i < n; i++) mx = fmax(mx, (w[i] = 0.5 * a[i]));
         for (int64_t i = 0; i < n; i++) sum += (w[i] = exp(w[i] - mx));
         kn_softmax_f32(a, n, 0.5f);
         kn_softmax_f32_ref(b, n, 0.5f);
         CHECKF(memcmp(a, b, (size_t)n * sizeof *a) == 0, "%s n=%lld: the twins differ", kn_impl_name(), (long long)n);
         for (int64_t i = 0; i < n; i++) err = fmax(err, fabs(a[i] - w[i] / sum)), total += a[i];
-        CHECKF(err < 1e-6 && fabs(total - 1.0) < 1e-6, "n=%lld: off softmax by %g, sums to %.9f", (long long)n, err, total);
-        for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
-            for (int64_t i = 0; i < n; i++) a[i] = b[i] = (float)i;
-            a[n / 2] = b[n / 2] = bad[k];
-            kn_softmax_f32(a, n, 1.0f);
-            kn_softmax_f32_ref(b, n, 1.0f);
-            int nans = 0;
-            for (int64_t i = 0; i < n; i++) nans += isnan(a[i]) && isnan(b[i]);
-            CHECKF(nans == n || (bad[k] < 0 && n > 1), "n=%lld score %g: %d of the row NaN", (long long)n, bad[k], nans);
-        }
-        free(a), free(b);
+        CHECKF(err < SOFTMAX_TOL && fabs(total - 1.0) < SOFTMAX_TOL, "n=%lld: off softmax by %g, sums to %.9f", (long long)n,
+               err, total);
+        const int64_t at[] = {0, n / 2, n - 1};
+        for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
+            for (size_t ai = 0; ai < sizeof at / sizeof *at; ai++) {
+                for (int64_t i = 0; i < n; i++) a[i] = b[i] = (float)(i % 7);
+                a[at[ai]] = b[at[ai]] = bad[k];
+                kn_softmax_f32(a, n, 1.0f);
+                kn_softmax_f32_ref(b, n, 1.0f);
+                CHECKF(memcmp(a, b, (size_t)n * sizeof *a) == 0, "n=%lld score %g at %lld: the twins differ",
+                       (long long)n, bad[k], (long long)at[ai]);
+                int nans = 0;
+                for (int64_t i = 0; i < n; i++) nans += isnan(a[i]);
+                const int want = bad[k] < 0 && n > 1 ? 0 : (int)n;   /* -inf alone in a row of one: no max */
+                CHECKF(nans == want, "n=%lld score %g at %lld: %d of the row NaN, want %d", (long long)n, bad[k],
+                       (long long)at[ai], nans, want);
+                if (bad[k] < 0 && n > 1) CHECK(a[at[ai]] < 1e-37f);
+            }
+        free(a), free(b), free(w);
     }
     kn_init(0);
 }
@@ -128,7 +142,8 @@ static const nx_test tests[] = {
     {"exp_and_silu_are_within_a_few_ulp", "kn_exp <= 2 ulp on [-87, 88], +inf above; silu <= 4 ulp, -0 below -88; NaN stays NaN",
      test_exp_and_silu_are_within_a_few_ulp},
     {"softmax_twins_agree_and_follow_softmax",
-     "kn_softmax_f32 == its scalar twin at lengths 1-40 and 699; within 1e-6 of softmax in double; NaN or +inf -> NaN row",
+     "kn_softmax_f32 == its scalar twin at lengths 1-40, 255, 699, 1023; within 1e-6 of softmax in double; NaN or +inf "
+     "anywhere -> NaN row, -inf -> ~0",
      test_softmax_twins_agree_and_follow_softmax},
 };
 

@@ -50,27 +50,42 @@ static void test_value_sum_twins_agree_bit_for_bit(void) {
 }
 
 /* A block of T tokens after n0 cached rows against the same rows one token
- * and one head at a time, and against softmax attention in double. */
+ * and one head at a time, and against softmax attention in double, for
+ * every kernel set; the SIMD sets give the same bits. The cache holds
+ * exactly the n0 + T rows the block sees and the scores exactly the block's
+ * T * G * (n0 + T), so a read or write past them is out of bounds (the
+ * sanitizer build catches it). */
 static void test_blocks_equal_single_rows_and_follow_softmax(void) {
     enum { HD = 40, STRIDE = 2 * HD, NMAX = 80 };
     static const int Ts[] = {1, 2, 5, 9};
-    static const int n0s[] = {0, 7, 36, 66};   /* runs of 8 (scores) and 64 (values) positions */
+    static const int n0s[] = {0, 7, 36, 66};   /* runs of 12 (scores) and 64 (values) positions */
+    static const kn_isa sets[] = {KN_ISA_AVX512VNNI, KN_ISA_AVX2, KN_ISA_SCALAR};
     nx_test_rng r = {0x5EED0A77ULL};
     const float scale = 1.0f / sqrtf((float)HD);
-    float *k = normals(&r, NMAX * STRIDE, 1.0f), *v = normals(&r, NMAX * STRIDE, 1.0f);
-    float *scores = malloc((size_t)(9 * 5 * NMAX) * sizeof *scores);
-    for (int mode = 0; mode < 2; mode++) {
-        kn_init(mode);
-        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
-            for (size_t ni = 0; ni < sizeof n0s / sizeof *n0s; ni++)
-                for (int G = 1; G <= 5; G++) {
-                    const int T = Ts[ti], n0 = n0s[ni];
-                    /* query, then its gate, as the model stores them; tokens Nh heads apart */
-                    const int64_t ldq = 2 * HD, ldq_t = 6 * ldq, ldo_t = 6 * HD;
-                    float *q = normals(&r, T * ldq_t, 1.0f), *out = malloc((size_t)(T * ldo_t) * sizeof *out), one[HD];
+    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+        for (size_t ni = 0; ni < sizeof n0s / sizeof *n0s; ni++)
+            for (int G = 1; G <= 5; G++) {
+                const int T = Ts[ti], n0 = n0s[ni], n_all = n0 + T;
+                const int64_t kv_len = (int64_t)(n_all - 1) * STRIDE + HD;
+                /* query, then its gate, as the model stores them; tokens 6 heads apart */
+                const int64_t ldq = 2 * HD, ldq_t = 6 * ldq, ldo_t = 6 * HD;
+                float *k = normals(&r, kv_len, 1.0f), *v = normals(&r, kv_len, 1.0f), *q = normals(&r, T * ldq_t, 1.0f);
+                float *scores = malloc((size_t)(T * G * n_all) * sizeof *scores), one[HD];
+                float *out = malloc((size_t)(T * ldo_t) * sizeof *out), *simd = malloc((size_t)(T * ldo_t) * sizeof *simd);
+                int have_simd = 0;
+                for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
+                    if (kn_select(sets[si]) != sets[si]) continue;   /* the CPU lacks it */
+                    memset(out, 0, (size_t)(T * ldo_t) * sizeof *out);
                     kn_attn_block b = {.out = out, .ldo = HD, .ldo_t = ldo_t, .q = q, .ldq = ldq, .ldq_t = ldq_t,
                                        .G = G, .T = T, .k = k, .v = v, .kv_stride = STRIDE, .n0 = n0, .hd = HD, .scale = scale};
                     kn_attention(&b, scores);
+                    if (sets[si] != KN_ISA_SCALAR) {
+                        if (have_simd)
+                            CHECKF(memcmp(out, simd, (size_t)(T * ldo_t) * sizeof *out) == 0,
+                                   "%s T=%d n0=%d G=%d: differs from the other SIMD set", kn_impl_name(), T, n0, G);
+                        memcpy(simd, out, (size_t)(T * ldo_t) * sizeof *out);
+                        have_simd = 1;
+                    }
                     int differ = 0, off = 0;
                     for (int j = 0; j < T; j++)
                         for (int h = 0; h < G; h++) {
@@ -98,10 +113,9 @@ static void test_blocks_equal_single_rows_and_follow_softmax(void) {
                            G, differ);
                     CHECKF(off == 0, "%s T=%d n0=%d G=%d: %d outputs off softmax attention", kn_impl_name(), T, n0, G,
                            off);
-                    free(q), free(out);
                 }
-    }
-    free(k), free(v), free(scores);
+                free(k), free(v), free(q), free(scores), free(out), free(simd);
+            }
     kn_init(0);
 }
 
@@ -111,7 +125,7 @@ static const nx_test tests[] = {
      test_value_sum_twins_agree_bit_for_bit},
     {"blocks_equal_single_rows_and_follow_softmax",
      "each row of a block of T tokens x G heads == that row alone, bit for bit; within 1e-5 of softmax attention "
-     "in double; both modes",
+     "in double; every kernel set, the SIMD ones equal; exact-size cache and scores",
      test_blocks_equal_single_rows_and_follow_softmax},
 };
 

@@ -288,44 +288,48 @@ static void rollback_misuse_is_an_error(void) {
 }
 
 
-/* Three sequences at different positions, verify blocks of 3, 1 and 4 tokens
- * (the 1-token one not recorded): one batched forward gives every row
- * bit-identical to each sequence run alone, and each state rolls back and
- * continues exactly as it would have alone. */
+/* Four sequences at different positions in states of different sizes,
+ * blocks of 3, 11, 1 and 4 tokens (the 3- and 4-token ones recorded as
+ * verifies; the 11 rows take two attention blocks, between other
+ * sequences'): one batched forward gives every row bit-identical to each
+ * sequence run alone, and each state rolls back and continues exactly as it
+ * would have alone. */
 static void batched_blocks_equal_each_sequence_alone(void) {
     nx_model *m = nx_test_model(golden_dir, 2);
     if (!m) return;
     char err[512];
     int V = nx_model_get_info(m)->vocab_size, H = nx_model_get_info(m)->hidden_size;
-    enum { N = 3 };
-    static const int hist_len[N] = {9, 17, 4}, block[N] = {3, 1, 4}, keep[N] = {2, 1, 3};
-    int32_t hist[N][24], blk[N][4], more[N];
+    enum { N = 4, MAXB = 11, ROWS = 3 + 11 + 1 + 4 };
+    static const int hist_len[N] = {9, 5, 17, 4}, block[N] = {3, 11, 1, 4}, keep[N] = {2, 11, 1, 3};
+    static const int ctx[N] = {64, 40, 100, 64}, record[N] = {1, 0, 0, 1};
+    int32_t hist[N][24], blk[N][MAXB], more[N];
     nx_state *bs[N], *alone[N];
-    float *want = malloc((size_t)4 * V * 4), *next = malloc((size_t)V * 4), *next_alone = malloc((size_t)V * 4);
-    float *logits = malloc((size_t)8 * V * 4), *hid = malloc((size_t)8 * H * 4), *hid_alone = malloc((size_t)4 * H * 4);
+    float *want = malloc((size_t)MAXB * V * 4), *next = malloc((size_t)V * 4), *next_alone = malloc((size_t)V * 4);
+    float *logits = malloc((size_t)ROWS * V * 4), *hid = malloc((size_t)ROWS * H * 4);
+    float *hid_alone = malloc((size_t)MAXB * H * 4);
     for (int i = 0; i < N; i++) {
         nx_test_tokens(hist[i], hist_len[i], V, 40 + i);
         nx_test_tokens(blk[i], block[i], V, 50 + i);
         nx_test_tokens(&more[i], 1, V, 60 + i);
-        CHECK(nx_state_new(m, 64, &bs[i], err, sizeof err) == NX_OK);
-        CHECK(nx_state_new(m, 64, &alone[i], err, sizeof err) == NX_OK);
+        CHECK(nx_state_new(m, ctx[i], &bs[i], err, sizeof err) == NX_OK);
+        CHECK(nx_state_new(m, ctx[i], &alone[i], err, sizeof err) == NX_OK);
         CHECK(mdl_state_enable_rollback(bs[i], 4, err, sizeof err) == NX_OK);
         CHECK(mdl_state_enable_rollback(alone[i], 4, err, sizeof err) == NX_OK);
         CHECK(nx_forward(m, bs[i], hist[i], hist_len[i], NULL, err, sizeof err) == NX_OK);
         CHECK(nx_forward(m, alone[i], hist[i], hist_len[i], NULL, err, sizeof err) == NX_OK);
     }
     mdl_batch_item items[N];
-    for (int i = 0; i < N; i++) items[i] = (mdl_batch_item){bs[i], blk[i], block[i], block[i] > 1};
+    for (int i = 0; i < N; i++) items[i] = (mdl_batch_item){bs[i], blk[i], block[i], record[i]};
     CHECKF(mdl_forward_batch(m, items, N, logits, hid, 0, err, sizeof err) == NX_OK, "%s", err);
     int row = 0;
     for (int i = 0; i < N; i++) {
         nx_forward_out fo = {.logits = want, .hidden = hid_alone, .all_rows = 1};
-        CHECK((block[i] > 1 ? mdl_forward_verify(m, alone[i], blk[i], block[i], &fo, err, sizeof err)
-                            : nx_forward(m, alone[i], blk[i], 1, &fo, err, sizeof err)) == NX_OK);
+        CHECK((record[i] ? mdl_forward_verify(m, alone[i], blk[i], block[i], &fo, err, sizeof err)
+                         : nx_forward(m, alone[i], blk[i], block[i], &fo, err, sizeof err)) == NX_OK);
         CHECKF(memcmp(logits + (size_t)row * V, want, (size_t)block[i] * V * 4) == 0, "sequence %d: batched logits differ", i);
         CHECKF(memcmp(hid + (size_t)row * H, hid_alone, (size_t)block[i] * H * 4) == 0, "sequence %d: batched hiddens differ", i);
         row += block[i];
-        if (block[i] > 1) {
+        if (record[i]) {
             CHECK(mdl_rollback_to(bs[i], keep[i], err, sizeof err) == NX_OK);
             CHECK(mdl_rollback_to(alone[i], keep[i], err, sizeof err) == NX_OK);
         }
@@ -342,7 +346,7 @@ static void batched_blocks_equal_each_sequence_alone(void) {
     int32_t bad = V + 5;
     mdl_batch_item badtok[2] = {{bs[0], blk[0], 1, 0}, {bs[1], &bad, 1, 0}};
     CHECK(mdl_forward_batch(m, badtok, 2, NULL, NULL, 0, err, sizeof err) == NX_EINVAL && strstr(err, "item 1"));
-    mdl_batch_item big = {bs[0], blk[2], 4, 1};
+    mdl_batch_item big = {bs[0], blk[3], 4, 1};
     CHECK(mdl_forward_batch(m, &big, 1, NULL, NULL, 0, err, sizeof err) == NX_OK); /* 4 rows fit */
     CHECK(nx_state_pos(bs[0]) == pos0 + 4 && nx_state_pos(bs[1]) == hist_len[1] + block[1] + 1);
     for (int i = 0; i < N; i++) nx_state_free(bs[i]), nx_state_free(alone[i]);

@@ -5,16 +5,19 @@
 #include "test.h"
 
 #include "nextn.h"
+#include "spec/spec.h"
 
 #define COPY NX_TEST_DATA "/golden/torchref-mini-copy-s0.05/hf"
 
-static nx_spec *session(nx_model *m, nx_drafter *d, int K) {
+static nx_spec *session_ctx(nx_model *m, nx_drafter *d, int K, int ctx) {
     char err[512];
     nx_spec *s = NULL;
     nx_spec_opts o = {K, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
-    CHECKF(nx_spec_new(m, d, 256, &o, &s, err, sizeof err) == NX_OK, "%s", err);
+    CHECKF(nx_spec_new(m, d, ctx, &o, &s, err, sizeof err) == NX_OK, "%s", err);
     return s;
 }
+
+static nx_spec *session(nx_model *m, nx_drafter *d, int K) { return session_ctx(m, d, K, 256); }
 
 /* Steps until `total` tokens were emitted in this session's lifetime. */
 static int run_to(nx_spec *s, int32_t *out, int have, int total) {
@@ -191,7 +194,70 @@ static void absorbed_pieces_and_memory_snapshots_continue_exactly(void) {
     nx_model_free(m);
 }
 
+/* The first n rows of each KV head of two caches of cap_a and cap_b
+ * positions (model.h's mdl_kv layout): 1 if they are the same. */
+static int same_heads(const float *a, int cap_a, const float *b, int cap_b, int n, int n_kv, int hd) {
+    for (int h = 0; h < n_kv; h++)
+        if (memcmp(a + (size_t)h * cap_a * hd, b + (size_t)h * cap_b * hd, (size_t)n * hd * sizeof *a) != 0) return 0;
+    return 1;
+}
+
+/* A model with 2 KV heads: the caches hold each head's rows apart, at a
+ * stride of the session's context, and a checkpoint holds them back to back.
+ * A snapshot taken in a session of 256 positions restores into sessions of
+ * 120 and 300 with every head's K and V rows (the target's and the
+ * drafter's) as they were, and each continues as the uninterrupted session
+ * does. */
+static void checkpoints_move_between_contexts(void) {
+    nx_model *m = nx_test_model(NX_TEST_DATA "/golden/llamacpp-tiny-a-untied-bf16/hf", 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    static const int ctxs[] = {120, 300};
+    const cfg_model *cfg = &m->cfg;
+    const int nkv = cfg->n_kv_heads, hd = cfg->head_dim;
+    CHECK(nkv == 2);
+    char err[512];
+    for (int K = 0; K <= 3; K += 3) {
+        nx_drafter *dk = K ? d : NULL;
+        int32_t a[64], b[64];
+        nx_spec *s = session_ctx(m, dk, K, 256);
+        CHECK(nx_spec_prefill(s, prompt, 6, &a[0], err, sizeof err) == NX_OK);
+        run_to(s, a, 1, 30);
+        void *blob = NULL;
+        size_t len = 0;
+        CHECKF(nx_spec_snapshot(s, &blob, &len, err, sizeof err) == NX_OK, "%s", err);
+        /* rows below these counts stay as they are while s goes on */
+        const int n = s->n, rows = dk ? s->rows.n : 0;
+        run_to(s, a, 30, 60);
+        for (size_t ci = 0; ci < sizeof ctxs / sizeof *ctxs; ci++) {
+            const int cap = ctxs[ci];
+            nx_spec *t = session_ctx(m, dk, K, cap);
+            CHECKF(nx_spec_restore(t, blob, len, err, sizeof err) == NX_OK, "%s", err);
+            int bad = 0;
+            for (int l = 0; l < cfg->n_layers; l++)
+                if (cfg->layer_full[l])
+                    bad += !same_heads(s->target->k_cache[l], 256, t->target->k_cache[l], cap, n, nkv, hd) +
+                           !same_heads(s->target->v_cache[l], 256, t->target->v_cache[l], cap, n, nkv, hd);
+            if (dk)
+                bad += !same_heads(s->rows.k_cache, 256, t->rows.k_cache, cap, rows, nkv, hd) +
+                       !same_heads(s->rows.v_cache, 256, t->rows.v_cache, cap, rows, nkv, hd);
+            CHECKF(bad == 0, "K %d context %d: %d caches differ after the restore", K, cap, bad);
+            memcpy(b, a, 30 * sizeof *b);
+            run_to(t, b, 30, 60);
+            CHECKF(memcmp(a, b, 60 * sizeof *a) == 0, "K %d: restored into a context of %d, the session diverges", K, cap);
+            nx_spec_free(t);
+        }
+        nx_free(blob);
+        nx_spec_free(s);
+    }
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 static const nx_test tests[] = {
+    {"checkpoints_move_between_contexts",
+     "2 KV heads: a snapshot of a 256-position session restores into 120 and 300 and continues exactly (K 0, 3)",
+     checkpoints_move_between_contexts},
     {"restored_session_continues_exactly", "save after 20 tokens, restore, add a turn, go on: equals the uninterrupted run",
      restored_session_continues_exactly},
     {"foreign_and_damaged_checkpoints_are_refused", "another model or drafter, damaged or truncated files, used sessions: refused",
