@@ -14,14 +14,16 @@
  * in L2 while every row of the block passes over them. */
 #define KN_ATTN_VRUN 64
 
-/* Positions per call of the score pass, and how far ahead of a call its
- * rows are prefetched. The cache is cold at every step (the step's weights
- * went through since). With these prefetches (and the values' below), one
- * thread's attention of the 0.8B shape (bench-attention, Zen 4, heads then
- * interleaved by position) took 3.2-3.3 -> 2.1-2.2 ms per step at 660
- * positions, 22.2-23.2 -> 15.9-16.2 at 4000. A run's K rows (12 KB) stay in
- * L1 while the block's tokens pass over them, in tiles of rows
- * (kn_matmul_rows_cached: one tile group a run). */
+/* Positions per call of the score pass, and how far ahead of a call a block
+ * of several tokens prefetches K rows. A run's K rows (12 KB) stay in L1
+ * while the block's tokens pass over them, in tiles of rows
+ * (kn_matmul_rows_cached: one tile group a run). The K rows are read in
+ * order, each head's rows one run of memory (model.h's mdl_kv): for one
+ * token the hardware prefetcher keeps up with the score pass, and asking
+ * for rows ahead in software made bench-attention 1.3x slower (660 and 3000
+ * positions, 8 alternating pairs each); a block's tiles spend more time on
+ * each row, and there the software prefetch pays (without it: T = 3 1.11x
+ * slower). The values' first run is fetched along with the K rows. */
 #define KN_ATTN_KRUN KN_TILE_GROUP
 #define KN_ATTN_KAHEAD 32
 
@@ -39,15 +41,15 @@ void kn_attention(const kn_attn_block *b, float *scores) {
     /* scores row (j, h) at scores + (j * G + h) * n_all = q_(j,h) . k_t for
      * t <= n0 + j: the cache rows as one strided matrix against each token's
      * G queries, a run of rows at a time so that the run is loaded once for
-     * the whole block (kn_matmul_rows_cached sums each product exactly as
-     * kn_dot_f32 does, whatever rows a call covers); the values' first run is
-     * fetched meanwhile */
+     * the whole block (kn_matmul_rows and kn_matmul_rows_cached sum each
+     * product exactly as kn_dot_f32 does, whatever rows a call covers) */
     const kn_mat kh = {.data = b->k, .dtype = NX_DT_F32, .rows = n_all, .cols = b->hd, .ld = b->kv_stride};
-    prefetch_rows(b->k, b->kv_stride, 0, min64(n_all, KN_ATTN_KAHEAD), b->hd);
+    const int ahead = b->T > 1;
+    if (ahead) prefetch_rows(b->k, b->kv_stride, 0, min64(n_all, KN_ATTN_KAHEAD), b->hd);
     for (int64_t t0 = 0; t0 < n_all; t0 += KN_ATTN_KRUN) {
         const int64_t t1 = min64(t0 + KN_ATTN_KRUN, n_all), a = t0 + KN_ATTN_KAHEAD;
-        if (a < n_all) prefetch_rows(b->k, b->kv_stride, a, min64(a + KN_ATTN_KRUN, n_all), b->hd);
-        if (t0 < KN_ATTN_VRUN) prefetch_rows(b->v, b->kv_stride, t0, min64(t1, KN_ATTN_VRUN), b->hd);
+        if (ahead && a < n_all) prefetch_rows(b->k, b->kv_stride, a, min64(a + KN_ATTN_KRUN, n_all), b->hd);
+        if (ahead && t0 < KN_ATTN_VRUN) prefetch_rows(b->v, b->kv_stride, t0, min64(t1, KN_ATTN_VRUN), b->hd);
         for (int j = 0; j < b->T; j++) {
             const int64_t e = min64(t1, b->n0 + j + 1);
             if (e <= t0) continue;
