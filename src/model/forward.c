@@ -162,11 +162,12 @@ nx_status mdl_rollback_to(nx_state *s, int keep, char *err, size_t errlen) {
         return nx_fail(err, errlen, NX_EINVAL, "rollback: keep %d of a %d-token block (must be 1..%d)", keep, rb->T, rb->T);
     const cfg_model *c = &s->m->cfg;
     if (keep < rb->T) {
-        size_t head = (size_t)c->linear_v_dim * (size_t)c->linear_k_dim, state = (size_t)c->linear_v_heads * head;
         size_t CD = (size_t)cfg_conv_dim(c), conv = (size_t)(c->conv_kernel - 1) * CD;
         for (int l = 0; l < c->n_layers; l++) {
             if (c->layer_full[l]) continue; /* KV rows past pos are simply never read */
-            memcpy(s->recurrent[l], rb->recurrent[l] + (size_t)(keep - 1) * state, state * sizeof(float));
+            float *kept = rb->recurrent[l][keep - 1];   /* the state after token keep - 1 */
+            rb->recurrent[l][keep - 1] = s->recurrent[l];
+            s->recurrent[l] = kept;
             /* conv state after token keep-1 = window rows keep .. keep+Kc-2 */
             memcpy(s->conv_state[l], rb->window[l] + (size_t)keep * CD, conv * sizeof(float));
         }

@@ -331,8 +331,8 @@ static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
              * fewer tokens, so it never needs that slot), and S's old value is
              * not needed once token 0 has read it. */
             const int snap = sg->snap_recurrent != NULL;
-            const float *S_in = snap && i > 0 ? sg->snap_recurrent + ((i - 1) * Hv + jh) * head : S;
-            float *S_out = snap && i < sg->T - 1 ? sg->snap_recurrent + (i * Hv + jh) * head : S;
+            const float *S_in = snap && i > 0 ? sg->snap_recurrent[i - 1] + jh * head : S;
+            float *S_out = snap && i < sg->T - 1 ? sg->snap_recurrent[i] + jh * head : S;
             kn_gated_delta_step(S_out, S_in, row + kh * Dk, row + KD + kh * Dk, row + 2 * KD + jh * Dv, alpha, beta, o, Dk,
                                 Dv);
             kn_rmsnorm_gated(o, o, sc->zbuf + t * VD + jh * Dv, L->gnorm, Dv, eps);

@@ -85,7 +85,10 @@ nx_status nx_state_new(const nx_model *m, int max_ctx, nx_state **out, char *err
 static void free_rollback(nx_state *s) {
     mdl_rollback *rb = &s->rb;
     for (int l = 0; l < s->m->cfg.n_layers; l++) {
-        if (rb->recurrent) nx_free_aligned(rb->recurrent[l]);
+        if (rb->recurrent && rb->recurrent[l]) {
+            for (int t = 0; t < rb->max_block; t++) nx_free_aligned(rb->recurrent[l][t]);
+            nx_free(rb->recurrent[l]);
+        }
         if (rb->window) nx_free_aligned(rb->window[l]);
     }
     nx_free(rb->recurrent);
@@ -102,17 +105,19 @@ nx_status mdl_state_enable_rollback(nx_state *s, int max_block, char *err, size_
     size_t rec = (size_t)c->linear_v_heads * (size_t)c->linear_v_dim * (size_t)c->linear_k_dim;
     size_t win = (size_t)(c->conv_kernel - 1 + max_block) * (size_t)cfg_conv_dim(c);
     mdl_rollback *rb = &s->rb;
-    int ok = (rb->recurrent = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
+    rb->max_block = max_block;   /* how many slots free_rollback frees (NULL ones too) */
+    int ok = (rb->recurrent = nx_calloc((size_t)c->n_layers, sizeof(float **))) &&
              (rb->window = nx_calloc((size_t)c->n_layers, sizeof(float *)));
     for (int l = 0; ok && l < c->n_layers; l++)
-        if (!c->layer_full[l])
-            ok = (rb->recurrent[l] = nx_alloc_aligned((size_t)max_block * rec * sizeof(float))) &&
+        if (!c->layer_full[l]) {
+            ok = (rb->recurrent[l] = nx_calloc((size_t)max_block, sizeof(float *))) &&
                  (rb->window[l] = nx_alloc_aligned(win * sizeof(float)));
+            for (int t = 0; ok && t < max_block; t++) ok = (rb->recurrent[l][t] = nx_alloc_aligned(rec * sizeof(float))) != NULL;
+        }
     if (!ok) {
         free_rollback(s);
         return nx_fail(err, errlen, NX_ENOMEM, "out of memory for rollback snapshots of %d tokens", max_block);
     }
-    rb->max_block = max_block;
     return NX_OK;
 }
 
