@@ -53,8 +53,10 @@ void kn_attention(const kn_attn_block *b, float *scores) {
         for (int j = 0; j < b->T; j++) {
             const int64_t e = min64(t1, b->n0 + j + 1);
             if (e <= t0) continue;
-            if (b->T > 1) kn_matmul_rows_cached(&kh, b->q + j * b->ldq_t, b->ldq, (int)G, scores + j * G * n_all, n_all, t0, e);
-            else kn_matmul_rows(&kh, b->q, b->ldq, (int)G, scores, n_all, t0, e);
+            const float *qj = b->q + j * b->ldq_t;
+            float *sj = scores + j * G * n_all;
+            if (b->T > 1) kn_matmul_rows_cached(&kh, qj, b->ldq, (int)G, sj, n_all, t0, e);
+            else kn_matmul_rows(&kh, qj, b->ldq, (int)G, sj, n_all, t0, e);
         }
     }
     for (int j = 0; j < b->T; j++)
