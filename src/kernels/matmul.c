@@ -122,6 +122,14 @@ void kn_scale_f32_ref(float *y, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
 
+int64_t kn_argmax_f32_ref(const float *x, int64_t n) {
+    assert(n >= 0 && (n == 0 || x != NULL));
+    int64_t best = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] == x[i] && (best < 0 || x[i] > x[best])) best = i;
+    return best < 0 ? 0 : best;
+}
+
 /* The update is the same two roundings in both twins (a * y[i], then fmaf),
  * so y comes out bit-identical; the dot product sums in double, as dot_ref.
  * (fmaf is a libm call in this portable build, and a slow one on a CPU
@@ -449,6 +457,39 @@ static KN_AVX2 void axpy_f32_avx2(float *y, float a, const float *x, int64_t n) 
         _mm_store_ss(y + i, _mm_add_ss(_mm_load_ss(y + i), _mm_mul_ss(_mm_set_ss(a), _mm_load_ss(x + i))));
 }
 
+/* Eight lanes, lane l over the elements i = l mod 8: each keeps the first
+ * index of its largest non-NaN value (-1 while it has seen only NaNs); then
+ * the largest value over the lanes, the lowest index among equals, which is
+ * the first index of the maximum, as the scalar twin finds; the tail after
+ * the last multiple of 8 is compared in order. Indices in int32 lanes: the
+ * caller's n is a vocabulary, far below 2^31 (asserted). */
+static KN_AVX2 int64_t argmax_f32_avx2(const float *x, int64_t n) {
+    assert(n >= 0 && n < INT32_MAX && (n == 0 || x != NULL));
+    const int64_t n8 = n & ~(int64_t)7;
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    __m256i iv = _mm256_set1_epi32(-1), at = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i eight = _mm256_set1_epi32(8);
+    for (int64_t i = 0; i < n8; i += 8, at = _mm256_add_epi32(at, eight)) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256 first = _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_setzero_si256(), iv)),
+                                           _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+        const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, mv, _CMP_GT_OQ), first);
+        mv = _mm256_blendv_ps(mv, v, take);
+        iv = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(iv), _mm256_castsi256_ps(at), take));
+    }
+    float m8[8];
+    int32_t i8[8];
+    _mm256_storeu_ps(m8, mv);
+    _mm256_storeu_si256((__m256i *)(void *)i8, iv);
+    int64_t best = -1;
+    float bv = 0.0f;
+    for (int l = 0; l < 8; l++)
+        if (i8[l] >= 0 && (best < 0 || m8[l] > bv || (m8[l] == bv && i8[l] < best))) best = i8[l], bv = m8[l];
+    for (int64_t i = n8; i < n; i++)
+        if (x[i] == x[i] && (best < 0 || x[i] > bv)) best = i, bv = x[i];
+    return best < 0 ? 0 : best;
+}
+
 static KN_AVX2 void scale_f32_avx2(float *y, float a, int64_t n) {
     assert(n >= 0 && (n == 0 || y != NULL));
     const __m256 av = _mm256_set1_ps(a);
@@ -706,6 +747,7 @@ typedef struct {
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
     void (*scale_f32)(float *y, float a, int64_t n);
+    int64_t (*argmax_f32)(const float *x, int64_t n);
     float (*scale_axpy_dot_f32)(float *y, const float *src, float a, float b, const float *x, const float *z, int64_t n);
     void (*silu_mul_f32)(float *y, const float *x, const float *u, int64_t n);
     void (*softmax_f32)(float *p, int64_t n, float scale);
@@ -720,7 +762,8 @@ typedef struct {
 
 static const kn_impl kn_impl_scalar = {
     .name = "scalar", .matmul_rows = kn_matmul_rows_ref, .matmul_rows_cached_f32 = kn_matmul_rows_ref,
-    .dot_f32 = kn_dot_f32_ref, .axpy_f32 = kn_axpy_f32_ref, .scale_f32 = kn_scale_f32_ref, .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .silu_mul_f32 = kn_silu_mul_f32_ref,
+    .dot_f32 = kn_dot_f32_ref, .axpy_f32 = kn_axpy_f32_ref, .scale_f32 = kn_scale_f32_ref, .argmax_f32 = kn_argmax_f32_ref,
+    .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .silu_mul_f32 = kn_silu_mul_f32_ref,
     .softmax_f32 = kn_softmax_f32_ref,
     .attn_values_f32 = kn_attn_values_f32_ref, .quantize_x = kn_quantize_x_ref,
     .matmul_qx_rows = kn_matmul_qx_rows_ref, .affine_quantize_row = kn_affine_quantize_row_ref,
@@ -728,7 +771,8 @@ static const kn_impl kn_impl_scalar = {
 #if KN_HAVE_X86
 static const kn_impl kn_impl_avx2 = {
     .name = "avx2", .matmul_rows = matmul_rows_avx2, .matmul_rows_cached_f32 = matmul_rows_cached_f32_avx2,
-    .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
+    .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2,
+    .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .softmax_f32 = kn_softmax_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2,
@@ -737,7 +781,8 @@ static const kn_impl kn_impl_avx2 = {
  * dense row-by-row products on 16-lane vectors. */
 static const kn_impl kn_impl_avx512vnni = {
     .name = "avx512vnni", .matmul_rows = matmul_rows_avx512, .matmul_rows_cached_f32 = matmul_rows_cached_f32_avx512,
-    .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
+    .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2,
+    .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .softmax_f32 = kn_softmax_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .affine_quantize_row = kn_affine_quantize_row_avx2,
@@ -810,6 +855,8 @@ float kn_dot_f32(const float *a, const float *b, int64_t n) { return active()->d
 void kn_axpy_f32(float *y, float a, const float *x, int64_t n) { active()->axpy_f32(y, a, x, n); }
 
 void kn_scale_f32(float *y, float a, int64_t n) { active()->scale_f32(y, a, n); }
+
+int64_t kn_argmax_f32(const float *x, int64_t n) { return active()->argmax_f32(x, n); }
 
 float kn_scale_axpy_dot_f32(float *y, const float *src, float a, float b, const float *x, const float *z, int64_t n) {
     return active()->scale_axpy_dot_f32(y, src, a, b, x, z, n);

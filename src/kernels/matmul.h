@@ -109,6 +109,10 @@ float kn_dot_f32(const float *a, const float *b, int64_t n);
 void kn_axpy_f32(float *y, float a, const float *x, int64_t n);
 /* y[i] *= a */
 void kn_scale_f32(float *y, float a, int64_t n);
+/* The first index of the largest of x[0..n), NaNs skipped (-inf counts); 0
+ * when every element is NaN or n is 0. Greedy decoding's choice over a
+ * vocabulary of logits. */
+int64_t kn_argmax_f32(const float *x, int64_t n);
 /* y[i] = fma(b, x[i], a * src[i]) (the product a * src[i] rounded, then one
  * fused multiply-add), and returns the dot product of the new y with z,
  * summed as kn_dot_f32 sums: a decay, an update and a read-out in one pass
@@ -122,6 +126,7 @@ void kn_matmul_rows_ref(const kn_mat *w, const float *x, int64_t ldx, int T,
 float kn_dot_f32_ref(const float *a, const float *b, int64_t n);
 void kn_axpy_f32_ref(float *y, float a, const float *x, int64_t n);
 void kn_scale_f32_ref(float *y, float a, int64_t n);
+int64_t kn_argmax_f32_ref(const float *x, int64_t n);
 float kn_scale_axpy_dot_f32_ref(float *y, const float *src, float a, float b, const float *x, const float *z, int64_t n);
 
 #endif

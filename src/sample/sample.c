@@ -13,6 +13,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "kernels/matmul.h"
 
 /* Top-p without top-k first selects this many tokens by partial selection.
  * With a real model's logits the nucleus almost always lies inside them; when
@@ -134,16 +135,8 @@ static void apply_penalties(nx_sampler *s, const nx_sampling *p, float *logits,
 }
 
 /* Argmax, ties to the lowest id; NaN never wins. All NaN: id 0. */
-static int32_t argmax(const float *x, int n) {
-    int32_t best = -1;
-    float bv = 0.0f;
-    for (int i = 0; i < n; i++) {
-        float v = x[i];
-        if (v != v) continue;
-        if (best < 0 || v > bv) { best = i; bv = v; }
-    }
-    return best < 0 ? 0 : best;
-}
+/* The first index of the largest logit, NaNs skipped (kn_argmax_f32). */
+static int32_t argmax(const float *x, int n) { return (int32_t)kn_argmax_f32(x, n); }
 
 /* ---- The fixed order ----------------------------------------------------
  * A candidate is one uint64 "rank": the high 32 bits map the float logit to

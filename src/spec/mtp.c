@@ -361,12 +361,7 @@ int32_t mtp_redraft(mtp_rows *r) {
     return mtp_argmax(r->logits, r->d->target->cfg.vocab_size);
 }
 
-int32_t mtp_argmax(const float *logits, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i;
-    return best;
-}
+int32_t mtp_argmax(const float *logits, int n) { return (int32_t)kn_argmax_f32(logits, n); }
 
 int nx_drafter_hidden_prenorm(const nx_drafter *d) { return d->hidden_prenorm; }
 

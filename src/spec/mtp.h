@@ -99,7 +99,8 @@ void mtp_step_batch(mtp_rows *const *rs, int n, const int32_t *tokens, const flo
  * drafter's head: its logits into r->logits, the argmax returned. */
 int32_t mtp_redraft(mtp_rows *r);
 
-/* Index of the largest value (ties to the lowest id): a greedy draft. */
+/* Index of the largest value (ties to the lowest id, NaNs skipped:
+ * kn_argmax_f32): a greedy draft. */
 int32_t mtp_argmax(const float *logits, int n);
 
 #endif

@@ -507,6 +507,39 @@ static void test_scale_axpy_dot_updates_like_its_twin_and_reads_out_like_dot(voi
     }
 }
 
+/* kn_argmax_f32 against its scalar twin and the definition (first index of
+ * the largest non-NaN value, 0 when none): lengths 0-40 and a vocabulary's,
+ * maxima repeated (the first must win, in any lane), NaNs anywhere
+ * (including first and everywhere), -inf only. */
+static void test_argmax_twins_find_the_first_maximum(void) {
+    nx_test_rng r = {0xA2B3A5ULL};
+    enum { BIG = 248320 };
+    float *x = malloc((size_t)BIG * sizeof *x);
+    if (!kn_init(0)) fprintf(stderr, "  note: no AVX2 here; the twins are compared scalar with scalar\n");
+    for (int64_t n = 0; n <= BIG; n = n < 40 ? n + 1 : n == 40 ? BIG - 3 : n + 1) {
+        for (int pattern = 0; pattern < 6; pattern++) {
+            for (int64_t i = 0; i < n; i++) x[i] = (float)(int)(nx_test_rng_normal(&r, 4.0f));   /* many ties */
+            if (pattern == 1 && n) x[0] = NAN;
+            if (pattern == 2)
+                for (int64_t i = 0; i < n; i += 3) x[i] = NAN;
+            if (pattern == 3)
+                for (int64_t i = 0; i < n; i++) x[i] = NAN;
+            if (pattern == 4)
+                for (int64_t i = 0; i < n; i++) x[i] = i % 2 ? -INFINITY : NAN;
+            if (pattern == 5 && n > 2) x[n - 1] = x[n / 2] = 1e30f;   /* the same maximum twice */
+            int64_t want = -1;
+            for (int64_t i = 0; i < n; i++)
+                if (x[i] == x[i] && (want < 0 || x[i] > x[want])) want = i;
+            if (want < 0) want = 0;
+            const int64_t got = kn_argmax_f32(x, n), ref = kn_argmax_f32_ref(x, n);
+            CHECKF(got == want && ref == want, "%s n=%lld pattern %d: %lld (ref %lld), want %lld", kn_impl_name(),
+                   (long long)n, pattern, (long long)got, (long long)ref, (long long)want);
+        }
+    }
+    free(x);
+    kn_init(0);
+}
+
 static void test_public_kernels_follow_force_reference(void) {
     /* With force_reference the public names must give the _ref results
      * exactly, including the dot product, whose SIMD order differs. */
@@ -534,6 +567,9 @@ static const nx_test tests[] = {
      test_dense_simd_sets_agree_bit_for_bit},
     {"strided_rows_equal_a_packed_copy", "kn_mat.ld > cols: same bits as a packed copy, every format and kernel set, rows and tiles",
      test_strided_rows_equal_a_packed_copy},
+    {"argmax_twins_find_the_first_maximum",
+     "kn_argmax_f32 == its twin == first index of the max: lengths 0-40 and 248317-248320, ties, NaNs, -inf",
+     test_argmax_twins_find_the_first_maximum},
     {"cached_rows_equal_plain_rows",
      "kn_matmul_rows_cached == kn_matmul_rows bit for bit: every kernel set and format, T 1-6, tile groups and not",
      test_cached_rows_equal_plain_rows},
