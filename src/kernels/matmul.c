@@ -6,7 +6,10 @@
  * build stays portable; no -mavx2). The int8 product (quant.c) and the
  * dense row-by-row products (below) have a third version, on AVX-512.
  * kn_select() points one small table at one set, and the public kn_* entry
- * points call through it.
+ * points call through it. (Past the ~800 lines a file should keep to: the
+ * three twins of the dense product share the dot product layout's static
+ * helpers — loads, accumulator pairing, the finish — which one file keeps
+ * private; the table must see every twin.)
  *
  * Loop order, and why: CPU decode is bound by memory bandwidth, so each weight
  * row is streamed from DRAM once per call. kn_matmul_rows walks rows outer and
