@@ -276,6 +276,7 @@ KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, in
 _Static_assert(KN_TILE_COLS > 0 && KN_TILE_COLS % 32 == 0, "a chunk must hold whole 32-column blocks");
 _Static_assert(KN_TILE_GROUP % 12 == 0, "a group is a multiple of every tile height");
 #define KN_TILE_MIN_T 5    /* fewer activation rows go row by row (see matmul_rows_fmt_avx2) */
+#define KN_TILE_MIN_T_512 2      /* the AVX-512 set: its 4 x 4 tiles from 2 activation rows (see matmul_rows_fmt_avx512) */
 #define KN_TILE_MIN_T_CACHED 2   /* kn_matmul_rows_cached: 2 x 4 tiles and up (there is no 1-row AVX2 tile) */
 
 /* a[r][t] = fma(w_r[i..i+8), x_t[i..i+8), a[r][t]) over the tile; a macro
@@ -661,10 +662,18 @@ KN_VNNI_INLINE void dot_tile_avx512(const void *w, size_t row_bytes, int rw, nx_
                 finish_pairs_avx512(part[0][r][t], part[1][r][t], w0 + (size_t)r * row_bytes, dt, x + (int64_t)t * ldx, n);
 }
 
-/* matmul_rows_fmt_avx2 on 16-lane vectors: from KN_TILE_MIN_T activation
- * rows, groups of KN_TILE_GROUP weight rows in 4 x 4 tiles (the last 1-3
+/* matmul_rows_fmt_avx2 on 16-lane vectors: from tiles_from activation rows,
+ * groups of KN_TILE_GROUP weight rows in 4 x 4 tiles (the last 1-3
  * activation rows as 4 x nt); rows short of a group, and fewer activation
- * rows, through dot_rows_avx512, four activation rows a pass. */
+ * rows, through dot_rows_avx512, four activation rows a pass.
+ * The model's products take tiles from 2 activation rows here
+ * (KN_TILE_MIN_T_512), where the AVX2 set waits for 5: row by row, a verify
+ * reloads its T activation vectors for every weight row, and with 3 of them
+ * the loads, not memory, set the pace (perf: the stalls sat on the weight
+ * loads, and prefetching rows ahead made it slower). bf16 fixture, a T = 3
+ * forward on 2 threads, alternating: 84.1 / 81.8 / 84.0 -> 61.6 / 60.3 / 65.1
+ * ms (T = 2 70.7 -> 65.2, T = 4 82.6 -> 72.0); generate --draft 2 -n 128,
+ * three pairs: 20.5 / 20.7 / 18.1 -> 24.4 / 30.5 / 26.8 tok/s. */
 KN_VNNI_INLINE void matmul_rows_fmt_avx512(const kn_mat *w, nx_dtype dt, const float *x, int64_t ldx, int T, float *y,
                                            int64_t ldy, int64_t r0, int64_t r1, int tiles_from) {
     const int64_t n = w->cols;
@@ -708,17 +717,17 @@ _Static_assert(KN_TILE_GROUP % 4 == 0, "a group is whole 4-row tiles");
 
 static KN_VNNI void matmul_rows_f32_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                            int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx512(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
+    matmul_rows_fmt_avx512(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T_512);
 }
 
 static KN_VNNI void matmul_rows_bf16_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                             int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx512(w, NX_DT_BF16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
+    matmul_rows_fmt_avx512(w, NX_DT_BF16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T_512);
 }
 
 static KN_VNNI void matmul_rows_f16_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                            int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx512(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
+    matmul_rows_fmt_avx512(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T_512);
 }
 
 static KN_VNNI void matmul_rows_cached_f32_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
