@@ -16,8 +16,9 @@
 
 /* Positions per call of the score pass, and how far ahead of a call a block
  * of several tokens prefetches K rows. A run's K rows (12 KB) stay in L1
- * while the block's tokens pass over them, in tiles of rows
- * (kn_matmul_rows_cached: one tile group a run). The K rows are read in
+ * while the block's tokens pass over them, in tiles of rows (kn_matmul_rows:
+ * one tile group a run; one token's step goes row by row,
+ * kn_matmul_rows_stream). The K rows are read in
  * order, each head's rows one run of memory (model.h's mdl_kv): for one
  * token the hardware prefetcher keeps up with the score pass, and asking
  * for rows ahead in software made bench-attention 1.3x slower (660 and 3000
@@ -41,7 +42,7 @@ void kn_attention(const kn_attn_block *b, float *scores) {
     /* scores row (j, h) at scores + (j * G + h) * n_all = q_(j,h) . k_t for
      * t <= n0 + j: the cache rows as one strided matrix against each token's
      * G queries, a run of rows at a time so that the run is loaded once for
-     * the whole block (kn_matmul_rows and kn_matmul_rows_cached sum each
+     * the whole block (kn_matmul_rows and kn_matmul_rows_stream sum each
      * product exactly as kn_dot_f32 does, whatever rows a call covers) */
     const kn_mat kh = {.data = b->k, .dtype = NX_DT_F32, .rows = n_all, .cols = b->hd, .ld = b->kv_stride};
     const int ahead = b->T > 1;
@@ -55,8 +56,8 @@ void kn_attention(const kn_attn_block *b, float *scores) {
             if (e <= t0) continue;
             const float *qj = b->q + j * b->ldq_t;
             float *sj = scores + j * G * n_all;
-            if (b->T > 1) kn_matmul_rows_cached(&kh, qj, b->ldq, (int)G, sj, n_all, t0, e);
-            else kn_matmul_rows(&kh, qj, b->ldq, (int)G, sj, n_all, t0, e);
+            if (b->T > 1) kn_matmul_rows(&kh, qj, b->ldq, (int)G, sj, n_all, t0, e);
+            else kn_matmul_rows_stream(&kh, qj, b->ldq, (int)G, sj, n_all, t0, e);
         }
     }
     for (int j = 0; j < b->T; j++)

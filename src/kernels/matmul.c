@@ -275,9 +275,8 @@ KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, in
 #endif
 _Static_assert(KN_TILE_COLS > 0 && KN_TILE_COLS % 32 == 0, "a chunk must hold whole 32-column blocks");
 _Static_assert(KN_TILE_GROUP % 12 == 0, "a group is a multiple of every tile height");
-#define KN_TILE_MIN_T 5    /* fewer activation rows go row by row (see matmul_rows_fmt_avx2) */
-#define KN_TILE_MIN_T_512 2      /* the AVX-512 set: its 4 x 4 tiles from 2 activation rows (see matmul_rows_fmt_avx512) */
-#define KN_TILE_MIN_T_CACHED 2   /* kn_matmul_rows_cached: 2 x 4 tiles and up (there is no 1-row AVX2 tile) */
+#define KN_TILE_MIN_T 2    /* fewer activation rows go row by row (see matmul_rows_fmt_avx2) */
+#define KN_TILE_NEVER INT32_MAX   /* kn_matmul_rows_stream: row by row whatever T is */
 
 /* a[r][t] = fma(w_r[i..i+8), x_t[i..i+8), a[r][t]) over the tile; a macro
  * over dot_tile_avx2's locals, so that a stays registers. */
@@ -340,11 +339,18 @@ KN_AVX2_INLINE void dot_tile_avx2(const void *w, size_t row_bytes, int rw, nx_dt
 static inline int tile_rows(int nt) { return nt == 4 ? 2 : nt == 3 ? 3 : 4; }
 
 /* All rows [r0, r1) of one weight format; dt is a constant in each caller.
- * Below KN_TILE_MIN_T activation rows (decode, verify) the rows go one by one
- * through dot_rows_avx2: that is bound by memory, one stream per thread is
- * what the prefetcher follows best, and tiles there measured slower in the
- * model (whole-process A/B of MTP decode, K = 2, 0.8B-shape bf16, 2 threads:
- * 1.15x the wall time). From KN_TILE_MIN_T (prefill chunks) the rows go in
+ * Below tiles_from activation rows (decode; KN_TILE_MIN_T = 2 in the model's
+ * products) the rows go one by one through dot_rows_avx2: that is bound by
+ * memory, and one stream per thread is what the prefetcher follows best.
+ * From 2 rows (verify blocks, prefill chunks) row by row reloads every
+ * activation vector for each weight row, and those loads, not memory, set
+ * the pace: perf put the stalls on the weight loads, prefetching rows ahead
+ * made it slower, and tiles (5 rows and up, until this measurement) made a
+ * bf16 T = 3 forward on 2 threads 88.9 / 94.2 / 89.4 -> 69.8 / 66.8 / 68.3
+ * ms with this set (T = 2 73.0 / 74.9 -> 60.4 / 57.5, T = 4 88.3 / 88.3 ->
+ * 65.7 / 71.3), 84.1 / 81.8 / 84.0 -> 61.6 / 60.3 / 65.1 with the AVX-512
+ * one. (An older whole-process A/B had tiles 1.15x slower for MTP decode, in
+ * a build without this session's kernels.) The rows go in
  * groups of KN_TILE_GROUP (24 KB of bf16 at 1024 columns, so
  * the group stays in L1/L2 while every block of activation rows passes over
  * it: the weights are read from DRAM once whatever T is); activation rows go
@@ -407,9 +413,9 @@ static KN_AVX2 void matmul_rows_f16_avx2(const kn_mat *w, const float *x, int64_
     matmul_rows_fmt_avx2(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
 }
 
-static KN_AVX2 void matmul_rows_cached_f32_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
+static KN_AVX2 void matmul_rows_stream_f32_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
                                                 int64_t ldy, int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx2(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T_CACHED);
+    matmul_rows_fmt_avx2(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_NEVER);
 }
 
 /* A SIMD set's dense product for one format (f32, bf16, f16). */
@@ -665,15 +671,9 @@ KN_VNNI_INLINE void dot_tile_avx512(const void *w, size_t row_bytes, int rw, nx_
 /* matmul_rows_fmt_avx2 on 16-lane vectors: from tiles_from activation rows,
  * groups of KN_TILE_GROUP weight rows in 4 x 4 tiles (the last 1-3
  * activation rows as 4 x nt); rows short of a group, and fewer activation
- * rows, through dot_rows_avx512, four activation rows a pass.
- * The model's products take tiles from 2 activation rows here
- * (KN_TILE_MIN_T_512), where the AVX2 set waits for 5: row by row, a verify
- * reloads its T activation vectors for every weight row, and with 3 of them
- * the loads, not memory, set the pace (perf: the stalls sat on the weight
- * loads, and prefetching rows ahead made it slower). bf16 fixture, a T = 3
- * forward on 2 threads, alternating: 84.1 / 81.8 / 84.0 -> 61.6 / 60.3 / 65.1
- * ms (T = 2 70.7 -> 65.2, T = 4 82.6 -> 72.0); generate --draft 2 -n 128,
- * three pairs: 20.5 / 20.7 / 18.1 -> 24.4 / 30.5 / 26.8 tok/s. */
+ * rows, through dot_rows_avx512, four activation rows a pass. (Tiles from 2
+ * rows, see matmul_rows_fmt_avx2: bf16 generate --draft 2 -n 128, three
+ * pairs, 20.5 / 20.7 / 18.1 -> 24.4 / 30.5 / 26.8 tok/s.) */
 KN_VNNI_INLINE void matmul_rows_fmt_avx512(const kn_mat *w, nx_dtype dt, const float *x, int64_t ldx, int T, float *y,
                                            int64_t ldy, int64_t r0, int64_t r1, int tiles_from) {
     const int64_t n = w->cols;
@@ -717,22 +717,22 @@ _Static_assert(KN_TILE_GROUP % 4 == 0, "a group is whole 4-row tiles");
 
 static KN_VNNI void matmul_rows_f32_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                            int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx512(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T_512);
+    matmul_rows_fmt_avx512(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
 }
 
 static KN_VNNI void matmul_rows_bf16_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                             int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx512(w, NX_DT_BF16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T_512);
+    matmul_rows_fmt_avx512(w, NX_DT_BF16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
 }
 
 static KN_VNNI void matmul_rows_f16_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                            int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx512(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T_512);
+    matmul_rows_fmt_avx512(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
 }
 
-static KN_VNNI void matmul_rows_cached_f32_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
+static KN_VNNI void matmul_rows_stream_f32_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
                                                   int64_t ldy, int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx512(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T_CACHED);
+    matmul_rows_fmt_avx512(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_NEVER);
 }
 
 static void matmul_rows_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
@@ -754,7 +754,7 @@ typedef struct {
     const char *name;
     void (*matmul_rows)(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                         int64_t r0, int64_t r1);
-    void (*matmul_rows_cached_f32)(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
+    void (*matmul_rows_stream_f32)(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                    int64_t r0, int64_t r1);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
@@ -773,7 +773,7 @@ typedef struct {
 } kn_impl;
 
 static const kn_impl kn_impl_scalar = {
-    .name = "scalar", .matmul_rows = kn_matmul_rows_ref, .matmul_rows_cached_f32 = kn_matmul_rows_ref,
+    .name = "scalar", .matmul_rows = kn_matmul_rows_ref, .matmul_rows_stream_f32 = kn_matmul_rows_ref,
     .dot_f32 = kn_dot_f32_ref, .axpy_f32 = kn_axpy_f32_ref, .scale_f32 = kn_scale_f32_ref, .argmax_f32 = kn_argmax_f32_ref,
     .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .silu_mul_f32 = kn_silu_mul_f32_ref,
     .softmax_f32 = kn_softmax_f32_ref,
@@ -782,7 +782,7 @@ static const kn_impl kn_impl_scalar = {
     .affine_row_f32 = kn_affine_row_f32_ref};
 #if KN_HAVE_X86
 static const kn_impl kn_impl_avx2 = {
-    .name = "avx2", .matmul_rows = matmul_rows_avx2, .matmul_rows_cached_f32 = matmul_rows_cached_f32_avx2,
+    .name = "avx2", .matmul_rows = matmul_rows_avx2, .matmul_rows_stream_f32 = matmul_rows_stream_f32_avx2,
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2,
     .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .softmax_f32 = kn_softmax_f32_avx2,
@@ -792,7 +792,7 @@ static const kn_impl kn_impl_avx2 = {
 /* The AVX2 set with the int8 product on vpdpbusd (quant_qx.inc) and the
  * dense row-by-row products on 16-lane vectors. */
 static const kn_impl kn_impl_avx512vnni = {
-    .name = "avx512vnni", .matmul_rows = matmul_rows_avx512, .matmul_rows_cached_f32 = matmul_rows_cached_f32_avx512,
+    .name = "avx512vnni", .matmul_rows = matmul_rows_avx512, .matmul_rows_stream_f32 = matmul_rows_stream_f32_avx512,
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2,
     .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .softmax_f32 = kn_softmax_f32_avx2,
@@ -852,14 +852,14 @@ void kn_matmul_rows(const kn_mat *w, const float *x, int64_t ldx, int T, float *
     active()->matmul_rows(w, x, ldx, T, y, ldy, r0, r1);
 }
 
-void kn_matmul_rows_cached(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
+void kn_matmul_rows_stream(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
                            int64_t r1) {
     if (w->bits || w->dtype != NX_DT_F32) {
         kn_matmul_rows(w, x, ldx, T, y, ldy, r0, r1);
         return;
     }
     assert_matmul_args(w, x, ldx, T, y, ldy, r0, r1);
-    if (T > 0 && r0 < r1) active()->matmul_rows_cached_f32(w, x, ldx, T, y, ldy, r0, r1);
+    if (T > 0 && r0 < r1) active()->matmul_rows_stream_f32(w, x, ldx, T, y, ldy, r0, r1);
 }
 
 float kn_dot_f32(const float *a, const float *b, int64_t n) { return active()->dot_f32(a, b, n); }

@@ -316,10 +316,10 @@ static void test_strided_rows_equal_a_packed_copy(void) {
     kn_init(0);
 }
 
-/* kn_matmul_rows_cached against kn_matmul_rows: the same bits for every
+/* kn_matmul_rows_stream against kn_matmul_rows: the same bits for every
  * kernel set, T = 1..6 activation rows, strided f32 rows over ranges of whole
  * tile groups and not, odd column counts; other formats pass through. */
-static void test_cached_rows_equal_plain_rows(void) {
+static void test_streamed_rows_equal_plain_rows(void) {
     enum { ROWS = 2 * KN_TILE_GROUP + 5, T = 6 };
     nx_test_rng r = {0xCAC4ED0005ULL};
     static const int64_t cols_list[] = {7, 40, 256, 257};
@@ -337,9 +337,9 @@ static void test_cached_rows_equal_plain_rows(void) {
                 for (int t = 1; t <= T; t++)
                     for (size_t g = 0; g < sizeof ranges / sizeof *ranges; g++) {
                         memset(y1, 0, sizeof y1), memset(y2, 0, sizeof y2);
-                        kn_matmul_rows_cached(&w, x, cols + 3, t, y1, ROWS, ranges[g][0], ranges[g][1]);
+                        kn_matmul_rows_stream(&w, x, cols + 3, t, y1, ROWS, ranges[g][0], ranges[g][1]);
                         kn_matmul_rows(&w, x, cols + 3, t, y2, ROWS, ranges[g][0], ranges[g][1]);
-                        CHECKF(memcmp(y1, y2, sizeof y1) == 0, "%s %s cols %lld T %d rows [%lld, %lld): cached differs",
+                        CHECKF(memcmp(y1, y2, sizeof y1) == 0, "%s %s cols %lld T %d rows [%lld, %lld): streamed differs",
                                kn_impl_name(), nx_dtype_name(formats[f]), (long long)cols, t, (long long)ranges[g][0],
                                (long long)ranges[g][1]);
                     }
@@ -570,9 +570,9 @@ static const nx_test tests[] = {
     {"argmax_twins_find_the_first_maximum",
      "kn_argmax_f32 == its twin == first index of the max: lengths 0-40 and 248317-248320, ties, NaNs, -inf",
      test_argmax_twins_find_the_first_maximum},
-    {"cached_rows_equal_plain_rows",
-     "kn_matmul_rows_cached == kn_matmul_rows bit for bit: every kernel set and format, T 1-6, tile groups and not",
-     test_cached_rows_equal_plain_rows},
+    {"streamed_rows_equal_plain_rows",
+     "kn_matmul_rows_stream == kn_matmul_rows bit for bit: every kernel set and format, T 1-6, tile groups and not",
+     test_streamed_rows_equal_plain_rows},
     {"init_selects_avx2_or_scalar_and_force_reference_wins",
      "kn_init picks avx512vnni / avx2 exactly when the CPU has them; kn_select caps the set; force_reference picks scalar",
      test_init_selects_avx2_or_scalar_and_force_reference_wins},
