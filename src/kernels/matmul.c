@@ -4,7 +4,7 @@
  * Every kernel exists twice: a scalar `_ref` twin, which is the definition, and
  * an AVX2+FMA+F16C version compiled per function with a target attribute (the
  * build stays portable; no -mavx2). The int8 product (quant.c) and the
- * dense row-by-row products (below) have a third version, on AVX-512.
+ * dense products (rows and tiles, below) have a third version, on AVX-512.
  * kn_select() points one small table at one set, and the public kn_* entry
  * points call through it. (Past the ~800 lines a file should keep to: the
  * three twins of the dense product share the dot product layout's static
@@ -277,6 +277,7 @@ _Static_assert(KN_TILE_COLS > 0 && KN_TILE_COLS % 32 == 0, "a chunk must hold wh
 _Static_assert(KN_TILE_GROUP % 12 == 0, "a group is a multiple of every tile height");
 #define KN_TILE_MIN_T 2    /* fewer activation rows go row by row (see matmul_rows_fmt_avx2) */
 #define KN_TILE_NEVER INT32_MAX   /* kn_matmul_rows_stream: row by row whatever T is */
+_Static_assert(KN_TILE_MIN_T >= 2, "the AVX2 tiles take 2 to 4 activation rows, never 1");
 
 /* a[r][t] = fma(w_r[i..i+8), x_t[i..i+8), a[r][t]) over the tile; a macro
  * over dot_tile_avx2's locals, so that a stays registers. */
@@ -349,13 +350,13 @@ static inline int tile_rows(int nt) { return nt == 4 ? 2 : nt == 3 ? 3 : 4; }
  * bf16 T = 3 forward on 2 threads 88.9 / 94.2 / 89.4 -> 69.8 / 66.8 / 68.3
  * ms with this set (T = 2 73.0 / 74.9 -> 60.4 / 57.5, T = 4 88.3 / 88.3 ->
  * 65.7 / 71.3), 84.1 / 81.8 / 84.0 -> 61.6 / 60.3 / 65.1 with the AVX-512
- * one. (An older whole-process A/B had tiles 1.15x slower for MTP decode, in
- * a build without this session's kernels.) The rows go in
+ * one. (A whole-process A/B before commit b409248's kernels had found tiles
+ * 1.15x slower for MTP decode.) The rows go in
  * groups of KN_TILE_GROUP (24 KB of bf16 at 1024 columns, so
  * the group stays in L1/L2 while every block of activation rows passes over
  * it: the weights are read from DRAM once whatever T is); activation rows go
  * in blocks of 3 (the fastest tile, 3 x 3), the last 2 to 4 as one block
- * (T >= 5 never leaves a single row); each block tiles the group. Rows short of a whole group run row by row
+ * (T >= 2 never leaves a single row); each block tiles the group. Rows short of a whole group run row by row
  * (dot_rows_avx2). A 500-token bf16 prefill of the same model took 0.92x the
  * wall time of row by row (whole-process A/B, median of 4 pairs). */
 KN_AVX2_INLINE void matmul_rows_fmt_avx2(const kn_mat *w, nx_dtype dt, const float *x, int64_t ldx, int T,
@@ -378,7 +379,8 @@ KN_AVX2_INLINE void matmul_rows_fmt_avx2(const kn_mat *w, nx_dtype dt, const flo
                     switch (nt) {
                     case 4: dot_tile_avx2(wj, row_bytes, 2, dt, xt, ldx, 4, n, yt + j, ldy, pf); break;
                     case 3: dot_tile_avx2(wj, row_bytes, 3, dt, xt, ldx, 3, n, yt + j, ldy, pf); break;
-                    default: dot_tile_avx2(wj, row_bytes, 4, dt, xt, ldx, 2, n, yt + j, ldy, pf); break;
+                    case 2: dot_tile_avx2(wj, row_bytes, 4, dt, xt, ldx, 2, n, yt + j, ldy, pf); break;
+                    default: assert(!"no 1-row tile"); break;
                     }
                 }
                 t += nt;
@@ -474,7 +476,8 @@ static KN_AVX2 void axpy_f32_avx2(float *y, float a, const float *x, int64_t n) 
  * the last multiple of 8 is compared in order. Indices in int32 lanes: the
  * caller's n is a vocabulary, far below 2^31 (asserted). */
 static KN_AVX2 int64_t argmax_f32_avx2(const float *x, int64_t n) {
-    assert(n >= 0 && n < INT32_MAX && (n == 0 || x != NULL));
+    assert(n >= 0 && (n == 0 || x != NULL));
+    if (n > INT32_MAX - 8) return kn_argmax_f32_ref(x, n);   /* lane indices are int32 */
     const int64_t n8 = n & ~(int64_t)7;
     __m256 mv = _mm256_set1_ps(-INFINITY);
     __m256i iv = _mm256_set1_epi32(-1), at = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

@@ -124,8 +124,8 @@ typedef struct {
     int max_block;                /* longest block that can be recorded        */
     int T;                        /* tokens in the recorded block; 0: none     */
     int pos;                      /* state position before the block           */
-    /* per GDN layer, max_block slots of [Hv][Dv][Dk], each its own buffer:
-     * slot t holds the state after token t < T - 1. A rollback exchanges a
+    /* per GDN layer, max_block - 1 slots of [Hv][Dv][Dk], each its own
+     * buffer: slot t holds the state after token t < T - 1. A rollback exchanges a
      * slot's buffer with the state's own (nx_state.recurrent) instead of
      * copying it: 18 MB a layer stack at the 0.8B shape, 2.2-2.4 ms of one
      * thread per rejected round, now two pointer stores. */
@@ -208,8 +208,8 @@ typedef struct {
     int row0, T, pos;
     mdl_kv kv;                          /* attention                             */
     float *conv_state, *recurrent;      /* Gated DeltaNet                        */
-    float *const *snap_recurrent;       /* GDN rollback record (slots), or NULL  */
-    float *snap_window;
+    float *const *snap_recurrent;       /* slots t < T - 1 of [Hv][Dv][Dk], or NULL */
+    float *snap_window;                 /* [Kc-1+T][CD] conv input window, or NULL */
 } mdl_seg;
 
 /* One pre-norm decoder layer with gated full attention over the rows of
@@ -258,7 +258,9 @@ nx_status mdl_forward_batch(const nx_model *m, const mdl_batch_item *items, int 
 /* Keeps only the first `keep` tokens (1 <= keep <= T) of the recorded block:
  * attention KV is trimmed, every GDN layer's recurrent and conv state is set
  * to its state after token keep-1. Bit-identical to having run only those
- * tokens. NX_ESTATE without a record. Consumes the record. */
+ * tokens. NX_ESTATE without a record. Consumes the record. With keep < T the
+ * recurrent state's buffer is exchanged with a snapshot slot: pointers taken
+ * earlier into s->recurrent[l] or the slots no longer name the state. */
 nx_status mdl_rollback_to(nx_state *s, int keep, char *err, size_t errlen);
 
 /* The kernel set (kernels/matmul.h) nx_kernels k asks for; 0 if k is one of

@@ -86,7 +86,7 @@ static void free_rollback(nx_state *s) {
     mdl_rollback *rb = &s->rb;
     for (int l = 0; l < s->m->cfg.n_layers; l++) {
         if (rb->recurrent && rb->recurrent[l]) {
-            for (int t = 0; t < rb->max_block; t++) nx_free_aligned(rb->recurrent[l][t]);
+            for (int t = 0; t < rb->max_block - 1; t++) nx_free_aligned(rb->recurrent[l][t]);
             nx_free(rb->recurrent[l]);
         }
         if (rb->window) nx_free_aligned(rb->window[l]);
@@ -105,14 +105,16 @@ nx_status mdl_state_enable_rollback(nx_state *s, int max_block, char *err, size_
     size_t rec = (size_t)c->linear_v_heads * (size_t)c->linear_v_dim * (size_t)c->linear_k_dim;
     size_t win = (size_t)(c->conv_kernel - 1 + max_block) * (size_t)cfg_conv_dim(c);
     mdl_rollback *rb = &s->rb;
-    rb->max_block = max_block;   /* how many slots free_rollback frees (NULL ones too) */
+    rb->max_block = max_block;   /* free_rollback frees max_block - 1 slots (NULL ones too) */
     int ok = (rb->recurrent = nx_calloc((size_t)c->n_layers, sizeof(float **))) &&
              (rb->window = nx_calloc((size_t)c->n_layers, sizeof(float *)));
     for (int l = 0; ok && l < c->n_layers; l++)
         if (!c->layer_full[l]) {
+            /* slots for tokens t < T - 1: max_block - 1 (the array at least 1, never NULL) */
             ok = (rb->recurrent[l] = nx_calloc((size_t)max_block, sizeof(float *))) &&
                  (rb->window[l] = nx_alloc_aligned(win * sizeof(float)));
-            for (int t = 0; ok && t < max_block; t++) ok = (rb->recurrent[l][t] = nx_alloc_aligned(rec * sizeof(float))) != NULL;
+            for (int t = 0; ok && t < max_block - 1; t++)
+                ok = (rb->recurrent[l][t] = nx_alloc_aligned(rec * sizeof(float))) != NULL;
         }
     if (!ok) {
         free_rollback(s);

@@ -316,15 +316,16 @@ static void test_strided_rows_equal_a_packed_copy(void) {
     kn_init(0);
 }
 
-/* kn_matmul_rows_stream against kn_matmul_rows: the same bits for every
- * kernel set, T = 1..6 activation rows, strided f32 rows over ranges of whole
- * tile groups and not, odd column counts; other formats pass through. */
+/* kn_matmul_rows (tiles from 2 activation rows), kn_matmul_rows_stream and
+ * kn_matmul_rows one row a call (never a tile): the same bits for every
+ * kernel set and format, T = 1..6, strided rows over ranges of whole tile
+ * groups from odd rows and not, odd column counts. */
 static void test_streamed_rows_equal_plain_rows(void) {
     enum { ROWS = 2 * KN_TILE_GROUP + 5, T = 6 };
     nx_test_rng r = {0xCAC4ED0005ULL};
     static const int64_t cols_list[] = {7, 40, 256, 257};
     static const int64_t ranges[][2] = {{0, KN_TILE_GROUP}, {0, ROWS}, {3, 3 + 2 * KN_TILE_GROUP}, {1, 9}};
-    float y1[T * ROWS], y2[T * ROWS];
+    float y1[T * ROWS], y2[T * ROWS], y3[T * ROWS];
     for (int f = 0; f < 3; f++)
         for (size_t c = 0; c < sizeof cols_list / sizeof *cols_list; c++) {
             const int64_t cols = cols_list[c];
@@ -337,9 +338,13 @@ static void test_streamed_rows_equal_plain_rows(void) {
                 for (int t = 1; t <= T; t++)
                     for (size_t g = 0; g < sizeof ranges / sizeof *ranges; g++) {
                         memset(y1, 0, sizeof y1), memset(y2, 0, sizeof y2);
+                        memset(y3, 0, sizeof y3);
                         kn_matmul_rows_stream(&w, x, cols + 3, t, y1, ROWS, ranges[g][0], ranges[g][1]);
                         kn_matmul_rows(&w, x, cols + 3, t, y2, ROWS, ranges[g][0], ranges[g][1]);
-                        CHECKF(memcmp(y1, y2, sizeof y1) == 0, "%s %s cols %lld T %d rows [%lld, %lld): streamed differs",
+                        for (int64_t r = ranges[g][0]; r < ranges[g][1]; r++)   /* one row a call: never a tile */
+                            kn_matmul_rows(&w, x, cols + 3, t, y3, ROWS, r, r + 1);
+                        CHECKF(memcmp(y1, y2, sizeof y1) == 0 && memcmp(y2, y3, sizeof y2) == 0,
+                               "%s %s cols %lld T %d rows [%lld, %lld): streamed, tiled and row-at-a-time differ",
                                kn_impl_name(), nx_dtype_name(formats[f]), (long long)cols, t, (long long)ranges[g][0],
                                (long long)ranges[g][1]);
                     }
@@ -516,7 +521,9 @@ static void test_argmax_twins_find_the_first_maximum(void) {
     enum { BIG = 248320 };
     float *x = malloc((size_t)BIG * sizeof *x);
     if (!kn_init(0)) fprintf(stderr, "  note: no AVX2 here; the twins are compared scalar with scalar\n");
-    for (int64_t n = 0; n <= BIG; n = n < 40 ? n + 1 : n == 40 ? BIG - 3 : n + 1) {
+    static const int64_t more[] = {255, 1023, BIG - 3, BIG - 2, BIG - 1, BIG};
+    for (int64_t k = -41; k < (int64_t)(sizeof more / sizeof *more); k++) {
+        const int64_t n = k < 0 ? k + 41 : more[k];
         for (int pattern = 0; pattern < 6; pattern++) {
             for (int64_t i = 0; i < n; i++) x[i] = (float)(int)(nx_test_rng_normal(&r, 4.0f));   /* many ties */
             if (pattern == 1 && n) x[0] = NAN;
@@ -568,10 +575,10 @@ static const nx_test tests[] = {
     {"strided_rows_equal_a_packed_copy", "kn_mat.ld > cols: same bits as a packed copy, every format and kernel set, rows and tiles",
      test_strided_rows_equal_a_packed_copy},
     {"argmax_twins_find_the_first_maximum",
-     "kn_argmax_f32 == its twin == first index of the max: lengths 0-40 and 248317-248320, ties, NaNs, -inf",
+     "kn_argmax_f32 == its twin == first index of the max: lengths 0-40, 255, 1023, 248317-248320, ties, NaNs, -inf",
      test_argmax_twins_find_the_first_maximum},
     {"streamed_rows_equal_plain_rows",
-     "kn_matmul_rows_stream == kn_matmul_rows bit for bit: every kernel set and format, T 1-6, tile groups and not",
+     "kn_matmul_rows (tiles) == kn_matmul_rows_stream == one row a call, bit for bit: every set and format, T 1-6",
      test_streamed_rows_equal_plain_rows},
     {"init_selects_avx2_or_scalar_and_force_reference_wins",
      "kn_init picks avx512vnni / avx2 exactly when the CPU has them; kn_select caps the set; force_reference picks scalar",
