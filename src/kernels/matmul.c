@@ -473,8 +473,8 @@ static KN_AVX2 void axpy_f32_avx2(float *y, float a, const float *x, int64_t n) 
  * index of its largest non-NaN value (-1 while it has seen only NaNs); then
  * the largest value over the lanes, the lowest index among equals, which is
  * the first index of the maximum, as the scalar twin finds; the tail after
- * the last multiple of 8 is compared in order. Indices in int32 lanes: the
- * caller's n is a vocabulary, far below 2^31 (asserted). */
+ * the last multiple of 8 is compared in order. Indices in int32 lanes: an n
+ * past them (never a vocabulary) goes to the scalar twin. */
 static KN_AVX2 int64_t argmax_f32_avx2(const float *x, int64_t n) {
     assert(n >= 0 && (n == 0 || x != NULL));
     if (n > INT32_MAX - 8) return kn_argmax_f32_ref(x, n);   /* lane indices are int32 */

@@ -152,11 +152,13 @@ static int attention_block_rows(const nx_model *m, int rows) {
     return per < 1 ? 1 : per > MDL_ATTN_TOKENS ? MDL_ATTN_TOKENS : per;
 }
 
-/* Blocks of up to j->block consecutive rows of one segment: the attention
- * jobs, each block by each KV head. */
+/* Blocks of up to j->block consecutive rows in segment i. */
+static int64_t seg_blocks(const attn_job *j, int i) { return (j->segs[i].T + j->block - 1) / j->block; }
+
+/* All segments' blocks: the attention jobs, each block by each KV head. */
 static int64_t attention_blocks(const attn_job *j) {
     int64_t n = 0;
-    for (int i = 0; i < j->nseg; i++) n += (j->segs[i].T + j->block - 1) / j->block;
+    for (int i = 0; i < j->nseg; i++) n += seg_blocks(j, i);
     return n;
 }
 
@@ -164,7 +166,7 @@ static int64_t attention_blocks(const attn_job *j) {
 static const mdl_seg *block_of(const attn_job *j, int64_t b, int *first) {
     int i = 0;
     for (;; i++) {
-        const int64_t nb = (j->segs[i].T + j->block - 1) / j->block;
+        const int64_t nb = seg_blocks(j, i);
         if (b < nb || i == j->nseg - 1) break;
         b -= nb;
     }

@@ -33,8 +33,8 @@ nx_status mdl_scratch_init(mdl_scratch *sc, const nx_model *m, int max_ctx) {
              (sc->ff1 = nx_alloc_aligned(C * I * F)) && (sc->ff2 = nx_alloc_aligned(C * I * F)) &&
              (sc->out = nx_alloc_aligned(C * H * F)) && (sc->hfinal = nx_alloc_aligned(C * H * F)) &&
              (sc->rope = nx_alloc_aligned(C * (size_t)c->rotary_dim * F)) &&
-             (sc->scores = nx_alloc_aligned((size_t)nx_pool_size(m->pool) * MDL_ATTN_TOKENS * (size_t)(c->n_heads / c->n_kv_heads) *
-                                            (size_t)max_ctx * F)) &&
+             (sc->scores = nx_alloc_aligned((size_t)nx_pool_size(m->pool) * MDL_ATTN_TOKENS *
+                                            (size_t)(c->n_heads / c->n_kv_heads) * (size_t)max_ctx * F)) &&
              (sc->qx = nx_alloc_aligned(kn_qx_bytes((int)C, (int64_t)in_max)));
     if (!ok) {
         mdl_scratch_free(sc);

@@ -134,10 +134,6 @@ static void apply_penalties(nx_sampler *s, const nx_sampling *p, float *logits,
     }
 }
 
-/* Argmax, ties to the lowest id; NaN never wins. All NaN: id 0. */
-/* The first index of the largest logit, NaNs skipped (kn_argmax_f32). */
-static int32_t argmax(const float *x, int n) { return (int32_t)kn_argmax_f32(x, n); }
-
 /* ---- The fixed order ----------------------------------------------------
  * A candidate is one uint64 "rank": the high 32 bits map the float logit to
  * an unsigned key with the same order (flip all bits of negatives, set the
@@ -296,7 +292,7 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
     apply_penalties(s, p, logits, history, n_history);
     float temp = p->temperature;
     if (!(temp > 0.0f)) {
-        s->ids[0] = argmax(logits, V);
+        s->ids[0] = (int32_t)kn_argmax_f32(logits, V);   /* ties to the lowest id; NaN never wins */
         s->probs[0] = 1.0f;
         return 1;
     }
@@ -312,7 +308,7 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
     /* Everything masked (-inf), or a tiny temperature overflowed to +inf:
      * softmax is undefined, and the limit is greedy. */
     if (!(xmax > -INFINITY && xmax < INFINITY)) {
-        s->ids[0] = argmax(logits, V);
+        s->ids[0] = (int32_t)kn_argmax_f32(logits, V);
         s->probs[0] = 1.0f;
         return 1;
     }
