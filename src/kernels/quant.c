@@ -509,9 +509,10 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * multiplied with the sign trick (|u| times xq with u's sign; 128 * 127 * 2 <
  * 32767).
  *
- * Schedule: row by row; per row, up to KN_QXBLOCK activation rows share each
- * unpacked block (an int32 group accumulator and an f32 accumulator each), so
- * a verify block of 4 tokens unpacks every weight once.
+ * Schedule: row by row (a wide product, T > KN_QXBLOCK, 2 rows at a time on
+ * AVX-512VL: quant_qx.inc); per row, up to KN_QXBLOCK activation rows share
+ * each unpacked block (an int32 group accumulator and an f32 accumulator
+ * each), so a verify block of 4 tokens unpacks every weight once.
  *
  * The product itself is in quant_qx.inc, compiled twice below: for AVX2, and
  * for AVX-512 VNNI, where one vpdpbusd does a block's maddubs + madd + add
@@ -527,22 +528,51 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * none), for each set's kernel; row_bytes counts all three. Measured on the
  * 2-core AMD EPYC VM (bench-linear: every step matrix and the LM head of the
  * 0.8B-shape fixture, 2 threads, ms per pass at T = 1, alternating rounds).
- * 8 bits, either kernel: none. 24 rows ahead is 26-91 KB of q8 rows, past the
- * 32 KB L1 the lines land in, and slows every pass: VNNI 24 rows
+ * A step or a verify (T <= KN_QXBLOCK), 8 bits, either kernel: none. 24
+ * rows ahead is 26-91 KB of q8 rows, past the 32 KB L1 the lines land in,
+ * and slows every pass: VNNI 24 rows
  * 34.1/26.3/26.5, none 28.1/19.1/18.8, 4 KB 28.6/21.2/23.6; AVX2 24 rows
  * 36.8/33.2/35.5, none 29.5/26.3/27.8.
  * 4 bits: three streams per row of under 1 KB each are more than the
  * hardware prefetcher follows well. AVX2 (an earlier whole-process A/B of q4
  * decode: 0.92x the wall time at 24 rows ahead, 0.98x at 4; here 24 rows
  * 18.3/17.6/18.1 against 4 KB 20.2/18.6/18.5); the faster VNNI kernel wants
- * less: 24 rows 16.5/15.8/15.7, none 15.4/15.3/16.4, 4 KB 14.7/14.4/14.9. */
-static inline int64_t qx_prefetch_rows_avx2(int bits, size_t row_bytes) {
+ * less: 24 rows 16.5/15.8/15.7, none 15.4/15.3/16.4, 4 KB 14.7/14.4/14.9.
+ * A wide pass: 4 KB ahead into L2 for VNNI's row pairs (qx_prefetch_row);
+ * none for AVX2's single rows, which run as fast either way (1.00x, 1.01x
+ * at T = 8 and 32). */
+static inline int64_t qx_prefetch_rows_avx2(int bits, size_t row_bytes, int wide) {
     (void)row_bytes;
-    return bits == 8 ? 0 : 24;
+    return bits == 8 || wide ? 0 : 24;
 }
 
-static inline int64_t qx_prefetch_rows_avx512vnni(int bits, size_t row_bytes) {
-    return bits == 8 || row_bytes == 0 ? 0 : (int64_t)(4096 / row_bytes) + 1;   /* 0 columns: nothing to fetch */
+static inline int64_t qx_prefetch_rows_avx512vnni(int bits, size_t row_bytes, int wide) {
+    if ((bits == 8 && !wide) || row_bytes == 0) return 0;   /* 0 columns: nothing to fetch */
+    return (int64_t)(4096 / row_bytes) + 1;
+}
+
+/* Prefetches one row's codes (cb bytes), scales and biases (sb bytes each):
+ * into L1 for a step or a verify, into L2 only for a wide pass (T >
+ * KN_QXBLOCK), whose activation rows fill L1 (there, 2-thread q4 passes at T
+ * = 8 and 32: 0.92x and 0.95x the time of no prefetch; into L1: slower). A
+ * wide pass runs two rows at once, and this VM's hardware prefetcher does
+ * not follow two streams: q8 pairs without it (tried at T = 3 and 4) ran
+ * 1.8-2x slower. Always inline: GCC 12 finds a function that only prefetches
+ * free of side effects and drops calls to it that it did not inline. */
+KN_AVX2_INLINE void qx_prefetch_row(affine_row a, size_t cb, size_t sb, int to_l2) {
+    if (to_l2) {
+        for (size_t b = 0; b < cb; b += 64) _mm_prefetch((const char *)a.codes + b, _MM_HINT_T1);
+        for (size_t b = 0; b < sb; b += 64) {
+            _mm_prefetch((const char *)a.sc + b, _MM_HINT_T1);
+            _mm_prefetch((const char *)a.bi + b, _MM_HINT_T1);
+        }
+        return;
+    }
+    for (size_t b = 0; b < cb; b += 64) _mm_prefetch((const char *)a.codes + b, _MM_HINT_T0);
+    for (size_t b = 0; b < sb; b += 64) {
+        _mm_prefetch((const char *)a.sc + b, _MM_HINT_T0);
+        _mm_prefetch((const char *)a.bi + b, _MM_HINT_T0);
+    }
 }
 
 /* The 32 codes of the block from element i (a multiple of 32) of a row of n,
@@ -651,21 +681,25 @@ KN_AVX2_INLINE __m256 load8_sd_avx2(const void *p, nx_dtype dt, int64_t g, int64
 #define QX_INLINE KN_AVX2_INLINE
 #define QX_TARGET KN_AVX2
 #define QX_VNNI 0
+#define QX_WROWS 1
 #include "quant_qx.inc"
 #undef QX_ISA
 #undef QX_INLINE
 #undef QX_TARGET
 #undef QX_VNNI
+#undef QX_WROWS
 
 #define QX_ISA avx512vnni
 #define QX_INLINE KN_VNNI_INLINE
 #define QX_TARGET KN_VNNI
 #define QX_VNNI 1
+#define QX_WROWS 2
 #include "quant_qx.inc"
 #undef QX_ISA
 #undef QX_INLINE
 #undef QX_TARGET
 #undef QX_VNNI
+#undef QX_WROWS
 
 /* kn_affine_quantize_row_ref with vectors, the same codes, scales and biases:
  * a group's extremes by min/max, which are exact in any order (only the sign
