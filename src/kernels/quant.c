@@ -523,6 +523,8 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * part per group (convert, scale, accumulate) now costs as much as the
  * integer part. */
 
+/* Activation rows per register block, and so also the line between a step
+ * or a verify (T <= KN_QXBLOCK: one block) and a wide pass (quant_qx.inc). */
 #define KN_QXBLOCK 4
 /* Rows ahead whose codes, scales and biases a row's pass prefetches (0:
  * none), for each set's kernel; row_bytes counts all three. Measured on the
@@ -548,7 +550,7 @@ static inline int64_t qx_prefetch_rows_avx2(int bits, size_t row_bytes, int wide
 
 static inline int64_t qx_prefetch_rows_avx512vnni(int bits, size_t row_bytes, int wide) {
     if ((bits == 8 && !wide) || row_bytes == 0) return 0;   /* 0 columns: nothing to fetch */
-    return (int64_t)(4096 / row_bytes) + 1;
+    return (int64_t)(4096 / row_bytes) + (wide ? 2 : 1);    /* a pair's rows: past its partner */
 }
 
 /* Prefetches one row's codes (cb bytes), scales and biases (sb bytes each):
@@ -556,8 +558,8 @@ static inline int64_t qx_prefetch_rows_avx512vnni(int bits, size_t row_bytes, in
  * KN_QXBLOCK), whose activation rows fill L1 (there, 2-thread q4 passes at T
  * = 8 and 32: 0.92x and 0.95x the time of no prefetch; into L1: slower). A
  * wide pass runs two rows at once, and this VM's hardware prefetcher does
- * not follow two streams: q8 pairs without it (tried at T = 3 and 4) ran
- * 1.8-2x slower. Always inline: GCC 12 finds a function that only prefetches
+ * not follow two streams: in a trial that paired rows from T = 3, q8 (not
+ * prefetched then) ran 1.8-2x slower at T = 3 and 4. Always inline: GCC 12 finds a function that only prefetches
  * free of side effects and drops calls to it that it did not inline. */
 KN_AVX2_INLINE void qx_prefetch_row(affine_row a, size_t cb, size_t sb, int to_l2) {
     if (to_l2) {

@@ -763,9 +763,9 @@ static void test_int8_rows_are_bit_identical_whatever_t_and_row_range(void) {
 }
 
 /* Long and many rows: 8, 9 and 17 groups per row (full and partial blocks of
- * eight scales, more than one of them) and 30 rows (past the kernel's
- * prefetch distance): the twins agree bit for bit, and a T = 5 call equals
- * T = 1 calls row by row. */
+ * eight scales, more than one of them) and 30 rows (past the prefetch
+ * distance, 4 KB of rows ahead, where rows are long): the twins agree bit for
+ * bit, and a T = 5 call (a wide pass) equals T = 1 calls row by row. */
 static void test_int8_matmul_on_long_and_many_rows_matches_the_reference(void) {
     enum { T = 5, ROWS = 30 };
     static const int64_t gprs[] = {8, 9, 17};
@@ -806,7 +806,10 @@ static void test_int8_matmul_on_long_and_many_rows_matches_the_reference(void) {
  * 6-bit codes in groups of 64 (2 * 63 * 127 * 2 = 32004) and of 5- and 4-bit
  * codes in groups of 128 (31496, 15240; 6-bit in 128 would not fit and must
  * take the int32 path), all codes at their maximum against
- * xq = 127. Every result must be the exact sum; a NaN activation gives NaN. */
+ * xq = 127. Every result must be the exact sum; a NaN activation gives NaN.
+ * The three activation rows run twice: alone (T = 3, one weight row a pass)
+ * and repeated (T = 6, a wide pass: weight rows in pairs where the set has
+ * them). */
 static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(void) {
     enum { n = 128, rows = 3 };
     static const struct { int bits, group; } cases[] = {{8, 64}, {8, 128}, {6, 64}, {6, 128}, {5, 128}, {4, 128}, {4, 64}, {3, 128}};
@@ -822,27 +825,32 @@ static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(vo
         for (int i = 0; i < rows * 4; i++) sc[i] = 1.0f, bs[i] = 0.0f;
         kn_mat w = {.data = words, .dtype = NX_DT_U32, .rows = rows, .cols = n, .bits = bits, .group = group,
                     .scales = sc, .biases = bs, .sdtype = NX_DT_F32};
-        float x[3 * n];   /* row 0 all +127; row 1 alternating +-127; row 2 with a NaN */
+        float x[6 * n];   /* row 0 all +127; row 1 alternating +-127; row 2 with a NaN; rows 3-5 again */
         for (int c = 0; c < n; c++) x[c] = 127.0f, x[n + c] = c % 2 ? -127.0f : 127.0f, x[2 * n + c] = 127.0f;
         x[2 * n + 5] = NAN;
-        kn_qx qx = make_qx(3, &w);
-        for (int k = 0; k < N_INT8_ISAS; k++) {
-            if (!use_int8_isa(k)) continue;
-            kn_quantize_x(&qx, x, n);
-            float y[3 * rows];
-            kn_matmul_qx_rows(&w, &qx, y, rows, 0, rows);
-            for (int t = 0; t < 2; t++)
-                for (int r = 0; r < rows; r++) {
-                    double want = 0;
-                    for (int c = 0; c < n; c++) want += (double)codes[r * n + c] * x[t * n + c];
-                    CHECKF(y[t * rows + r] == (float)want, "%s q%d g%d t=%d row %d: %g, want %g", kn_impl_name(), bits,
-                           group, t, r, y[t * rows + r], want);
-                }
-            for (int r = 0; r < rows; r++)
-                CHECKF(isnan(y[2 * rows + r]), "%s q%d row %d: a NaN activation gave %g", kn_impl_name(), bits, r,
-                       y[2 * rows + r]);
+        memcpy(x + 3 * n, x, sizeof(float) * 3 * n);
+        for (int T = 3; T <= 6; T += 3) {
+            kn_qx qx = make_qx(T, &w);
+            for (int k = 0; k < N_INT8_ISAS; k++) {
+                if (!use_int8_isa(k)) continue;
+                kn_quantize_x(&qx, x, n);
+                float y[6 * rows];
+                kn_matmul_qx_rows(&w, &qx, y, rows, 0, rows);
+                for (int t = 0; t < T; t++)
+                    for (int r = 0; r < rows; r++) {
+                        if (t % 3 == 2) {
+                            CHECKF(isnan(y[t * rows + r]), "%s q%d T=%d row %d: a NaN activation gave %g",
+                                   kn_impl_name(), bits, T, r, y[t * rows + r]);
+                            continue;
+                        }
+                        double want = 0;
+                        for (int c = 0; c < n; c++) want += (double)codes[r * n + c] * x[t * n + c];
+                        CHECKF(y[t * rows + r] == (float)want, "%s q%d g%d T=%d t=%d row %d: %g, want %g", kn_impl_name(),
+                               bits, group, T, t, r, y[t * rows + r], want);
+                    }
+            }
+            free(qx.q);
         }
-        free(qx.q);
     }
     kn_init(0);
 }
