@@ -212,10 +212,22 @@ void kn_affine_matmul_rows_ref(const kn_mat *w, const float *x, int64_t ldx, int
 
 /* ---- Int8 activations: scalar twins (the definition, quant.h) ------------ */
 
+/* Groups per block of the storage order (quant.h): one per int32 lane of a
+ * 256-bit vector. */
+#define QX_BLOCK_GROUPS 8
+
+/* Bytes of one row of q: cols, padded to whole blocks of 8 groups for
+ * nibbles. */
+static int64_t qx_row_bytes(int64_t cols, int group, int nibbles) {
+    const int64_t block = (int64_t)QX_BLOCK_GROUPS * group;
+    return nibbles ? (cols + block - 1) / block * block : cols;
+}
+
 size_t kn_qx_bytes(int T, int64_t cols) {
     assert(T >= 0 && cols >= 0);
     const size_t G = (size_t)(cols / 32);   /* the most groups any group size gives */
-    return (size_t)T * ((size_t)cols + G * 2 * sizeof(float));
+    /* 8 * group divides 1024 for every group size, so no row pads past this */
+    return (size_t)T * ((size_t)qx_row_bytes(cols, 128, 1) + G * 2 * sizeof(float));
 }
 
 void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w) {
@@ -227,16 +239,21 @@ void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w) {
     qx->cols = cols;
     qx->group = w->group;
     qx->nibbles = kn_qx_nibbles(w);
-    /* cols is a multiple of 32, so every array after q starts 4-byte aligned. */
-    qx->q = (int8_t *)p, p += (size_t)T * (size_t)cols;
+    qx->ldq = qx_row_bytes(cols, w->group, qx->nibbles);
+    /* ldq is a multiple of 32, so every array after q starts 4-byte aligned. */
+    qx->q = (int8_t *)p, p += (size_t)T * (size_t)qx->ldq;
     qx->d = (float *)(void *)p, p += (size_t)T * G * sizeof(float);
     qx->s = (float *)(void *)p;
 }
 
-/* The lane of element c of a group (c counts from a multiple of 64) and where
- * its int8 value is stored, relative to the group (quant.h). */
-static inline int qx_lane(int nibbles, int64_t c) { return nibbles ? (int)(c % 64 / 8) : (int)(c % 32 / 4); }
-static inline int64_t qx_pos(int nibbles, int64_t c) { return nibbles ? c - c % 64 + c % 2 * 32 + c % 64 / 2 : c; }
+/* Where element c of group g of a row is stored, relative to the row, and
+ * (other than nibbles) its lane (quant.h's storage orders). */
+static inline int64_t qx_pos(const kn_qx *qx, int64_t g, int64_t c) {
+    if (!qx->nibbles) return g * qx->group + c;
+    const int64_t block = g / QX_BLOCK_GROUPS * QX_BLOCK_GROUPS * qx->group, lane = 4 * (g % QX_BLOCK_GROUPS);
+    return block + c / 64 * 512 + c % 64 / 8 * 64 + c % 2 * 32 + lane + c % 8 / 2;
+}
+static inline int qx_lane(int64_t c) { return (int)(c % 32 / 4); }
 
 /* The scale d and its inverse id for a group whose largest magnitude is amax
  * (finite): 0 and 0 below KN_QX_MIN_AMAX, where 127 / amax could overflow. */
@@ -249,8 +266,9 @@ static inline void qx_scale(float amax, float *d, float *id) {
     *id = 127.0f / amax;
 }
 
-/* Quantizes one group of n elements of x into q, *d and *s (quant.h). */
-static void quantize_group_ref(const float *x, int n, int nibbles, int8_t *q, float *d, float *s) {
+/* Quantizes one group of n elements of x into q (in element order), *d and
+ * *s (quant.h). */
+static void quantize_group_ref(const float *x, int n, int8_t *q, float *d, float *s) {
     float amax = 0.0f;
     int bad = 0;
     for (int c = 0; c < n; c++) {
@@ -269,29 +287,31 @@ static void quantize_group_ref(const float *x, int n, int nibbles, int8_t *q, fl
     for (int c = 0; c < n; c++) {
         float v = nearbyintf(x[c] * id);   /* the current rounding mode: half to even */
         v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-        q[qx_pos(nibbles, c)] = (int8_t)v;
+        q[c] = (int8_t)v;
         sum += (int32_t)v;
     }
     *d = scale;
     *s = scale * (float)sum;
 }
 
-/* Quantizer of one group, as quantize_group_ref. */
-typedef void (*qx_group_fn)(const float *x, int n, int nibbles, int8_t *q, float *d, float *s);
-
-/* Every group of every row of x through one twin's group quantizer. */
-static void quantize_rows(kn_qx *qx, const float *x, int64_t ldx, qx_group_fn quantize_group) {
+/* Every group of every row of x, each group's bytes then moved to their
+ * places in the storage order; for nibbles, the lanes of a partial last
+ * block's missing groups are zeroed. */
+void kn_quantize_x_ref(kn_qx *qx, const float *x, int64_t ldx) {
     assert(qx != NULL && (qx->T <= 1 || ldx >= qx->cols));
     const int64_t n = qx->cols, G = n / qx->group;
-    for (int t = 0; t < qx->T; t++)
+    int8_t tmp[128];
+    for (int t = 0; t < qx->T; t++) {
+        int8_t *row = qx->q + (int64_t)t * qx->ldq;
+        const int64_t last = G / QX_BLOCK_GROUPS * QX_BLOCK_GROUPS * qx->group;   /* the last block, if partial */
+        memset(row + last, 0, (size_t)(qx->ldq - last));
         for (int64_t g = 0; g < G; g++) {
             const int64_t k = (int64_t)t * G + g;
-            quantize_group(x + (int64_t)t * ldx + g * qx->group, qx->group, qx->nibbles,
-                           qx->q + (int64_t)t * n + g * qx->group, qx->d + k, qx->s + k);
+            quantize_group_ref(x + (int64_t)t * ldx + g * qx->group, qx->group, tmp, qx->d + k, qx->s + k);
+            for (int c = 0; c < qx->group; c++) row[qx_pos(qx, g, c)] = tmp[c];
         }
+    }
 }
-
-void kn_quantize_x_ref(kn_qx *qx, const float *x, int64_t ldx) { quantize_rows(qx, x, ldx, quantize_group_ref); }
 
 /* ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)): the AVX2 combine order. */
 static float combine8_ref(const float a[8]) {
@@ -310,16 +330,19 @@ void kn_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t l
         /* 8-bit codes centered (quant.h): u = q - 128, c_g = fma(128, sc_g, b_g) */
         const int32_t center = w->bits == 8 ? 128 : 0;
         for (int t = 0; t < qx->T; t++) {
-            const int8_t *xq = qx->q + (int64_t)t * n;
+            const int8_t *xq = qx->q + (int64_t)t * qx->ldq;
             float acc[8] = {0}, bl[8] = {0};
             for (int64_t g = 0; g < G; g++) {
-                int32_t lane[8] = {0};
-                for (int64_t c = g * group; c < (g + 1) * group; c++)
-                    lane[qx_lane(qx->nibbles, c)] += ((int32_t)code_at(codes, c, w->bits) - center) * xq[qx_pos(qx->nibbles, c)];
+                int32_t lane[8] = {0};   /* nibbles: lane 0 alone, the whole group (I_g) */
+                for (int64_t c = 0; c < group; c++)
+                    lane[qx->nibbles ? 0 : qx_lane(c)] +=
+                        ((int32_t)code_at(codes, g * group + c, w->bits) - center) * xq[qx_pos(qx, g, c)];
                 const int64_t k = (int64_t)t * G + g;
                 const float scale = sd_load(sc, w->sdtype, g), bias = sd_load(bi, w->sdtype, g), dg = qx->d[k] * scale;
                 const float cg = center ? fmaf(128.0f, scale, bias) : bias;
-                for (int j = 0; j < 8; j++) acc[j] = fmaf((float)lane[j], dg, acc[j]);
+                if (qx->nibbles) acc[g % 8] = fmaf((float)lane[0], dg, acc[g % 8]);
+                else
+                    for (int j = 0; j < 8; j++) acc[j] = fmaf((float)lane[j], dg, acc[j]);
                 bl[g % 8] = fmaf(cg, qx->s[k], bl[g % 8]);
             }
             y[(int64_t)t * ldy + r] = combine8_ref(acc) + combine8_ref(bl);
@@ -498,19 +521,21 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
 }
 
 /* ---- Int8 activations: AVX2 twins ------------------------------------------
- * The quantizer packs 32 int32 codes at a time into bytes in element order.
- * The matmul unpacks the weight codes of a 32-element block to 32 bytes in
- * element order (q4: nibbles split and interleaved; q8: loaded as they are;
- * 2, 3, 5, 6: unpack8_avx2 four times, then packed), so a maddubs + madd puts
- * elements 4j..4j+3 of the block into int32 lane j, and adding the blocks of a
- * group gives quant.h's I_j exactly. The int16 pair sums cannot saturate: a
+ * The quantizer packs 32 int32 codes at a time into bytes in element order
+ * (nibbles: then transposed by blocks of 8 groups, quant.h). The matmul
+ * unpacks the weight codes of a 32-element block to 32 bytes in element order
+ * (q8: loaded as they are; q4 in groups of 32 and 2, 3, 5, 6: unpack8_avx2
+ * four times, then packed), so a maddubs + madd puts elements 4j..4j+3 of the
+ * block into int32 lane j, and adding the blocks of a group gives quant.h's
+ * I_j exactly; nibbles transpose 8 groups' code bytes instead, so that lane j
+ * sums group j (I_g). The int16 pair sums cannot saturate: a
  * code is at most 63 for bits <= 6 (63 * 127 * 2 < 32767). 8-bit codes (up to
  * 255) would, so they are centered (quant.h: u = q - 128 in [-128, 127]) and
  * multiplied with the sign trick (|u| times xq with u's sign; 128 * 127 * 2 <
  * 32767).
  *
  * Schedule: row by row (a wide product, T > KN_QXBLOCK, 2 rows at a time on
- * AVX-512VL: quant_qx.inc); per row, up to KN_QXBLOCK activation rows share
+ * AVX-512VL except for nibbles: quant_qx.inc); per row, up to KN_QXBLOCK activation rows share
  * each unpacked block (an int32 group accumulator and an f32 accumulator
  * each), so a verify block of 4 tokens unpacks every weight once.
  *
@@ -520,8 +545,9 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * (Zen 4) VM, one thread, weights in L2 (bench-matmul 0.5 31 1,2,4,8 int8),
  * G weights/s, AVX2 -> VNNI: q8 T = 1/2/4/8 19.4/12.8/7.5/4.1 ->
  * 20.3/13.1/8.3/4.8, q4 32.0/21.5/11.8/5.6 -> 31.9/23.4/13.0/6.3: the f32
- * part per group (convert, scale, accumulate) now costs as much as the
- * integer part. */
+ * part per group (convert, scale, accumulate) then cost as much as the
+ * integer part, which is why nibbles now sum 8 groups per register (one f32
+ * step per 8 groups; quant_qx.inc). */
 
 /* Activation rows per register block, and so also the line between a step
  * or a verify (T <= KN_QXBLOCK: one block) and a wide pass (quant_qx.inc). */
@@ -606,7 +632,31 @@ KN_AVX2_INLINE int32_t hsum_epi32_avx2(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-/* quantize_group_ref with vectors; n is a multiple of 32 (of 64 with nibbles). */
+/* v[k] lane j <- v[j] lane k: an 8 x 8 transpose of int32 words (the
+ * storage order's blocks of 8 groups, quant.h). */
+KN_AVX2_INLINE void transpose8_epi32_avx2(__m256i v[8]) {
+    __m256i a[8], b[8];
+    for (int i = 0; i < 8; i += 2) {
+        a[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+        a[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        b[i] = _mm256_unpacklo_epi64(a[i], a[i + 2]);
+        b[i + 1] = _mm256_unpackhi_epi64(a[i], a[i + 2]);
+        b[i + 2] = _mm256_unpacklo_epi64(a[i + 1], a[i + 3]);
+        b[i + 3] = _mm256_unpackhi_epi64(a[i + 1], a[i + 3]);
+    }
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x20);
+        v[i + 4] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x31);
+    }
+}
+
+/* quantize_group_ref with vectors; n is a multiple of 32 (of 64 with
+ * nibbles). q gets the group's 32-byte vectors as the storage order
+ * transposes them: 32 elements in order; with nibbles, per 64 elements the 32
+ * even ones, then the 32 odd ones (word k of each holds the 4 elements of
+ * word k of the codes' low or high nibbles). */
 static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8_t *q, float *d, float *s) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), big = _mm256_set1_ps(FLT_MAX);
     __m256 vmax = _mm256_setzero_ps(), vbad = _mm256_setzero_ps();
@@ -640,6 +690,7 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8
             v[k] = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
         }
         __m256i b = pack32_i8_avx2(v[0], v[1], v[2], v[3]);
+        lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, b), ones16));
         if (nibbles) {
             /* qwords [even 0-14, odd 1-15, even 16-30, odd 17-31] -> [evens | odds] of these 32 */
             b = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(b, deint), _MM_SHUFFLE(3, 1, 2, 0));
@@ -648,21 +699,48 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8
                 continue;
             }
             /* the 64 elements from c - 32: all evens, then all odds */
-            const __m256i ev = _mm256_permute2x128_si256(prev, b, 0x20), od = _mm256_permute2x128_si256(prev, b, 0x31);
-            _mm256_storeu_si256((__m256i *)(void *)(q + c - 32), ev);
-            _mm256_storeu_si256((__m256i *)(void *)(q + c), od);
-            lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, ev), ones16));
-            b = od;
+            _mm256_storeu_si256((__m256i *)(void *)(q + c - 32), _mm256_permute2x128_si256(prev, b, 0x20));
+            _mm256_storeu_si256((__m256i *)(void *)(q + c), _mm256_permute2x128_si256(prev, b, 0x31));
         } else {
             _mm256_storeu_si256((__m256i *)(void *)(q + c), b);
         }
-        lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, b), ones16));
     }
     *d = scale;
     *s = scale * (float)hsum_epi32_avx2(lanes);
 }
 
-void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx) { quantize_rows(qx, x, ldx, quantize_group_avx2); }
+/* kn_quantize_x_ref's bytes: groups in element order where they are stored
+ * so; for nibbles 8 groups at a time, each group's evens and odds vectors
+ * (quantize_group_avx2) transposed as int32 words into the block's lanes:
+ * vector i's word k goes to (i / 2) * 512 + k * 64 + (i % 2) * 32. */
+KN_AVX2 void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx) {
+    assert(qx != NULL && (qx->T <= 1 || ldx >= qx->cols));
+    const int64_t n = qx->cols, group = qx->group, G = n / group;
+    int8_t tmp[QX_BLOCK_GROUPS][128] __attribute__((aligned(32)));
+    for (int t = 0; t < qx->T; t++) {
+        int8_t *row = qx->q + (int64_t)t * qx->ldq;
+        const float *xt = x + (int64_t)t * ldx;
+        if (!qx->nibbles) {
+            for (int64_t g = 0; g < G; g++)
+                quantize_group_avx2(xt + g * group, (int)group, 0, row + g * group, qx->d + t * G + g, qx->s + t * G + g);
+            continue;
+        }
+        for (int64_t g8 = 0; g8 < G; g8 += QX_BLOCK_GROUPS) {
+            const int64_t cnt = G - g8 < QX_BLOCK_GROUPS ? G - g8 : QX_BLOCK_GROUPS, k = (int64_t)t * G + g8;
+            for (int j = 0; j < QX_BLOCK_GROUPS; j++) {
+                if (j < cnt) quantize_group_avx2(xt + (g8 + j) * group, (int)group, 1, tmp[j], qx->d + k + j, qx->s + k + j);
+                else memset(tmp[j], 0, (size_t)group);   /* a partial block's missing groups */
+            }
+            for (int i = 0; i < group / 32; i++) {
+                __m256i v[8];
+                for (int j = 0; j < 8; j++) v[j] = _mm256_load_si256((const __m256i *)(const void *)(tmp[j] + 32 * i));
+                transpose8_epi32_avx2(v);
+                int8_t *dst = row + g8 * group + (i / 2) * 512 + (i % 2) * 32;
+                for (int w = 0; w < 8; w++) _mm256_storeu_si256((__m256i *)(void *)(dst + w * 64), v[w]);
+            }
+        }
+    }
+}
 
 /* Elements g .. g+cnt-1 (1 <= cnt <= 8) of a scale or bias array as f32 lanes,
  * 0 beyond cnt. dt is a constant after inlining. */

@@ -107,22 +107,24 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * 1e36, where the f32 product might still be finite: far outside what a
  * normed activation is.)
  *
- * Lanes and storage order follow how the weights unpack. In general lane(c) =
- * (c % 32) / 4 and xq is stored in element order. For 4-bit weights in groups
- * of 64 or 128 ("nibbles"), whose 32 code bytes hold 64 elements as low and
- * high nibbles, each 64 elements are stored evens first, then odds (element
- * c at c - c%64 + (c%2)*32 + (c%64)/2), and lane(c) = (c % 64) / 8.
- *
  * The product of weight row r (scale sc_g, bias b_g, codes q) with activation
  * row t is, with 8 f32 lanes acc[j] and 8 more bl[j], all starting at 0:
  *   for each group g in order:
- *     I_j     = sum of u[c] * xq[c] over the group's c with lane(c) == j
- *               (an exact integer: lane j of a maddubs + madd over the
- *               group's 32-element blocks)
+ *     I_j     = sum of u[c] * xq[c] over the group's c with lane(c) == j,
+ *               lane(c) = (c % 32) / 4 (an exact integer: lane j of a
+ *               maddubs + madd over the group's 32-element blocks)
  *     acc[j]  = fma((float)I_j, d[t][g] * sc_g, acc[j])   for j = 0..7
  *     bl[g % 8] = fma(c_g, s[t][g], bl[g % 8])
  *   y = comb(acc) + comb(bl), comb(a) = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
- * where u = q and c_g = b_g, except for 8-bit weights, which are centered: u
+ * except for 4-bit weights in groups of 64 or 128 ("nibbles"), whose 32 code
+ * bytes per 64 elements hold element 2m in byte m's low nibble and 2m + 1 in
+ * its high one: there each group is one lane,
+ *     I_g     = sum of u[c] * xq[c] over the whole group (exact, and exact
+ *               as f32: |I_g| <= 128 * 15 * 127 < 2^24)
+ *     acc[g % 8] = fma((float)I_g, d[t][g] * sc_g, acc[g % 8])
+ * (the SIMD product sums 8 groups in the 8 int32 lanes of one register, so
+ * one convert and one fma per 8 groups apply their scales).
+ * Here u = q and c_g = b_g, except for 8-bit weights, which are centered: u
  * = q - 128 and c_g = fma(128, sc_g, b_g) (sc_g q + b_g = sc_g u + c_g up to
  * c_g's f32 rounding, at most 2^-24 |c_g| per group and none for bf16 scales
  * and biases within 16 binades of each other; the SIMD product needs u in
@@ -134,7 +136,15 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * contract). Error against the f32 product: the activation rounding, |x - d
  * xq| <= d / 2 = amax / 254 per element, and for 8-bit weights c_g's rounding
  * above. (c_g overflows for scales beyond about 2.6e36, where sc_g * 255
- * would be near f32's limit anyway.) */
+ * would be near f32's limit anyway.)
+ *
+ * Storage order of xq: a row's groups one after another in element order,
+ * except for nibbles, which are stored in blocks of 8 groups (8 * group
+ * bytes; a row's last block padded with zero groups to 8, so a row takes ldq
+ * = ceil(G / 8) * 8 * group bytes) where 32 bytes hold 4 activations of each
+ * of the block's 8 groups, group j in int32 lane j, to meet the 8 groups'
+ * codes transposed as int32 words: element c of group j of a block at
+ *   (c / 64) * 512 + (c % 64 / 8) * 64 + (c % 2) * 32 + 4j + (c % 8) / 2. */
 
 #define KN_QX_MIN_AMAX 0x1p-100f
 
@@ -146,7 +156,8 @@ typedef struct {
     int64_t cols;
     int group;          /* 32, 64 or 128: the weights' group size            */
     int nibbles;        /* 1: the 4-bit storage order (above)                */
-    int8_t *q;          /* [T][cols]                                         */
+    int64_t ldq;        /* bytes per row of q: cols (nibbles: padded, above)  */
+    int8_t *q;          /* [T][ldq] in the storage order above               */
     float *d;           /* [T][cols / group] activation scales               */
     float *s;           /* [T][cols / group] d * sum of the group's xq       */
 } kn_qx;
@@ -154,7 +165,8 @@ typedef struct {
 /* 1 if activations for affine w are stored in the nibbles order (above). */
 static inline int kn_qx_nibbles(const kn_mat *w) { return w->bits == 4 && w->group >= 64; }
 
-/* Bytes of buffer a kn_qx of T rows of cols needs for any group size. */
+/* Bytes of buffer a kn_qx of T rows of cols needs for any group size
+ * (padding included). */
 size_t kn_qx_bytes(int T, int64_t cols);
 
 /* Sets qx up for T rows to multiply affine w with (its cols, group and
@@ -162,7 +174,8 @@ size_t kn_qx_bytes(int T, int64_t cols);
  * bytes, 4-byte aligned). */
 void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w);
 
-/* Quantizes x (T rows, row stride ldx >= qx->cols) into qx as above. */
+/* Quantizes x (T rows, row stride ldx >= qx->cols) into qx as above, any
+ * padding included. */
 void kn_quantize_x(kn_qx *qx, const float *x, int64_t ldx);
 
 /* Y[t*ldy + r] = the product above of W row r and qx row t, for t < qx->T and

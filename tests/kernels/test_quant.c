@@ -554,12 +554,12 @@ static kn_qx make_qx(int T, const kn_mat *w) {
     return qx;
 }
 
-/* Straight from quant.h: where element c (counted from a multiple of 64) of a
- * group is stored, relative to the group, and its lane. */
-static int64_t naive_pos(const kn_qx *qx, int64_t c) {
-    if (!qx->nibbles) return c;
-    const int64_t base = c / 64 * 64, e = c % 64;
-    return base + (e % 2 == 0 ? e / 2 : 32 + e / 2);
+/* Straight from quant.h: where element c of group g of a row is stored,
+ * relative to the row. */
+static int64_t naive_pos(const kn_qx *qx, int64_t g, int64_t c) {
+    if (!qx->nibbles) return g * qx->group + c;
+    const int64_t block = g / 8 * 8 * qx->group, j = g % 8;
+    return block + c / 64 * 512 + c % 64 / 8 * 64 + c % 2 * 32 + 4 * j + c % 8 / 2;
 }
 
 /* Rows t0 .. t0+T-1 of qx as a view of its own. */
@@ -567,7 +567,7 @@ static kn_qx qx_rows(const kn_qx *qx, int t0, int T) {
     const int64_t G = qx->cols / qx->group;
     kn_qx v = *qx;
     v.T = T;
-    v.q += t0 * qx->cols, v.d += t0 * G, v.s += t0 * G;
+    v.q += t0 * qx->ldq, v.d += t0 * G, v.s += t0 * G;
     return v;
 }
 
@@ -605,7 +605,8 @@ static void check_quantized_acts(const kn_qx *qx, const float *x, int64_t ldx, c
     for (int t = 0; t < qx->T; t++)
         for (int64_t g = 0; g < G; g++) {
             const float *xg = x + t * ldx + g * qx->group;
-            const int8_t *q = qx->q + t * n + g * qx->group;
+            int8_t q[128];   /* the group in element order */
+            for (int c = 0; c < qx->group; c++) q[c] = qx->q[t * qx->ldq + naive_pos(qx, g, c)];
             const int64_t k = t * G + g;
             float amax = 0;
             int finite = 1;
@@ -627,7 +628,7 @@ static void check_quantized_acts(const kn_qx *qx, const float *x, int64_t ldx, c
             }
             bad += qx->d[k] != amax / 127.0f || qx->s[k] != qx->d[k] * (float)sum;
             for (int c = 0; c < qx->group; c++) {
-                const int qc = q[naive_pos(qx, c)];
+                const int qc = q[c];
                 const double e = fabs((double)xg[c] - (double)qx->d[k] * qc);
                 /* half a step, plus the rounding of 127 / amax and of the product */
                 bad += qc < -127 || e > 0.5 * qx->d[k] * (1 + 0x1p-20);
@@ -636,6 +637,9 @@ static void check_quantized_acts(const kn_qx *qx, const float *x, int64_t ldx, c
                 if (amax == 127.0f && xg[c] - floorf(xg[c]) == 0.5f) bad += (qc & 1) != 0;
             }
         }
+    for (int t = 0; t < qx->T; t++)   /* a partial last block's missing groups hold zeros */
+        for (int64_t g = G; g < qx->ldq / qx->group; g++)
+            for (int c = 0; c < qx->group; c++) bad += qx->q[t * qx->ldq + naive_pos(qx, g, c)] != 0;
     CHECKF(bad == 0, "%s: %d deviations from the definition", what, bad);
 }
 
@@ -663,7 +667,7 @@ static void test_activation_quantizer_follows_the_definition_in_both_twins(void)
             kn_quantize_x(&b, x, ldx);
             check_quantized_acts(&b, x, ldx, what);
             const int64_t G = n / group;
-            CHECKF(memcmp(a.q, b.q, (size_t)(T * n)) == 0,
+            CHECKF(memcmp(a.q, b.q, (size_t)(T * a.ldq)) == 0,
                    "g%d n%lld: twins quantize differently", group, (long long)n);
             for (int64_t k = 0; k < T * G; k++)
                 CHECKF((a.d[k] == b.d[k] || (isnan(a.d[k]) && isnan(b.d[k]))) &&
@@ -710,7 +714,7 @@ static void test_int8_matmul_twins_agree_and_stay_within_the_activation_rounding
                                     const double w = naive_weight(&q.m, row, c), xc = x[t * n + c];
                                     const double d = qx.d[t * G + c / groups[g]];
                                     const int64_t g0 = c / groups[g] * groups[g];
-                                    dq += w * (d * qx.q[t * n + g0 + naive_pos(&qx, c - g0)]);
+                                    dq += w * (d * qx.q[t * qx.ldq + naive_pos(&qx, c / groups[g], c - g0)]);
                                     f32 += w * xc;
                                     mag += fabs(w * xc) + fabs(w) * d;
                                     /* a group below KN_QX_MIN_AMAX counts as zero (d = 0) */
