@@ -524,8 +524,8 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * The quantizer packs 32 int32 codes at a time into bytes in element order
  * (nibbles: then transposed by blocks of 8 groups, quant.h). The matmul
  * unpacks the weight codes of a 32-element block to 32 bytes in element order
- * (q8: loaded as they are; q4 in groups of 32 and 2, 3, 5, 6: unpack8_avx2
- * four times, then packed), so a maddubs + madd puts elements 4j..4j+3 of the
+ * (q8: loaded as they are; q4 in groups of 32: nibbles split and
+ * interleaved; 2, 3, 5, 6: unpack8_avx2 four times, then packed), so a maddubs + madd puts elements 4j..4j+3 of the
  * block into int32 lane j, and adding the blocks of a group gives quant.h's
  * I_j exactly; nibbles transpose 8 groups' code bytes instead, so that lane j
  * sums group j (I_g). The int16 pair sums cannot saturate: a
@@ -566,7 +566,9 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * decode: 0.92x the wall time at 24 rows ahead, 0.98x at 4; here 24 rows
  * 18.3/17.6/18.1 against 4 KB 20.2/18.6/18.5); the faster VNNI kernel wants
  * less: 24 rows 16.5/15.8/15.7, none 15.4/15.3/16.4, 4 KB 14.7/14.4/14.9.
- * A wide pass: 4 KB ahead into L2 for VNNI's row pairs (qx_prefetch_row);
+ * A wide pass: 4 KB ahead into L2 for VNNI's row pairs (qx_prefetch_row;
+ * nibbles run single rows there, for which the reach is one row longer than
+ * needed);
  * none for AVX2's single rows, which run as fast either way (1.00x, 1.01x
  * at T = 8 and 32). */
 static inline int64_t qx_prefetch_rows_avx2(int bits, size_t row_bytes, int wide) {
@@ -712,7 +714,8 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8
 /* kn_quantize_x_ref's bytes: groups in element order where they are stored
  * so; for nibbles 8 groups at a time, each group's evens and odds vectors
  * (quantize_group_avx2) transposed as int32 words into the block's lanes:
- * vector i's word k goes to (i / 2) * 512 + k * 64 + (i % 2) * 32. */
+ * vector i's word k of group j goes to (i / 2) * 512 + k * 64 + (i % 2) * 32
+ * + 4j from the start of the block (quant.h's formula). */
 KN_AVX2 void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx) {
     assert(qx != NULL && (qx->T <= 1 || ldx >= qx->cols));
     const int64_t n = qx->cols, group = qx->group, G = n / group;

@@ -646,11 +646,13 @@ static void check_quantized_acts(const kn_qx *qx, const float *x, int64_t ldx, c
 static void test_activation_quantizer_follows_the_definition_in_both_twins(void) {
     enum { T = 5 };
     nx_test_rng r = {0x5EED0F1A77C0FFEEULL};
+    /* groups per row: also a full block of 8 (nibbles' storage order) and more */
+    static const int64_t gprs[] = {1, 3, 5, 8, 9, 17};
     for (int g = 0; g < N_GROUPS; g++)
-        for (int cs = 0; cs < N_SHAPES * 2; cs++) {
+        for (int cs = 0; cs < 12; cs++) {
             /* for 8-bit and for 4-bit weights (the nibbles order from group 64) */
             const int group = groups[g], bits = cs % 2 ? 4 : 8;
-            const int64_t n = group * groups_per_row[cs / 2], ldx = n + 5;
+            const int64_t n = group * gprs[cs / 2], ldx = n + 5;
             const kn_mat w = {.dtype = NX_DT_U32, .cols = n, .bits = bits, .group = group, .sdtype = NX_DT_F32};
             float *x = calloc((size_t)(T * ldx), sizeof *x);   /* rows at an odd stride */
             float *rows = make_act_kinds(&r, T, n, group, 1);
@@ -807,29 +809,32 @@ static void test_int8_matmul_on_long_and_many_rows_matches_the_reference(void) {
 /* The largest codes against the largest activations, where the int16 sums
  * come closest to overflowing: 8-bit codes 0 and 255 (q - 128 = -128 and 127:
  * a pair sum of 32512 with the sign trick), and the int16 group sums of
- * 6-bit codes in groups of 64 (2 * 63 * 127 * 2 = 32004) and of 5- and 4-bit
- * codes in groups of 128 (31496, 15240; 6-bit in 128 would not fit and must
- * take the int32 path), all codes at their maximum against
- * xq = 127. Every result must be the exact sum; a NaN activation gives NaN.
- * The three activation rows run twice: alone (T = 3, one weight row a pass)
- * and repeated (T = 6, a wide pass: weight rows in pairs where the set has
- * them). */
+ * 6-bit codes in groups of 64 (2 * 63 * 127 * 2 = 32004) and of 5-bit codes
+ * in groups of 128 (31496; 6-bit in 128 would not fit and must take the
+ * int32 path), and 4-bit nibbles, whose AVX2 int16 sums add 8 steps of
+ * 2 * 15 * 127 (30480) over 8 groups at once: 1152 columns, a full block of
+ * 8 groups and a partial one. All codes at their maximum against xq = 127.
+ * Every result must be the exact sum; a NaN activation gives NaN. The three
+ * activation rows run twice: alone (T = 3, one weight row a pass) and
+ * repeated (T = 6, a wide pass: weight rows in pairs where the set has them,
+ * nibbles excepted). */
 static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(void) {
-    enum { n = 128, rows = 3 };
-    static const struct { int bits, group; } cases[] = {{8, 64}, {8, 128}, {6, 64}, {6, 128}, {5, 128}, {4, 128}, {4, 64}, {3, 128}};
+    enum { NMAX = 1152, rows = 3 };
+    static const struct { int bits, group, n; } cases[] = {{8, 64, 128}, {8, 128, 128}, {6, 64, 128}, {6, 128, 128},
+                                                          {5, 128, 128}, {4, 128, 1152}, {4, 64, 1152}, {3, 128, 128}};
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
-        const int bits = cases[ci].bits, group = cases[ci].group;
+        const int bits = cases[ci].bits, group = cases[ci].group, n = cases[ci].n;
         const unsigned top = (1u << bits) - 1;
-        unsigned codes[rows * n];   /* row 0 all at the top, row 1 all 0, row 2 alternating */
+        static unsigned codes[rows * NMAX];   /* row 0 all at the top, row 1 all 0, row 2 alternating */
         for (int r = 0; r < rows; r++)
             for (int c = 0; c < n; c++) codes[r * n + c] = r == 0 ? top : r == 1 ? 0 : (c % 2 ? top : 0);
-        uint32_t words[rows * n];   /* more than enough */
+        static uint32_t words[rows * NMAX];   /* more than enough */
         for (int r = 0; r < rows; r++) naive_pack(codes + r * n, n, bits, words + r * kn_affine_row_words(n, bits));
-        float sc[rows * 4], bs[rows * 4];
-        for (int i = 0; i < rows * 4; i++) sc[i] = 1.0f, bs[i] = 0.0f;
+        static float sc[rows * NMAX / 32], bs[rows * NMAX / 32];
+        for (int i = 0; i < rows * NMAX / 32; i++) sc[i] = 1.0f, bs[i] = 0.0f;
         kn_mat w = {.data = words, .dtype = NX_DT_U32, .rows = rows, .cols = n, .bits = bits, .group = group,
                     .scales = sc, .biases = bs, .sdtype = NX_DT_F32};
-        float x[6 * n];   /* row 0 all +127; row 1 alternating +-127; row 2 with a NaN; rows 3-5 again */
+        static float x[6 * NMAX];   /* row 0 all +127; row 1 alternating +-127; row 2 with a NaN; rows 3-5 again */
         for (int c = 0; c < n; c++) x[c] = 127.0f, x[n + c] = c % 2 ? -127.0f : 127.0f, x[2 * n + c] = 127.0f;
         x[2 * n + 5] = NAN;
         memcpy(x + 3 * n, x, sizeof(float) * 3 * n);
