@@ -524,20 +524,21 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * The quantizer packs 32 int32 codes at a time into bytes in element order
  * (nibbles: then transposed by blocks of 8 groups, quant.h). The matmul
  * unpacks the weight codes of a 32-element block to 32 bytes in element order
- * (q8: loaded as they are; q4 in groups of 32: nibbles split and
- * interleaved; 2, 3, 5, 6: unpack8_avx2 four times, then packed), so a maddubs + madd puts elements 4j..4j+3 of the
- * block into int32 lane j, and adding the blocks of a group gives quant.h's
- * I_j exactly; nibbles transpose 8 groups' code bytes instead, so that lane j
- * sums group j (I_g). The int16 pair sums cannot saturate: a
- * code is at most 63 for bits <= 6 (63 * 127 * 2 < 32767). 8-bit codes (up to
- * 255) would, so they are centered (quant.h: u = q - 128 in [-128, 127]) and
- * multiplied with the sign trick (|u| times xq with u's sign; 128 * 127 * 2 <
- * 32767).
+ * (q8: loaded as they are; q4 in groups of 32: nibbles split and interleaved;
+ * 2, 3, 5, 6: unpack8_avx2 four times, then packed), so a maddubs + madd puts
+ * elements 4j..4j+3 of the block into int32 lane j, and adding the blocks of
+ * a group gives quant.h's I_j exactly; nibbles transpose 8 groups' code bytes
+ * instead, so that lane j sums group j (I_g). The int16 pair sums cannot
+ * saturate: a code is at most 63 for bits <= 6 (63 * 127 * 2 < 32767). 8-bit
+ * codes (up to 255) would, so they are centered (quant.h: u = q - 128 in
+ * [-128, 127]) and multiplied with the sign trick (|u| times xq with u's sign;
+ * 128 * 127 * 2 < 32767).
  *
  * Schedule: row by row (a wide product, T > KN_QXBLOCK, 2 rows at a time on
- * AVX-512VL except for nibbles: quant_qx.inc); per row, up to KN_QXBLOCK activation rows share
- * each unpacked block (an int32 group accumulator and an f32 accumulator
- * each), so a verify block of 4 tokens unpacks every weight once.
+ * AVX-512VL except for nibbles: quant_qx.inc); per row, up to KN_QXBLOCK
+ * activation rows share each unpacked block (an int32 group accumulator and
+ * an f32 accumulator each), so a verify block of 4 tokens unpacks every
+ * weight once.
  *
  * The product itself is in quant_qx.inc, compiled twice below: for AVX2, and
  * for AVX-512 VNNI, where one vpdpbusd does a block's maddubs + madd + add
@@ -724,15 +725,17 @@ KN_AVX2 void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx) {
         int8_t *row = qx->q + (int64_t)t * qx->ldq;
         const float *xt = x + (int64_t)t * ldx;
         if (!qx->nibbles) {
-            for (int64_t g = 0; g < G; g++)
-                quantize_group_avx2(xt + g * group, (int)group, 0, row + g * group, qx->d + t * G + g, qx->s + t * G + g);
+            for (int64_t g = 0, k = (int64_t)t * G; g < G; g++)
+                quantize_group_avx2(xt + g * group, (int)group, 0, row + g * group, qx->d + k + g, qx->s + k + g);
             continue;
         }
         for (int64_t g8 = 0; g8 < G; g8 += QX_BLOCK_GROUPS) {
             const int64_t cnt = G - g8 < QX_BLOCK_GROUPS ? G - g8 : QX_BLOCK_GROUPS, k = (int64_t)t * G + g8;
             for (int j = 0; j < QX_BLOCK_GROUPS; j++) {
-                if (j < cnt) quantize_group_avx2(xt + (g8 + j) * group, (int)group, 1, tmp[j], qx->d + k + j, qx->s + k + j);
-                else memset(tmp[j], 0, (size_t)group);   /* a partial block's missing groups */
+                if (j < cnt)
+                    quantize_group_avx2(xt + (g8 + j) * group, (int)group, 1, tmp[j], qx->d + k + j, qx->s + k + j);
+                else
+                    memset(tmp[j], 0, (size_t)group);   /* a partial block's missing groups */
             }
             for (int i = 0; i < group / 32; i++) {
                 __m256i v[8];
