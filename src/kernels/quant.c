@@ -303,8 +303,10 @@ void kn_quantize_x_ref(kn_qx *qx, const float *x, int64_t ldx) {
     int8_t tmp[128];
     for (int t = 0; t < qx->T; t++) {
         int8_t *row = qx->q + (int64_t)t * qx->ldq;
-        const int64_t last = G / QX_BLOCK_GROUPS * QX_BLOCK_GROUPS * qx->group;   /* the last block, if partial */
-        memset(row + last, 0, (size_t)(qx->ldq - last));
+        if (qx->nibbles) {   /* a partial last block: its missing groups' lanes */
+            const int64_t last = G / QX_BLOCK_GROUPS * QX_BLOCK_GROUPS * qx->group;
+            memset(row + last, 0, (size_t)(qx->ldq - last));
+        }
         for (int64_t g = 0; g < G; g++) {
             const int64_t k = (int64_t)t * G + g;
             quantize_group_ref(x + (int64_t)t * ldx + g * qx->group, qx->group, tmp, qx->d + k, qx->s + k);

@@ -162,8 +162,10 @@ typedef struct {
     float *s;           /* [T][cols / group] d * sum of the group's xq       */
 } kn_qx;
 
-/* 1 if activations for affine w are stored in the nibbles order (above). */
-static inline int kn_qx_nibbles(const kn_mat *w) { return w->bits == 4 && w->group >= 64; }
+/* 1 if weights of this bit width and group size are nibbles (above), whose
+ * activations are stored in their own order. */
+static inline int kn_affine_nibbles(int bits, int64_t group) { return bits == 4 && group >= 64; }
+static inline int kn_qx_nibbles(const kn_mat *w) { return kn_affine_nibbles(w->bits, w->group); }
 
 /* Bytes of buffer a kn_qx of T rows of cols needs for any group size
  * (padding included). */
