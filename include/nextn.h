@@ -243,10 +243,22 @@ typedef struct {
                              on the drafts). 0: the head as stored.
                              NX_DRAFT_HEAD_AUTO: 4 bits where the head is
                              stored wider and is too big for a cache (64 MiB
-                             or more), else as stored */
+                             or more) and no screen (below) is made, else as
+                             stored */
+    int draft_screen;     /* K > 0: rank the draft head's rows by a one-bit
+                             sign sketch built at load (1 bit per weight) and
+                             score only the K best with the head; the others
+                             get logit -inf. A draft reads the sketch and K
+                             rows instead of the whole head; it is the head's
+                             own argmax whenever that row ranks among the K.
+                             Output stays exact as with draft_vocab.
+                             0: off. NX_DRAFT_SCREEN_AUTO: 2048 where the
+                             head is 64 MiB or more and its hidden size a
+                             multiple of 64, else off */
 } nx_drafter_opts;
 
 #define NX_DRAFT_HEAD_AUTO (-1)
+#define NX_DRAFT_SCREEN_AUTO (-1)
 
 /* dir NULL: the target checkpoint's own mtp.* tensors (or an mtp.safetensors
  * beside them); else a drafter directory (config.json model_type
@@ -261,6 +273,9 @@ int nx_drafter_block_size(const nx_drafter *d);
 /* Bits of the LM head copy drafts are scored over, or 0 when they use the
  * head as stored (no copy was asked for, or it would not be smaller). */
 int nx_drafter_head_bits(const nx_drafter *d);
+/* Rows a draft scores exactly after the screen (draft_screen), or 0 when
+ * drafts score the whole head. */
+int nx_drafter_screen_k(const nx_drafter *d);
 /* 1 if the drafter reads the pre-final-norm hidden (nx_drafter_opts). */
 int nx_drafter_hidden_prenorm(const nx_drafter *d);
 

@@ -35,12 +35,22 @@ int cli_parse_float(const char *s, double lo, double hi, double *out);
 int cli_parse_ids(const char *s, int32_t **ids, int *n);
 
 /* --draft-head-bits when not given (generate, bench, serve): auto, a 4-bit
- * draft copy of an LM head stored wider and too big for a cache (see
- * mtp_auto_head_bits for the measurements). */
+ * draft copy of an LM head stored wider and too big for a cache, unless a
+ * screen is made (see mtp_auto_head_bits for the measurements). */
 #define CLI_DRAFT_HEAD_BITS NX_DRAFT_HEAD_AUTO
 /* --draft-head-bits B: auto (NX_DRAFT_HEAD_AUTO), 0 (the head as stored) or
  * 2, 3, 4, 5, 6, 8. */
 int cli_parse_head_bits(const char *s, long *out);
+
+/* --draft-screen when not given (generate, bench, serve): auto, a sketch
+ * screen where the head is too big for a cache (mtp_auto_screen_k). */
+#define CLI_DRAFT_SCREEN NX_DRAFT_SCREEN_AUTO
+#define CLI_DRAFT_SCREEN_HELP                                                                              \
+    "  --draft-screen K|auto|off  rank the LM head's rows for a draft by a one-bit sketch made at\n"    \
+    "                     load and score only the K best with the head (default auto: 2048 for a\n" \
+    "                     head of 64 MiB or more); verification uses the whole head\n"
+/* --draft-screen K: auto (NX_DRAFT_SCREEN_AUTO), off or 0, or K >= 1. */
+int cli_parse_screen(const char *s, long *out);
 
 /* The option value after argv[*i], advancing *i; NULL (and an error printed)
  * if missing. */

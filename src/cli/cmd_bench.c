@@ -41,7 +41,7 @@
 #include "cli.h"
 
 static const char *bench_help =
-    "usage: nextn bench [-m DIR] [-t N] [--prompt 512] [--gen 128] [--mtp on|off|DIR] [--draft K|auto] [--draft-vocab N] [--draft-head-bits B|auto] [--repeat 3] [--json]\n"
+    "usage: nextn bench [-m DIR] [-t N] [--prompt 512] [--gen 128] [--mtp on|off|DIR] [--draft K|auto] [--draft-vocab N] [--draft-head-bits B|auto] [--draft-screen K|auto|off] [--repeat 3] [--json]\n"
     "Measures load time, prefill and decode speed (plain and MTP, greedy, stop tokens\n"
     "ignored), MTP acceptance, the cost of a T-token verify against a 1-token step, and\n"
     "this machine's read bandwidth and FMA throughput, and prints decode as a share of\n"
@@ -54,6 +54,7 @@ static const char *bench_help =
     "  --draft-vocab N    draft over token ids [0, N) only (verification uses all)\n"
     "  --draft-head-bits B|auto  draft with a B-bit copy of the LM head (default auto, 0: as\n"
     "                     stored; see nextn generate --help; verification uses the head)\n"
+    CLI_DRAFT_SCREEN_HELP
     "  --repeat R         runs of prefill, decode and MTP decode (default 3): median [min-max]\n"
     "  --json             one JSON object instead of the table\n"
     "  (--ref also routes the machine probes to their plain C paths)\n";
@@ -75,6 +76,7 @@ typedef struct {
     int draft;                   /* 0: the drafter's default; NX_DRAFT_AUTO      */
     long draft_vocab;            /* 0: the whole vocabulary                      */
     long draft_head_bits;        /* 0: the head as stored; NX_DRAFT_HEAD_AUTO (the default) */
+    long draft_screen;           /* 0: off; NX_DRAFT_SCREEN_AUTO (the default)    */
     int json;
 } bench_opts;
 
@@ -94,6 +96,7 @@ typedef struct {
     nx_spec_stats st;                        /* MTP statistics summed over repeats   */
     int k_max, mtp_matches;
     int draft_head_bits;                     /* nx_drafter_head_bits: 0 as stored    */
+    int draft_screen;                        /* nx_drafter_screen_k: 0 without       */
     int verify_rounds;
     double verify_s[BENCH_VERIFY_T + 1];     /* [T]: median seconds of a T-token call */
     double verify_cost[BENCH_VERIFY_T + 1];  /* [T]: median over rounds of T's time / 1's */
@@ -110,7 +113,8 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, bench_opts *o) 
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { fputs(bench_help, stdout); return -1; }
         if (strcmp(a, "--json") == 0) { o->json = 1; continue; }
         if (strcmp(a, "--prompt") != 0 && strcmp(a, "--gen") != 0 && strcmp(a, "--repeat") != 0 && strcmp(a, "--mtp") != 0 &&
-            strcmp(a, "--draft") != 0 && strcmp(a, "--draft-vocab") != 0 && strcmp(a, "--draft-head-bits") != 0)
+            strcmp(a, "--draft") != 0 && strcmp(a, "--draft-vocab") != 0 && strcmp(a, "--draft-head-bits") != 0 &&
+            strcmp(a, "--draft-screen") != 0)
             return cli_usage_error("bench: unknown option '%s' (see nextn bench --help)", a);
         if (!(v = cli_value(argc, argv, &i))) return 2;
         if (strcmp(a, "--prompt") == 0) {
@@ -127,6 +131,9 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, bench_opts *o) 
         } else if (strcmp(a, "--draft-head-bits") == 0) {
             if (cli_parse_head_bits(v, &o->draft_head_bits))
                 return cli_usage_error("--draft-head-bits wants auto, 0, 2, 3, 4, 5, 6 or 8, got '%s'", v);
+        } else if (strcmp(a, "--draft-screen") == 0) {
+            if (cli_parse_screen(v, &o->draft_screen))
+                return cli_usage_error("--draft-screen wants auto, off or a number of rows, got '%s'", v);
         } else if (strcmp(v, "auto") == 0) {
             o->draft = NX_DRAFT_AUTO;
         } else if (cli_parse_int(v, 1, NX_SPEC_MAX_DRAFT, &k)) {
@@ -277,7 +284,7 @@ static nx_drafter *load_drafter(const bench_opts *o, const nx_model *m, const ch
     }
     char err[1024];
     nx_drafter *d = NULL;
-    nx_drafter_opts dop = {0, (int)o->draft_vocab, (int)o->draft_head_bits};
+    nx_drafter_opts dop = {0, (int)o->draft_vocab, (int)o->draft_head_bits, (int)o->draft_screen};
     if (nx_drafter_load(m, strcmp(mtp, "on") == 0 ? NULL : mtp, &dop, &d, err, sizeof err)) *rc = cli_fail("%s", err);
     return d;
 }
@@ -292,6 +299,7 @@ static int measure_model(const nx_model *m, const bench_opts *o, bench_result *r
     if (err_rc) return 1;
     res->mtp_load_s = d ? cli_now() - t0 : -1;
     res->draft_head_bits = d ? nx_drafter_head_bits(d) : 0;
+    res->draft_screen = d ? nx_drafter_screen_k(d) : 0;
 
     res->verify_rounds = BENCH_VERIFY_ROUNDS * (int)o->repeat;
     int64_t ctx = o->prompt + 1 + o->gen + NX_SPEC_MAX_DRAFT + 1;
@@ -428,6 +436,7 @@ static int print_json(const bench_result *r, const bench_summary *s, const bench
     PUT("draft", has_mtp ? json_integer(r->k_max) : json_null());
     PUT("draft_vocab", o->draft_vocab ? json_integer(o->draft_vocab) : json_null());
     PUT("draft_head_bits", r->draft_head_bits ? json_integer(r->draft_head_bits) : json_null());
+    PUT("draft_screen", r->draft_screen ? json_integer(r->draft_screen) : json_null());
     PUT("acceptance", jnum(s->acceptance));
     PUT("accepted", has_mtp ? json_integer(r->st.accepted) : json_null());
     PUT("drafted", has_mtp ? json_integer(r->st.drafted) : json_null());
@@ -485,6 +494,7 @@ static void print_text(const bench_result *r, const bench_summary *s, const benc
         printf("), %.2f tokens per verify, output %s\n", s->tokens_per_forward,
                r->mtp_matches ? "identical to plain" : "DIFFERS from plain decoding");
         if (r->draft_head_bits) printf("%-14s drafts score a %d-bit copy of the LM head\n", "", r->draft_head_bits);
+        if (r->draft_screen) printf("%-14s drafts score the %d rows a sketch ranks best\n", "", r->draft_screen);
     }
     printf("%-14s", "verify cost");
     for (int T = 2; T <= BENCH_VERIFY_T; T++) printf(" T=%d %.2fx", T, s->verify_cost[T]);
@@ -502,7 +512,8 @@ static void print_text(const bench_result *r, const bench_summary *s, const benc
 
 int cmd_bench(int argc, char **argv) {
     cli_model_opts mo = {0};
-    bench_opts o = {.prompt = 512, .gen = 128, .repeat = 3, .draft_head_bits = CLI_DRAFT_HEAD_BITS};
+    bench_opts o = {.prompt = 512, .gen = 128, .repeat = 3, .draft_head_bits = CLI_DRAFT_HEAD_BITS,
+                    .draft_screen = CLI_DRAFT_SCREEN};
     int r = parse_opts(argc, argv, &mo, &o);
     if (r) return r < 0 ? 0 : r;
     bench_result res = {0};

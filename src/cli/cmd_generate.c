@@ -39,10 +39,12 @@ static const char *generate_help =
     "                     head); verification still uses the whole vocabulary\n"
     "  --draft-head-bits B|auto  draft with a B-bit copy of the LM head made at load (2-6,\n"
     "                     8; only when smaller than the head), or 0: the head as stored;\n"
-    "                     default auto: 4 bits for a head stored wider and of 64 MiB or more.\n"
+    "                     default auto: 4 bits for a head stored wider and of 64 MiB or more\n"
+    "                     when drafts do not go through a screen (--draft-screen).\n"
     "                     Verification uses the head: greedy and match output is unchanged;\n"
     "                     under rejection sampling the distribution is, but which sample a\n"
     "                     seed gives depends on the drafts\n"
+    CLI_DRAFT_SCREEN_HELP
     "  --save-state F     write the session (target state, drafter entries, sequence) to F\n"
     "  --load-state F     continue the session saved in F: the prompt, if any, is appended\n"
     "                     after it as tokens (no chat rendering), then generation goes on\n"
@@ -57,6 +59,7 @@ typedef struct {
     int draft;
     long draft_vocab;
     long draft_head_bits;
+    long draft_screen;
     nx_accept_mode accept;
     long max_tokens;
     nx_sampling sp;
@@ -98,6 +101,9 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
         } else if (strcmp(a, "--draft-head-bits") == 0) {
             if (cli_parse_head_bits(v, &g->draft_head_bits))
                 return cli_usage_error("--draft-head-bits wants auto, 0, 2, 3, 4, 5, 6 or 8, got '%s'", v);
+        } else if (strcmp(a, "--draft-screen") == 0) {
+            if (cli_parse_screen(v, &g->draft_screen))
+                return cli_usage_error("--draft-screen wants auto, off or a number of rows, got '%s'", v);
         } else if (strcmp(a, "--accept") == 0) {
             if (strcmp(v, "greedy") == 0) g->accept = NX_ACCEPT_GREEDY;
             else if (strcmp(v, "match") == 0) g->accept = NX_ACCEPT_MATCH;
@@ -233,17 +239,19 @@ static nx_drafter *load_drafter(const gen_opts *g, const nx_model *m, int *rc) {
     char err[1024];
     nx_drafter *d = NULL;
     nx_drafter_opts o = {g->mtp_hidden && strcmp(g->mtp_hidden, "prenorm") == 0, (int)g->draft_vocab,
-                         (int)g->draft_head_bits};
+                         (int)g->draft_head_bits, (int)g->draft_screen};
     const char *dir = strcmp(mtp, "on") == 0 || strcmp(mtp, "default") == 0 ? NULL : mtp;
     if (nx_drafter_load(m, dir, &o, &d, err, sizeof err)) *rc = cli_fail("%s", err);
     return d;
 }
 
-static void print_mtp_json(FILE *f, const nx_spec_stats *st, int k_max, int draft, int head_bits) {
+static void print_mtp_json(FILE *f, const nx_spec_stats *st, int k_max, int draft, int head_bits, int screen_k) {
     if (draft == NX_DRAFT_AUTO) fprintf(f, ",\"mtp\":{\"draft\":\"auto\",");
     else fprintf(f, ",\"mtp\":{\"draft\":%d,", draft);
     if (head_bits) fprintf(f, "\"draft_head_bits\":%d,", head_bits);
     else fprintf(f, "\"draft_head_bits\":null,");
+    if (screen_k) fprintf(f, "\"draft_screen\":%d,", screen_k);
+    else fprintf(f, "\"draft_screen\":null,");
     fprintf(f, "\"drafted\":%lld,\"accepted\":%lld,\"acceptance\":%.4f,\"per_position\":[", (long long)st->drafted,
             (long long)st->accepted, st->drafted ? (double)st->accepted / (double)st->drafted : 0.0);
     for (int i = 0; i < k_max; i++)
@@ -258,7 +266,8 @@ static void print_mtp_json(FILE *f, const nx_spec_stats *st, int k_max, int draf
 
 int cmd_generate(int argc, char **argv) {
     cli_model_opts mo = {0};
-    gen_opts g = {.max_tokens = 64, .sp = nx_sampling_default(), .draft_head_bits = CLI_DRAFT_HEAD_BITS};
+    gen_opts g = {.max_tokens = 64, .sp = nx_sampling_default(), .draft_head_bits = CLI_DRAFT_HEAD_BITS,
+                  .draft_screen = CLI_DRAFT_SCREEN};
     int r = parse_opts(argc, argv, &mo, &g);
     if (r) return r < 0 ? 0 : r;
     /* No --draft: auto where the output cannot depend on the drafting
@@ -358,7 +367,7 @@ int cmd_generate(int argc, char **argv) {
         printf(",\"stats\":{\"prompt_tokens\":%d,\"generated_tokens\":%d,\"prefill_s\":%.6f,"
                "\"prefill_tok_s\":%.2f,\"decode_s\":%.6f,\"decode_tok_s\":%.2f}",
                n_prompt, n_gen, t1 - t0, prefill_tps, t2 - t1, decode_tps);
-        if (d) print_mtp_json(stdout, st, k_max, policy, nx_drafter_head_bits(d));
+        if (d) print_mtp_json(stdout, st, k_max, policy, nx_drafter_head_bits(d), nx_drafter_screen_k(d));
         printf("}\n");
     } else {
         size_t len = 0;
@@ -381,6 +390,7 @@ int cmd_generate(int argc, char **argv) {
             if (policy == NX_DRAFT_AUTO) fprintf(stderr, "; --draft auto");
             else fprintf(stderr, "; --draft %d", policy);
             if (nx_drafter_head_bits(d)) fprintf(stderr, "; drafts score a %d-bit copy of the LM head", nx_drafter_head_bits(d));
+            if (nx_drafter_screen_k(d)) fprintf(stderr, "; drafts score the %d rows a sketch ranks best", nx_drafter_screen_k(d));
             fprintf(stderr, "\n");
         } else {
             fprintf(stderr, "mtp: off\n");

@@ -32,6 +32,7 @@ static const char *serve_help =
     "                     every round\n"
     "  --draft-head-bits B|auto  draft with a B-bit copy of the LM head (default auto, 0: as\n"
     "                     stored; see nextn generate --help)\n"
+    CLI_DRAFT_SCREEN_HELP
     "  --api-key KEY      require Authorization: Bearer KEY on /v1/ and /metrics\n"
     "  --model-name NAME  the model id /v1/models lists (default: the directory's name)\n"
     "  --chat-template F  use this template file instead of the checkpoint's\n"
@@ -52,7 +53,7 @@ static void log_line(void *ctx, const char *line) {
 typedef struct {
     const char *host, *port_file, *cache_dir, *mtp, *api_key, *model_name, *chat_template;
     nx_draft_policy policy;
-    long port, parallel, max_queue, ctx, chunk, cache_mb, disk_mb, draft, head_bits, max_body;
+    long port, parallel, max_queue, ctx, chunk, cache_mb, disk_mb, draft, head_bits, screen, max_body;
 } serve_opts;
 
 static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
@@ -87,6 +88,9 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
         if (strcmp(a, "--draft-head-bits") == 0) {
             if (cli_parse_head_bits(v, &o->head_bits))
                 return cli_usage_error("--draft-head-bits wants auto, 0, 2, 3, 4, 5, 6 or 8, got '%s'", v);
+        } else if (strcmp(a, "--draft-screen") == 0) {
+            if (cli_parse_screen(v, &o->screen))
+                return cli_usage_error("--draft-screen wants auto, off or a number of rows, got '%s'", v);
         } else if (strcmp(a, "--draft-policy") == 0) {
             if (strcmp(v, "adaptive") != 0 && strcmp(v, "always") != 0)
                 return cli_usage_error("--draft-policy wants adaptive or always, got '%s'", v);
@@ -106,7 +110,7 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
 int cmd_serve(int argc, char **argv) {
     cli_model_opts mo = {cli_default_model(), {0}};
     serve_opts o = {"127.0.0.1", NULL, NULL, "default", NULL, NULL, NULL, NX_DRAFTS_ADAPTIVE, 8080, 4, 64, 4096, 64, 1024, 8192, 0,
-                     CLI_DRAFT_HEAD_BITS, 4 << 20};
+                     CLI_DRAFT_HEAD_BITS, CLI_DRAFT_SCREEN, 4 << 20};
     int rc = parse(argc, argv, &mo, &o);
     if (rc) return rc < 0 ? 0 : rc;
 
@@ -129,7 +133,7 @@ int cmd_serve(int argc, char **argv) {
     rc = 1;
     if (!m) goto out;
     if (strcmp(o.mtp, "off") != 0 && (strcmp(o.mtp, "default") != 0 || nx_model_get_info(m)->has_mtp)) {
-        nx_drafter_opts dopts = {0, 0, (int)o.head_bits};
+        nx_drafter_opts dopts = {0, 0, (int)o.head_bits, (int)o.screen};
         const char *ddir = strcmp(o.mtp, "on") == 0 || strcmp(o.mtp, "default") == 0 ? NULL : o.mtp;
         if (nx_drafter_load(m, ddir, &dopts, &d, err, sizeof err)) {
             cli_fail("%s", err);

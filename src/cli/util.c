@@ -52,6 +52,14 @@ int cli_parse_head_bits(const char *s, long *out) {
     return 0;
 }
 
+int cli_parse_screen(const char *s, long *out) {
+    if (s && (strcmp(s, "auto") == 0 || strcmp(s, "off") == 0)) {
+        *out = strcmp(s, "auto") == 0 ? NX_DRAFT_SCREEN_AUTO : 0;
+        return 0;
+    }
+    return cli_parse_int(s, 0, 1 << 30, out);
+}
+
 int cli_parse_u64(const char *s, uint64_t *out) {
     if (!s || !*s || *s == '-') return -1;
     char *end;

@@ -34,6 +34,7 @@
 #include "kernels/act.h"
 #include "kernels/attention.h"
 #include "kernels/quant.h"
+#include "kernels/sketch.h"
 
 #include "kernels/avx2.h"
 #if KN_HAVE_X86
@@ -773,6 +774,7 @@ typedef struct {
     void (*affine_quantize_row)(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
                                 void *scales, void *biases);
     void (*affine_row_f32)(const kn_mat *w, int64_t row, float *out);
+    void (*sketch_scores)(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1);
 } kn_impl;
 
 static const kn_impl kn_impl_scalar = {
@@ -782,7 +784,7 @@ static const kn_impl kn_impl_scalar = {
     .softmax_f32 = kn_softmax_f32_ref,
     .attn_values_f32 = kn_attn_values_f32_ref, .quantize_x = kn_quantize_x_ref,
     .matmul_qx_rows = kn_matmul_qx_rows_ref, .affine_quantize_row = kn_affine_quantize_row_ref,
-    .affine_row_f32 = kn_affine_row_f32_ref};
+    .affine_row_f32 = kn_affine_row_f32_ref, .sketch_scores = kn_sketch_scores_ref};
 #if KN_HAVE_X86
 static const kn_impl kn_impl_avx2 = {
     .name = "avx2", .matmul_rows = matmul_rows_avx2, .matmul_rows_stream_f32 = matmul_rows_stream_f32_avx2,
@@ -791,7 +793,7 @@ static const kn_impl kn_impl_avx2 = {
     .softmax_f32 = kn_softmax_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2,
-    .affine_row_f32 = kn_affine_row_f32_avx2};
+    .affine_row_f32 = kn_affine_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2};
 /* The AVX2 set with the int8 product on vpdpbusd (quant_qx.inc) and the
  * dense row-by-row products on 16-lane vectors. */
 static const kn_impl kn_impl_avx512vnni = {
@@ -801,7 +803,7 @@ static const kn_impl kn_impl_avx512vnni = {
     .softmax_f32 = kn_softmax_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .affine_quantize_row = kn_affine_quantize_row_avx2,
-    .affine_row_f32 = kn_affine_row_f32_avx2};
+    .affine_row_f32 = kn_affine_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx512vnni};
 #endif
 
 static _Atomic(const kn_impl *) kn_active = &kn_impl_scalar;
@@ -897,4 +899,26 @@ void kn_affine_row_f32(const kn_mat *w, int64_t row, float *out) { active()->aff
 void kn_affine_quantize_row(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
                             void *scales, void *biases) {
     active()->affine_quantize_row(w, cols, bits, group, sdtype, codes, scales, biases);
+}
+
+static void prefetch_bytes(const void *p, size_t n) {
+    for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b, 0, 3);
+    if (n) __builtin_prefetch((const char *)p + n - 1, 0, 3);   /* a row need not start on a line */
+}
+
+void kn_mat_prefetch_row(const kn_mat *w, int64_t r) {
+    if (w->bits) {
+        const int64_t words = kn_affine_row_words(w->cols, w->bits), groups = w->cols / w->group;
+        const size_t ss = nx_dtype_size(w->sdtype);
+        prefetch_bytes((const uint32_t *)w->data + r * words, (size_t)words * 4);
+        prefetch_bytes((const char *)w->scales + (size_t)(r * groups) * ss, (size_t)groups * ss);
+        prefetch_bytes((const char *)w->biases + (size_t)(r * groups) * ss, (size_t)groups * ss);
+    } else {
+        const size_t es = nx_dtype_size(w->dtype);
+        prefetch_bytes((const char *)w->data + (size_t)(r * kn_row_stride(w)) * es, (size_t)w->cols * es);
+    }
+}
+
+void kn_sketch_scores(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1) {
+    active()->sketch_scores(s, xq, d, sum, y, r0, r1);
 }

@@ -88,6 +88,46 @@ void mdl_linear(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float
     mdl_linears(m, sc, x, T, 1, &w, &y);
 }
 
+/* Rows idx[j0 .. j1) of one activation row; runs of consecutive rows go
+ * to the kernel as one range. */
+typedef struct {
+    const kn_mat *w;
+    const float *x;       /* f32 activations, or NULL when qx holds them */
+    const kn_qx *qx;
+    const int32_t *idx;
+    float *y;
+} linear_at_job;
+
+/* Rows ahead of the one computed whose bytes are asked for: the rows are
+ * scattered, so each is a DRAM latency the prefetcher cannot hide. */
+#define LINEAR_AT_AHEAD 8
+
+static void linear_at_rows(void *ctx, int64_t j0, int64_t j1, int tid) {
+    const linear_at_job *j = ctx;
+    for (int64_t a = j0; a < j1 && a < j0 + LINEAR_AT_AHEAD; a++) kn_mat_prefetch_row(j->w, j->idx[a]);
+    while (j0 < j1) {
+        int64_t e = j0 + 1;
+        while (e < j1 && j->idx[e] == j->idx[e - 1] + 1) e++;
+        for (int64_t a = j0 + LINEAR_AT_AHEAD; a < j1 && a < e + LINEAR_AT_AHEAD; a++) kn_mat_prefetch_row(j->w, j->idx[a]);
+        const int64_t r0 = j->idx[j0], r1 = j->idx[e - 1] + 1;
+        if (j->x) kn_matmul_rows(j->w, j->x, j->w->cols, 1, j->y, j->w->rows, r0, r1);
+        else kn_matmul_qx_rows(j->w, j->qx, j->y, j->w->rows, r0, r1);
+        j0 = e;
+    }
+}
+
+void mdl_linear_at(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float *x, const int32_t *idx, int64_t k,
+                   float *y) {
+    linear_at_job j = {w, x, NULL, idx, y};
+    kn_qx qx;
+    if (w->bits && !m->f32_activations) {   /* as mdl_linears does */
+        kn_qx_bind(&qx, sc->qx, 1, w);
+        kn_quantize_x(&qx, x, w->cols);
+        j.x = NULL, j.qx = &qx;
+    }
+    nx_pool_run(m->pool, linear_at_rows, &j, k, 64);
+}
+
 void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int row0, int pos, int T) {
     for (int t = 0; t < T; t++)
         kn_rope_table(sc->rope + (int64_t)(row0 + t) * m->cfg.rotary_dim, pos + t, m->cfg.rotary_dim, m->cfg.rope_theta);

@@ -188,6 +188,11 @@ void mdl_linear(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float
  * by one). The same results as n mdl_linear calls. */
 void mdl_linears(const nx_model *m, mdl_scratch *sc, const float *x, int T, int n, const kn_mat *const ws[],
                  float *const ys[]);
+/* y[idx[j]] = row idx[j] of W times x (one row of w.cols) for j < k: the
+ * bits mdl_linear gives those rows, the others untouched. idx ascending;
+ * the pool splits the k rows. */
+void mdl_linear_at(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float *x, const int32_t *idx, int64_t k,
+                   float *y);
 /* RoPE tables for positions pos..pos+T-1 into rows row0.. of sc->rope. */
 void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int row0, int pos, int T);
 /* One attention layer's KV cache of cap positions, K and V alike head by

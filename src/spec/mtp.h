@@ -15,6 +15,7 @@
 #ifndef NX_SPEC_MTP_H
 #define NX_SPEC_MTP_H
 
+#include "kernels/sketch.h"
 #include "model/model.h"
 #include "nextn.h"
 
@@ -34,6 +35,9 @@ struct nx_drafter {
                                      a draft_head_bits copy of those (owned)   */
     void *head_copy;              /* the copy's codes | scales | biases, or NULL */
     int head_copy_bits;           /* bits of that copy; 0 without one          */
+    kn_sketch screen;             /* sign sketch of head's rows (draft_screen)  */
+    void *screen_buf;             /* its bits | scales, or NULL                */
+    int screen_k;                 /* rows a draft scores exactly; 0: all, no screen */
     uint64_t identity;            /* artifact identity (config + tensor index) */
     char source[256];             /* where the tensors came from, for messages */
 };
@@ -49,10 +53,12 @@ typedef struct {
     float *u;                     /* [MDL_CHUNK][2H] fc input                  */
     float *m;                     /* [H] output m of the last entry run        */
     float *logits;                /* [V] draft logits of the last entry run    */
+    void *head_work;              /* mtp_head_work_bytes: mtp_head_rows' scratch */
 } mtp_rows;
 
-/* NX_DRAFT_HEAD_AUTO's choice for a draft head as stored: 4 bits when it is
- * wider than that and at least MTP_AUTO_HEAD_BYTES, else 0 (as stored).
+/* NX_DRAFT_HEAD_AUTO's choice for a draft head as stored and without a
+ * screen (with one, nx_drafter_load keeps the head as stored): 4 bits when it
+ * is wider than that and at least MTP_AUTO_HEAD_BYTES, else 0 (as stored).
  * Why: a draft scores the whole head for one row, so it costs the head's
  * bytes from DRAM; a 4-bit copy of a bf16 or 8-bit head halves or quarters
  * that (0.8B shape, `nextn bench`: MTP decode 0.95x -> 1.17x plain at q8,
@@ -60,6 +66,19 @@ typedef struct {
  * gains nothing and only loses acceptance (the bundled model: 62% -> 51%). */
 #define MTP_AUTO_HEAD_BYTES (64.0 * 1024 * 1024)
 int mtp_auto_head_bits(const kn_mat *head);
+
+/* NX_DRAFT_SCREEN_AUTO's choice: MTP_SCREEN_K rows where the head as stored
+ * is at least MTP_AUTO_HEAD_BYTES and its hidden size a multiple of 64, else
+ * 0 (no screen). Why this k: on the 0.8B-shape fixture, whose random head
+ * gives flat logits, the draft's own argmax ranks among the sketch's best
+ * 1,024 in 94% of drafts, 2,048 in 96%, 4,096 in 99% (141 measured); on the
+ * bundled (trained) model among the best 16 in all but 1 of 388. Rows that
+ * lose that way are mostly drafts the target rejects anyway: q8 acceptance
+ * 58.8% at 2,048, 59.6% at 4,096, 60.4% at 8,192, while 2,048 ran 0.96x the
+ * wall time of 4,096 (q4 and q8, 300-400 tokens). The rows are scattered, so
+ * each costs a DRAM latency: about 80 ns a row on 2 threads here. */
+#define MTP_SCREEN_K 2048
+int mtp_auto_screen_k(const kn_mat *head);
 
 /* Loading (mtp.c, mtp_load.c). */
 nx_status mtp_load_from_target(nx_drafter *d, char *err, size_t errlen);
@@ -85,9 +104,15 @@ void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, in
 /* mtp_rows_append with last_only but without the head: the last entry's
  * output m is left in r->m for the caller to score (in a batch). */
 void mtp_rows_append_m(mtp_rows *r, const int32_t *tokens, const float *hidden, int T);
+/* Bytes of scratch mtp_head_rows needs, for any drafter of target m. */
+size_t mtp_head_work_bytes(const nx_model *m);
 /* Draft logits of n output rows m_rows ([n][H]) through the drafter's head:
- * logits [n][V], -inf beyond its draft vocabulary. The head is read once. */
-void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, const float *m_rows, int n, float *logits);
+ * logits [n][V], -inf beyond its draft vocabulary. The head is read once.
+ * With a screen, each row's logits are the head's for the screen_k rows its
+ * sketch ranks best and -inf elsewhere (if a row holds a value that is not
+ * finite, all n rows are scored over the whole head). work: mtp_head_work_bytes(d->target) bytes,
+ * 64-byte aligned. */
+void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits);
 /* One entry for each of n sequences (n <= MDL_CHUNK, one drafter): entry i
  * from tokens[i] and hidden[i] ([H]) appended to rs[i], all run as one chunk
  * in sc (u: [n][2H] scratch) so the head's layer is read once. Outputs m go

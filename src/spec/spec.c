@@ -539,6 +539,7 @@ struct nx_spec_batch {
     float *logits;                /* [MDL_CHUNK][V] the forward's or the head's logits */
     float *hidden;                /* [MDL_CHUNK][H] verify hiddens; head outputs m    */
     float *u;                     /* [MDL_CHUNK][2H] the head's fc inputs             */
+    void *head_work;              /* mtp_head_rows' scratch (mtp_head_work_bytes)     */
     mdl_scratch sc;               /* the head's batched entries                       */
 };
 
@@ -548,7 +549,8 @@ nx_status nx_spec_batch_new(const nx_model *m, int max_ctx, nx_spec_batch **out,
     size_t V = (size_t)m->cfg.vocab_size, H = (size_t)m->cfg.hidden_size;
     if (!b || !(b->logits = nx_alloc_aligned((size_t)MDL_CHUNK * V * sizeof(float))) ||
         !(b->hidden = nx_alloc_aligned((size_t)MDL_CHUNK * H * sizeof(float))) ||
-        !(b->u = nx_alloc_aligned((size_t)MDL_CHUNK * 2 * H * sizeof(float))) || mdl_scratch_init(&b->sc, m, max_ctx) != NX_OK) {
+        !(b->u = nx_alloc_aligned((size_t)MDL_CHUNK * 2 * H * sizeof(float))) ||
+        !(b->head_work = nx_alloc_aligned(mtp_head_work_bytes(m))) || mdl_scratch_init(&b->sc, m, max_ctx) != NX_OK) {
         nx_spec_batch_free(b);
         return nx_fail(err, errlen, NX_ENOMEM, "out of memory for a batch of %d rows", MDL_CHUNK);
     }
@@ -563,6 +565,7 @@ void nx_spec_batch_free(nx_spec_batch *b) {
     nx_free_aligned(b->logits);
     nx_free_aligned(b->hidden);
     nx_free_aligned(b->u);
+    nx_free_aligned(b->head_work);
     if (b->max_ctx) mdl_scratch_free(&b->sc);
     nx_free(b);
 }
@@ -597,7 +600,7 @@ static void draft_rest(nx_spec_batch *b, nx_spec *const *ss, int n) {
             if (s) rs[c] = &s->rows, tok[c] = s->drafts[j - 1], h[c] = s->rows.m, who[c++] = s;
             if (c && (c == MDL_CHUNK || !s)) {
                 mtp_step_batch(rs, c, tok, h, &b->sc, b->u, b->hidden);
-                mtp_head_rows(d, &b->sc, b->hidden, c, b->logits);
+                mtp_head_rows(d, &b->sc, b->head_work, b->hidden, c, b->logits);
                 for (int k = 0; k < c; k++) who[k]->drafts[j] = mtp_argmax(b->logits + (size_t)k * V, V);
                 c = 0;
             }
@@ -626,7 +629,7 @@ static void score_d1(nx_spec_batch *b, nx_spec *const *ss, int n) {
             who[c++] = s;
         }
         if (c && (c == MDL_CHUNK || !s)) {
-            mtp_head_rows(d, &b->sc, b->hidden, c, b->logits);
+            mtp_head_rows(d, &b->sc, b->head_work, b->hidden, c, b->logits);
             for (int k = 0; k < c; k++) who[k]->d1 = mtp_argmax(b->logits + (size_t)k * V, V);
             c = 0;
         }

@@ -21,11 +21,15 @@ static nx_spec_opts opts_of(int i) {
     return o;
 }
 
-static void batched_rounds_equal_each_session_alone(void) {
+/* screen: the drafter's draft_screen (0: drafts score the whole head) */
+static void batched_rounds(int screen) {
     nx_model *m = nx_test_model(COPY, 2);
-    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
-    if (!d) return;
     char err[512];
+    nx_drafter *d = NULL;
+    nx_drafter_opts dopts = {.draft_screen = screen};
+    if (m) CHECKF(nx_drafter_load(m, NULL, &dopts, &d, err, sizeof err) == NX_OK, "%s", err);
+    if (!d) return;
+    CHECK(nx_drafter_screen_k(d) == screen);
     int V = nx_model_get_info(m)->vocab_size;
     int32_t prompt[N][16], alone[N][GEN + W], batched[N][GEN + W];
     int n_alone[N], n_batched[N];
@@ -107,10 +111,19 @@ static void batched_rounds_equal_each_session_alone(void) {
     nx_model_free(m);
 }
 
+static void batched_rounds_equal_each_session_alone(void) { batched_rounds(0); }
+
+/* The batch scores its sessions' first drafts together through the screen
+ * (mtp_head_rows of several rows, one work area): the same drafts. */
+static void batched_rounds_equal_each_session_alone_with_a_screen(void) { batched_rounds(16); }
+
 static const nx_test tests[] = {
     {"batched_rounds_equal_each_session_alone",
      "36 sessions (plain, K 1-3, auto; greedy, match, rejection; > 32 rows) stepped together: each equals itself alone",
      batched_rounds_equal_each_session_alone},
+    {"batched_rounds_equal_each_session_alone_with_a_screen",
+     "the same 36 sessions with drafts through a screen of 16 rows: each equals itself alone",
+     batched_rounds_equal_each_session_alone_with_a_screen},
 };
 
 NX_TEST_MAIN(tests)

@@ -1,9 +1,10 @@
 /* test_draft_vocab.c — cheaper drafts: a reduced vocabulary (nx_drafter_opts
  * .draft_vocab: the draft logits are the full head's on ids [0, N) and -inf
- * beyond) and a lower-bit copy of the head (.draft_head_bits: close to the
- * head's logits, made only when smaller). The output of greedy and match
- * decoding is exactly the plain output either way, since verification always
- * uses the whole head. */
+ * beyond), a lower-bit copy of the head (.draft_head_bits: close to the
+ * head's logits, made only when smaller) and a screen (.draft_screen: the
+ * head's logits on the k rows a sign sketch ranks best, -inf elsewhere). The
+ * output of greedy and match decoding is exactly the plain output every way,
+ * since verification always uses the whole head. */
 #include "test.h"
 
 #include "io/safetensors.h"
@@ -12,13 +13,17 @@
 
 #define MODEL NX_MODELS_DIR "/default"
 
-static nx_drafter *drafter_bits(nx_model *m, int draft_vocab, int head_bits) {
+static nx_drafter *drafter_with(nx_model *m, int draft_vocab, int head_bits, int screen) {
     char err[512];
     nx_drafter *d = NULL;
-    nx_drafter_opts o = {.draft_vocab = draft_vocab, .draft_head_bits = head_bits};
+    nx_drafter_opts o = {.draft_vocab = draft_vocab, .draft_head_bits = head_bits, .draft_screen = screen};
     nx_status st = nx_drafter_load(m, NULL, &o, &d, err, sizeof err);
     CHECKF(st == NX_OK, "%s", err);
     return d;
+}
+
+static nx_drafter *drafter_bits(nx_model *m, int draft_vocab, int head_bits) {
+    return drafter_with(m, draft_vocab, head_bits, 0);
 }
 
 static nx_drafter *drafter(nx_model *m, int draft_vocab) { return drafter_bits(m, draft_vocab, 0); }
@@ -205,11 +210,23 @@ static void run(nx_model *m, nx_drafter *d, nx_accept_mode acc, nx_sampling sp, 
     CHECK(nx_test_generate(m, d, &o, prompt, np, n, out, stats) == n);
 }
 
+/* 48 greedy tokens of the 32768-token fixture below through d equal plain
+ * decoding's, and some drafts were accepted. */
+static void greedy_equals_plain_with_drafts_accepted(nx_model *m, nx_drafter *d) {
+    int32_t prompt[8], plain[48], spec[48];
+    nx_spec_stats st;
+    nx_test_tokens(prompt, 8, 32768, 5);
+    run(m, NULL, NX_ACCEPT_GREEDY, nx_sampling_default(), prompt, 8, 48, plain, NULL);
+    run(m, d, NX_ACCEPT_GREEDY, nx_sampling_default(), prompt, 8, 48, spec, &st);
+    CHECK(memcmp(plain, spec, sizeof plain) == 0 && st.accepted > 0);
+}
+
 /* NX_DRAFT_HEAD_AUTO end to end on a head at the threshold (32768 x 1024
  * bf16 = 64 MiB, untied, a copy-head fixture so that drafts are accepted):
- * the drafter makes the 4-bit copy, greedy output equals plain; with a NaN in
- * that head, auto falls back to the head as stored while an explicit 4 bits
- * is refused. */
+ * the drafter makes the 4-bit copy, greedy output equals plain; with the
+ * screen on auto as well it makes a screen and no copy, greedy == plain. With
+ * a NaN in that head, both autos fall back to the head as stored while an
+ * explicit 4 bits or screen is refused by row. */
 static void auto_copies_a_big_head_end_to_end_and_falls_back_on_a_bad_one(void) {
     const char *dir = nx_test_fixture("draft-head-auto", "--vocab 32768 --hidden 1024 --layers 1 --no-tie --copy-head 0.05 --seed 3");
     nx_model *m = nx_test_model(dir, 2);
@@ -218,12 +235,13 @@ static void auto_copies_a_big_head_end_to_end_and_falls_back_on_a_bad_one(void) 
     nx_drafter *d = drafter_bits(m, 0, NX_DRAFT_HEAD_AUTO);
     if (d) {
         CHECK(nx_drafter_head_bits(d) == 4 && d->head_copy != NULL);
-        int32_t prompt[8], plain[48], spec[48];
-        nx_spec_stats st;
-        nx_test_tokens(prompt, 8, 32768, 5);
-        run(m, NULL, NX_ACCEPT_GREEDY, nx_sampling_default(), prompt, 8, 48, plain, NULL);
-        run(m, d, NX_ACCEPT_GREEDY, nx_sampling_default(), prompt, 8, 48, spec, &st);
-        CHECK(memcmp(plain, spec, sizeof plain) == 0 && st.accepted > 0);
+        greedy_equals_plain_with_drafts_accepted(m, d);
+    }
+    nx_drafter_free(d);
+    /* with the screen on auto too: a screen over the head as stored, no copy */
+    if ((d = drafter_with(m, 0, NX_DRAFT_HEAD_AUTO, NX_DRAFT_SCREEN_AUTO))) {
+        CHECK(nx_drafter_screen_k(d) == MTP_SCREEN_K && nx_drafter_head_bits(d) == 0 && d->head_copy == NULL);
+        greedy_equals_plain_with_drafts_accepted(m, d);
     }
     nx_drafter_free(d);
     nx_model_free(m);
@@ -234,6 +252,13 @@ static void auto_copies_a_big_head_end_to_end_and_falls_back_on_a_bad_one(void) 
     nx_drafter_opts o = {.draft_head_bits = 4};
     CHECKF(nx_drafter_load(m, NULL, &o, &x, err, sizeof err) == NX_EFORMAT && !x && strstr(err, "row 1234"), "%s", err);
     if ((d = drafter_bits(m, 0, NX_DRAFT_HEAD_AUTO))) CHECK(nx_drafter_head_bits(d) == 0 && d->head_copy == NULL);
+    nx_drafter_free(d);
+    o = (nx_drafter_opts){.draft_screen = 16};
+    CHECKF(nx_drafter_load(m, NULL, &o, &x, err, sizeof err) == NX_EFORMAT && !x && strstr(err, "row 1234") &&
+               strstr(err, "draft_screen"),
+           "%s", err);
+    if ((d = drafter_with(m, 0, NX_DRAFT_HEAD_AUTO, NX_DRAFT_SCREEN_AUTO)))
+        CHECK(nx_drafter_screen_k(d) == 0 && nx_drafter_head_bits(d) == 0);
     nx_drafter_free(d);
     nx_model_free(m);
 }
@@ -248,24 +273,93 @@ static void output_is_exact_for_every_draft_vocabulary(void) {
     warm.temperature = 0.8f, warm.seed = 4;
     run(m, NULL, NX_ACCEPT_GREEDY, greedy, prompt, 16, 120, plain, NULL);
     run(m, NULL, NX_ACCEPT_MATCH, warm, prompt, 16, 120, plain_s, NULL);
-    /* draft vocabularies, then head copies (bits), alone and with a reduced vocabulary */
-    const struct { int vocab, bits; } cases[] = {{1, 0}, {64, 0}, {512, 0}, {2048, 0}, {V - 1, 0}, {V, 0},
-                                                 {0, 8}, {0, 4}, {0, 2}, {512, 4}};
+    /* draft vocabularies, then head copies (bits), alone and with a reduced
+     * vocabulary, then screens of k rows, alone and with both */
+    const struct { int vocab, bits, screen; } cases[] = {
+        {1, 0, 0}, {64, 0, 0}, {512, 0, 0}, {2048, 0, 0}, {V - 1, 0, 0}, {V, 0, 0}, {0, 8, 0}, {0, 4, 0},
+        {0, 2, 0}, {512, 4, 0}, {0, 0, 1}, {0, 0, 16}, {0, 0, V - 1}, {512, 0, 16}, {512, 4, 8}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        nx_drafter *d = drafter_bits(m, cases[i].vocab, cases[i].bits);
+        nx_drafter *d = drafter_with(m, cases[i].vocab, cases[i].bits, cases[i].screen);
         if (!d) continue;
         nx_spec_stats st;
         run(m, d, NX_ACCEPT_GREEDY, greedy, prompt, 16, 120, spec, &st);
-        CHECKF(memcmp(plain, spec, sizeof plain) == 0, "greedy, draft_vocab %d bits %d: output differs from plain",
-               cases[i].vocab, cases[i].bits);
-        printf("  draft_vocab %4d head bits %d: greedy acceptance %.3f\n", cases[i].vocab, cases[i].bits,
-               st.drafted ? (double)st.accepted / st.drafted : 0);
+        CHECKF(memcmp(plain, spec, sizeof plain) == 0, "greedy, draft_vocab %d bits %d screen %d: output differs from plain",
+               cases[i].vocab, cases[i].bits, cases[i].screen);
+        printf("  draft_vocab %4d head bits %d screen %4d: greedy acceptance %.3f\n", cases[i].vocab, cases[i].bits,
+               cases[i].screen, st.drafted ? (double)st.accepted / st.drafted : 0);
         run(m, d, NX_ACCEPT_MATCH, warm, prompt, 16, 120, spec, NULL);
-        CHECKF(memcmp(plain_s, spec, sizeof plain_s) == 0, "match, draft_vocab %d bits %d: output differs from plain sampling",
-               cases[i].vocab, cases[i].bits);
+        CHECKF(memcmp(plain_s, spec, sizeof plain_s) == 0,
+               "match, draft_vocab %d bits %d screen %d: output differs from plain sampling", cases[i].vocab,
+               cases[i].bits, cases[i].screen);
         nx_drafter_free(d);
     }
     nx_model_free(m);
+}
+
+/* A screened draft scores exactly k rows, each with the head's own logit bit
+ * for bit (-inf elsewhere; within [0, N) with a draft vocabulary), and keeps
+ * the head's argmax on this trained model; k >= the rows makes no screen;
+ * bad values are refused by name. */
+static void a_screened_draft_scores_k_rows_of_the_head(void) {
+    nx_model *m = nx_test_model(MODEL, 2);
+    if (!m) return;
+    const int V = nx_model_get_info(m)->vocab_size, n = 40, K = 64, N = 512;
+    int32_t tok[40];
+    nx_test_tokens(tok, n, 3000, 12);
+    nx_drafter *full = drafter(m, 0), *scr = drafter_with(m, 0, 0, K), *part = drafter_with(m, N, 0, 16);
+    nx_drafter *all = drafter_with(m, 0, 0, V);
+    if (full && scr && part && all) {
+        CHECK(nx_drafter_screen_k(full) == 0 && nx_drafter_screen_k(scr) == K && nx_drafter_screen_k(part) == 16 &&
+              nx_drafter_screen_k(all) == 0);
+        float *a = draft_logits(full, tok, n, V), *b = draft_logits(scr, tok, n, V), *c = draft_logits(part, tok, n, V);
+        int counts_ok = 1, rows_equal = 1, in_vocab = 1, same = 0;
+        for (int p = 0; p + 1 < n; p++) {
+            const float *fa = a + (long)p * V, *fb = b + (long)p * V, *fc = c + (long)p * V;
+            int kb = 0, kc = 0;
+            for (int v = 0; v < V; v++) {
+                if (!isinf(fb[v])) kb++, rows_equal &= memcmp(&fb[v], &fa[v], sizeof *fa) == 0;
+                else counts_ok &= fb[v] < 0;
+                if (!isinf(fc[v])) kc++, in_vocab &= v < N && memcmp(&fc[v], &fa[v], sizeof *fa) == 0;
+            }
+            counts_ok &= kb == K && kc == 16;
+            same += nx_test_argmax(fb, V) == nx_test_argmax(fa, V);
+        }
+        printf("  screen of %d rows: the head's argmax kept in %d of %d drafts\n", K, same, n - 1);
+        CHECK(counts_ok && rows_equal && in_vocab);
+        CHECK(same >= n - 2);   /* measured: 39 of 39 */
+        free(a), free(b), free(c);
+    }
+    nx_drafter_free(full), nx_drafter_free(scr), nx_drafter_free(part), nx_drafter_free(all);
+    char err[512];
+    nx_drafter *x = NULL;
+    nx_drafter_opts bad = {.draft_screen = -2};
+    CHECKF(nx_drafter_load(m, NULL, &bad, &x, err, sizeof err) == NX_EINVAL && !x && strstr(err, "draft_screen"), "%s",
+           err);
+    nx_drafter *d = drafter_with(m, 0, NX_DRAFT_HEAD_AUTO, NX_DRAFT_SCREEN_AUTO);   /* a small head: neither */
+    if (d) CHECK(nx_drafter_screen_k(d) == 0 && nx_drafter_head_bits(d) == 0);
+    nx_drafter_free(d);
+    nx_model_free(m);
+    /* a hidden size the sketch cannot take: refused when asked for, skipped by auto */
+    const char *dir = nx_test_fixture("draft-screen-h96", "--vocab 512 --hidden 96 --layers 1");
+    if (!(m = nx_test_model(dir, 2))) return;
+    nx_drafter_opts o = {.draft_screen = 8};
+    CHECKF(nx_drafter_load(m, NULL, &o, &x, err, sizeof err) == NX_EUNSUPPORTED && !x && strstr(err, "hidden size 96"),
+           "%s", err);
+    CHECK(mtp_auto_screen_k(&m->lm_head) == 0);
+    nx_model_free(m);
+}
+
+/* NX_DRAFT_SCREEN_AUTO: MTP_SCREEN_K rows for a head of MTP_AUTO_HEAD_BYTES
+ * or more in any format, none for a small one or a hidden size that is not
+ * a multiple of 64 (views with no data: the rule reads shapes; the end to
+ * end case is in auto_copies_a_big_head_end_to_end...). */
+static void auto_screens_only_a_head_too_big_for_a_cache(void) {
+    const int64_t V = 248320, H = 1024;
+    const kn_mat bf16 = {.dtype = NX_DT_BF16, .rows = V, .cols = H};
+    const kn_mat small = {.dtype = NX_DT_BF16, .rows = 4096, .cols = H}, odd = {.dtype = NX_DT_BF16, .rows = V, .cols = 1000};
+    const kn_mat q4 = {.dtype = NX_DT_U32, .rows = V, .cols = H, .bits = 4, .group = 64, .sdtype = NX_DT_BF16};
+    CHECK(mtp_auto_screen_k(&bf16) == MTP_SCREEN_K && mtp_auto_screen_k(&q4) == MTP_SCREEN_K);
+    CHECK(mtp_auto_screen_k(&small) == 0 && mtp_auto_screen_k(&odd) == 0);
 }
 
 /* A session saved with the whole head and loaded into one that drafts over
@@ -298,7 +392,7 @@ static const nx_test tests[] = {
     {"draft_logits_are_the_head_rows_below_n", "ids < N: the full head's logits bit for bit; ids >= N: -inf; N < 0 refused",
      draft_logits_are_the_head_rows_below_n},
     {"output_is_exact_for_every_draft_vocabulary",
-     "N = 1 .. V and 8/4/2-bit head copies: greedy == plain greedy, match == plain sampling",
+     "N = 1 .. V, 8/4/2-bit head copies and screens of 1 .. V-1 rows: greedy == plain greedy, match == plain sampling",
      output_is_exact_for_every_draft_vocabulary},
     {"a_lower_bit_head_copy_stays_close_to_the_head",
      "q8 / q4 copies: draft logits near the head's (q8 nearer), -inf beyond N with a vocabulary; bad bits refused",
@@ -309,10 +403,18 @@ static const nx_test tests[] = {
      "NX_DRAFT_HEAD_AUTO: 4 bits for big bf16/f32/q8/q5 heads; none for q4, an 8 MB head, 1000 columns, the bundled model",
      auto_copies_only_a_wide_head_too_big_for_a_cache},
     {"auto_copies_a_big_head_end_to_end_and_falls_back_on_a_bad_one",
-     "64 MiB bf16 head: auto drafts with a 4-bit copy, greedy == plain; a NaN in it: auto drafts as stored, 4 bits refused",
+     "64 MiB bf16 head: auto drafts with a 4-bit copy (with auto screen: a screen, no copy), greedy == plain; a NaN in "
+     "it: autos draft as stored, 4 bits / a screen refused",
      auto_copies_a_big_head_end_to_end_and_falls_back_on_a_bad_one},
     {"a_non_finite_head_weight_is_refused_by_name", "a NaN in the head: draft_head_bits fails naming the row",
      a_non_finite_head_weight_is_refused_by_name},
+    {"a_screened_draft_scores_k_rows_of_the_head",
+     "screen k = 64: k finite logits, the head's bit for bit, its argmax kept; with N = 512 inside [0, N); bad k and "
+     "hidden 96 refused",
+     a_screened_draft_scores_k_rows_of_the_head},
+    {"auto_screens_only_a_head_too_big_for_a_cache",
+     "NX_DRAFT_SCREEN_AUTO: k for 64 MiB+ bf16 / q4 heads; none for an 8 MB head or 1000 columns",
+     auto_screens_only_a_head_too_big_for_a_cache},
     {"a_checkpoint_loads_into_a_reduced_drafter", "saved with the whole head, loaded with N = 7: drafts from [0, 7)",
      a_checkpoint_loads_into_a_reduced_drafter},
 };

@@ -1,0 +1,299 @@
+/* sketch.c — one-bit sign sketches and top-k selection (see sketch.h).
+ *
+ * The score kernel's twins: scalar C (the definition), AVX2 (each 32-bit
+ * half-word spread to 32 bytes of 0/1 by a shuffle, an and and a min, then
+ * maddubs against the activations), and AVX-512 (a 64-bit word is a mask
+ * register: one masked move and one vpdpbusd per 64 weights, four rows at a
+ * time so that four independent sums hide vpdpbusd's latency). Each computes
+ * the same integer P_r, so the results are the same bits. */
+#include "kernels/sketch.h"
+
+#include <assert.h>
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/avx2.h"
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+/* |2P - S| <= 127 * cols must convert to f32 exactly (< 2^24). */
+#define SKETCH_MAX_COLS ((int64_t)1 << 17)
+
+static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+size_t kn_sketch_bytes(int64_t rows, int64_t cols) {
+    return round64((size_t)rows * (size_t)(cols / 64) * sizeof(uint64_t)) + round64((size_t)rows * sizeof(float));
+}
+
+void kn_sketch_bind(kn_sketch *s, void *buf, int64_t rows, int64_t cols) {
+    assert(rows >= 0 && cols > 0 && cols % 64 == 0 && cols <= SKETCH_MAX_COLS && buf != NULL);
+    s->rows = rows, s->cols = cols;
+    s->bits = buf;
+    s->scale = (float *)((char *)buf + round64((size_t)rows * (size_t)(cols / 64) * sizeof(uint64_t)));
+}
+
+/* One word of bits (set where the sign bit is clear) from w[0..64), and the
+ * sum of |w| over them in f32 (4 lanes, then (l0 + l2) + (l1 + l3), in the
+ * SSE2 and the plain version alike). 0 when a weight is not finite. */
+static int sketch_word(const float *w, uint64_t *word, float *abs_sum) {
+    uint64_t bits = 0;
+    float lane[4] = {0, 0, 0, 0};
+    int finite = 1;
+#ifdef __SSE2__
+    const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff)), big = _mm_set1_ps(FLT_MAX);
+    __m128 acc = _mm_setzero_ps(), ok = _mm_castsi128_ps(_mm_set1_epi32(-1));
+    for (int i = 0; i < 64; i += 4) {
+        const __m128 v = _mm_loadu_ps(w + i), a = _mm_and_ps(v, abs_mask);
+        bits |= (uint64_t)(~_mm_movemask_ps(v) & 0xf) << i;
+        ok = _mm_and_ps(ok, _mm_cmple_ps(a, big));   /* false for inf and NaN */
+        acc = _mm_add_ps(acc, a);
+    }
+    finite = _mm_movemask_ps(ok) == 0xf;
+    _mm_storeu_ps(lane, acc);
+#else
+    for (int i = 0; i < 64; i++) {
+        const float a = fabsf(w[i]);
+        bits |= (uint64_t)!signbit(w[i]) << i;
+        finite &= a <= FLT_MAX;
+        lane[i % 4] += a;
+    }
+#endif
+    *word = bits;
+    *abs_sum = (lane[0] + lane[2]) + (lane[1] + lane[3]);
+    return finite;
+}
+
+int kn_sketch_row(kn_sketch *s, int64_t r, const float *w) {
+    assert(r >= 0 && r < s->rows);
+    const int64_t W = s->cols / 64;
+    uint64_t *b = s->bits + r * W;
+    double a = 0;   /* across words in double: cols / 64 terms of any size */
+    for (int64_t j = 0; j < W; j++) {
+        float part;
+        if (!sketch_word(w + j * 64, &b[j], &part)) return 0;
+        a += part;
+    }
+    const float scale = (float)(a / (double)s->cols);
+    if (!isfinite(scale)) return 0;
+    s->scale[r] = scale;
+    return 1;
+}
+
+int kn_sketch_quantize_x(const float *x, int64_t cols, int8_t *xq, float *d, int32_t *sum) {
+    float mx = 0.0f;
+    for (int64_t c = 0; c < cols; c++) {
+        if (!isfinite(x[c])) return 0;
+        mx = fmaxf(mx, fabsf(x[c]));
+    }
+    int32_t s = 0;
+    if (mx == 0.0f) {
+        memset(xq, 0, (size_t)cols);
+        *d = 0.0f, *sum = 0;
+        return 1;
+    }
+    const float inv = 127.0f / mx;
+    for (int64_t c = 0; c < cols; c++) {
+        float q = nearbyintf(x[c] * inv);   /* |q| <= 127 up to rounding: clamp */
+        q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
+        xq[c] = (int8_t)q;
+        s += (int8_t)q;
+    }
+    *d = mx / 127.0f, *sum = s;
+    return 1;
+}
+
+/* The finish every twin shares: s_r from the integer P. */
+static inline float sketch_score(int32_t P, int32_t sum, float scale, float d) {
+    return (float)(2 * P - sum) * (scale * d);
+}
+
+static void assert_scores_args(const kn_sketch *s, const int8_t *xq, const float *y, int64_t r0, int64_t r1) {
+    (void)s, (void)xq, (void)y, (void)r0, (void)r1;
+    assert(s && s->cols % 64 == 0 && s->cols <= SKETCH_MAX_COLS && 0 <= r0 && r0 <= r1 && r1 <= s->rows);
+    assert(r0 == r1 || (xq && y && ((uintptr_t)xq & 63) == 0));
+}
+
+void kn_sketch_scores_ref(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1) {
+    assert_scores_args(s, xq, y, r0, r1);
+    const int64_t W = s->cols / 64;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint64_t *b = s->bits + r * W;
+        int32_t P = 0;
+        for (int64_t j = 0; j < W; j++)
+            for (int i = 0; i < 64; i++)
+                if (b[j] >> i & 1) P += xq[j * 64 + i];
+        y[r] = sketch_score(P, sum, s->scale[r], d);
+    }
+}
+
+#if KN_HAVE_X86
+/* Sum of the 8 int32 lanes (exact: any order). */
+KN_AVX2_INLINE int32_t hsum_epi32_avx2(__m256i v) {
+    __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4e));
+    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0xb1));
+    return _mm_cvtsi128_si32(a);
+}
+
+KN_AVX2 void kn_sketch_scores_avx2(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0,
+                                   int64_t r1) {
+    assert_scores_args(s, xq, y, r0, r1);
+    const int64_t W = s->cols / 64;
+    /* byte i of the spread half-word is its byte i / 8; bit i % 8 picks the weight */
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                            3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ULL);
+    const __m256i one8 = _mm256_set1_epi8(1), one16 = _mm256_set1_epi16(1);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint64_t *b = s->bits + r * W;
+        __m256i acc = _mm256_setzero_si256();
+        for (int64_t j0 = 0; j0 < W; j0 += 64) {
+            /* int16 sums: each step adds at most 2 * 127 to a lane, 128 steps
+             * (64 words) stay below 2^15 */
+            const int64_t j1 = j0 + 64 < W ? j0 + 64 : W;
+            __m256i acc16 = _mm256_setzero_si256();
+            for (int64_t j = j0; j < j1; j++)
+                for (int h = 0; h < 2; h++) {
+                    __m256i m = _mm256_set1_epi32((int32_t)(uint32_t)(b[j] >> (32 * h)));
+                    m = _mm256_min_epu8(_mm256_and_si256(_mm256_shuffle_epi8(m, spread), bit), one8);   /* 0 / 1 */
+                    const __m256i xv = _mm256_load_si256((const __m256i *)(xq + j * 64 + h * 32));
+                    acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(m, xv));
+                }
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(acc16, one16));
+        }
+        y[r] = sketch_score(hsum_epi32_avx2(acc), sum, s->scale[r], d);
+    }
+}
+
+#define SKETCH_ROWS 4
+
+KN_VNNI void kn_sketch_scores_avx512vnni(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y,
+                                         int64_t r0, int64_t r1) {
+    assert_scores_args(s, xq, y, r0, r1);
+    const int64_t W = s->cols / 64;
+    const __m512i one8 = _mm512_set1_epi8(1);
+    int64_t r = r0;
+    for (; r + SKETCH_ROWS <= r1; r += SKETCH_ROWS) {
+        const uint64_t *b = s->bits + r * W;
+        __m512i acc[SKETCH_ROWS];
+        for (int i = 0; i < SKETCH_ROWS; i++) acc[i] = _mm512_setzero_si512();
+        for (int64_t j = 0; j < W; j++) {
+            const __m512i xv = _mm512_load_si512((const void *)(xq + j * 64));
+            for (int i = 0; i < SKETCH_ROWS; i++)
+                acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_maskz_mov_epi8(_cvtu64_mask64(b[i * W + j]), one8), xv);
+        }
+        for (int i = 0; i < SKETCH_ROWS; i++)
+            y[r + i] = sketch_score(_mm512_reduce_add_epi32(acc[i]), sum, s->scale[r + i], d);
+    }
+    for (; r < r1; r++) {
+        const uint64_t *b = s->bits + r * W;
+        __m512i acc = _mm512_setzero_si512();
+        for (int64_t j = 0; j < W; j++)
+            acc = _mm512_dpbusd_epi32(acc, _mm512_maskz_mov_epi8(_cvtu64_mask64(b[j]), one8),
+                                      _mm512_load_si512((const void *)(xq + j * 64)));
+        y[r] = sketch_score(_mm512_reduce_add_epi32(acc), sum, s->scale[r], d);
+    }
+}
+#endif
+
+/* ---- the k best of n scores ----------------------------------------------
+ * Scores become unsigned keys that order as the floats do (flip every bit of
+ * a negative, set the sign bit of a positive), so the k-th largest can be
+ * found digit by digit from the top. */
+
+#define TOPK_SAMPLE 1024
+#define TOPK_HIST 2048   /* 11-bit digits */
+
+static inline uint32_t score_key(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
+/* The float whose key is key. */
+static inline float key_score(uint32_t key) {
+    const uint32_t u = key & 0x80000000u ? key & 0x7fffffffu : ~key;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Appends i and its key for every x[i] with key >= thr, i in [0, n), to
+ * cand / ckey in ascending order; returns how many. Blocks of 16 are tested
+ * first with float compares (SSE2, in every x86-64 build; GCC left the plain
+ * loop scalar): few blocks hold a score above a threshold meant to keep
+ * about 1 in 30. The test passes every key >= thr
+ * but a NaN's, so thr 0 (take all) skips it. */
+static int64_t collect_at_least(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey) {
+    int64_t c = 0, i0 = 0;
+    const float thr_f = key_score(thr);
+    for (; thr && i0 + 16 <= n; i0 += 16) {
+#ifdef __SSE2__
+        const __m128 t = _mm_set1_ps(thr_f);
+        const __m128 ge = _mm_or_ps(_mm_or_ps(_mm_cmpge_ps(_mm_loadu_ps(x + i0), t), _mm_cmpge_ps(_mm_loadu_ps(x + i0 + 4), t)),
+                                    _mm_or_ps(_mm_cmpge_ps(_mm_loadu_ps(x + i0 + 8), t), _mm_cmpge_ps(_mm_loadu_ps(x + i0 + 12), t)));
+        if (!_mm_movemask_ps(ge)) continue;
+#else
+        int any = 0;
+        for (int i = 0; i < 16; i++) any |= x[i0 + i] >= thr_f;
+        if (!any) continue;
+#endif
+        for (int i = 0; i < 16; i++) {   /* written always, kept if it passes: no branch to mispredict */
+            const uint32_t key = score_key(x[i0 + i]);
+            cand[c] = (uint32_t)(i0 + i), ckey[c] = key;
+            c += key >= thr;
+        }
+    }
+    for (int64_t i = i0; i < n; i++) {
+        const uint32_t key = score_key(x[i]);
+        if (key >= thr) cand[c] = (uint32_t)i, ckey[c++] = key;
+    }
+    return c;
+}
+
+size_t kn_top_k_work_bytes(int64_t n) { return ((size_t)2 * (size_t)n + TOPK_SAMPLE + TOPK_HIST) * sizeof(uint32_t); }
+
+/* The k-th largest of keys[0..c) (1 <= k <= c), and in *ties how many of
+ * the keys equal to it are among the k largest. */
+static uint32_t kth_largest_key(const uint32_t *keys, int64_t c, int64_t k, uint32_t *hist, int64_t *ties) {
+    static const int shift[3] = {21, 10, 0}, width[3] = {11, 11, 10};
+    uint32_t prefix = 0, pmask = 0;
+    int64_t need = k;   /* how many of those matching the prefix are still to take */
+    for (int level = 0; level < 3; level++) {
+        const uint32_t dmask = (1u << width[level]) - 1;
+        memset(hist, 0, (size_t)(dmask + 1) * sizeof *hist);
+        for (int64_t i = 0; i < c; i++) hist[keys[i] >> shift[level] & dmask] += (keys[i] & pmask) == prefix;
+        uint32_t digit = dmask;
+        while ((int64_t)hist[digit] < need) need -= hist[digit--];   /* stops: the prefix holds >= need keys */
+        prefix |= digit << shift[level], pmask |= dmask << shift[level];
+    }
+    *ties = need;
+    return prefix;
+}
+
+int64_t kn_top_k_f32(const float *x, int64_t n, int64_t k, int32_t *idx, void *work) {
+    assert(0 <= k && k <= n && n <= INT32_MAX && (k == 0 || (x && idx && work)));
+    if (k == 0) return 0;
+    uint32_t *cand = work, *ckey = cand + n, *sample = ckey + n, *hist = sample + TOPK_SAMPLE;
+    const int64_t m = n < TOPK_SAMPLE ? n : TOPK_SAMPLE;
+    for (int64_t i = 0; i < m; i++) sample[i] = score_key(x[i * n / m]);
+    /* the sample's rank above which about 1.25k + 8n/m of all n should lie:
+     * at k = 4096 of 248k that is about 7k, 2.5 standard deviations of the
+     * sample's estimate above k */
+    int64_t rank = 5 * k * m / (4 * n) + 8;
+    int64_t c, ties;
+    for (;;) {
+        const uint32_t thr = rank >= m ? 0 : kth_largest_key(sample, m, rank, hist, &ties);
+        c = collect_at_least(x, n, thr, cand, ckey);
+        if (c >= k) break;   /* at rank >= m every key passes: c = n >= k */
+        rank = 2 * rank + 16;
+    }
+    const uint32_t kth = kth_largest_key(ckey, c, k, hist, &ties);
+    int64_t out = 0;
+    for (int64_t i = 0; i < c; i++)   /* ascending indices: ties go to the lowest */
+        if (ckey[i] > kth || (ckey[i] == kth && ties-- > 0)) idx[out++] = (int32_t)cand[i];
+    assert(out == k);
+    return out;
+}

@@ -1,0 +1,77 @@
+/* sketch.h — one-bit sign sketches of a matrix's rows, to rank the rows
+ * against an activation row for a sixteenth of a bf16 matrix's bytes, and
+ * the selection of the k best scores (kn_top_k_f32).
+ *
+ * What it is for: a draft scores the whole LM head for one row, and on a
+ * small model that head is a third of all weight bytes. Ranking its rows by
+ * a sketch and scoring only the k best exactly reads the sketch (1 bit per
+ * weight) plus k rows. The sketch only chooses which rows are scored; the
+ * scores themselves come from the matrix.
+ *
+ * Row r of W ([rows][cols], cols a multiple of 64) is sketched as
+ * scale[r] * sign(W[r]): bit c of the row is set where the sign bit of
+ * W[r][c] is clear (+0 and positive values), and scale[r] = mean_c |W[r][c]|
+ * (sums of 64 in f32, added in double). Against x quantized symmetrically to int8
+ * (kn_sketch_quantize_x: xq_c = round(x_c / d), d = max_c |x_c| / 127) its
+ * score is
+ *
+ *     s_r = (float)(2 P_r - S) * (scale[r] * d),
+ *     P_r = sum of xq_c over the set bits,  S = sum_c xq_c,
+ *
+ * an exact integer times one f32 product, so every twin gives the same bits.
+ * Storage: [rows][cols / 64] uint64 words, bit c % 64 of word c / 64, plus
+ * [rows] f32 scales (1 + 32 / cols bits per weight). */
+#ifndef NX_KERNELS_SKETCH_H
+#define NX_KERNELS_SKETCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A view over a caller's buffer (kn_sketch_bind); nothing is owned. */
+typedef struct {
+    int64_t rows, cols;  /* cols % 64 == 0                                 */
+    uint64_t *bits;      /* [rows][cols / 64]                              */
+    float *scale;        /* [rows] mean |w| of the row                     */
+} kn_sketch;
+
+/* Bytes a sketch of rows x cols needs (64-byte aligned parts). */
+size_t kn_sketch_bytes(int64_t rows, int64_t cols);
+/* Points s's arrays into buf (kn_sketch_bytes bytes, 64-byte aligned). */
+void kn_sketch_bind(kn_sketch *s, void *buf, int64_t rows, int64_t cols);
+/* Sketches row r from its f32 weights w[0..cols). Returns 0, leaving the
+ * row unset, when a weight is not finite or the mean |w| overflows. */
+int kn_sketch_row(kn_sketch *s, int64_t r, const float *w);
+
+/* xq[0..cols) = x quantized as above; *d its scale, *sum = S. A zero row
+ * gives d = 0 (every score 0). Returns 0, setting nothing, when a value of
+ * x is not finite. */
+int kn_sketch_quantize_x(const float *x, int64_t cols, int8_t *xq, float *d, int32_t *sum);
+
+/* y[r] = s_r above for r in [r0, r1): a row-range worker. xq is 64-byte
+ * aligned. */
+void kn_sketch_scores(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1);
+
+/* The twins behind kn_sketch_scores (matmul.c's kn_select picks one set). */
+void kn_sketch_scores_ref(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1);
+#if defined(__x86_64__) || defined(__i386__)
+void kn_sketch_scores_avx2(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1);
+void kn_sketch_scores_avx512vnni(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0,
+                                 int64_t r1);
+#endif
+
+/* ---- the k best of n scores ---------------------------------------------- */
+
+/* Bytes of work kn_top_k_f32 needs for n scores. */
+size_t kn_top_k_work_bytes(int64_t n);
+
+/* The indices of the k largest of x[0..n) (k <= n), ascending, into idx[0..k);
+ * ties at the k-th value go to the lowest indices. (A NaN ranks as the
+ * key its bits give: a positive one above +inf.) Returns k. work: kn_top_k_work_bytes(n) bytes, 4-byte aligned.
+ *
+ * How: a threshold from a strided sample of 1024 scores keeps about 1.25k
+ * candidates in one pass; a radix select over their keys (11 + 11 + 10
+ * bits) finds the k-th value exactly; a lower threshold is tried if the
+ * sample guessed too high. O(n) with one pass over x in the usual case. */
+int64_t kn_top_k_f32(const float *x, int64_t n, int64_t k, int32_t *idx, void *work);
+
+#endif

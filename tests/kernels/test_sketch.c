@@ -1,0 +1,205 @@
+/* test_sketch.c — one-bit sign sketches and top-k selection (kernels/sketch.h):
+ * every kernel set's scores equal the definition computed here bit for bit
+ * (odd row ranges, the AVX2 int16 bound, a zero row), the sketch and
+ * quantizer refuse values that are not finite, and kn_top_k_f32 picks
+ * exactly what a sort picks, ties to the lowest index, on data that fools
+ * its sample. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "kernels/matmul.h"
+#include "kernels/sketch.h"
+#include "test.h"
+
+/* A sketch of rows x cols from normal weights, with exact zeros, -0 and
+ * large values sprinkled in; w returned too ([rows][cols], caller frees). */
+static void *make_sketch(kn_sketch *s, int64_t rows, int64_t cols, uint64_t seed, float **w_out) {
+    void *buf = nx_alloc_aligned(kn_sketch_bytes(rows, cols));
+    float *w = malloc((size_t)(rows * cols) * sizeof *w);
+    nx_test_rng r = {seed};
+    for (int64_t i = 0; i < rows * cols; i++) {
+        w[i] = nx_test_rng_normal(&r, 0.05f);
+        if (i % 37 == 5) w[i] = 0.0f;
+        if (i % 41 == 7) w[i] = -0.0f;
+    }
+    kn_sketch_bind(s, buf, rows, cols);
+    int ok = 1;
+    for (int64_t i = 0; i < rows; i++) ok &= kn_sketch_row(s, i, w + i * cols);
+    CHECK(ok);
+    *w_out = w;
+    return buf;
+}
+
+/* The definition, from the weights themselves: bits where the sign bit is
+ * clear, the mean |w| summed as sketch.h says (64 at a time in f32 lanes
+ * i % 4, combined (l0 + l2) + (l1 + l3), the words' sums in double). */
+static float definition(const float *w, int64_t cols, const int8_t *xq, float d, int32_t sum) {
+    int32_t P = 0;
+    double a = 0;
+    for (int64_t j = 0; j < cols; j += 64) {
+        float lane[4] = {0, 0, 0, 0};
+        for (int i = 0; i < 64; i++) {
+            if (!signbit(w[j + i])) P += xq[j + i];
+            lane[i % 4] += fabsf(w[j + i]);
+        }
+        a += (lane[0] + lane[2]) + (lane[1] + lane[3]);
+    }
+    const float scale = (float)(a / (double)cols);
+    return (float)(2 * P - sum) * (scale * d);
+}
+
+static void scores_equal_the_definition_in_every_kernel_set(void) {
+    static const int64_t shapes[][2] = {{1, 64}, {3, 128}, {4, 192}, {5, 960}, {13, 1088}, {9, 64 * 130}};
+    static const kn_isa sets[] = {KN_ISA_SCALAR, KN_ISA_AVX2, KN_ISA_AVX512VNNI};
+    int tried = 0;
+    for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
+        if (kn_select(sets[si]) != sets[si]) {   /* the CPU lacks it */
+            printf("  note: no %s on this CPU\n", sets[si] == KN_ISA_AVX2 ? "AVX2" : "AVX-512 VNNI");
+            continue;
+        }
+        tried++;
+        for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+            const int64_t rows = shapes[k][0], cols = shapes[k][1];
+            kn_sketch s;
+            float *w;
+            void *buf = make_sketch(&s, rows, cols, 11 + k, &w);
+            float *x = malloc((size_t)cols * sizeof *x), *y = malloc((size_t)rows * sizeof *y);
+            int8_t *xq = nx_alloc_aligned((size_t)cols);
+            nx_test_rng r = {77 + k};
+            for (int variant = 0; variant < 3; variant++) {
+                for (int64_t c = 0; c < cols; c++)   /* normal; all zero; the int16 bound (all +max) */
+                    x[c] = variant == 0 ? nx_test_rng_normal(&r, 1.0f) : variant == 1 ? 0.0f : 3.5f;
+                if (variant == 2)
+                    for (int64_t i = 0; i < cols; i++) w[i] = 1.0f + (float)i;   /* row 0 all positive */
+                if (variant == 2) CHECK(kn_sketch_row(&s, 0, w));
+                float d;
+                int32_t sum;
+                CHECK(kn_sketch_quantize_x(x, cols, xq, &d, &sum));
+                /* odd ranges: 4-row blocks and their tails */
+                for (int64_t r0 = 0; r0 < rows && r0 < 2; r0++) {
+                    const int64_t r1 = rows - (rows > 2 && r0 == 1);
+                    for (int64_t i = 0; i < rows; i++) y[i] = -1234.5f;
+                    kn_sketch_scores(&s, xq, d, sum, y, r0, r1);
+                    int same = 1, untouched = 1;
+                    for (int64_t i = 0; i < rows; i++) {
+                        if (i < r0 || i >= r1) untouched &= y[i] == -1234.5f;
+                        else same &= memcmp(&y[i], &(float){definition(w + i * cols, cols, xq, d, sum)}, 4) == 0;
+                    }
+                    CHECKF(same && untouched, "%s rows %lld cols %lld variant %d range [%lld, %lld)", kn_impl_name(),
+                           (long long)rows, (long long)cols, variant, (long long)r0, (long long)r1);
+                }
+                if (variant == 2) {   /* every bit set, every xq 127: no int16 wrap in AVX2's sums */
+                    kn_sketch_scores(&s, xq, d, sum, y, 0, 1);
+                    CHECK(sum == 127 * cols && y[0] == (float)(127 * cols) * (s.scale[0] * d));
+                }
+            }
+            nx_free_aligned(buf), nx_free_aligned(xq);
+            free(w), free(x), free(y);
+        }
+    }
+    kn_init(0);
+    CHECK(tried >= 1);
+}
+
+static void values_that_are_not_finite_are_refused(void) {
+    kn_sketch s;
+    void *buf = nx_alloc_aligned(kn_sketch_bytes(2, 128));
+    kn_sketch_bind(&s, buf, 2, 128);
+    float w[128], x[128];
+    int8_t *xq = nx_alloc_aligned(128);
+    for (int i = 0; i < 128; i++) w[i] = x[i] = (float)(i - 64) / 8;
+    CHECK(kn_sketch_row(&s, 0, w));
+    CHECK(!(s.bits[0] & 1) && (s.bits[1] >> 63 & 1));   /* -8 unset, +7.875 set */
+    w[0] = -0.0f;
+    CHECK(kn_sketch_row(&s, 0, w) && !(s.bits[0] & 1));   /* -0 has its sign bit: unset */
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    for (int b = 0; b < 3; b++) {
+        float wb[128], xb[128];
+        memcpy(wb, w, sizeof wb), memcpy(xb, x, sizeof xb);
+        wb[100] = bad[b], xb[3] = bad[b];
+        float d = 7;
+        int32_t sum = 7;
+        CHECKF(!kn_sketch_row(&s, 1, wb), "weight %g accepted", bad[b]);
+        CHECKF(!kn_sketch_quantize_x(xb, 128, xq, &d, &sum) && d == 7 && sum == 7, "activation %g accepted", bad[b]);
+    }
+    float d;
+    int32_t sum;
+    CHECK(kn_sketch_quantize_x(x, 128, xq, &d, &sum) && xq[0] == -127 && d == 8.0f / 127.0f);
+    memset(x, 0, sizeof x);
+    CHECK(kn_sketch_quantize_x(x, 128, xq, &d, &sum) && d == 0 && sum == 0 && xq[5] == 0);
+    nx_free_aligned(buf), nx_free_aligned(xq);
+}
+
+/* ---- top k ---- */
+
+static const float *sort_x;
+/* larger first; equal values (as keys: -0 below +0) by lower index */
+static int by_score(const void *a, const void *b) {
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    const float x = sort_x[i], y = sort_x[j];
+    if (x != y) return x > y ? -1 : 1;
+    if (signbit(x) != signbit(y)) return signbit(x) ? 1 : -1;
+    return i < j ? -1 : i > j;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    return i < j ? -1 : i > j;
+}
+
+static void top_k_picks_what_a_sort_picks(void) {
+    static const int64_t ns[] = {1, 5, 100, 1000, 4099, 248320};
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+        const int64_t n = ns[ni];
+        float *x = malloc((size_t)n * sizeof *x);
+        int32_t *order = malloc((size_t)n * sizeof *order), *idx = malloc((size_t)n * sizeof *idx);
+        void *work = malloc(kn_top_k_work_bytes(n));
+        for (int kind = 0; kind < 6; kind++) {
+            nx_test_rng r = {1000 + (uint64_t)kind};
+            for (int64_t i = 0; i < n; i++) {
+                switch (kind) {
+                case 0: x[i] = nx_test_rng_normal(&r, 100.0f); break;                    /* spread */
+                case 1: x[i] = (float)(nx_test_rng_normal(&r, 1.0f) > 0) - 1.0f; break;   /* two values: ties */
+                case 2: x[i] = (float)i; break;                                            /* ascending */
+                case 3: x[i] = (float)(n - i); break;                                      /* descending */
+                case 4: x[i] = i % 3 == 0 ? -0.0f : i % 3 == 1 ? 0.0f : -1.0f; break;     /* signed zeros */
+                default: x[i] = i % 1000 == 0 ? 1e6f : -(float)(i % 7); break;            /* a few huge */
+                }
+            }
+            for (int64_t i = 0; i < n; i++) order[i] = (int32_t)i;
+            sort_x = x;
+            qsort(order, (size_t)n, sizeof *order, by_score);
+            const int64_t ks[] = {1, 2, n / 3, n / 64 + 1, n - 1, n};
+            for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
+                const int64_t k = ks[ki];
+                if (k < 1 || k > n) continue;
+                memset(idx, 0xff, (size_t)n * sizeof *idx);
+                CHECK(kn_top_k_f32(x, n, k, idx, work) == k);
+                int32_t *want = malloc((size_t)k * sizeof *want);
+                memcpy(want, order, (size_t)k * sizeof *want);
+                qsort(want, (size_t)k, sizeof *want, cmp_i32);
+                CHECKF(memcmp(want, idx, (size_t)k * sizeof *idx) == 0 && idx[k < n ? k : 0] == (k < n ? -1 : idx[0]),
+                       "n %lld kind %d k %lld: not the sorted top k, ascending", (long long)n, kind, (long long)k);
+                free(want);
+            }
+        }
+        CHECK(kn_top_k_f32(x, n, 0, idx, work) == 0);
+        free(x), free(order), free(idx), free(work);
+    }
+}
+
+static const nx_test tests[] = {
+    {"scores_equal_the_definition_in_every_kernel_set",
+     "scalar / AVX2 / AVX-512 scores == the definition bit for bit: odd rows and ranges, a zero row, 127 * 8320",
+     scores_equal_the_definition_in_every_kernel_set},
+    {"values_that_are_not_finite_are_refused", "NaN / inf weights and activations refused; -0 is unset; scales right",
+     values_that_are_not_finite_are_refused},
+    {"top_k_picks_what_a_sort_picks",
+     "n 1 .. 248320, k 1 .. n: the sort's top k ascending, ties to the lowest index, signed zeros, sorted inputs",
+     top_k_picks_what_a_sort_picks},
+};
+
+NX_TEST_MAIN(tests)
