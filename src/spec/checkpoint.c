@@ -203,8 +203,9 @@ static nx_status restore(nx_spec *s, const unsigned char *blob, size_t len, cons
     s->target->pos = h.n;
     s->d1 = h.d1;
     /* the saved draft came from the saving drafter's head; this one may
-     * draft over another vocabulary (--draft-vocab), so draft again from the
-     * saved m, which is what an uninterrupted run with it would hold */
+     * draft over another vocabulary (--draft-vocab) or through a screen, so
+     * draft again from the saved m, which is what an uninterrupted run with
+     * it would hold */
     if (s->d && h.rows > 0 && h.n_defer == 0) s->d1 = mtp_redraft(&s->rows);
     s->state = SPEC_READY;
     return NX_OK;
