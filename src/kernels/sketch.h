@@ -38,8 +38,9 @@ typedef struct {
 size_t kn_sketch_bytes(int64_t rows, int64_t cols);
 /* Points s's arrays into buf (kn_sketch_bytes bytes, 64-byte aligned). */
 void kn_sketch_bind(kn_sketch *s, void *buf, int64_t rows, int64_t cols);
-/* Sketches row r from its f32 weights w[0..cols). Returns 0, leaving the
- * row unset, when a weight is not finite or the mean |w| overflows. */
+/* Sketches row r from its f32 weights w[0..cols). Returns 0 when a weight
+ * is not finite or the mean |w| overflows (the row then holds no usable
+ * sketch). */
 int kn_sketch_row(kn_sketch *s, int64_t r, const float *w);
 
 /* xq[0..cols) = x quantized as above; *d its scale, *sum = S. A zero row
