@@ -137,32 +137,46 @@ KN_AVX2_INLINE int32_t hsum_epi32_avx2(__m256i v) {
     return _mm_cvtsi128_si32(a);
 }
 
+/* P of one row's 64-bit words [j0, j1), at most 64 of them: each 32-bit
+ * half-word broadcast from memory and spread to 32 bytes of 0 / 1 by a
+ * shuffle, an and and a min, then maddubs against the activations. int16
+ * sums: each step adds at most 2 * 127 to a lane, 128 steps stay below 2^15. */
+KN_AVX2_INLINE __m256i sketch_words_avx2(const uint64_t *b, const int8_t *xq, int64_t j0, int64_t j1) {
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                            3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ULL), one8 = _mm256_set1_epi8(1);
+    __m256i acc16 = _mm256_setzero_si256();
+    for (int64_t j = j0; j < j1; j++)
+        for (int h = 0; h < 2; h++) {
+            int32_t half;   /* little endian: the low half holds weights 0..31 */
+            memcpy(&half, (const char *)(b + j) + 4 * h, sizeof half);
+            __m256i m = _mm256_shuffle_epi8(_mm256_set1_epi32(half), spread);
+            m = _mm256_min_epu8(_mm256_and_si256(m, bit), one8);   /* 0 / 1 */
+            acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(m, _mm256_load_si256((const __m256i *)(const void *)(xq + j * 64 + h * 32))));
+        }
+    return _mm256_madd_epi16(acc16, _mm256_set1_epi16(1));
+}
+
 KN_AVX2 void kn_sketch_scores_avx2(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0,
                                    int64_t r1) {
     assert_scores_args(s, xq, y, r0, r1);
     const int64_t W = s->cols / 64;
-    /* byte i of the spread half-word is its byte i / 8; bit i % 8 picks the weight */
-    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
-                                            3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ULL);
-    const __m256i one8 = _mm256_set1_epi8(1), one16 = _mm256_set1_epi16(1);
-    for (int64_t r = r0; r < r1; r++) {
+    int64_t r = r0;
+    for (; r + 2 <= r1; r += 2) {   /* two rows: two independent sums in flight */
+        const uint64_t *b = s->bits + r * W;
+        __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+        for (int64_t j0 = 0; j0 < W; j0 += 64) {
+            const int64_t j1 = j0 + 64 < W ? j0 + 64 : W;
+            a0 = _mm256_add_epi32(a0, sketch_words_avx2(b, xq, j0, j1));
+            a1 = _mm256_add_epi32(a1, sketch_words_avx2(b + W, xq, j0, j1));
+        }
+        y[r] = sketch_score(hsum_epi32_avx2(a0), sum, s->scale[r], d);
+        y[r + 1] = sketch_score(hsum_epi32_avx2(a1), sum, s->scale[r + 1], d);
+    }
+    for (; r < r1; r++) {
         const uint64_t *b = s->bits + r * W;
         __m256i acc = _mm256_setzero_si256();
-        for (int64_t j0 = 0; j0 < W; j0 += 64) {
-            /* int16 sums: each step adds at most 2 * 127 to a lane, 128 steps
-             * (64 words) stay below 2^15 */
-            const int64_t j1 = j0 + 64 < W ? j0 + 64 : W;
-            __m256i acc16 = _mm256_setzero_si256();
-            for (int64_t j = j0; j < j1; j++)
-                for (int h = 0; h < 2; h++) {
-                    __m256i m = _mm256_set1_epi32((int32_t)(uint32_t)(b[j] >> (32 * h)));
-                    m = _mm256_min_epu8(_mm256_and_si256(_mm256_shuffle_epi8(m, spread), bit), one8);   /* 0 / 1 */
-                    const __m256i xv = _mm256_load_si256((const __m256i *)(xq + j * 64 + h * 32));
-                    acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(m, xv));
-                }
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(acc16, one16));
-        }
+        for (int64_t j0 = 0; j0 < W; j0 += 64) acc = _mm256_add_epi32(acc, sketch_words_avx2(b, xq, j0, j0 + 64 < W ? j0 + 64 : W));
         y[r] = sketch_score(hsum_epi32_avx2(acc), sum, s->scale[r], d);
     }
 }
