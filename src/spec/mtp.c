@@ -11,6 +11,7 @@
  * "mtp." prefix get the +1. */
 #include "spec/mtp.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -362,50 +363,68 @@ static void mtp_chunk(mtp_rows *r, const int32_t *tokens, const float *hidden, i
 
 static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
+/* mtp_head_rows' scratch: int8 rows xq [MDL_CHUNK][H (64-byte aligned)],
+ * their scales and sums, kn_top_k_f32's work, and the selected ids. */
 size_t mtp_head_work_bytes(const nx_model *m) {
     const int64_t V = m->cfg.vocab_size;
-    return round64((size_t)m->cfg.hidden_size) + round64(kn_top_k_work_bytes(V)) + (size_t)V * sizeof(int32_t);
+    return (size_t)MDL_CHUNK * round64((size_t)m->cfg.hidden_size) + round64(MDL_CHUNK * (sizeof(float) + sizeof(int32_t))) +
+           round64(kn_top_k_work_bytes(V)) + (size_t)V * sizeof(int32_t);
 }
+
+/* Sketch scores of T rows at once: each block of SCREEN_BLOCK sketch rows
+ * comes from DRAM once and is scored against every activation row while it
+ * sits in L1 (32 KB at 1024 columns), so a batch of sessions reads the
+ * sketch once, as a batch reads the head once without a screen. */
+#define SCREEN_BLOCK 256
 
 typedef struct {
     const kn_sketch *s;
-    const int8_t *xq;
-    float d;
-    int32_t sum;
-    float *y;
+    int T;
+    const int8_t *xq;     /* [T][ldq] */
+    int64_t ldq;
+    const float *d;       /* [T] */
+    const int32_t *sum;   /* [T] */
+    float *y;             /* [T][ldy] */
+    int64_t ldy;
 } screen_job;
 
 static void screen_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
     const screen_job *j = ctx;
-    kn_sketch_scores(j->s, j->xq, j->d, j->sum, j->y, r0, r1);
+    for (int64_t b0 = r0; b0 < r1; b0 += SCREEN_BLOCK) {
+        const int64_t b1 = b0 + SCREEN_BLOCK < r1 ? b0 + SCREEN_BLOCK : r1;
+        for (int t = 0; t < j->T; t++)
+            kn_sketch_scores(j->s, j->xq + t * j->ldq, j->d[t], j->sum[t], j->y + t * j->ldy, b0, b1);
+    }
 }
 
-/* One row's draft logits through the screen (above); 0 when x is not
- * finite and the sketch cannot rank it. */
-static int screened_row(const nx_drafter *d, mdl_scratch *sc, void *work, const float *x, float *row) {
+/* Draft logits of n rows through the screen (above); 0 when a row holds a
+ * value that is not finite and the sketch cannot rank it. */
+static int screened_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *x, int n, float *logits) {
     const nx_model *m = d->target;
-    const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size, N = d->head.rows;
+    const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size, N = d->head.rows, ldq = (int64_t)round64((size_t)H);
     int8_t *xq = work;
-    void *top_work = (char *)work + round64((size_t)H);
+    float *dx = (float *)(xq + MDL_CHUNK * ldq);
+    int32_t *sum = (int32_t *)(dx + MDL_CHUNK);
+    void *top_work = (char *)dx + round64(MDL_CHUNK * (sizeof(float) + sizeof(int32_t)));
     int32_t *idx = (int32_t *)((char *)top_work + round64(kn_top_k_work_bytes(V)));
-    screen_job j = {&d->screen, xq, 0, 0, row};
-    if (!kn_sketch_quantize_x(x, H, xq, &j.d, &j.sum)) return 0;
-    nx_pool_run(m->pool, screen_rows, &j, N, 256);          /* sketch scores in row[0..N) */
-    const int64_t k = kn_top_k_f32(row, N, d->screen_k, idx, top_work);
-    for (int64_t v = 0; v < V; v++) row[v] = -INFINITY;
-    mdl_linear_at(m, sc, &d->head, x, idx, k, row);
+    assert(n <= MDL_CHUNK);
+    for (int t = 0; t < n; t++)
+        if (!kn_sketch_quantize_x(x + t * H, H, xq + t * ldq, &dx[t], &sum[t])) return 0;
+    screen_job j = {&d->screen, n, xq, ldq, dx, sum, logits, V};
+    nx_pool_run(m->pool, screen_rows, &j, N, SCREEN_BLOCK);   /* sketch scores in row t's [0, N) */
+    for (int t = 0; t < n; t++) {
+        float *row = logits + t * V;
+        const int64_t k = kn_top_k_f32(row, N, d->screen_k, idx, top_work);
+        for (int64_t v = 0; v < V; v++) row[v] = -INFINITY;
+        mdl_linear_at(m, sc, &d->head, x + t * H, idx, k, row);
+    }
     return 1;
 }
 
 void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits) {
     const nx_model *m = d->target;
-    int64_t V = m->cfg.vocab_size, N = d->head.rows, H = m->cfg.hidden_size;
-    if (d->screen_k) {
-        for (int t = 0; t < n; t++)
-            if (!screened_row(d, sc, work, m_rows + t * H, logits + t * V)) goto whole_head;
-        return;
-    }
-whole_head:
+    int64_t V = m->cfg.vocab_size, N = d->head.rows;
+    if (d->screen_k && screened_rows(d, sc, work, m_rows, n, logits)) return;
     mdl_linear(m, sc, &d->head, m_rows, n, logits);
     if (N == V) return;
     /* rows of N were written back to back: spread them to the [V] stride,
