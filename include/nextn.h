@@ -251,10 +251,12 @@ typedef struct {
                              get logit -inf. A draft reads the sketch and K
                              rows instead of the whole head; it is the head's
                              own argmax whenever that row ranks among the K.
-                             Output stays exact as with draft_vocab.
+                             Output stays exact as with draft_vocab. K at
+                             or above the head's rows: no screen. The hidden
+                             size must be a multiple of 64 (up to 131072).
                              0: off. NX_DRAFT_SCREEN_AUTO: 2048 where the
-                             head is 64 MiB or more and its hidden size a
-                             multiple of 64, else off */
+                             head is 64 MiB or more and its hidden size
+                             fits, else off */
 } nx_drafter_opts;
 
 #define NX_DRAFT_HEAD_AUTO (-1)

@@ -48,7 +48,8 @@ int cli_parse_head_bits(const char *s, long *out);
 #define CLI_DRAFT_SCREEN_HELP                                                                              \
     "  --draft-screen K|auto|off  rank the LM head's rows for a draft by a one-bit sketch made at\n"    \
     "                     load and score only the K best with the head (default auto: 2048 for a\n" \
-    "                     head of 64 MiB or more); verification uses the whole head\n"
+    "                     head of 64 MiB or more whose hidden size is a multiple of 64; K >= the\n"  \
+    "                     vocabulary: no screen); verification uses the whole head\n"
 /* --draft-screen K: auto (NX_DRAFT_SCREEN_AUTO), off or 0, or K >= 1. */
 int cli_parse_screen(const char *s, long *out);
 

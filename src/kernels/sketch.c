@@ -18,8 +18,6 @@
 #include <emmintrin.h>
 #endif
 
-/* |2P - S| <= 127 * cols must convert to f32 exactly (< 2^24). */
-#define SKETCH_MAX_COLS ((int64_t)1 << 17)
 
 static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -28,7 +26,7 @@ size_t kn_sketch_bytes(int64_t rows, int64_t cols) {
 }
 
 void kn_sketch_bind(kn_sketch *s, void *buf, int64_t rows, int64_t cols) {
-    assert(rows >= 0 && cols > 0 && cols % 64 == 0 && cols <= SKETCH_MAX_COLS && buf != NULL);
+    assert(rows >= 0 && cols > 0 && cols % 64 == 0 && cols <= KN_SKETCH_MAX_COLS && buf != NULL);
     s->rows = rows, s->cols = cols;
     s->bits = buf;
     s->scale = (float *)((char *)buf + round64((size_t)rows * (size_t)(cols / 64) * sizeof(uint64_t)));
@@ -93,10 +91,12 @@ int kn_sketch_quantize_x(const float *x, int64_t cols, int8_t *xq, float *d, int
         *d = 0.0f, *sum = 0;
         return 1;
     }
-    const float inv = 127.0f / mx;
+    /* in double: 127 / mx overflows f32 for mx below ~3.7e-37 (0 * inf
+     * would then be NaN), never f64 */
+    const double inv = 127.0 / (double)mx;
     for (int64_t c = 0; c < cols; c++) {
-        float q = nearbyintf(x[c] * inv);   /* |q| <= 127 up to rounding: clamp */
-        q = q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q;
+        double q = nearbyint((double)x[c] * inv);   /* |q| <= 127 up to rounding: clamp */
+        q = q > 127.0 ? 127.0 : q < -127.0 ? -127.0 : q;
         xq[c] = (int8_t)q;
         s += (int8_t)q;
     }
@@ -111,7 +111,7 @@ static inline float sketch_score(int32_t P, int32_t sum, float scale, float d) {
 
 static void assert_scores_args(const kn_sketch *s, const int8_t *xq, const float *y, int64_t r0, int64_t r1) {
     (void)s, (void)xq, (void)y, (void)r0, (void)r1;
-    assert(s && s->cols % 64 == 0 && s->cols <= SKETCH_MAX_COLS && 0 <= r0 && r0 <= r1 && r1 <= s->rows);
+    assert(s && s->cols % 64 == 0 && s->cols <= KN_SKETCH_MAX_COLS && 0 <= r0 && r0 <= r1 && r1 <= s->rows);
     assert(r0 == r1 || (xq && y && ((uintptr_t)xq & 63) == 0));
 }
 
@@ -238,20 +238,22 @@ static inline float key_score(uint32_t key) {
  * cand / ckey in ascending order; returns how many. Blocks of 16 are tested
  * first with float compares (SSE2, in every x86-64 build; GCC left the plain
  * loop scalar): few blocks hold a score above a threshold meant to keep
- * about 1 in 30. The test passes every key >= thr
- * but a NaN's, so thr 0 (take all) skips it. */
+ * about 1 in 30. The test passes every key >= thr (and any NaN, on either
+ * side: the key test then decides). */
 static int64_t collect_at_least(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey) {
     int64_t c = 0, i0 = 0;
     const float thr_f = key_score(thr);
-    for (; thr && i0 + 16 <= n; i0 += 16) {
+    for (; i0 + 16 <= n; i0 += 16) {
 #ifdef __SSE2__
         const __m128 t = _mm_set1_ps(thr_f);
-        const __m128 ge = _mm_or_ps(_mm_or_ps(_mm_cmpge_ps(_mm_loadu_ps(x + i0), t), _mm_cmpge_ps(_mm_loadu_ps(x + i0 + 4), t)),
-                                    _mm_or_ps(_mm_cmpge_ps(_mm_loadu_ps(x + i0 + 8), t), _mm_cmpge_ps(_mm_loadu_ps(x + i0 + 12), t)));
+        /* not-less-than: true for a NaN on either side, which only the exact
+         * key test below can place */
+        const __m128 ge = _mm_or_ps(_mm_or_ps(_mm_cmpnlt_ps(_mm_loadu_ps(x + i0), t), _mm_cmpnlt_ps(_mm_loadu_ps(x + i0 + 4), t)),
+                                    _mm_or_ps(_mm_cmpnlt_ps(_mm_loadu_ps(x + i0 + 8), t), _mm_cmpnlt_ps(_mm_loadu_ps(x + i0 + 12), t)));
         if (!_mm_movemask_ps(ge)) continue;
 #else
         int any = 0;
-        for (int i = 0; i < 16; i++) any |= x[i0 + i] >= thr_f;
+        for (int i = 0; i < 16; i++) any |= !(x[i0 + i] < thr_f);
         if (!any) continue;
 #endif
         for (int i = 0; i < 16; i++) {   /* written always, kept if it passes: no branch to mispredict */

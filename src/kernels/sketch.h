@@ -11,9 +11,9 @@
  * Row r of W ([rows][cols], cols a multiple of 64) is sketched as
  * scale[r] * sign(W[r]): bit c of the row is set where the sign bit of
  * W[r][c] is clear (+0 and positive values), and scale[r] = mean_c |W[r][c]|
- * (sums of 64 in f32, added in double). Against x quantized symmetrically to int8
- * (kn_sketch_quantize_x: xq_c = round(x_c / d), d = max_c |x_c| / 127) its
- * score is
+ * (sums of 64 in f32, added in double). Against x quantized symmetrically to
+ * int8 (kn_sketch_quantize_x: xq_c = x_c * (127 / max_c |x_c|) in double,
+ * rounded to nearest, ties to even; d = max_c |x_c| / 127) its score is
  *
  *     s_r = (float)(2 P_r - S) * (scale[r] * d),
  *     P_r = sum of xq_c over the set bits,  S = sum_c xq_c,
@@ -27,9 +27,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Widest row: |2P - S| <= 127 * cols must convert to f32 exactly (< 2^24). */
+#define KN_SKETCH_MAX_COLS ((int64_t)1 << 17)
+
 /* A view over a caller's buffer (kn_sketch_bind); nothing is owned. */
 typedef struct {
-    int64_t rows, cols;  /* cols % 64 == 0                                 */
+    int64_t rows, cols;  /* cols % 64 == 0, cols <= KN_SKETCH_MAX_COLS     */
     uint64_t *bits;      /* [rows][cols / 64]                              */
     float *scale;        /* [rows] mean |w| of the row                     */
 } kn_sketch;
@@ -39,8 +42,8 @@ size_t kn_sketch_bytes(int64_t rows, int64_t cols);
 /* Points s's arrays into buf (kn_sketch_bytes bytes, 64-byte aligned). */
 void kn_sketch_bind(kn_sketch *s, void *buf, int64_t rows, int64_t cols);
 /* Sketches row r from its f32 weights w[0..cols). Returns 0 when a weight
- * is not finite or the mean |w| overflows (the row then holds no usable
- * sketch). */
+ * is not finite or a sum of 64 |w| overflows f32 (the row then holds no
+ * usable sketch). */
 int kn_sketch_row(kn_sketch *s, int64_t r, const float *w);
 
 /* xq[0..cols) = x quantized as above; *d its scale, *sum = S. A zero row
@@ -66,8 +69,9 @@ void kn_sketch_scores_avx512vnni(const kn_sketch *s, const int8_t *xq, float d, 
 size_t kn_top_k_work_bytes(int64_t n);
 
 /* The indices of the k largest of x[0..n) (k <= n), ascending, into idx[0..k);
- * ties at the k-th value go to the lowest indices. (A NaN ranks as the
- * key its bits give: a positive one above +inf.) Returns k. work: kn_top_k_work_bytes(n) bytes, 4-byte aligned.
+ * ties at the k-th value go to the lowest indices. Values rank by an
+ * unsigned key of their bits: -0 just below +0, a positive NaN above +inf, a
+ * negative one below -inf. Returns k. work: kn_top_k_work_bytes(n) bytes, 4-byte aligned.
  *
  * How: a threshold from a strided sample of 1024 scores keeps about 1.25k
  * candidates in one pass; a radix select over their keys (11 + 11 + 10

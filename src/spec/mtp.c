@@ -207,8 +207,10 @@ static void sketch_head_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
 }
 
 int mtp_auto_screen_k(const kn_mat *head) {
-    return head->cols % 64 == 0 && head->rows > MTP_SCREEN_K && kn_mat_bytes(head) >= MTP_AUTO_HEAD_BYTES ? MTP_SCREEN_K
-                                                                                                         : 0;
+    return head->cols % 64 == 0 && head->cols <= KN_SKETCH_MAX_COLS && head->rows > MTP_SCREEN_K &&
+                   kn_mat_bytes(head) >= MTP_AUTO_HEAD_BYTES
+               ? MTP_SCREEN_K
+               : 0;
 }
 
 /* Sketches d->head for drafts that score its k best rows; none when k would
@@ -217,9 +219,9 @@ static nx_status build_screen(nx_drafter *d, int k, char *err, size_t errlen) {
     const kn_mat *h = &d->head;
     if (k < 0) return nx_fail(err, errlen, NX_EINVAL, "draft_screen %d: must be >= 0 (-1: auto)", k);
     if (k == 0 || k >= h->rows) return NX_OK;
-    if (h->cols % 64)
-        return nx_fail(err, errlen, NX_EUNSUPPORTED, "draft_screen: hidden size %lld is not a multiple of 64",
-                       (long long)h->cols);
+    if (h->cols % 64 || h->cols > KN_SKETCH_MAX_COLS)
+        return nx_fail(err, errlen, NX_EUNSUPPORTED, "draft_screen: hidden size %lld is not a multiple of 64 up to %lld",
+                       (long long)h->cols, (long long)KN_SKETCH_MAX_COLS);
     const size_t bytes = kn_sketch_bytes(h->rows, h->cols);
     const int nt = nx_pool_size(d->target->pool);
     sketch_job j = {h, &d->screen, nx_alloc_aligned((size_t)nt * (size_t)h->cols * sizeof(float)), -1};
@@ -234,8 +236,8 @@ static nx_status build_screen(nx_drafter *d, int k, char *err, size_t errlen) {
     if (j.bad_row >= 0) {
         nx_free_aligned(buf);
         memset(&d->screen, 0, sizeof d->screen);
-        return nx_fail(err, errlen, NX_EFORMAT, "%s: lm_head row %lld has a weight that is not finite; "
-                       "draft_screen cannot sketch it", d->target->dir, (long long)j.bad_row);
+        return nx_fail(err, errlen, NX_EFORMAT, "%s: lm_head row %lld has a weight that is not finite or too large "
+                       "for f32 sums; draft_screen cannot sketch it", d->target->dir, (long long)j.bad_row);
     }
     d->screen_buf = buf;
     d->screen_k = k;
@@ -310,7 +312,7 @@ nx_status mtp_rows_init(mtp_rows *r, const nx_drafter *d, int max_ctx, char *err
              (r->u = nx_alloc_aligned((size_t)MDL_CHUNK * 2 * H * sizeof(float))) &&
              (r->m = nx_alloc_aligned(H * sizeof(float))) &&
              (r->logits = nx_alloc_aligned((size_t)c->vocab_size * sizeof(float))) &&
-             (r->head_work = nx_alloc_aligned(mtp_head_work_bytes(d->target))) &&
+             (!d->screen_k || (r->head_work = nx_alloc_aligned(mtp_head_work_bytes(d->target)))) &&
              mdl_scratch_init(&r->sc, d->target, max_ctx) == NX_OK;
     if (!ok) {
         mtp_rows_free(r);
@@ -384,48 +386,23 @@ typedef struct {
     int64_t ldq;
     const float *d;       /* [T] */
     const int32_t *sum;   /* [T] */
-    float *y;             /* [T][ldy] */
-    int64_t ldy;
+    float *const *y;      /* T rows of scores */
 } screen_job;
 
 static void screen_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
     const screen_job *j = ctx;
     for (int64_t b0 = r0; b0 < r1; b0 += SCREEN_BLOCK) {
         const int64_t b1 = b0 + SCREEN_BLOCK < r1 ? b0 + SCREEN_BLOCK : r1;
-        for (int t = 0; t < j->T; t++)
-            kn_sketch_scores(j->s, j->xq + t * j->ldq, j->d[t], j->sum[t], j->y + t * j->ldy, b0, b1);
+        for (int t = 0; t < j->T; t++) kn_sketch_scores(j->s, j->xq + t * j->ldq, j->d[t], j->sum[t], j->y[t], b0, b1);
     }
 }
 
-/* Draft logits of n rows through the screen (above); 0 when a row holds a
- * value that is not finite and the sketch cannot rank it. */
-static int screened_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *x, int n, float *logits) {
-    const nx_model *m = d->target;
-    const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size, N = d->head.rows, ldq = (int64_t)round64((size_t)H);
-    int8_t *xq = work;
-    float *dx = (float *)(xq + MDL_CHUNK * ldq);
-    int32_t *sum = (int32_t *)(dx + MDL_CHUNK);
-    void *top_work = (char *)dx + round64(MDL_CHUNK * (sizeof(float) + sizeof(int32_t)));
-    int32_t *idx = (int32_t *)((char *)top_work + round64(kn_top_k_work_bytes(V)));
-    assert(n <= MDL_CHUNK);
-    for (int t = 0; t < n; t++)
-        if (!kn_sketch_quantize_x(x + t * H, H, xq + t * ldq, &dx[t], &sum[t])) return 0;
-    screen_job j = {&d->screen, n, xq, ldq, dx, sum, logits, V};
-    nx_pool_run(m->pool, screen_rows, &j, N, SCREEN_BLOCK);   /* sketch scores in row t's [0, N) */
-    for (int t = 0; t < n; t++) {
-        float *row = logits + t * V;
-        const int64_t k = kn_top_k_f32(row, N, d->screen_k, idx, top_work);
-        for (int64_t v = 0; v < V; v++) row[v] = -INFINITY;
-        mdl_linear_at(m, sc, &d->head, x + t * H, idx, k, row);
-    }
-    return 1;
-}
-
-void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits) {
+/* Logits of n rows x ([n][H]) over the whole draft head into logits
+ * ([n][V]), -inf beyond its rows. */
+static void whole_head_rows(const nx_drafter *d, mdl_scratch *sc, const float *x, int n, float *logits) {
     const nx_model *m = d->target;
     int64_t V = m->cfg.vocab_size, N = d->head.rows;
-    if (d->screen_k && screened_rows(d, sc, work, m_rows, n, logits)) return;
-    mdl_linear(m, sc, &d->head, m_rows, n, logits);
+    mdl_linear(m, sc, &d->head, x, n, logits);
     if (N == V) return;
     /* rows of N were written back to back: spread them to the [V] stride,
      * last first (row t moves up from t*N to t*V, past no row still unmoved) */
@@ -434,6 +411,41 @@ void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float
         memmove(row, logits + (int64_t)t * N, (size_t)N * sizeof(float));
         for (int64_t v = N; v < V; v++) row[v] = -INFINITY;
     }
+}
+
+/* Draft logits of n rows through the screen (above). A row the sketch cannot
+ * rank (a value that is not finite) is scored over the whole head on its
+ * own, so that no row's draft depends on the others in the call. */
+static void screened_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *x, int n, float *logits) {
+    const nx_model *m = d->target;
+    const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size, N = d->head.rows, ldq = (int64_t)round64((size_t)H);
+    int8_t *xq = work;
+    float *dx = (float *)(xq + MDL_CHUNK * ldq);
+    int32_t *sum = (int32_t *)(dx + MDL_CHUNK);
+    void *top_work = (char *)dx + round64(MDL_CHUNK * (sizeof(float) + sizeof(int32_t)));
+    int32_t *idx = (int32_t *)((char *)top_work + round64(kn_top_k_work_bytes(V)));
+    float *y[MDL_CHUNK];
+    int row_of[MDL_CHUNK], g = 0;   /* the rows the sketch ranks: [0, g) */
+    for (int t = 0; t < n; t++) {
+        if (kn_sketch_quantize_x(x + t * H, H, xq + g * ldq, &dx[g], &sum[g])) {
+            y[g] = logits + t * V, row_of[g++] = t;
+            continue;
+        }
+        whole_head_rows(d, sc, x + t * H, 1, logits + t * V);
+    }
+    screen_job j = {&d->screen, g, xq, ldq, dx, sum, y};
+    nx_pool_run(m->pool, screen_rows, &j, g ? N : 0, SCREEN_BLOCK);   /* sketch scores in y[i][0, N) */
+    for (int i = 0; i < g; i++) {
+        const int64_t k = kn_top_k_f32(y[i], N, d->screen_k, idx, top_work);
+        for (int64_t v = 0; v < V; v++) y[i][v] = -INFINITY;
+        mdl_linear_at(m, sc, &d->head, x + row_of[i] * H, idx, k, y[i]);
+    }
+}
+
+void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits) {
+    assert(n <= MDL_CHUNK);
+    if (d->screen_k) screened_rows(d, sc, work, m_rows, n, logits);
+    else whole_head_rows(d, sc, m_rows, n, logits);
 }
 
 /* Appends T entries; their outputs: every row's logits (logits_out, not

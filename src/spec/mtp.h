@@ -53,7 +53,7 @@ typedef struct {
     float *u;                     /* [MDL_CHUNK][2H] fc input                  */
     float *m;                     /* [H] output m of the last entry run        */
     float *logits;                /* [V] draft logits of the last entry run    */
-    void *head_work;              /* mtp_head_work_bytes: mtp_head_rows' scratch */
+    void *head_work;              /* mtp_head_rows' scratch (with a screen), or NULL */
 } mtp_rows;
 
 /* NX_DRAFT_HEAD_AUTO's choice for a draft head as stored and without a
@@ -106,12 +106,14 @@ void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, in
 void mtp_rows_append_m(mtp_rows *r, const int32_t *tokens, const float *hidden, int T);
 /* Bytes of scratch mtp_head_rows needs, for any drafter of target m. */
 size_t mtp_head_work_bytes(const nx_model *m);
-/* Draft logits of n output rows m_rows ([n][H]) through the drafter's head:
- * logits [n][V], -inf beyond its draft vocabulary. The head is read once.
- * With a screen, each row's logits are the head's for the screen_k rows its
- * sketch ranks best and -inf elsewhere (if a row holds a value that is not
- * finite, all n rows are scored over the whole head). work: mtp_head_work_bytes(d->target) bytes,
- * 64-byte aligned. */
+/* Draft logits of n <= MDL_CHUNK output rows m_rows ([n][H]) through the
+ * drafter's head: logits [n][V], -inf beyond its draft vocabulary. The head
+ * (with a screen: its sketch) is read once for all n rows. With a screen,
+ * each row's logits are the head's for the screen_k rows its sketch ranks
+ * best and -inf elsewhere; a row holding a value that is not finite is
+ * scored over the whole head. No row's logits depend on the others'. work:
+ * mtp_head_work_bytes(d->target) bytes, 64-byte aligned (unused without a
+ * screen: NULL will do). */
 void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits);
 /* One entry for each of n sequences (n <= MDL_CHUNK, one drafter): entry i
  * from tokens[i] and hidden[i] ([H]) appended to rs[i], all run as one chunk

@@ -1,9 +1,9 @@
 /* test_sketch.c — one-bit sign sketches and top-k selection (kernels/sketch.h):
  * every kernel set's scores equal the definition computed here bit for bit
- * (odd row ranges, the AVX2 int16 bound, a zero row), the sketch and
+ * (odd row ranges, the AVX2 int16 bound, zero activations), the sketch and
  * quantizer refuse values that are not finite, and kn_top_k_f32 picks
- * exactly what a sort picks, ties to the lowest index, on data that fools
- * its sample. */
+ * exactly what a sort picks, ties to the lowest index, also on data that
+ * fools its sample, and ranks NaNs by their bits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,6 +130,8 @@ static void values_that_are_not_finite_are_refused(void) {
     CHECK(kn_sketch_quantize_x(x, 128, xq, &d, &sum) && xq[0] == -127 && d == 8.0f / 127.0f);
     memset(x, 0, sizeof x);
     CHECK(kn_sketch_quantize_x(x, 128, xq, &d, &sum) && d == 0 && sum == 0 && xq[5] == 0);
+    x[7] = -1e-38f;   /* 127 / max overflows f32 here (0 * inf would be NaN): the scale is taken in double */
+    CHECK(kn_sketch_quantize_x(x, 128, xq, &d, &sum) && xq[7] == -127 && xq[6] == 0 && sum == -127);
     nx_free_aligned(buf), nx_free_aligned(xq);
 }
 
@@ -157,7 +159,7 @@ static void top_k_picks_what_a_sort_picks(void) {
         float *x = malloc((size_t)n * sizeof *x);
         int32_t *order = malloc((size_t)n * sizeof *order), *idx = malloc((size_t)n * sizeof *idx);
         void *work = malloc(kn_top_k_work_bytes(n));
-        for (int kind = 0; kind < 6; kind++) {
+        for (int kind = 0; kind < 7; kind++) {
             nx_test_rng r = {1000 + (uint64_t)kind};
             for (int64_t i = 0; i < n; i++) {
                 switch (kind) {
@@ -166,8 +168,13 @@ static void top_k_picks_what_a_sort_picks(void) {
                 case 2: x[i] = (float)i; break;                                            /* ascending */
                 case 3: x[i] = (float)(n - i); break;                                      /* descending */
                 case 4: x[i] = i % 3 == 0 ? -0.0f : i % 3 == 1 ? 0.0f : -1.0f; break;     /* signed zeros */
-                default: x[i] = i % 1000 == 0 ? 1e6f : -(float)(i % 7); break;            /* a few huge */
+                case 5: x[i] = i % 1000 == 0 ? 1e6f : -(float)(i % 7); break;             /* a few huge */
+                default: x[i] = nx_test_rng_normal(&r, 1.0f); break;
                 }
+            }
+            if (kind == 6) {   /* every sampled position huge: the first threshold keeps too few, a retry must */
+                const int64_t m = n < 1024 ? n : 1024;
+                for (int64_t i = 0; i < m; i++) x[i * n / m] = 1e6f + (float)i;
             }
             for (int64_t i = 0; i < n; i++) order[i] = (int32_t)i;
             sort_x = x;
@@ -191,15 +198,36 @@ static void top_k_picks_what_a_sort_picks(void) {
     }
 }
 
+/* NaNs rank by their bits wherever they sit (the vector pre-test of a block
+ * of 16 once let a block with only a NaN above the threshold, or a NaN
+ * threshold, pass nothing). */
+static void top_k_ranks_nans_by_their_bits(void) {
+    const int64_t n = 4111;
+    float *x = malloc((size_t)n * sizeof *x);
+    int32_t idx[2];
+    void *work = malloc(kn_top_k_work_bytes(n));
+    for (int64_t i = 0; i < n; i++) x[i] = -(float)i;
+    x[1001] = NAN;   /* positive NaN: above everything */
+    CHECK(kn_top_k_f32(x, n, 1, idx, work) == 1 && idx[0] == 1001);
+    CHECK(kn_top_k_f32(x, n, 2, idx, work) == 2 && idx[0] == 0 && idx[1] == 1001);
+    const uint32_t neg_nan = 0xffc00000u;
+    for (int64_t i = 0; i < n; i++) memcpy(&x[i], &neg_nan, sizeof neg_nan);   /* below everything */
+    x[101] = 5.0f;
+    CHECK(kn_top_k_f32(x, n, 1, idx, work) == 1 && idx[0] == 101);
+    free(x), free(work);
+}
+
 static const nx_test tests[] = {
     {"scores_equal_the_definition_in_every_kernel_set",
-     "scalar / AVX2 / AVX-512 scores == the definition bit for bit: odd rows and ranges, a zero row, 127 * 8320",
+     "scalar / AVX2 / AVX-512 scores == the definition bit for bit: odd rows and ranges, zero activations, 127 * 8320",
      scores_equal_the_definition_in_every_kernel_set},
     {"values_that_are_not_finite_are_refused", "NaN / inf weights and activations refused; -0 is unset; scales right",
      values_that_are_not_finite_are_refused},
     {"top_k_picks_what_a_sort_picks",
      "n 1 .. 248320, k 1 .. n: the sort's top k ascending, ties to the lowest index, signed zeros, sorted inputs",
      top_k_picks_what_a_sort_picks},
+    {"top_k_ranks_nans_by_their_bits", "a positive NaN anywhere ranks first, negative NaNs last, a NaN threshold too",
+     top_k_ranks_nans_by_their_bits},
 };
 
 NX_TEST_MAIN(tests)

@@ -330,6 +330,17 @@ static void a_screened_draft_scores_k_rows_of_the_head(void) {
         free(a), free(b), free(c);
     }
     nx_drafter_free(full), nx_drafter_free(scr), nx_drafter_free(part), nx_drafter_free(all);
+    /* through int8 activations too: a 4-bit copy's rows, screened or not, are the same bits */
+    nx_drafter *q4 = drafter_with(m, 0, 4, 0), *q4s = drafter_with(m, 0, 4, K);
+    if (q4 && q4s) {
+        float *a = draft_logits(q4, tok, n, V), *b = draft_logits(q4s, tok, n, V);
+        int rows_equal = 1, kept = 0;
+        for (long i = 0; i < (long)(n - 1) * V; i++)
+            if (!isinf(b[i])) kept++, rows_equal &= memcmp(&b[i], &a[i], sizeof *a) == 0;
+        CHECK(rows_equal && kept == (n - 1) * K);
+        free(a), free(b);
+    }
+    nx_drafter_free(q4), nx_drafter_free(q4s);
     char err[512];
     nx_drafter *x = NULL;
     nx_drafter_opts bad = {.draft_screen = -2};
@@ -346,6 +357,35 @@ static void a_screened_draft_scores_k_rows_of_the_head(void) {
     CHECKF(nx_drafter_load(m, NULL, &o, &x, err, sizeof err) == NX_EUNSUPPORTED && !x && strstr(err, "hidden size 96"),
            "%s", err);
     CHECK(mtp_auto_screen_k(&m->lm_head) == 0);
+    nx_model_free(m);
+}
+
+/* Rows scored together through a screen: a row with a NaN is scored over the
+ * whole head on its own; the others' logits are what they get alone. */
+static void a_row_the_screen_cannot_rank_goes_over_the_whole_head(void) {
+    nx_model *m = nx_test_model(MODEL, 2);
+    nx_drafter *d = m ? drafter_with(m, 0, 0, 32) : NULL;
+    mtp_rows r;
+    char err[512];
+    if (!d || mtp_rows_init(&r, d, 16, err, sizeof err) != NX_OK) goto done;
+    const int V = nx_model_get_info(m)->vocab_size, H = nx_model_get_info(m)->hidden_size;
+    float *x = malloc((size_t)3 * H * sizeof *x), *together = malloc((size_t)3 * V * sizeof *together);
+    float *alone = malloc((size_t)V * sizeof *alone);
+    nx_test_rng g = {31};
+    for (int i = 0; i < 3 * H; i++) x[i] = nx_test_rng_normal(&g, 1.0f);
+    x[H + 5] = NAN;   /* row 1 */
+    mtp_head_rows(d, &r.sc, r.head_work, x, 3, together);
+    int nan1 = 0;
+    for (int v = 0; v < V; v++) nan1 += isnan(together[V + v]);
+    CHECKF(nan1 == V, "row 1 (NaN): %d of %d logits NaN: not the whole head", nan1, V);
+    for (int t = 0; t < 3; t += 2) {
+        mtp_head_rows(d, &r.sc, r.head_work, x + t * H, 1, alone);
+        CHECKF(memcmp(alone, together + (long)t * V, (size_t)V * sizeof *alone) == 0, "row %d differs in company", t);
+    }
+    free(x), free(together), free(alone);
+    mtp_rows_free(&r);
+done:
+    nx_drafter_free(d);
     nx_model_free(m);
 }
 
@@ -412,6 +452,9 @@ static const nx_test tests[] = {
      "screen k = 64: k finite logits, the head's bit for bit, its argmax kept; with N = 512 inside [0, N); bad k and "
      "hidden 96 refused",
      a_screened_draft_scores_k_rows_of_the_head},
+    {"a_row_the_screen_cannot_rank_goes_over_the_whole_head",
+     "three rows through a screen, one with a NaN: that one over the whole head, the others as alone",
+     a_row_the_screen_cannot_rank_goes_over_the_whole_head},
     {"auto_screens_only_a_head_too_big_for_a_cache",
      "NX_DRAFT_SCREEN_AUTO: k for 64 MiB+ bf16 / q4 heads; none for an 8 MB head or 1000 columns",
      auto_screens_only_a_head_too_big_for_a_cache},
