@@ -75,7 +75,7 @@ static void bench_json_reports_every_figure(void) {
     CHECK(json_is_true(json_object_get(j, "mtp_output_matches")));
     CHECK(json_is_null(json_object_get(j, "mtp_skipped")));
     /* auto: the bundled model's head fits a cache, so no draft copy */
-    CHECK(json_is_null(json_object_get(j, "draft_head_bits")));
+    CHECK(json_is_null(json_object_get(j, "draft_head_bits")) && json_is_null(json_object_get(j, "draft_screen")));
     const json_t *cost = json_object_get(j, "verify_cost"), *vs = json_object_get(j, "verify_s");
     for (int T = 1; T <= 8; T++) {
         char key[8];
@@ -122,6 +122,7 @@ static void bad_bench_options_exit_2_with_one_line(void) {
         {"bench --draft 0", "--draft"},
         {"bench --draft-head-bits 7", "--draft-head-bits"},
         {"bench --draft-head-bits 1", "--draft-head-bits"},
+        {"bench --draft-screen -1", "--draft-screen"},
         {"bench --frobnicate", "unknown option '--frobnicate'"},
         {"bench --prompt", "needs a value"},
         {"bench -t 0", "--threads"},

@@ -140,6 +140,8 @@ static void bad_use_exits_2_with_one_line(void) {
         {"generate -m x --prompt-ids 1 --draft lots", 2, "--draft"},
         {"generate -m x --prompt-ids 1 --draft-head-bits 7", 2, "--draft-head-bits"},
         {"generate -m x --prompt-ids 1 --draft-head-bits many", 2, "--draft-head-bits"},
+        {"generate -m x --prompt-ids 1 --draft-screen -3", 2, "--draft-screen"},
+        {"generate -m x --prompt-ids 1 --draft-screen some", 2, "--draft-screen"},
         {"generate -m x --prompt-ids 1 --accept maybe", 2, "--accept"},
         {"generate -m x --prompt-ids 1 --mtp-hidden mid", 2, "--mtp-hidden"},
         {"generate -m '" GOLDEN "/hf' --prompt-ids 1 --mtp /nonexistent/drafter", 1, "/nonexistent/drafter"},
@@ -334,6 +336,19 @@ static void generate_with_mtp_reports_acceptance(void) {
                "'%s'", heads[v].args);
         json_decref(h);
     }
+    /* the screen: none by default here (auto screens only heads of 64 MiB or
+     * more), k rows when asked, none for k >= the vocabulary; greedy output
+     * unchanged */
+    static const struct { const char *args; int k; } screens[] = {
+        {"", 0}, {"--draft-screen 16", 16}, {"--draft-screen off", 0}, {"--draft-screen 1000000", 0}};
+    for (size_t v = 0; v < sizeof screens / sizeof *screens; v++) {
+        snprintf(args, sizeof args, "%s --draft 2 %s", base, screens[v].args);
+        json_t *h = run_json(args);
+        json_t *k = json_object_get(json_object_get(h, "mtp"), "draft_screen");
+        CHECKF(h && same_ids(plain, h, 0) && (screens[v].k ? json_integer_value(k) == screens[v].k : json_is_null(k)),
+               "'%s'", screens[v].args);
+        json_decref(h);
+    }
     /* the copy head accepts a lot on this checkpoint: fewer target forwards than tokens */
     json_t *j = run_json("generate -m '" COPY05 "' --prompt-ids 11,42,7,300 -n 60 --ignore-eos --json --draft 2");
     json_t *mtp = json_object_get(j, "mtp");
@@ -375,6 +390,10 @@ static void generate_with_mtp_reports_acceptance(void) {
     CHECK(nextn("generate -m '" COPY05 "' --prompt-ids 1,2,3 -n 20 --stats --draft-head-bits 4") == 0);
     err = captured("stderr");
     CHECKF(strstr(err, "; drafts score a 4-bit copy of the LM head\n"), "%s", err);
+    free(err);
+    CHECK(nextn("generate -m '" COPY05 "' --prompt-ids 1,2,3 -n 20 --stats --draft-screen 64") == 0);
+    err = captured("stderr");
+    CHECKF(strstr(err, "; drafts score the 64 rows a sketch ranks best\n"), "%s", err);
     free(err);
     json_decref(plain);
 }
