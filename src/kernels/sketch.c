@@ -18,7 +18,6 @@
 #include <emmintrin.h>
 #endif
 
-
 static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 size_t kn_sketch_bytes(int64_t rows, int64_t cols) {
@@ -152,7 +151,8 @@ KN_AVX2_INLINE __m256i sketch_words_avx2(const uint64_t *b, const int8_t *xq, in
             memcpy(&half, (const char *)(b + j) + 4 * h, sizeof half);
             __m256i m = _mm256_shuffle_epi8(_mm256_set1_epi32(half), spread);
             m = _mm256_min_epu8(_mm256_and_si256(m, bit), one8);   /* 0 / 1 */
-            acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(m, _mm256_load_si256((const __m256i *)(const void *)(xq + j * 64 + h * 32))));
+            const __m256i xv = _mm256_load_si256((const __m256i *)(const void *)(xq + j * 64 + h * 32));
+            acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(m, xv));
         }
     return _mm256_madd_epi16(acc16, _mm256_set1_epi16(1));
 }
@@ -176,7 +176,8 @@ KN_AVX2 void kn_sketch_scores_avx2(const kn_sketch *s, const int8_t *xq, float d
     for (; r < r1; r++) {
         const uint64_t *b = s->bits + r * W;
         __m256i acc = _mm256_setzero_si256();
-        for (int64_t j0 = 0; j0 < W; j0 += 64) acc = _mm256_add_epi32(acc, sketch_words_avx2(b, xq, j0, j0 + 64 < W ? j0 + 64 : W));
+        for (int64_t j0 = 0; j0 < W; j0 += 64)
+            acc = _mm256_add_epi32(acc, sketch_words_avx2(b, xq, j0, j0 + 64 < W ? j0 + 64 : W));
         y[r] = sketch_score(hsum_epi32_avx2(acc), sum, s->scale[r], d);
     }
 }
@@ -248,8 +249,9 @@ static int64_t collect_at_least(const float *x, int64_t n, uint32_t thr, uint32_
         const __m128 t = _mm_set1_ps(thr_f);
         /* not-less-than: true for a NaN on either side, which only the exact
          * key test below can place */
-        const __m128 ge = _mm_or_ps(_mm_or_ps(_mm_cmpnlt_ps(_mm_loadu_ps(x + i0), t), _mm_cmpnlt_ps(_mm_loadu_ps(x + i0 + 4), t)),
-                                    _mm_or_ps(_mm_cmpnlt_ps(_mm_loadu_ps(x + i0 + 8), t), _mm_cmpnlt_ps(_mm_loadu_ps(x + i0 + 12), t)));
+        const __m128 ge01 = _mm_or_ps(_mm_cmpnlt_ps(_mm_loadu_ps(x + i0), t), _mm_cmpnlt_ps(_mm_loadu_ps(x + i0 + 4), t));
+        const __m128 ge23 = _mm_or_ps(_mm_cmpnlt_ps(_mm_loadu_ps(x + i0 + 8), t), _mm_cmpnlt_ps(_mm_loadu_ps(x + i0 + 12), t));
+        const __m128 ge = _mm_or_ps(ge01, ge23);
         if (!_mm_movemask_ps(ge)) continue;
 #else
         int any = 0;
