@@ -23,6 +23,10 @@ void *nx_realloc(void *p, size_t n);
 void  nx_free(void *p);
 char *nx_strdup(const char *s);
 
+/* n rounded up to a multiple of 64: where parts of one nx_alloc_aligned
+ * block must each start on a cache line. */
+static inline size_t nx_round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
 /* 64-byte aligned (cache line / AVX) zeroed block; free with nx_free_aligned. */
 void *nx_alloc_aligned(size_t n);
 void  nx_free_aligned(void *p);

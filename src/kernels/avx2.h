@@ -56,6 +56,14 @@ KN_AVX2_INLINE float kn_load1_avx2(const void *w, nx_dtype dt, int64_t i) {
  * combined as (acc0 + acc1) + (acc2 + acc3) first; then the 8 lanes v as
  * ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). nacc (1 or 4) is a
  * constant after inlining. */
+/* Sum of the 8 int32 lanes of v (exact in any order). */
+KN_AVX2_INLINE int32_t kn_hsum_epi32_avx2(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
 KN_AVX2_INLINE __m128 kn_hsum_avx2(const __m256 *acc, int nacc) {
     __m256 v = nacc == 1 ? acc[0] : _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -630,13 +630,6 @@ KN_AVX2_INLINE __m256i pack32_i8_avx2(__m256i a, __m256i b, __m256i c, __m256i d
     return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-KN_AVX2_INLINE int32_t hsum_epi32_avx2(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
-}
-
 /* v[k] lane j <- v[j] lane k: an 8 x 8 transpose of int32 words (the
  * storage order's blocks of 8 groups, quant.h). */
 KN_AVX2_INLINE void transpose8_epi32_avx2(__m256i v[8]) {
@@ -711,7 +704,7 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8
         }
     }
     *d = scale;
-    *s = scale * (float)hsum_epi32_avx2(lanes);
+    *s = scale * (float)kn_hsum_epi32_avx2(lanes);
 }
 
 /* kn_quantize_x_ref's bytes: groups in element order where they are stored

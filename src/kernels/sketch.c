@@ -13,22 +13,21 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "kernels/avx2.h"
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
 
-static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
-
 size_t kn_sketch_bytes(int64_t rows, int64_t cols) {
-    return round64((size_t)rows * (size_t)(cols / 64) * sizeof(uint64_t)) + round64((size_t)rows * sizeof(float));
+    return nx_round64((size_t)rows * (size_t)(cols / 64) * sizeof(uint64_t)) + nx_round64((size_t)rows * sizeof(float));
 }
 
 void kn_sketch_bind(kn_sketch *s, void *buf, int64_t rows, int64_t cols) {
     assert(rows >= 0 && cols > 0 && cols % 64 == 0 && cols <= KN_SKETCH_MAX_COLS && buf != NULL);
     s->rows = rows, s->cols = cols;
     s->bits = buf;
-    s->scale = (float *)((char *)buf + round64((size_t)rows * (size_t)(cols / 64) * sizeof(uint64_t)));
+    s->scale = (float *)((char *)buf + nx_round64((size_t)rows * (size_t)(cols / 64) * sizeof(uint64_t)));
 }
 
 /* One word of bits (set where the sign bit is clear) from w[0..64), and the
@@ -128,14 +127,6 @@ void kn_sketch_scores_ref(const kn_sketch *s, const int8_t *xq, float d, int32_t
 }
 
 #if KN_HAVE_X86
-/* Sum of the 8 int32 lanes (exact: any order). */
-KN_AVX2_INLINE int32_t hsum_epi32_avx2(__m256i v) {
-    __m128i a = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0x4e));
-    a = _mm_add_epi32(a, _mm_shuffle_epi32(a, 0xb1));
-    return _mm_cvtsi128_si32(a);
-}
-
 /* P of one row's 64-bit words [j0, j1), at most 64 of them: each 32-bit
  * half-word broadcast from memory and spread to 32 bytes of 0 / 1 by a
  * shuffle, an and and a min, then maddubs against the activations. int16
@@ -170,15 +161,15 @@ KN_AVX2 void kn_sketch_scores_avx2(const kn_sketch *s, const int8_t *xq, float d
             a0 = _mm256_add_epi32(a0, sketch_words_avx2(b, xq, j0, j1));
             a1 = _mm256_add_epi32(a1, sketch_words_avx2(b + W, xq, j0, j1));
         }
-        y[r] = sketch_score(hsum_epi32_avx2(a0), sum, s->scale[r], d);
-        y[r + 1] = sketch_score(hsum_epi32_avx2(a1), sum, s->scale[r + 1], d);
+        y[r] = sketch_score(kn_hsum_epi32_avx2(a0), sum, s->scale[r], d);
+        y[r + 1] = sketch_score(kn_hsum_epi32_avx2(a1), sum, s->scale[r + 1], d);
     }
     for (; r < r1; r++) {
         const uint64_t *b = s->bits + r * W;
         __m256i acc = _mm256_setzero_si256();
         for (int64_t j0 = 0; j0 < W; j0 += 64)
             acc = _mm256_add_epi32(acc, sketch_words_avx2(b, xq, j0, j0 + 64 < W ? j0 + 64 : W));
-        y[r] = sketch_score(hsum_epi32_avx2(acc), sum, s->scale[r], d);
+        y[r] = sketch_score(kn_hsum_epi32_avx2(acc), sum, s->scale[r], d);
     }
 }
 

@@ -35,19 +35,35 @@ typedef struct {
     const kn_mat *const *ws;
     float *const *ys;
     int64_t start[MDL_MAX_LINEARS + 1];
-    const float *x;       /* f32 activations, or NULL when qx holds them */
+    const float *x;       /* f32 activations, read when qx is NULL */
     const kn_qx *qx;
     int T;
 } linear_job;
+
+/* Rows [r0, r1) of w times T activation rows: the int8 rows in qx, or f32
+ * x when qx is NULL. */
+static void product_rows(const kn_mat *w, const float *x, const kn_qx *qx, int T, float *y, int64_t r0, int64_t r1) {
+    if (qx) kn_matmul_qx_rows(w, qx, y, w->rows, r0, r1);
+    else kn_matmul_rows(w, x, w->cols, T, y, w->rows, r0, r1);
+}
+
+/* How a product of w takes x (T rows): &qx with x rounded to int8 over
+ * sc->qx, or NULL for x as it is (dense w, or f32_activations). Rounded once,
+ * on the calling thread, for all the rows the workers then split: T * cols
+ * work, against T * cols * rows for the products. */
+static const kn_qx *product_input(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float *x, int T, kn_qx *qx) {
+    if (!w->bits || m->f32_activations) return NULL;
+    kn_qx_bind(qx, sc->qx, T, w);
+    kn_quantize_x(qx, x, w->cols);
+    return qx;
+}
 
 static void linear_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
     const linear_job *j = ctx;
     for (int i = 0; i < j->n; i++) {
         const int64_t a = r0 > j->start[i] ? r0 : j->start[i], b = r1 < j->start[i + 1] ? r1 : j->start[i + 1];
         if (a >= b) continue;
-        const kn_mat *w = j->ws[i];
-        if (j->x) kn_matmul_rows(w, j->x, w->cols, j->T, j->ys[i], w->rows, a - j->start[i], b - j->start[i]);
-        else kn_matmul_qx_rows(w, j->qx, j->ys[i], w->rows, a - j->start[i], b - j->start[i]);
+        product_rows(j->ws[i], j->x, j->qx, j->T, j->ys[i], a - j->start[i], b - j->start[i]);
     }
 }
 
@@ -65,17 +81,9 @@ void mdl_linears(const nx_model *m, mdl_scratch *sc, const float *x, int T, int 
             for (int k = 0; k < n; k++) mdl_linears(m, sc, x, T, 1, &ws[k], &ys[k]);
             return;
         }
-    linear_job j = {n, ws, ys, {0}, x, NULL, T};
-    for (int i = 0; i < n; i++) j.start[i + 1] = j.start[i] + ws[i]->rows;
     kn_qx qx;
-    if (ws[0]->bits && !m->f32_activations) {
-        /* Quantized once here, on the calling thread, for all n products: T *
-         * cols work, against T * cols * rows for the products the workers
-         * then split. */
-        kn_qx_bind(&qx, sc->qx, T, ws[0]);
-        kn_quantize_x(&qx, x, ws[0]->cols);
-        j.x = NULL, j.qx = &qx;
-    }
+    linear_job j = {n, ws, ys, {0}, x, product_input(m, sc, ws[0], x, T, &qx), T};   /* one rounding for all n */
+    for (int i = 0; i < n; i++) j.start[i + 1] = j.start[i] + ws[i]->rows;
     /* grain 16: claims start on multiples of 16 job rows (a 64-byte line of
      * a one-row y where a matrix starts on such a multiple), and stay small
      * enough to balance a 1024-row matrix over 16 threads (a grain of 48
@@ -92,7 +100,7 @@ void mdl_linear(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float
  * to the kernel as one range. */
 typedef struct {
     const kn_mat *w;
-    const float *x;       /* f32 activations, or NULL when qx holds them */
+    const float *x;       /* f32 activations, read when qx is NULL */
     const kn_qx *qx;
     const int32_t *idx;
     float *y;
@@ -110,21 +118,15 @@ static void linear_at_rows(void *ctx, int64_t j0, int64_t j1, int tid) {
         while (e < j1 && j->idx[e] == j->idx[e - 1] + 1) e++;
         for (int64_t a = j0 + LINEAR_AT_AHEAD; a < j1 && a < e + LINEAR_AT_AHEAD; a++) kn_mat_prefetch_row(j->w, j->idx[a]);
         const int64_t r0 = j->idx[j0], r1 = j->idx[e - 1] + 1;
-        if (j->x) kn_matmul_rows(j->w, j->x, j->w->cols, 1, j->y, j->w->rows, r0, r1);
-        else kn_matmul_qx_rows(j->w, j->qx, j->y, j->w->rows, r0, r1);
+        product_rows(j->w, j->x, j->qx, 1, j->y, r0, r1);
         j0 = e;
     }
 }
 
 void mdl_linear_at(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float *x, const int32_t *idx, int64_t k,
                    float *y) {
-    linear_at_job j = {w, x, NULL, idx, y};
     kn_qx qx;
-    if (w->bits && !m->f32_activations) {   /* as mdl_linears does */
-        kn_qx_bind(&qx, sc->qx, 1, w);
-        kn_quantize_x(&qx, x, w->cols);
-        j.x = NULL, j.qx = &qx;
-    }
+    linear_at_job j = {w, x, product_input(m, sc, w, x, 1, &qx), idx, y};
     nx_pool_run(m->pool, linear_at_rows, &j, k, 64);
 }
 

@@ -113,33 +113,53 @@ int mtp_auto_head_bits(const kn_mat *head) {
     return stored_bits > 4 && head->cols % 32 == 0 && kn_mat_bytes(head) >= MTP_AUTO_HEAD_BYTES ? 4 : 0;
 }
 
-/* ---- a lower-bit copy of the draft head (nx_drafter_opts.draft_head_bits) ---- */
+/* ---- one parallel pass over the draft head's rows, as f32 -------------------
+ * The lower-bit copy and the screen (below) are both made at load from every
+ * row of the head dequantized to f32: one pool run over the rows, each thread
+ * with its own row buffer, and any row the maker refuses reported by index. */
 
+typedef int (*head_row_fn)(void *ctx, int64_t r, const float *row);   /* 0: row r refused */
 
 typedef struct {
-    const kn_mat *src;
-    kn_mat *dst;
-    float *rows;               /* [n_threads][cols] a dequantized source row each */
-    int64_t bad_row;           /* first row with a weight the quantizer cannot take, or -1 */
-} head_copy_job;
+    const kn_mat *head;
+    head_row_fn fn;
+    void *ctx;
+    float *rows;               /* [n_threads][cols] a dequantized head row each */
+    int64_t bad_row;           /* a refused row (any one will do for the message), or -1 */
+} head_rows_job;
 
-/* Quantizes rows [r0, r1) of the head into the copy; the pool splits rows. */
-static void quantize_head_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
-    head_copy_job *j = ctx;
-    const int64_t cols = j->src->cols, words = kn_affine_row_words(cols, j->dst->bits), groups = cols / j->dst->group;
-    float *row = j->rows + (size_t)tid * (size_t)cols;
+static void head_rows_range(void *ctx, int64_t r0, int64_t r1, int tid) {
+    head_rows_job *j = ctx;
+    float *row = j->rows + (size_t)tid * (size_t)j->head->cols;
     for (int64_t r = r0; r < r1; r++) {
-        kn_mat_row_f32(j->src, r, row);
-        int ok = 1;
-        for (int64_t c = 0; c < cols; c++) ok &= fabsf(row[c]) <= 1e30f;   /* also false for NaN */
-        if (!ok) {
-            __atomic_store_n(&j->bad_row, r, __ATOMIC_RELAXED);   /* any bad row will do for the message */
-            continue;
-        }
-        kn_affine_quantize_row(row, cols, j->dst->bits, j->dst->group, NX_DT_BF16,
-                               (uint32_t *)j->dst->data + r * words, (uint16_t *)j->dst->scales + r * groups,
-                               (uint16_t *)j->dst->biases + r * groups);
+        kn_mat_row_f32(j->head, r, row);
+        if (!j->fn(j->ctx, r, row)) __atomic_store_n(&j->bad_row, r, __ATOMIC_RELAXED);
     }
+}
+
+/* Calls fn(ctx, r, row r as f32) for every row r of d->head, in parallel.
+ * Returns a row fn refused, -1 if none, or -2 when the row buffers cannot be
+ * allocated (fn then never ran). */
+static int64_t each_head_row(const nx_drafter *d, head_row_fn fn, void *ctx) {
+    const int nt = nx_pool_size(d->target->pool);
+    head_rows_job j = {&d->head, fn, ctx, nx_alloc_aligned((size_t)nt * (size_t)d->head.cols * sizeof(float)), -1};
+    if (!j.rows) return -2;
+    nx_pool_run(d->target->pool, head_rows_range, &j, d->head.rows, 256);
+    nx_free_aligned(j.rows);
+    return j.bad_row;
+}
+
+/* ---- a lower-bit copy of the draft head (nx_drafter_opts.draft_head_bits) ---- */
+
+/* Quantizes one row of the head into the copy (ctx). */
+static int quantize_head_row(void *ctx, int64_t r, const float *row) {
+    const kn_mat *q = ctx;
+    const int64_t cols = q->cols, words = kn_affine_row_words(cols, q->bits), groups = cols / q->group;
+    for (int64_t c = 0; c < cols; c++)
+        if (!(fabsf(row[c]) <= 1e30f)) return 0;   /* also refuses NaN */
+    kn_affine_quantize_row(row, cols, q->bits, q->group, NX_DT_BF16, (uint32_t *)q->data + r * words,
+                           (uint16_t *)q->scales + r * groups, (uint16_t *)q->biases + r * groups);
+    return 1;
 }
 
 /* Replaces d->head (a view of the target's) by a copy quantized to `bits`,
@@ -159,21 +179,16 @@ static nx_status quantize_draft_head(nx_drafter *d, int bits, char *err, size_t 
                 .sdtype = NX_DT_BF16};
     if (kn_mat_bytes(&q) >= kn_mat_bytes(h)) return NX_OK;   /* no smaller than the head as stored */
     const size_t code_bytes = (size_t)(rows * kn_affine_row_words(cols, bits)) * 4, sd_bytes = (size_t)(rows * groups) * 2;
-    const int nt = nx_pool_size(d->target->pool);
-    head_copy_job j = {h, &q, nx_alloc_aligned((size_t)nt * (size_t)cols * sizeof(float)), -1};
     char *buf = nx_alloc_aligned(code_bytes + 2 * sd_bytes);
-    if (!buf || !j.rows) {
-        nx_free_aligned(buf), nx_free_aligned(j.rows);
-        return nx_fail(err, errlen, NX_ENOMEM, "out of memory for a %d-bit draft head (%zu MB)", bits,
-                       (code_bytes + 2 * sd_bytes) >> 20);
-    }
     q.data = buf, q.scales = buf + code_bytes, q.biases = buf + code_bytes + sd_bytes;
-    nx_pool_run(d->target->pool, quantize_head_rows, &j, rows, 256);
-    nx_free_aligned(j.rows);
-    if (j.bad_row >= 0) {
+    const int64_t bad = buf ? each_head_row(d, quantize_head_row, &q) : -2;
+    if (bad != -1) {
         nx_free_aligned(buf);
+        if (bad == -2)
+            return nx_fail(err, errlen, NX_ENOMEM, "out of memory for a %d-bit draft head (%zu MB)", bits,
+                           (code_bytes + 2 * sd_bytes) >> 20);
         return nx_fail(err, errlen, NX_EFORMAT, "%s: lm_head row %lld has a weight that is not finite or beyond 1e30; "
-                       "draft_head_bits cannot quantize it", d->target->dir, (long long)j.bad_row);
+                       "draft_head_bits cannot quantize it", d->target->dir, (long long)bad);
     }
     d->head = q;
     d->head_copy = buf;
@@ -190,21 +205,7 @@ static nx_status quantize_draft_head(nx_drafter *d, int bits, char *err, size_t 
  * among the k; otherwise the best of the k. Verification never sees the
  * sketch, so output stays exact. */
 
-typedef struct {
-    const kn_mat *head;
-    kn_sketch *s;
-    float *rows;               /* [n_threads][cols] a dequantized head row each */
-    int64_t bad_row;           /* a row the sketch cannot take, or -1 */
-} sketch_job;
-
-static void sketch_head_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
-    sketch_job *j = ctx;
-    float *row = j->rows + (size_t)tid * (size_t)j->head->cols;
-    for (int64_t r = r0; r < r1; r++) {
-        kn_mat_row_f32(j->head, r, row);
-        if (!kn_sketch_row(j->s, r, row)) __atomic_store_n(&j->bad_row, r, __ATOMIC_RELAXED);
-    }
-}
+static int sketch_head_row(void *ctx, int64_t r, const float *row) { return kn_sketch_row(ctx, r, row); }
 
 int mtp_auto_screen_k(const kn_mat *head) {
     return head->cols % 64 == 0 && head->cols <= KN_SKETCH_MAX_COLS && head->rows > MTP_SCREEN_K &&
@@ -223,21 +224,15 @@ static nx_status build_screen(nx_drafter *d, int k, char *err, size_t errlen) {
         return nx_fail(err, errlen, NX_EUNSUPPORTED, "draft_screen: hidden size %lld is not a multiple of 64 up to %lld",
                        (long long)h->cols, (long long)KN_SKETCH_MAX_COLS);
     const size_t bytes = kn_sketch_bytes(h->rows, h->cols);
-    const int nt = nx_pool_size(d->target->pool);
-    sketch_job j = {h, &d->screen, nx_alloc_aligned((size_t)nt * (size_t)h->cols * sizeof(float)), -1};
     void *buf = nx_alloc_aligned(bytes);
-    if (!buf || !j.rows) {
-        nx_free_aligned(buf), nx_free_aligned(j.rows);
-        return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the draft screen (%zu MB)", bytes >> 20);
-    }
-    kn_sketch_bind(&d->screen, buf, h->rows, h->cols);
-    nx_pool_run(d->target->pool, sketch_head_rows, &j, h->rows, 256);
-    nx_free_aligned(j.rows);
-    if (j.bad_row >= 0) {
+    if (buf) kn_sketch_bind(&d->screen, buf, h->rows, h->cols);
+    const int64_t bad = buf ? each_head_row(d, sketch_head_row, &d->screen) : -2;
+    if (bad != -1) {
         nx_free_aligned(buf);
         memset(&d->screen, 0, sizeof d->screen);
+        if (bad == -2) return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the draft screen (%zu MB)", bytes >> 20);
         return nx_fail(err, errlen, NX_EFORMAT, "%s: lm_head row %lld has a weight that is not finite or too large "
-                       "for f32 sums; draft_screen cannot sketch it", d->target->dir, (long long)j.bad_row);
+                       "for f32 sums; draft_screen cannot sketch it", d->target->dir, (long long)bad);
     }
     d->screen_buf = buf;
     d->screen_k = k;
@@ -363,14 +358,33 @@ static void mtp_chunk(mtp_rows *r, const int32_t *tokens, const float *hidden, i
     r->n += T;
 }
 
-static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
+/* mtp_head_rows' scratch (head_work_layout lays it out over work, which may
+ * be NULL to only size it, and returns its bytes): int8 rows xq
+ * [MDL_CHUNK][ldq] (rows on cache lines), their scales and sums,
+ * kn_top_k_f32's work, and the selected ids. */
+typedef struct {
+    int8_t *xq;
+    int64_t ldq;
+    float *d;
+    int32_t *sum;
+    void *top_work;
+    int32_t *idx;
+} head_work;
 
-/* mtp_head_rows' scratch: int8 rows xq [MDL_CHUNK][H (64-byte aligned)],
- * their scales and sums, kn_top_k_f32's work, and the selected ids. */
-size_t mtp_head_work_bytes(const nx_model *m) {
+static size_t head_work_layout(const nx_model *m, void *work, head_work *w) {
     const int64_t V = m->cfg.vocab_size;
-    return (size_t)MDL_CHUNK * round64((size_t)m->cfg.hidden_size) + round64(MDL_CHUNK * (sizeof(float) + sizeof(int32_t))) +
-           round64(kn_top_k_work_bytes(V)) + (size_t)V * sizeof(int32_t);
+    const size_t ldq = nx_round64((size_t)m->cfg.hidden_size), o_d = MDL_CHUNK * ldq,
+                 o_top = o_d + nx_round64(MDL_CHUNK * (sizeof(float) + sizeof(int32_t))),
+                 o_idx = o_top + nx_round64(kn_top_k_work_bytes(V));
+    const uintptr_t p = (uintptr_t)work;   /* integers: work may be NULL */
+    *w = (head_work){(int8_t *)p, (int64_t)ldq, (float *)(p + o_d), (int32_t *)(p + o_d + MDL_CHUNK * sizeof(float)),
+                     (void *)(p + o_top), (int32_t *)(p + o_idx)};
+    return o_idx + (size_t)V * sizeof(int32_t);
+}
+
+size_t mtp_head_work_bytes(const nx_model *m) {
+    head_work unused;
+    return head_work_layout(m, NULL, &unused);
 }
 
 /* Sketch scores of T rows at once: each block of SCREEN_BLOCK sketch rows
@@ -418,27 +432,24 @@ static void whole_head_rows(const nx_drafter *d, mdl_scratch *sc, const float *x
  * own, so that no row's draft depends on the others in the call. */
 static void screened_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *x, int n, float *logits) {
     const nx_model *m = d->target;
-    const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size, N = d->head.rows, ldq = (int64_t)round64((size_t)H);
-    int8_t *xq = work;
-    float *dx = (float *)(xq + MDL_CHUNK * ldq);
-    int32_t *sum = (int32_t *)(dx + MDL_CHUNK);
-    void *top_work = (char *)dx + round64(MDL_CHUNK * (sizeof(float) + sizeof(int32_t)));
-    int32_t *idx = (int32_t *)((char *)top_work + round64(kn_top_k_work_bytes(V)));
+    const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size, N = d->head.rows;
+    head_work w;
+    head_work_layout(m, work, &w);
     float *y[MDL_CHUNK];
     int row_of[MDL_CHUNK], g = 0;   /* the rows the sketch ranks: [0, g) */
     for (int t = 0; t < n; t++) {
-        if (kn_sketch_quantize_x(x + t * H, H, xq + g * ldq, &dx[g], &sum[g])) {
+        if (kn_sketch_quantize_x(x + t * H, H, w.xq + g * w.ldq, &w.d[g], &w.sum[g])) {
             y[g] = logits + t * V, row_of[g++] = t;
             continue;
         }
         whole_head_rows(d, sc, x + t * H, 1, logits + t * V);
     }
-    screen_job j = {&d->screen, g, xq, ldq, dx, sum, y};
+    screen_job j = {&d->screen, g, w.xq, w.ldq, w.d, w.sum, y};
     nx_pool_run(m->pool, screen_rows, &j, g ? N : 0, SCREEN_BLOCK);   /* sketch scores in y[i][0, N) */
     for (int i = 0; i < g; i++) {
-        const int64_t k = kn_top_k_f32(y[i], N, d->screen_k, idx, top_work);
+        const int64_t k = kn_top_k_f32(y[i], N, d->screen_k, w.idx, w.top_work);
         for (int64_t v = 0; v < V; v++) y[i][v] = -INFINITY;
-        mdl_linear_at(m, sc, &d->head, x + row_of[i] * H, idx, k, y[i]);
+        mdl_linear_at(m, sc, &d->head, x + row_of[i] * H, w.idx, k, y[i]);
     }
 }
 
