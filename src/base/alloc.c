@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static _Thread_local int guard_depth;
 static _Thread_local long fail_countdown = -1;
@@ -38,6 +39,24 @@ char *nx_strdup(const char *s) {
     return d;
 }
 
+/* Blocks from this size up ask for 2 MB pages (transparent huge pages, where
+ * the kernel offers them for madvise'd ranges) for their 2 MB-aligned
+ * interior before the first touch. Why: on the 2-core VM the tests and
+ * benchmarks run on, a first touch of a 4 KB page cost about 10 us (0.32 s
+ * to fault in the 121 MB of a packed 4-bit LM head), of a 2 MB page far
+ * less per byte. */
+#define HUGE_ADVICE_BYTES ((size_t)8 << 20)
+#define HUGE_PAGE ((uintptr_t)2 << 20)
+
+static void advise_huge(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t a = ((uintptr_t)p + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1), e = ((uintptr_t)p + n) & ~(HUGE_PAGE - 1);
+    if (e > a) (void)madvise((void *)a, e - a, MADV_HUGEPAGE);   /* advice only: refused is fine */
+#else
+    (void)p, (void)n;
+#endif
+}
+
 void *nx_alloc_aligned(size_t n) {
     if (!alloc_allowed()) return NULL;
     size_t rounded = (n + 63) & ~(size_t)63;
@@ -45,6 +64,7 @@ void *nx_alloc_aligned(size_t n) {
     /* memset rather than calloc semantics: we want the pages touched now, at
      * setup, not as first-touch faults during the first decode step. */
     void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (p && rounded >= HUGE_ADVICE_BYTES) advise_huge(p, rounded);
     if (p) memset(p, 0, rounded ? rounded : 64);
     return p;
 }
