@@ -137,12 +137,21 @@ int main(int argc, char **argv) {
             w.biases = random_bf16((size_t)rows * (COLS / GROUP), -0.1f, 0.0f);
         }
         float *y = malloc((size_t)(MAX_T * rows) * sizeof *y);
-        /* affine: f32 activations, then int8 activations (kn_matmul_qx_rows) */
-        for (int int8 = 0; int8 <= (bits != 0); int8++) {
+        /* affine: f32 activations, then int8 activations (kn_matmul_qx_rows),
+         * for nibbles then also from packed codes (kn_affine_pack) */
+        const int modes = !bits ? 1 : kn_qx_nibbles(&w) ? 3 : 2;
+        for (int int8 = 0; int8 < modes; int8++) {
             char name[48];
-            if (bits) snprintf(name, sizeof name, "affine q%d g%d bf16, %s x", bits, GROUP, int8 ? "int8" : "f32");
+            if (bits)
+                snprintf(name, sizeof name, "affine q%d g%d bf16, %s x%s", bits, GROUP, int8 ? "int8" : "f32",
+                         int8 == 2 ? ", packed" : "");
             else snprintf(name, sizeof name, "dense %s", f32 ? "f32" : "bf16");
             if (argc > 4 && !strstr(name, argv[4])) continue;
+            if (int8 == 2) {
+                void *packed = malloc(kn_affine_packed_bytes(&w));
+                if (packed) kn_affine_pack(&w, packed, 0, rows);
+                w.packed = packed;
+            }
             kn_qx qx;
             if (int8) kn_qx_bind(&qx, qxbuf, MAX_T, &w);
             for (int k = 0; k < nts; k++) {
@@ -155,6 +164,7 @@ int main(int argc, char **argv) {
             }
         }
         free((void *)w.data);
+        free((void *)w.packed);
         free((void *)w.scales);
         free((void *)w.biases);
         free(y);

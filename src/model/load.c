@@ -20,6 +20,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "kernels/quant.h"
 #include "model/model.h"
 
 void mdl_owned_free(mdl_owned *o) {
@@ -29,14 +30,43 @@ void mdl_owned_free(mdl_owned *o) {
     o->n = 0;
 }
 
-static nx_status keep_owned(mdl_binder *b, void *p) {
-    void **grown = nx_realloc(b->owned->blocks, (size_t)(b->owned->n + 1) * sizeof *grown);
+/* Adds p to o; on failure frees p and returns 0. */
+static int owned_add(mdl_owned *o, void *p) {
+    void **grown = nx_realloc(o->blocks, (size_t)(o->n + 1) * sizeof *grown);
     if (!grown) {
         nx_free_aligned(p);
-        return nx_fail(b->err, b->errlen, NX_ENOMEM, "out of memory while loading %s", b->dir);
+        return 0;
     }
-    b->owned->blocks = grown;
-    b->owned->blocks[b->owned->n++] = p;
+    o->blocks = grown;
+    o->blocks[o->n++] = p;
+    return 1;
+}
+
+static nx_status keep_owned(mdl_binder *b, void *p) {
+    if (owned_add(b->owned, p)) return NX_OK;
+    return nx_fail(b->err, b->errlen, NX_ENOMEM, "out of memory while loading %s", b->dir);
+}
+
+static void pack_range(void *ctx, int64_t r0, int64_t r1, int tid) {
+    (void)tid;
+    const kn_mat *w = ctx;
+    kn_affine_pack(w, (void *)w->packed, r0, r1);   /* the block mdl_pack_mats owns */
+}
+
+nx_status mdl_pack_mats(nx_pool *pool, mdl_owned *owned, kn_mat *const mats[], int n, char *err, size_t errlen) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += nx_round64(kn_affine_packed_bytes(mats[i]));
+    if (total == 0) return NX_OK;
+    char *buf = nx_alloc_aligned(total);
+    if (!buf || !owned_add(owned, buf))
+        return nx_fail(err, errlen, NX_ENOMEM, "out of memory for %zu MB of packed 4-bit codes", total >> 20);
+    for (int i = 0; i < n; i++) {
+        const size_t bytes = kn_affine_packed_bytes(mats[i]);
+        if (!bytes) continue;
+        mats[i]->packed = buf;
+        nx_pool_run(pool, pack_range, mats[i], mats[i]->rows, 256);
+        buf += nx_round64(bytes);
+    }
     return NX_OK;
 }
 
@@ -536,6 +566,15 @@ nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **ou
     for (int i = 0; i < c->n_layers; i++)
         if ((st = bind_layer(&b, m, i))) goto fail;
     if ((st = nx_pool_new(opts->n_threads, &m->pool, err, errlen))) goto fail;
+    /* only the SIMD products read packed codes */
+    m->pack_nibbles = !opts->force_reference && isa != KN_ISA_SCALAR;
+    if (m->pack_nibbles) {
+        kn_mat *mats[MDL_LAYER_MATS * CFG_MAX_LAYERS + 1];
+        int nm = 0;
+        for (int i = 0; i < c->n_layers; i++) nm += mdl_layer_mats_mut(&m->layers[i], mats + nm);
+        mats[nm++] = &m->lm_head;
+        if ((st = mdl_pack_mats(m->pool, &m->owned, mats, nm, err, errlen))) goto fail;
+    }
     /* only a load that succeeds changes the process's kernels (nothing above
      * runs one) */
     kn_select(opts->force_reference ? KN_ISA_SCALAR : isa);

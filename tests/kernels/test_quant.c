@@ -62,6 +62,7 @@ static float *make_acts(nx_test_rng *r, int64_t n) {
 typedef struct {
     kn_mat m;
     float *orig;   /* [rows, cols] the weights before quantization */
+    void *packed;  /* nibbles' packed codes once use_int8_variant made them, or NULL */
 } qmat;
 
 static qmat make_affine(nx_test_rng *r, int64_t rows, int64_t cols, int bits, int group, nx_dtype sdt, float sigma) {
@@ -77,10 +78,12 @@ static qmat make_affine(nx_test_rng *r, int64_t rows, int64_t cols, int bits, in
                                bi + (size_t)(i * ng) * ss);
     q.m = (kn_mat){.data = codes, .dtype = NX_DT_U32, .rows = rows, .cols = cols, .bits = bits, .group = group,
                    .scales = sc, .biases = bi, .sdtype = sdt};
+    q.packed = NULL;
     return q;
 }
 
 static void free_affine(qmat *q) {
+    free(q->packed);
     free((void *)q->m.data);
     free((void *)q->m.scales);
     free((void *)q->m.biases);
@@ -169,10 +172,31 @@ static int use_int8_isa(int k) {
     return 0;
 }
 
-/* "avx2 q4 g64 sd=BF16 7x192"; with_impl: whether to name the active twin. */
+/* The int8 checks run every kernel set on the codes as stored and each SIMD
+ * set on nibbles' packed codes too (kn_affine_pack): int8_variants(w) runs,
+ * variant v < N_INT8_ISAS the set int8_isas[v] as stored, beyond it the
+ * SIMD sets in order on packed codes. */
+static int int8_variants(const kn_mat *w) { return kn_qx_nibbles(w) ? 2 * N_INT8_ISAS - 1 : N_INT8_ISAS; }
+
+/* Selects variant v for w: its kernel set and w->packed (made once into
+ * *packed, which the caller frees). Returns 0 where the CPU lacks the set. */
+static int use_int8_variant(kn_mat *w, int v, void **packed) {
+    w->packed = NULL;
+    if (v < N_INT8_ISAS) return use_int8_isa(v);
+    if (!*packed) {
+        *packed = malloc(kn_affine_packed_bytes(w));
+        kn_affine_pack(w, *packed, 0, w->rows);
+    }
+    w->packed = *packed;
+    return use_int8_isa(v - N_INT8_ISAS);
+}
+
+/* "avx2 q4 g64 sd=BF16 7x192"; with_impl: whether to name the active twin
+ * (and packed codes). */
 static void describe(char *buf, size_t n, const kn_mat *w, int with_impl) {
-    snprintf(buf, n, "%s%sq%d g%d sd=%s %lldx%lld", with_impl ? kn_impl_name() : "", with_impl ? " " : "", w->bits,
-             w->group, nx_dtype_name(w->sdtype), (long long)w->rows, (long long)w->cols);
+    snprintf(buf, n, "%s%sq%d g%d sd=%s %lldx%lld%s", with_impl ? kn_impl_name() : "", with_impl ? " " : "", w->bits,
+             w->group, nx_dtype_name(w->sdtype), (long long)w->rows, (long long)w->cols,
+             with_impl && w->packed ? " packed" : "");
 }
 
 /* ---- Tests ---------------------------------------------------------------- */
@@ -702,12 +726,13 @@ static void test_int8_matmul_twins_agree_and_stay_within_the_activation_rounding
                         char what[96];
                         describe(what, sizeof what, &q.m, 0);
                         kn_matmul_qx_rows_ref(&q.m, &qx, yr, rows, 0, rows);
-                        for (int k = 0; k < N_INT8_ISAS; k++) {
-                            if (!use_int8_isa(k)) continue;
+                        for (int k = 0; k < int8_variants(&q.m); k++) {
+                            if (!use_int8_variant(&q.m, k, &q.packed)) continue;
                             kn_matmul_qx_rows(&q.m, &qx, ya, rows, 0, rows);
-                            CHECKF(memcmp(ya, yr, sizeof(float) * (size_t)(T * rows)) == 0, "%s %s: the twins differ",
-                                   kn_impl_name(), what);
+                            CHECKF(memcmp(ya, yr, sizeof(float) * (size_t)(T * rows)) == 0, "%s %s%s: the twins differ",
+                                   kn_impl_name(), what, q.m.packed ? " packed" : "");
                         }
+                        q.m.packed = NULL;
                         int off_def = 0, off_f32 = 0;
                         for (int t = 0; t < T; t++)
                             for (int64_t row = 0; row < rows; row++) {
@@ -754,8 +779,8 @@ static void test_int8_rows_are_bit_identical_whatever_t_and_row_range(void) {
             qmat q = make_affine(&r, MAX_ROWS, n, bit_widths[b], groups[g], sdtypes[(b + g) % N_SD], WEIGHT_SIGMA);
             float *x = make_acts(&r, MAX_T * n);
             kn_qx qx = make_qx(MAX_T, &q.m);
-            for (int k = 0; k < N_INT8_ISAS; k++) {
-                if (!use_int8_isa(k)) continue;
+            for (int k = 0; k < int8_variants(&q.m); k++) {
+                if (!use_int8_variant(&q.m, k, &q.packed)) continue;
                 kn_quantize_x(&qx, x, n);
                 char what[96];
                 describe(what, sizeof what, &q.m, 1);
@@ -788,8 +813,10 @@ static void test_int8_matmul_on_long_and_many_rows_matches_the_reference(void) {
                 describe(what, sizeof what, &q.m, 0);
                 kn_quantize_x_ref(&qx, x, n);
                 kn_matmul_qx_rows_ref(&q.m, &qx, yr, ROWS, 0, ROWS);
-                for (int s = 0; s < N_INT8_ISAS; s++) {
-                    if (!use_int8_isa(s)) continue;
+                for (int s = 0; s < int8_variants(&q.m); s++) {
+                    if (!use_int8_variant(&q.m, s, &q.packed)) continue;
+                    describe(what, sizeof what, &q.m, 0);
+                    if (q.m.packed) strcat(what, " packed");
                     kn_matmul_qx_rows(&q.m, &qx, ya, ROWS, 0, ROWS);
                     CHECKF(memcmp(ya, yr, sizeof(float) * T * ROWS) == 0, "%s %s: the twins differ", kn_impl_name(), what);
                     for (int t = 0; t < T; t++) {
@@ -840,8 +867,9 @@ static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(vo
         memcpy(x + 3 * n, x, sizeof(float) * 3 * n);
         for (int T = 3; T <= 6; T += 3) {
             kn_qx qx = make_qx(T, &w);
-            for (int k = 0; k < N_INT8_ISAS; k++) {
-                if (!use_int8_isa(k)) continue;
+            void *packed = NULL;
+            for (int k = 0; k < int8_variants(&w); k++) {
+                if (!use_int8_variant(&w, k, &packed)) continue;
                 kn_quantize_x(&qx, x, n);
                 float y[6 * rows];
                 kn_matmul_qx_rows(&w, &qx, y, rows, 0, rows);
@@ -854,14 +882,53 @@ static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(vo
                         }
                         double want = 0;
                         for (int c = 0; c < n; c++) want += (double)codes[r * n + c] * x[t * n + c];
-                        CHECKF(y[t * rows + r] == (float)want, "%s q%d g%d T=%d t=%d row %d: %g, want %g", kn_impl_name(),
-                               bits, group, T, t, r, y[t * rows + r], want);
+                        CHECKF(y[t * rows + r] == (float)want, "%s q%d g%d%s T=%d t=%d row %d: %g, want %g",
+                               kn_impl_name(), bits, group, w.packed ? " packed" : "", T, t, r, y[t * rows + r], want);
                     }
             }
+            w.packed = NULL;
+            free(packed);
             free(qx.q);
         }
     }
     kn_init(0);
+}
+
+/* kn_affine_pack by quant.h's words, read back one nibble at a time: element
+ * e of group g (block g / 8, lane j = g % 8) of row r is the low (even e) or
+ * high nibble of byte (g / 8) * 4 * group + (e / 64) * 256 + (e % 64 / 8) *
+ * 32 + 4j + (e % 8) / 2 of packed row r, rows kn_affine_packed_row_bytes
+ * apart; the padding groups of a last partial block are 0. Groups of 64 and
+ * 128, rows of 1, 8, 9 and 17 groups, and a row range packed in two calls. */
+static void test_packed_codes_follow_the_documented_order(void) {
+    static const int64_t gprs[] = {1, 8, 9, 17};
+    nx_test_rng r = {0x9AC4ED0DE5ULL};
+    for (int group = 64; group <= 128; group *= 2)
+        for (size_t k = 0; k < sizeof gprs / sizeof *gprs; k++) {
+            const int64_t rows = 5, G = gprs[k], n = group * G, prow = (G + 7) / 8 * 4 * group;
+            qmat q = make_affine(&r, rows, n, 4, group, NX_DT_BF16, WEIGHT_SIGMA);
+            CHECK(kn_affine_packed_row_bytes(&q.m) == prow);
+            CHECK(kn_affine_packed_bytes(&q.m) == (size_t)(rows * prow));
+            unsigned char *p = malloc((size_t)(rows * prow));
+            memset(p, 0xAB, (size_t)(rows * prow));   /* every byte must be written */
+            kn_affine_pack(&q.m, p, 0, 2);
+            kn_affine_pack(&q.m, p, 2, rows);
+            int bad = 0;
+            for (int64_t row = 0; row < rows; row++) {
+                unsigned char *pr = p + row * prow;
+                for (int64_t g = 0; g < (G + 7) / 8 * 8; g++)
+                    for (int64_t e = 0; e < group; e++) {
+                        const int64_t at = g / 8 * 4 * group + e / 64 * 256 + e % 64 / 8 * 32 + 4 * (g % 8) + e % 8 / 2;
+                        const unsigned got = e % 2 ? pr[at] >> 4 : pr[at] & 15u;
+                        bad += got != (g < G ? naive_code(&q.m, row, g * group + e) : 0u);
+                    }
+            }
+            CHECKF(bad == 0, "q4 g%d, %lld groups a row: %d nibbles out of place", group, (long long)G, bad);
+            free(p);
+            free_affine(&q);
+        }
+    CHECK(kn_affine_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 4, .group = 32}) == 0);
+    CHECK(kn_affine_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 8, .group = 64}) == 0);
 }
 
 /* The int8 product with nothing to do, in every kernel set: zero columns
@@ -925,7 +992,7 @@ static const nx_test tests[] = {
      "int8 activations per group: |x - d q| <= d/2, amax -> 127, ties to even, sums; NaN/inf groups; twins equal",
      test_activation_quantizer_follows_the_definition_in_both_twins},
     {"int8_matmul_twins_agree_and_stay_within_the_activation_rounding",
-     "scalar == each SIMD set (avx2, avx512vnni) bit for bit, = dequantized W times dequantized x, within sum|w| d/2 of the f32 product",
+     "scalar == each SIMD set (avx2, avx512vnni; nibbles also packed) bit for bit, = dequantized W times dequantized x, within sum|w| d/2 of the f32 product",
      test_int8_matmul_twins_agree_and_stay_within_the_activation_rounding},
     {"int8_rows_are_bit_identical_whatever_t_and_row_range",
      "Y[t][r] is the same bits for T=1..16 and uneven row ranges, every bit width and group, every kernel set",
@@ -933,6 +1000,9 @@ static const nx_test tests[] = {
     {"int8_matmul_on_long_and_many_rows_matches_the_reference",
      "8, 9, 17 groups a row and 30 rows: every kernel set bit for bit, T = 5 equals T = 1 row by row",
      test_int8_matmul_on_long_and_many_rows_matches_the_reference},
+    {"packed_codes_follow_the_documented_order",
+     "kn_affine_pack: every nibble where quant.h says, padding groups 0, rows packed in two ranges; other widths pack nothing",
+     test_packed_codes_follow_the_documented_order},
     {"int8_matmul_with_no_columns_rows_or_tokens", "every kernel set: 0 columns give 0, T = 0 or r0 = r1 writes nothing",
      test_int8_matmul_with_no_columns_rows_or_tokens},
     {"int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates",

@@ -10,6 +10,7 @@
 
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
+#include "model/model.h"
 #include "nextn.h"
 
 #define DEFAULT_MODEL NX_MODELS_DIR "/default"
@@ -401,7 +402,8 @@ static void malformed_quantization_is_a_clear_error(void) {
  * set, the definition, differs by its kernels' rounding (measured logits
  * NMSE 4.5e-15 at q8; 2.7e-6 at q4, where a last-bit difference can move an
  * activation to the next int8 step; bound 1e-4, a tenth of q4's own error
- * against the dense model); and the names parse. */
+ * against the dense model); and the names parse. The SIMD sets, and only
+ * they, multiply the q4 model's matrices from packed codes. */
 static void every_kernel_set_gives_the_same_logits(void) {
     static const struct { const char *name; nx_kernels k; kn_isa isa; } sets[] = {{"auto", NX_KERNELS_AUTO, KN_ISA_BEST},
                                                                                 {"avx512vnni", NX_KERNELS_AVX512VNNI, KN_ISA_AVX512VNNI},
@@ -433,6 +435,11 @@ static void every_kernel_set_gives_the_same_logits(void) {
             snprintf(got, sizeof got, "%s", nx_model_get_info(m)->kernels);
             kn_select(sets[i].isa);
             CHECKF(strcmp(got, kn_impl_name()) == 0, "asked for %s, got %s, want %s", sets[i].name, got, kn_impl_name());
+            /* the SIMD sets multiply 4-bit matrices from packed codes (quant.h) */
+            const int simd = strcmp(got, "scalar") != 0;
+            CHECKF((m->layers[0].down_proj.packed != NULL) == (simd && bits[b] == 4) &&
+                       (m->lm_head.packed != NULL) == (simd && bits[b] == 4),
+                   "q%d %s: packed codes %s", bits[b], got, m->lm_head.packed ? "made" : "missing");
             bytes = (size_t)n * (size_t)nx_model_get_info(m)->vocab_size * sizeof(float);
             float *logits = nx_test_logits(m, seq, n);
             if (!first) first = logits;
@@ -459,7 +466,7 @@ static void every_kernel_set_gives_the_same_logits(void) {
 
 static const nx_test tests[] = {
     {"every_kernel_set_gives_the_same_logits",
-     "q4 and q8: auto, avx512vnni and avx2 kernels give the same logits bits, scalar within rounding; names parse; a bad set is an error",
+     "q4 and q8: auto, avx512vnni and avx2 kernels (q4 from packed codes) give the same logits bits, scalar within rounding; names parse; a bad set is an error",
      every_kernel_set_gives_the_same_logits},
     {"mixed_dense_embedding_and_quantized_layers_load_and_decode",
      "q4 layers + a dense bf16 embedding and in_proj_b (false entries): loads, names both formats, close to q4, spec == plain",
