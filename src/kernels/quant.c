@@ -83,11 +83,12 @@ static inline affine_row row_at(const kn_mat *w, int64_t r) {
                         (const char *)w->biases + (size_t)r * sb};
 }
 
-/* row_at with the codes from w->packed (kn_affine_pack's rows) */
+/* Row r of w's packed rows (kn_affine_pack): codes, then scales, then biases */
 static inline affine_row packed_row_at(const kn_mat *w, int64_t r) {
-    affine_row a = row_at(w, r);
-    a.codes = (const unsigned char *)w->packed + (size_t)r * (size_t)kn_affine_packed_row_bytes(w);
-    return a;
+    const unsigned char *p = (const unsigned char *)w->packed + (size_t)r * (size_t)kn_affine_packed_row_bytes(w);
+    const size_t cb = (size_t)kn_affine_packed_code_bytes(w);
+    const size_t sb = (size_t)(w->cols / w->group) * (w->sdtype == NX_DT_F32 ? 4u : 2u);
+    return (affine_row){p, p + cb, p + cb + sb};
 }
 
 /* ---- Quantizer ---------------------------------------------------------- */
@@ -261,15 +262,19 @@ void kn_affine_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1) {
     assert(kn_affine_valid(w) && kn_qx_nibbles(w) && dst != NULL && 0 <= r0 && r0 <= r1 && r1 <= w->rows);
     const int64_t G = w->cols / w->group, chunk = w->group / 2;   /* code bytes per group */
     const int64_t row_bytes = kn_affine_row_words(w->cols, w->bits) * 4, packed_bytes = kn_affine_packed_row_bytes(w);
+    const size_t cb = (size_t)kn_affine_packed_code_bytes(w), sb = (size_t)G * (w->sdtype == NX_DT_F32 ? 4u : 2u);
     for (int64_t r = r0; r < r1; r++) {
+        const affine_row a = row_at(w, r);
         const unsigned char *src = (const unsigned char *)w->data + r * row_bytes;
         unsigned char *out = (unsigned char *)dst + r * packed_bytes;
-        memset(out, 0, (size_t)packed_bytes);   /* a last block's missing groups */
+        memset(out, 0, (size_t)packed_bytes);   /* a last block's missing groups, the padding */
         for (int64_t g = 0; g < G; g++) {
             const int64_t block = g / QX_BLOCK_GROUPS * QX_BLOCK_GROUPS * chunk, j = g % QX_BLOCK_GROUPS;
             for (int64_t b = 0; b < chunk; b += 4)   /* 4 bytes at a time: bytes b .. b + 3 of group g */
                 memcpy(out + block + b / 32 * 256 + b % 32 / 4 * 32 + 4 * j, src + g * chunk + b, 4);
         }
+        memcpy(out + cb, a.sc, sb);
+        memcpy(out + cb + sb, a.bi, sb);
     }
 }
 

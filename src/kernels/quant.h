@@ -167,20 +167,27 @@ typedef struct {
 static inline int kn_affine_nibbles(int bits, int64_t group) { return bits == 4 && group >= 64; }
 static inline int kn_qx_nibbles(const kn_mat *w) { return kn_affine_nibbles(w->bits, w->group); }
 
-/* Packed codes of nibbles: each row's code bytes in the order the int8
+/* Packed rows of nibbles: each row's code bytes in the order the int8
  * products consume them, so that they load each 32-byte step as it is
  * instead of transposing 8 groups' bytes every time (quant_qx.inc: on the
- * 2-core Zen 4 VM, one thread in L2, 1.3x the weight rate at T = 1 .. 4).
- * Per block of 8 groups (the activations' blocks above) and per 64-element
- * chunk k of a group (group / 64 of them), 8 vectors of 32 bytes; bytes 4j ..
- * 4j + 3 of vector i are bytes 4i .. 4i + 3 of group j's chunk (its elements
- * 64k + 8i .. 64k + 8i + 7). A row's last block is padded with zero groups to
- * 8, so a row takes kn_affine_packed_row_bytes = ceil(G / 8) * 4 * group
- * bytes; full blocks sit at the same offsets as in the codes. A model packs
+ * 2-core Zen 4 VM, one thread in L2, 1.3x the weight rate at T = 1 .. 4),
+ * followed by the row's scales and biases, so that a pass reads one stream.
+ * Codes: per block of 8 groups (the activations' blocks above) and per
+ * 64-element chunk k of a group (group / 64 of them), 8 vectors of 32 bytes;
+ * bytes 4j .. 4j + 3 of vector i are bytes 4i .. 4i + 3 of group j's chunk
+ * (its elements 64k + 8i .. 64k + 8i + 7). A row's last block is padded with
+ * zero groups to 8, so its codes take kn_affine_packed_code_bytes =
+ * ceil(G / 8) * 4 * group bytes; full blocks sit at the same offsets as in
+ * the codes. Then the row's G scales and its G biases as stored (sdtype), and
+ * zeros to a multiple of 64 bytes: kn_affine_packed_row_bytes. A model packs
  * its nibble matrices once at load (model/load.c) into memory it owns and
- * sets kn_mat.packed; a product bit-identical with or without. */
-static inline int64_t kn_affine_packed_row_bytes(const kn_mat *w) {
+ * sets kn_mat.packed; a product is bit-identical with or without. */
+static inline int64_t kn_affine_packed_code_bytes(const kn_mat *w) {
     return (w->cols / w->group + 7) / 8 * 4 * w->group;
+}
+static inline int64_t kn_affine_packed_row_bytes(const kn_mat *w) {
+    const int64_t sd = (int64_t)(w->cols / w->group) * (w->sdtype == NX_DT_F32 ? 4 : 2);
+    return (kn_affine_packed_code_bytes(w) + 2 * sd + 63) / 64 * 64;
 }
 /* Bytes kn_affine_pack writes for all of w's rows (0 unless nibbles). */
 size_t kn_affine_packed_bytes(const kn_mat *w);

@@ -897,23 +897,27 @@ static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(vo
 /* kn_affine_pack by quant.h's words, read back one nibble at a time: element
  * e of group g (block g / 8, lane j = g % 8) of row r is the low (even e) or
  * high nibble of byte (g / 8) * 4 * group + (e / 64) * 256 + (e % 64 / 8) *
- * 32 + 4j + (e % 8) / 2 of packed row r, rows kn_affine_packed_row_bytes
- * apart; the padding groups of a last partial block are 0. Groups of 64 and
- * 128, rows of 1, 8, 9 and 17 groups, and a row range packed in two calls. */
-static void test_packed_codes_follow_the_documented_order(void) {
+ * 32 + 4j + (e % 8) / 2 of packed row r, rows kn_affine_packed_row_bytes (a
+ * multiple of 64) apart; the padding groups of a last partial block are 0;
+ * the row's scales and then biases follow the codes as stored, then zeros.
+ * Groups of 64 and 128, rows of 1, 8, 9 and 17 groups, 16-bit and f32
+ * scales, and a row range packed in two calls. */
+static void test_packed_rows_follow_the_documented_order(void) {
     static const int64_t gprs[] = {1, 8, 9, 17};
     nx_test_rng r = {0x9AC4ED0DE5ULL};
     for (int group = 64; group <= 128; group *= 2)
         for (size_t k = 0; k < sizeof gprs / sizeof *gprs; k++) {
-            const int64_t rows = 5, G = gprs[k], n = group * G, prow = (G + 7) / 8 * 4 * group;
-            qmat q = make_affine(&r, rows, n, 4, group, NX_DT_BF16, WEIGHT_SIGMA);
-            CHECK(kn_affine_packed_row_bytes(&q.m) == prow);
+            const nx_dtype sdt = k % 2 ? NX_DT_F32 : NX_DT_BF16;
+            const int64_t rows = 5, G = gprs[k], n = group * G, codes = (G + 7) / 8 * 4 * group;
+            const int64_t sb = G * (int64_t)nx_dtype_size(sdt), prow = (codes + 2 * sb + 63) / 64 * 64;
+            qmat q = make_affine(&r, rows, n, 4, group, sdt, WEIGHT_SIGMA);
+            CHECK(kn_affine_packed_code_bytes(&q.m) == codes && kn_affine_packed_row_bytes(&q.m) == prow);
             CHECK(kn_affine_packed_bytes(&q.m) == (size_t)(rows * prow));
             unsigned char *p = malloc((size_t)(rows * prow));
             memset(p, 0xAB, (size_t)(rows * prow));   /* every byte must be written */
             kn_affine_pack(&q.m, p, 0, 2);
             kn_affine_pack(&q.m, p, 2, rows);
-            int bad = 0;
+            int bad = 0, bad_sd = 0, bad_pad = 0;
             for (int64_t row = 0; row < rows; row++) {
                 unsigned char *pr = p + row * prow;
                 for (int64_t g = 0; g < (G + 7) / 8 * 8; g++)
@@ -922,8 +926,13 @@ static void test_packed_codes_follow_the_documented_order(void) {
                         const unsigned got = e % 2 ? pr[at] >> 4 : pr[at] & 15u;
                         bad += got != (g < G ? naive_code(&q.m, row, g * group + e) : 0u);
                     }
+                bad_sd += memcmp(pr + codes, (const char *)q.m.scales + row * sb, (size_t)sb) != 0;
+                bad_sd += memcmp(pr + codes + sb, (const char *)q.m.biases + row * sb, (size_t)sb) != 0;
+                for (int64_t b = codes + 2 * sb; b < prow; b++) bad_pad += pr[b] != 0;
             }
-            CHECKF(bad == 0, "q4 g%d, %lld groups a row: %d nibbles out of place", group, (long long)G, bad);
+            CHECKF(bad == 0 && bad_sd == 0 && bad_pad == 0,
+                   "q4 g%d %s, %lld groups a row: %d nibbles out of place, %d scale or bias rows differ, %d padding bytes not 0",
+                   group, nx_dtype_name(sdt), (long long)G, bad, bad_sd, bad_pad);
             free(p);
             free_affine(&q);
         }
@@ -1000,9 +1009,9 @@ static const nx_test tests[] = {
     {"int8_matmul_on_long_and_many_rows_matches_the_reference",
      "8, 9, 17 groups a row and 30 rows: every kernel set bit for bit, T = 5 equals T = 1 row by row",
      test_int8_matmul_on_long_and_many_rows_matches_the_reference},
-    {"packed_codes_follow_the_documented_order",
-     "kn_affine_pack: every nibble where quant.h says, padding groups 0, rows packed in two ranges; other widths pack nothing",
-     test_packed_codes_follow_the_documented_order},
+    {"packed_rows_follow_the_documented_order",
+     "kn_affine_pack: every nibble where quant.h says, padding groups 0, scales and biases after the codes; other widths pack nothing",
+     test_packed_rows_follow_the_documented_order},
     {"int8_matmul_with_no_columns_rows_or_tokens", "every kernel set: 0 columns give 0, T = 0 or r0 = r1 writes nothing",
      test_int8_matmul_with_no_columns_rows_or_tokens},
     {"int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates",
