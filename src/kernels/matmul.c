@@ -907,7 +907,10 @@ static void prefetch_bytes(const void *p, size_t n) {
 }
 
 void kn_mat_prefetch_row(const kn_mat *w, int64_t r) {
-    if (w->bits) {
+    if (w->packed) {   /* what the int8 products read instead (quant.h) */
+        const int64_t row_bytes = kn_affine_packed_row_bytes(w);
+        prefetch_bytes((const char *)w->packed + (size_t)(r * row_bytes), (size_t)row_bytes);
+    } else if (w->bits) {
         const int64_t words = kn_affine_row_words(w->cols, w->bits), groups = w->cols / w->group;
         const size_t ss = nx_dtype_size(w->sdtype);
         prefetch_bytes((const uint32_t *)w->data + r * words, (size_t)words * 4);

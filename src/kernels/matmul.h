@@ -99,8 +99,9 @@ void kn_matmul_rows_stream(const kn_mat *w, const float *x, int64_t ldx, int T, 
  * uses. */
 void kn_mat_row_f32(const kn_mat *w, int64_t row, float *out);
 
-/* Asks the caches for row r of w (its elements, or an affine row's codes,
- * scales and biases) ahead of a product that reads it: a hint with no effect
+/* Asks the caches for row r of w (its elements, an affine row's codes,
+ * scales and biases, or its packed row where w has packed rows, which the
+ * int8 products read instead) ahead of a product that reads it: a hint with no effect
  * on any result, for rows read out of order (mdl_linear_at), which the
  * hardware prefetcher cannot guess. */
 void kn_mat_prefetch_row(const kn_mat *w, int64_t r);

@@ -90,7 +90,7 @@ struct nx_model {
     nx_pool *pool;
     int layout_mlx;               /* 1: norms already store 1+w (mlx-community) */
     int f32_activations;          /* nx_load_opts: no int8 activations          */
-    int pack_nibbles;             /* SIMD kernels: 4-bit matrices get packed codes (mdl_pack_mats) */
+    int pack_nibbles;             /* SIMD int8 products: 4-bit matrices get packed rows (mdl_pack_mats) */
     const char *prefix;           /* tensor name prefix of the language model  */
     kn_mat embed;                 /* [V, H]                                    */
     kn_mat lm_head;               /* [V, H] (the embedding when tied)          */
