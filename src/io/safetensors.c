@@ -95,6 +95,17 @@ void st_close(st_set *s) {
     nx_free(s);
 }
 
+void st_release(const st_set *s, const void *p, size_t n) {
+    if (!s || !p || n == 0) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, e = a + n;
+    for (int i = 0; i < s->n_files; i++) {
+        const uintptr_t m0 = (uintptr_t)s->files[i].map, m1 = m0 + s->files[i].size;
+        const uintptr_t lo = (a > m0 ? a : m0) + page - 1, hi = e < m1 ? e : m1;
+        const uintptr_t first = lo / page * page, last = hi / page * page;   /* whole pages only */
+        if (last > first) (void)madvise((void *)first, last - first, MADV_DONTNEED);
+    }
+}
+
 /* ---- Parsing one file ------------------------------------------------------
  *
  * Order of checks: the raw length fields, then JSON syntax, then each entry on

@@ -65,6 +65,13 @@ nx_status st_open_dir(const char *dir, st_set **out, char *err, size_t errlen);
 void st_close(st_set *s);
 
 const st_tensor *st_find(const st_set *s, const char *name);   /* NULL if absent */
+
+/* A hint that bytes [p, p + n) of the set's mappings will not be read again
+ * soon: the whole pages inside the range leave the process's resident set
+ * (the mappings are private and read-only, so a later read faults the same
+ * bytes back in from the file). Parts outside every mapping are ignored, so
+ * p may point anywhere. Changes no byte. */
+void st_release(const st_set *s, const void *p, size_t n);
 int st_count(const st_set *s);
 /* 0 <= i < st_count, else NULL. File order: files in st_file_path order, and
  * within a file by data offset (empty tensors first at a tie, then by name). */

@@ -53,7 +53,8 @@ static void pack_range(void *ctx, int64_t r0, int64_t r1, int tid) {
     kn_affine_pack(w, (void *)w->packed, r0, r1);   /* the block mdl_pack_mats owns */
 }
 
-nx_status mdl_pack_mats(nx_pool *pool, mdl_owned *owned, kn_mat *const mats[], int n, char *err, size_t errlen) {
+nx_status mdl_pack_mats(nx_pool *pool, mdl_owned *owned, const st_set *st, kn_mat *const mats[], int n, char *err,
+                        size_t errlen) {
     size_t total = 0;
     for (int i = 0; i < n; i++) total += nx_round64(kn_affine_packed_bytes(mats[i]));
     if (total == 0) return NX_OK;
@@ -63,9 +64,16 @@ nx_status mdl_pack_mats(nx_pool *pool, mdl_owned *owned, kn_mat *const mats[], i
     for (int i = 0; i < n; i++) {
         const size_t bytes = kn_affine_packed_bytes(mats[i]);
         if (!bytes) continue;
-        mats[i]->packed = buf;
-        nx_pool_run(pool, pack_range, mats[i], mats[i]->rows, 256);
+        kn_mat *w = mats[i];
+        w->packed = buf;
+        nx_pool_run(pool, pack_range, w, w->rows, 256);
         buf += nx_round64(bytes);
+        /* the products read only the packed rows now; the codes, scales and
+         * biases as stored come back from the file if anything reads them */
+        const size_t sd = (size_t)(w->rows * (w->cols / w->group)) * nx_dtype_size(w->sdtype);
+        st_release(st, w->data, (size_t)(w->rows * kn_affine_row_words(w->cols, w->bits)) * 4);
+        st_release(st, w->scales, sd);
+        st_release(st, w->biases, sd);
     }
     return NX_OK;
 }
@@ -573,7 +581,7 @@ nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **ou
         int nm = 0;
         for (int i = 0; i < c->n_layers; i++) nm += mdl_layer_mats_mut(&m->layers[i], mats + nm);
         mats[nm++] = &m->lm_head;
-        if ((st = mdl_pack_mats(m->pool, &m->owned, mats, nm, err, errlen))) goto fail;
+        if ((st = mdl_pack_mats(m->pool, &m->owned, m->st, mats, nm, err, errlen))) goto fail;
     }
     /* only a load that succeeds changes the process's kernels (nothing above
      * runs one) */
