@@ -829,11 +829,21 @@ static int kn_cpu_has_avx512vnni(void) {
 }
 #endif
 
+kn_isa kn_isa_available(kn_isa max) {
+#if KN_HAVE_X86
+    if (max >= KN_ISA_AVX512VNNI && kn_cpu_has_avx512vnni()) return KN_ISA_AVX512VNNI;
+    if (max >= KN_ISA_AVX2 && kn_cpu_has_avx2()) return KN_ISA_AVX2;
+#endif
+    (void)max;
+    return KN_ISA_SCALAR;
+}
+
 kn_isa kn_select(kn_isa max) {
+    const kn_isa isa = kn_isa_available(max);
     const kn_impl *pick = &kn_impl_scalar;
 #if KN_HAVE_X86
-    if (max >= KN_ISA_AVX512VNNI && kn_cpu_has_avx512vnni()) pick = &kn_impl_avx512vnni;
-    else if (max >= KN_ISA_AVX2 && kn_cpu_has_avx2()) pick = &kn_impl_avx2;
+    if (isa == KN_ISA_AVX512VNNI) pick = &kn_impl_avx512vnni;
+    else if (isa == KN_ISA_AVX2) pick = &kn_impl_avx2;
 #endif
     atomic_store_explicit(&kn_active, pick, memory_order_relaxed);   /* one store: never a set in between */
     return kn_isa_active();

@@ -65,6 +65,8 @@ typedef enum { KN_ISA_SCALAR = 0, KN_ISA_AVX2 = 1, KN_ISA_AVX512VNNI = 2 } kn_is
  * call at startup, before worker threads run kernels (more calls are
  * harmless). Returns the set chosen. */
 kn_isa kn_select(kn_isa max);
+/* The set kn_select(max) would choose, selecting nothing. */
+kn_isa kn_isa_available(kn_isa max);
 /* kn_select(KN_ISA_SCALAR) if force_reference, else kn_select(KN_ISA_BEST).
  * Returns 1 if SIMD kernels are active, 0 for scalar. */
 int kn_init(int force_reference);

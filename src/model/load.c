@@ -574,8 +574,9 @@ nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **ou
     for (int i = 0; i < c->n_layers; i++)
         if ((st = bind_layer(&b, m, i))) goto fail;
     if ((st = nx_pool_new(opts->n_threads, &m->pool, err, errlen))) goto fail;
-    /* only the SIMD int8 products read packed rows */
-    m->pack_nibbles = !opts->force_reference && isa != KN_ISA_SCALAR && !m->f32_activations;
+    /* only the SIMD int8 products read packed rows: not for the scalar set,
+     * asked for or all this CPU runs, nor for f32 activations */
+    m->pack_nibbles = !opts->force_reference && kn_isa_available(isa) != KN_ISA_SCALAR && !m->f32_activations;
     if (m->pack_nibbles) {
         kn_mat *mats[MDL_LAYER_MATS * CFG_MAX_LAYERS + 1];
         int nm = 0;

@@ -104,6 +104,10 @@ static void test_init_selects_avx2_or_scalar_and_force_reference_wins(void) {
     CHECK(strcmp(kn_impl_name(), has ? "avx2" : "scalar") == 0);
     CHECK(kn_select(KN_ISA_AVX512VNNI) == (vnni ? KN_ISA_AVX512VNNI : has ? KN_ISA_AVX2 : KN_ISA_SCALAR));
     CHECK(kn_select(KN_ISA_SCALAR) == KN_ISA_SCALAR && kn_isa_active() == KN_ISA_SCALAR);
+    /* kn_isa_available tells what kn_select would choose and selects nothing */
+    CHECK(kn_isa_available(KN_ISA_AVX512VNNI) == (vnni ? KN_ISA_AVX512VNNI : has ? KN_ISA_AVX2 : KN_ISA_SCALAR));
+    CHECK(kn_isa_available(KN_ISA_AVX2) == (has ? KN_ISA_AVX2 : KN_ISA_SCALAR));
+    CHECK(kn_isa_available(KN_ISA_SCALAR) == KN_ISA_SCALAR && kn_isa_active() == KN_ISA_SCALAR);
     kn_init(0);
 }
 
@@ -581,7 +585,7 @@ static const nx_test tests[] = {
      "kn_matmul_rows (tiles) == kn_matmul_rows_stream == one row a call, bit for bit: every set and format, T 1-6",
      test_streamed_rows_equal_plain_rows},
     {"init_selects_avx2_or_scalar_and_force_reference_wins",
-     "kn_init picks avx512vnni / avx2 exactly when the CPU has them; kn_select caps the set; force_reference picks scalar",
+     "kn_init picks avx512vnni / avx2 exactly when the CPU has them; kn_select caps the set, kn_isa_available says so without selecting; force_reference picks scalar",
      test_init_selects_avx2_or_scalar_and_force_reference_wins},
     {"matmul_ref_computes_a_hand_checked_product", "a 3x2 product with exact values, every format, both twins",
      test_matmul_ref_computes_a_hand_checked_product},
