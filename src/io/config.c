@@ -368,35 +368,42 @@ done:
     return st;
 }
 
-static char *read_text(const char *path, size_t *len) {
+/* The whole file at path, NUL-terminated, into *out (the caller frees it):
+ * NX_OK, NX_EIO when it cannot be read (or is 64 MiB or more), NX_ENOMEM. */
+static nx_status read_text(const char *path, char **out, size_t *len) {
+    *out = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
+    if (!f) return NX_EIO;
+    nx_status st = NX_EIO;
     if (fseek(f, 0, SEEK_END) == 0) {
         long n = ftell(f);
         if (n >= 0 && n < (64L << 20) && fseek(f, 0, SEEK_SET) == 0) {
-            buf = nx_alloc((size_t)n + 1);
-            if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { nx_free(buf); buf = NULL; }
-            if (buf) { buf[n] = 0; *len = (size_t)n; }
+            char *buf = nx_alloc((size_t)n + 1);
+            if (!buf) st = NX_ENOMEM;
+            else if (fread(buf, 1, (size_t)n, f) != (size_t)n) nx_free(buf);
+            else buf[n] = 0, *len = (size_t)n, *out = buf, st = NX_OK;
         }
     }
     fclose(f);
-    return buf;
+    return st;
 }
 
 nx_status cfg_load_dir(const char *dir, cfg_model *out, char *err, size_t errlen) {
     char path[4096];
     size_t len;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text = read_text(path, &len);
-    if (!text) return nx_fail(err, errlen, NX_EIO, "%s: cannot read (is %s a checkpoint directory?)", path, dir);
+    char *text;
+    const nx_status rs = read_text(path, &text, &len);
+    if (rs == NX_ENOMEM) return nx_fail(err, errlen, NX_ENOMEM, "%s: out of memory reading it", path);
+    if (rs) return nx_fail(err, errlen, NX_EIO, "%s: cannot read (is %s a checkpoint directory?)", path, dir);
     nx_status st = cfg_parse(text, len, path, out, err, errlen);
     nx_free(text);
     if (st) return st;
 
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    text = read_text(path, &len);
-    if (!text) return NX_OK; /* optional */
+    const nx_status gs = read_text(path, &text, &len);
+    if (gs == NX_ENOMEM) return nx_fail(err, errlen, NX_ENOMEM, "%s: out of memory reading it", path);
+    if (gs) return NX_OK; /* optional */
     json_error_t je;
     json_t *g = json_loadb(text, len, 0, &je);
     nx_free(text);
