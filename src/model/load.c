@@ -582,7 +582,9 @@ nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **ou
         int nm = 0;
         for (int i = 0; i < c->n_layers; i++) nm += mdl_layer_mats_mut(&m->layers[i], mats + nm);
         mats[nm++] = &m->lm_head;
-        if ((st = mdl_pack_mats(m->pool, &m->owned, m->st, mats, nm, err, errlen))) goto fail;
+        /* an optimisation: without the memory for it, the products read the
+         * codes as stored (mdl_pack_mats packs nothing when it fails) */
+        (void)mdl_pack_mats(m->pool, &m->owned, m->st, mats, nm, err, errlen);
     }
     /* only a load that succeeds changes the process's kernels (nothing above
      * runs one) */

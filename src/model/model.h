@@ -79,7 +79,8 @@ void mdl_owned_free(mdl_owned *o);
  * are skipped) into one block owned by `owned`, on the pool's threads, points
  * their kn_mat.packed at it, and releases the pages of its codes, scales and
  * biases in st's mappings (st_release; st may be NULL, and parts outside
- * them, such as a loader's aligned copies, stay). The one part of a load
+ * them, such as a loader's aligned copies, stay). NX_ENOMEM when the block
+ * cannot be had, and then nothing is packed or released. The one part of a load
  * that is not an mmap: for the 0.8B shape at 4 bits, 424 MB packed in place
  * of as many mapped, and 0.2-0.9 s on the 2-core VM, mostly faulting the
  * block in. */

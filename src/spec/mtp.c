@@ -289,7 +289,8 @@ nx_status nx_drafter_load(const nx_model *target, const char *dir, const nx_draf
         int n = mdl_layer_mats_mut(&d->layer, mats);
         mats[n++] = &d->fc;
         if (!d->head.packed) mats[n++] = &d->head;
-        st = mdl_pack_mats(target->pool, &d->owned, d->own ? d->own : target->st, mats, n, err, errlen);
+        /* as for the target: without the memory, drafts read the codes as stored */
+        (void)mdl_pack_mats(target->pool, &d->owned, d->own ? d->own : target->st, mats, n, err, errlen);
     }
     if (st) {
         nx_drafter_free(d);

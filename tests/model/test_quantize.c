@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "base/alloc.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
 #include "model/model.h"
@@ -464,7 +465,60 @@ static void every_kernel_set_gives_the_same_logits(void) {
     CHECK(nx_model_load(DEFAULT_MODEL, &lo, &m, err, sizeof err) == NX_EINVAL && !m && strstr(err, "kernel set"));
 }
 
+/* Packing is an optimisation: a load that cannot have the packed block's
+ * memory still succeeds and multiplies the q4 model from its codes as stored,
+ * to the same logits bits as the packed model under the same kernel set;
+ * every other allocation that fails fails the load cleanly (NX_ENOMEM, no
+ * model). The (k+1)-th allocation of a load fails, for k = 0, 1, ... until a
+ * load succeeds without packing. */
+static void a_load_without_memory_for_packing_runs_unpacked(void) {
+    const char *dir = quantize("quant-kernels", DEFAULT_MODEL, 4, 64, 0);
+    int n;
+    int32_t *seq = golden_tokens(&n);
+    if (n > 8) n = 8;
+    char err[512];
+    nx_model *ref = NULL;
+    nx_load_opts lo = {.n_threads = 2};
+    CHECKF(nx_model_load(dir, &lo, &ref, err, sizeof err) == NX_OK, "%s", err);
+    if (!ref) return;
+    if (!ref->lm_head.packed) {   /* a CPU without the SIMD sets packs nothing: no claim to check */
+        fprintf(stderr, "  note: no SIMD kernel set here, so nothing is packed; packing fallback not exercised\n");
+        nx_model_free(ref);
+        free(seq);
+        return;
+    }
+    const size_t bytes = (size_t)n * (size_t)nx_model_get_info(ref)->vocab_size * sizeof(float);
+    float *want = nx_test_logits(ref, seq, n);
+    nx_model_free(ref);
+    int found = 0, bad_fail = 0, packed = 0;   /* packed: a load succeeded, packed, before any unpacked one */
+    for (long k = 0; k < 100000 && !found && !packed; k++) {
+        nx_model *m = NULL;
+        nx_alloc_fail_after(k);
+        const nx_status st = nx_model_load(dir, &lo, &m, err, sizeof err);
+        nx_alloc_fail_after(-1);
+        if (st != NX_OK) {
+            bad_fail += st != NX_ENOMEM || m != NULL;
+            continue;
+        }
+        packed = m->lm_head.packed != NULL;
+        if (!packed) {
+            found = 1;
+            CHECKF(m->layers[0].down_proj.packed == NULL, "allocation %ld: a layer packed without the block", k);
+            float *got = nx_test_logits(m, seq, n);
+            CHECKF(memcmp(got, want, bytes) == 0, "allocation %ld failed: the unpacked model's logits differ", k);
+            free(got);
+        }
+        nx_model_free(m);
+    }
+    CHECK(found && bad_fail == 0);
+    free(want);
+    free(seq);
+}
+
 static const nx_test tests[] = {
+    {"a_load_without_memory_for_packing_runs_unpacked",
+     "q4: failing the packed block's allocation still loads, unpacked, to the packed model's logits bits; other failures are NX_ENOMEM",
+     a_load_without_memory_for_packing_runs_unpacked},
     {"every_kernel_set_gives_the_same_logits",
      "q4 and q8: auto, avx512vnni and avx2 kernels (q4 from packed codes) give the same logits bits, scalar within rounding; names parse; a bad set is an error",
      every_kernel_set_gives_the_same_logits},
