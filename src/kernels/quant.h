@@ -33,6 +33,11 @@
 /* uint32 words of one row of codes: cols * bits / 32 (cols a multiple of 32). */
 static inline int64_t kn_affine_row_words(int64_t cols, int bits) { return cols / 32 * bits; }
 
+/* Bytes of one row's scales (and as many of its biases). */
+static inline int64_t kn_affine_sd_row_bytes(const kn_mat *w) {
+    return w->cols / w->group * (w->sdtype == NX_DT_F32 ? 4 : 2);
+}
+
 /* Quantizes one row of cols f32 weights: writes kn_affine_row_words(cols,
  * bits) words to codes and cols / group values of type sdtype (NX_DT_F32,
  * NX_DT_BF16 or NX_DT_F16) to each of scales and biases. bits is 2, 3, 4, 5, 6
@@ -186,8 +191,7 @@ static inline int64_t kn_affine_packed_code_bytes(const kn_mat *w) {
     return (w->cols / w->group + 7) / 8 * 4 * w->group;
 }
 static inline int64_t kn_affine_packed_row_bytes(const kn_mat *w) {
-    const int64_t sd = (int64_t)(w->cols / w->group) * (w->sdtype == NX_DT_F32 ? 4 : 2);
-    return (kn_affine_packed_code_bytes(w) + 2 * sd + 63) / 64 * 64;
+    return (kn_affine_packed_code_bytes(w) + 2 * kn_affine_sd_row_bytes(w) + 63) / 64 * 64;
 }
 /* Bytes kn_affine_pack writes for all of w's rows (0 unless nibbles). */
 size_t kn_affine_packed_bytes(const kn_mat *w);

@@ -70,7 +70,7 @@ nx_status mdl_pack_mats(nx_pool *pool, mdl_owned *owned, const st_set *st, kn_ma
         buf += nx_round64(bytes);
         /* the products read only the packed rows now; the codes, scales and
          * biases as stored come back from the file if anything reads them */
-        const size_t sd = (size_t)(w->rows * (w->cols / w->group)) * nx_dtype_size(w->sdtype);
+        const size_t sd = (size_t)(w->rows * kn_affine_sd_row_bytes(w));
         st_release(st, w->data, (size_t)(w->rows * kn_affine_row_words(w->cols, w->bits)) * 4);
         st_release(st, w->scales, sd);
         st_release(st, w->biases, sd);
