@@ -29,4 +29,14 @@ void kn_conv_silu(float *out, const float *window, int64_t ld, int T, const floa
 void kn_gated_delta_step(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                          float beta, float *o, int dk, int dv);
 
+/* The twins behind kn_gated_delta_step (matmul.c's kn_select picks one set):
+ * row by row through kn_dot_f32 and kn_scale_axpy_dot_f32 (the scalar and
+ * AVX2 sets), and the same bits as the AVX2 set on 16-lane vectors. */
+void kn_gated_delta_step_rows(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
+                              float beta, float *o, int dk, int dv);
+#if defined(__x86_64__) || defined(__i386__)
+void kn_gated_delta_step_avx512(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
+                                float alpha, float beta, float *o, int dk, int dv);
+#endif
+
 #endif

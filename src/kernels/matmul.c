@@ -33,6 +33,7 @@
 #include "base/fp16.h"
 #include "kernels/act.h"
 #include "kernels/attention.h"
+#include "kernels/gdn.h"
 #include "kernels/quant.h"
 #include "kernels/sketch.h"
 
@@ -775,6 +776,8 @@ typedef struct {
                                 void *scales, void *biases);
     void (*affine_row_f32)(const kn_mat *w, int64_t row, float *out);
     void (*sketch_scores)(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1);
+    void (*gated_delta_step)(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
+                             float beta, float *o, int dk, int dv);
 } kn_impl;
 
 static const kn_impl kn_impl_scalar = {
@@ -784,7 +787,8 @@ static const kn_impl kn_impl_scalar = {
     .softmax_f32 = kn_softmax_f32_ref,
     .attn_values_f32 = kn_attn_values_f32_ref, .quantize_x = kn_quantize_x_ref,
     .matmul_qx_rows = kn_matmul_qx_rows_ref, .affine_quantize_row = kn_affine_quantize_row_ref,
-    .affine_row_f32 = kn_affine_row_f32_ref, .sketch_scores = kn_sketch_scores_ref};
+    .affine_row_f32 = kn_affine_row_f32_ref, .sketch_scores = kn_sketch_scores_ref,
+    .gated_delta_step = kn_gated_delta_step_rows};
 #if KN_HAVE_X86
 static const kn_impl kn_impl_avx2 = {
     .name = "avx2", .matmul_rows = matmul_rows_avx2, .matmul_rows_stream_f32 = matmul_rows_stream_f32_avx2,
@@ -793,7 +797,8 @@ static const kn_impl kn_impl_avx2 = {
     .softmax_f32 = kn_softmax_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2,
-    .affine_row_f32 = kn_affine_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2};
+    .affine_row_f32 = kn_affine_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,
+    .gated_delta_step = kn_gated_delta_step_rows};
 /* The AVX2 set with the int8 product on vpdpbusd (quant_qx.inc) and the
  * dense row-by-row products on 16-lane vectors. */
 static const kn_impl kn_impl_avx512vnni = {
@@ -803,7 +808,8 @@ static const kn_impl kn_impl_avx512vnni = {
     .softmax_f32 = kn_softmax_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .affine_quantize_row = kn_affine_quantize_row_avx2,
-    .affine_row_f32 = kn_affine_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx512vnni};
+    .affine_row_f32 = kn_affine_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx512vnni,
+    .gated_delta_step = kn_gated_delta_step_avx512};
 #endif
 
 static _Atomic(const kn_impl *) kn_active = &kn_impl_scalar;
@@ -930,6 +936,11 @@ void kn_mat_prefetch_row(const kn_mat *w, int64_t r) {
         const size_t es = nx_dtype_size(w->dtype);
         prefetch_bytes((const char *)w->data + (size_t)(r * kn_row_stride(w)) * es, (size_t)w->cols * es);
     }
+}
+
+void kn_gated_delta_step(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
+                         float beta, float *o, int dk, int dv) {
+    active()->gated_delta_step(S_out, S_in, q, k, v, alpha, beta, o, dk, dv);
 }
 
 void kn_sketch_scores(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1) {

@@ -110,6 +110,43 @@ static void test_gated_delta_steps_follow_the_recurrence(void) {
     kn_init(0);
 }
 
+/* The AVX-512 step (16-lane vectors; dk = 128 with the row in registers,
+ * other multiples of 32 in two passes, the rest row by row) gives the AVX2
+ * set's bits: states and outputs over several steps, in place and out of
+ * place, where the CPU has both sets. */
+static void test_gated_delta_simd_sets_agree_bit_for_bit(void) {
+    static const int dims[][2] = {{128, 128}, {128, 7}, {64, 96}, {96, 40}, {32, 3}, {33, 17}, {136, 5}};
+    nx_test_rng r = {0x5EEDDE17ULL};
+    if (kn_select(KN_ISA_AVX512VNNI) != KN_ISA_AVX512VNNI) {
+        fprintf(stderr, "  note: this CPU lacks the avx512vnni kernels; their gated delta check did not run\n");
+        kn_init(0);
+        return;
+    }
+    for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+        const int dk = dims[di][0], dv = dims[di][1];
+        const size_t bytes = (size_t)dk * (size_t)dv * sizeof(float);
+        float *S0 = normals(&r, (int64_t)dk * dv, 0.3f), *Sa = malloc(bytes), *Sb = malloc(bytes), *Xa = malloc(bytes),
+              *Xb = malloc(bytes), *oa = malloc((size_t)dv * sizeof *oa), *ob = malloc((size_t)dv * sizeof *ob);
+        memcpy(Sa, S0, bytes), memcpy(Sb, S0, bytes);
+        int same = 1;
+        for (int step = 0; step < 4; step++) {
+            float *q = normals(&r, dk, 0.1f), *k = normals(&r, dk, 0.1f), *v = normals(&r, dv, 1.0f);
+            const float alpha = 0.9f - 0.05f * (float)step, beta = 0.3f + 0.1f * (float)step;
+            float *outa = step % 2 ? Xa : Sa, *outb = step % 2 ? Xb : Sb;   /* odd steps out of place */
+            kn_select(KN_ISA_AVX2);
+            kn_gated_delta_step(outa, Sa, q, k, v, alpha, beta, oa, dk, dv);
+            kn_select(KN_ISA_AVX512VNNI);
+            kn_gated_delta_step(outb, Sb, q, k, v, alpha, beta, ob, dk, dv);
+            same &= memcmp(outa, outb, bytes) == 0 && memcmp(oa, ob, (size_t)dv * sizeof *oa) == 0;
+            if (step % 2) memcpy(Sa, Xa, bytes), memcpy(Sb, Xb, bytes);
+            free(q), free(k), free(v);
+        }
+        CHECKF(same, "dk=%d dv=%d: avx2 and avx512vnni differ", dk, dv);
+        free(S0), free(Sa), free(Sb), free(Xa), free(Xb), free(oa), free(ob);
+    }
+    kn_init(0);
+}
+
 /* y = x rsqrt(mean(x^2) + eps) w silu(z), also in place, across the
  * norm's 256-element SiLU blocks. */
 static void test_gated_rmsnorm_follows_the_formula(void) {
@@ -146,6 +183,9 @@ static const nx_test tests[] = {
      test_conv_silu_follows_the_formula_on_its_channels_only},
     {"gated_delta_steps_follow_the_recurrence", "6 steps of the gated delta rule within 2e-5 of double; odd dk, dv",
      test_gated_delta_steps_follow_the_recurrence},
+    {"gated_delta_simd_sets_agree_bit_for_bit",
+     "avx512vnni step == avx2 step bit for bit (S and o), in and out of place, dk 128 / other multiples of 32 / rest",
+     test_gated_delta_simd_sets_agree_bit_for_bit},
     {"gated_rmsnorm_follows_the_formula", "x rsqrt(mean x^2 + eps) w silu(z), in place too, past 256 elements",
      test_gated_rmsnorm_follows_the_formula},
 };
