@@ -323,27 +323,33 @@ typedef struct {
     mdl_scratch *sc;
     const mdl_seg *segs;
     int nseg;
-    int row0, T;                  /* conv_channels: the segment being convolved */
+    const mdl_seg *conv_seg;      /* conv_channels: the segment being convolved */
 } gdn_job;
 
+/* Channels [c0, c1) of one segment, all on the thread that claimed them:
+ * the conv window = [the conv state (Kc-1 rows) | the segment's pre-conv
+ * rows] (and its copy for a rollback), the conv + SiLU, the new conv state =
+ * the window's last Kc-1 rows; then q <- l2n(q)/sqrt(Dk), k <- l2n(k) for
+ * the key heads inside [c0, c1) (claims start on multiples of a grain that
+ * is a multiple of Dk, so a head is never split). */
 static void conv_channels(void *ctx, int64_t c0, int64_t c1, int tid) {
     const gdn_job *j = ctx;
     const cfg_model *c = &j->m->cfg;
-    kn_conv_silu(j->sc->conv_out + (int64_t)j->row0 * cfg_conv_dim(c), j->sc->window, cfg_conv_dim(c), j->T, j->L->conv_w,
-                 c->conv_kernel, c0, c1);
-}
-
-/* One index per (row, key head): q <- l2n(q)/sqrt(Dk), k <- l2n(k). */
-static void qk_l2norm(void *ctx, int64_t i0, int64_t i1, int tid) {
-    const gdn_job *j = ctx;
-    const cfg_model *c = &j->m->cfg;
-    int Hk = c->linear_k_heads, Dk = c->linear_k_dim;
-    int64_t CD = cfg_conv_dim(c), KD = cfg_key_dim(c);
-    for (int64_t i = i0; i < i1; i++) {
-        float *row = j->sc->conv_out + (i / Hk) * CD;
-        int64_t h = i % Hk;
-        kn_l2norm_scaled(row + h * Dk, Dk, GDN_L2_EPS, 1.0f / sqrtf((float)Dk));
-        kn_l2norm_scaled(row + KD + h * Dk, Dk, GDN_L2_EPS, 1.0f);
+    const mdl_seg *g = j->conv_seg;
+    mdl_scratch *sc = j->sc;
+    const int64_t CD = cfg_conv_dim(c), KD = cfg_key_dim(c), Dk = c->linear_k_dim, keep = c->conv_kernel - 1;
+    const size_t bytes = (size_t)(c1 - c0) * sizeof(float);
+    for (int64_t r = 0; r < keep; r++) memcpy(sc->window + r * CD + c0, g->conv_state + r * CD + c0, bytes);
+    for (int64_t t = 0; t < g->T; t++) memcpy(sc->window + (keep + t) * CD + c0, sc->proj + (g->row0 + t) * CD + c0, bytes);
+    if (g->snap_window)
+        for (int64_t r = 0; r < keep + g->T; r++) memcpy(g->snap_window + r * CD + c0, sc->window + r * CD + c0, bytes);
+    float *out = sc->conv_out + (int64_t)g->row0 * CD;
+    kn_conv_silu(out, sc->window, CD, g->T, j->L->conv_w, c->conv_kernel, c0, c1);
+    for (int64_t r = 0; r < keep; r++) memcpy(g->conv_state + r * CD + c0, sc->window + (g->T + r) * CD + c0, bytes);
+    for (int64_t h0 = c0; h0 + Dk <= c1 && h0 < 2 * KD; h0 += Dk) {
+        assert(h0 % Dk == 0);
+        const float scale = h0 < KD ? 1.0f / sqrtf((float)Dk) : 1.0f;
+        for (int64_t t = 0; t < g->T; t++) kn_l2norm_scaled(out + t * CD + h0, Dk, GDN_L2_EPS, scale);
     }
 }
 
@@ -386,7 +392,7 @@ static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
 
 void mdl_gdn_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, const mdl_seg *segs, int nseg) {
     const cfg_model *c = &m->cfg;
-    int64_t CD = cfg_conv_dim(c), keep = c->conv_kernel - 1;
+    int64_t CD = cfg_conv_dim(c);
     int T = segs[nseg - 1].row0 + segs[nseg - 1].T;
 
     norm_rows(m, sc->xn, sc->x, L->input_norm, T);
@@ -395,20 +401,15 @@ void mdl_gdn_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, const 
     float *ys[] = {sc->proj, sc->zbuf, sc->bbuf, sc->abuf};
     mdl_linears(m, sc, sc->xn, T, 4, ws, ys);
 
-    /* Per sequence: conv window = [its conv state (Kc-1 rows) | its rows];
-     * the new conv state is the window's last Kc-1 rows. */
-    gdn_job j = {m, L, sc, segs, nseg, 0, 0};
+    /* Per sequence, channels split over the threads: conv window, conv,
+     * new conv state, q and k normalised (conv_channels). Whole key heads a
+     * claim: a grain of at least 256 channels, a multiple of Dk. */
+    gdn_job j = {m, L, sc, segs, nseg, NULL};
+    const int64_t Dk = c->linear_k_dim, grain = Dk * (Dk < 256 ? (256 + Dk - 1) / Dk : 1);
     for (int i = 0; i < nseg; i++) {
-        const mdl_seg *g = &segs[i];
-        memcpy(sc->window, g->conv_state, (size_t)(keep * CD) * sizeof(float));
-        memcpy(sc->window + keep * CD, sc->proj + (int64_t)g->row0 * CD, (size_t)g->T * (size_t)CD * sizeof(float));
-        if (g->snap_window) memcpy(g->snap_window, sc->window, (size_t)((keep + g->T) * CD) * sizeof(float));
-        j.row0 = g->row0, j.T = g->T;
-        nx_pool_run(m->pool, conv_channels, &j, CD, 256);
-        memcpy(g->conv_state, sc->window + (int64_t)g->T * CD, (size_t)(keep * CD) * sizeof(float));
+        j.conv_seg = &segs[i];
+        nx_pool_run(m->pool, conv_channels, &j, CD, grain);
     }
-
-    nx_pool_run(m->pool, qk_l2norm, &j, (int64_t)T * c->linear_k_heads, 1);
     nx_pool_run(m->pool, delta_heads, &j, (int64_t)nseg * c->linear_v_heads, 1);
     mdl_linear(m, sc, &L->out_proj, sc->mix, T, sc->out);
     add_rows(sc->x, sc->out, (int64_t)T * c->hidden_size);
