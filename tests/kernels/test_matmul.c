@@ -517,7 +517,8 @@ static void test_scale_axpy_dot_updates_like_its_twin_and_reads_out_like_dot(voi
 }
 
 /* kn_argmax_f32 against its scalar twin and the definition (first index of
- * the largest non-NaN value, 0 when none): lengths 0-40 and a vocabulary's,
+ * the largest non-NaN value, 0 when none): lengths 0-40, around 64 and 96
+ * (the SIMD twin's 32-element blocks, then 8-element ones) and a vocabulary's,
  * maxima repeated (the first must win, in any lane), NaNs anywhere
  * (including first and everywhere), -inf only. */
 static void test_argmax_twins_find_the_first_maximum(void) {
@@ -525,7 +526,7 @@ static void test_argmax_twins_find_the_first_maximum(void) {
     enum { BIG = 248320 };
     float *x = malloc((size_t)BIG * sizeof *x);
     if (!kn_init(0)) fprintf(stderr, "  note: no AVX2 here; the twins are compared scalar with scalar\n");
-    static const int64_t more[] = {255, 1023, BIG - 3, BIG - 2, BIG - 1, BIG};
+    static const int64_t more[] = {63, 64, 65, 95, 97, 255, 1023, BIG - 3, BIG - 2, BIG - 1, BIG};
     for (int64_t k = -41; k < (int64_t)(sizeof more / sizeof *more); k++) {
         const int64_t n = k < 0 ? k + 41 : more[k];
         for (int pattern = 0; pattern < 6; pattern++) {
@@ -579,7 +580,7 @@ static const nx_test tests[] = {
     {"strided_rows_equal_a_packed_copy", "kn_mat.ld > cols: same bits as a packed copy, every format and kernel set, rows and tiles",
      test_strided_rows_equal_a_packed_copy},
     {"argmax_twins_find_the_first_maximum",
-     "kn_argmax_f32 == its twin == first index of the max: lengths 0-40, 255, 1023, 248317-248320, ties, NaNs, -inf",
+     "kn_argmax_f32 == its twin == first index of the max: lengths 0-40, 63-97, 255, 1023, 248317-248320, ties, NaNs, -inf",
      test_argmax_twins_find_the_first_maximum},
     {"streamed_rows_equal_plain_rows",
      "kn_matmul_rows (tiles) == kn_matmul_rows_stream == one row a call, bit for bit: every set and format, T 1-6",
