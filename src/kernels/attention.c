@@ -121,28 +121,62 @@ KN_AVX2_INLINE void values_heads_avx2(float *out, int64_t ldo, const float *p, i
     if (h16 < hd) values_cols_ref(out + h16, ldo, p, ldp, G, v + h16, kv_stride, t0, t1, hd - h16);
 }
 
-/* Run by run, every row of the block over the run's positions it sees. */
+/* The AVX2 steps on 16-lane vectors (the avx512vnni set): one vector of 16
+ * columns a head instead of two, the same mul and add per element, so the
+ * same bits; half the operations, which at T = 3-4 tokens a block are what
+ * the value sums wait on (bench-attention 600 positions, T = 4: the values
+ * were as much of a step as the scores). */
+KN_VNNI_INLINE void values_heads_avx512(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const float *v,
+                                        int64_t kv_stride, int64_t t0, int64_t t1, int64_t hd, int64_t pf_end) {
+    const int64_t h16 = hd & ~(int64_t)15;
+    for (int64_t d = 0; d < h16; d += 16) {
+        __m512 acc[4];
+        for (int h = 0; h < G; h++) acc[h] = t0 ? _mm512_loadu_ps(out + (int64_t)h * ldo + d) : _mm512_setzero_ps();
+        for (int64_t t = t0; t < t1; t++) {
+            const float *vt = v + t * kv_stride + d;
+            if (t + KN_ATTN_VRUN < pf_end) _mm_prefetch((const char *)(vt + KN_ATTN_VRUN * kv_stride), _MM_HINT_T1);
+            const __m512 v0 = _mm512_loadu_ps(vt);
+            for (int h = 0; h < G; h++)
+                acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(_mm512_set1_ps(p[(int64_t)h * ldp + t]), v0));
+        }
+        for (int h = 0; h < G; h++) _mm512_storeu_ps(out + (int64_t)h * ldo + d, acc[h]);
+    }
+    if (h16 < hd) values_cols_ref(out + h16, ldo, p, ldp, G, v + h16, kv_stride, t0, t1, hd - h16);
+}
+
+/* Run by run, every row of the block over the run's positions it sees, up
+ * to 4 heads a call of HEADS (each head count its own inlined copy). */
+#define KN_ATTN_VALUES_RUNS(HEADS)                                                                                  \
+    do {                                                                                                            \
+        const int64_t n_all = n0 + T;                                                                               \
+        for (int64_t t0 = 0; t0 < n_all; t0 += KN_ATTN_VRUN) {                                                      \
+            const int64_t t1 = min64(t0 + KN_ATTN_VRUN, n_all);                                                     \
+            for (int j = 0; j < T; j++) {                                                                           \
+                const int64_t e = min64(t1, n0 + j + 1);                                                            \
+                if (e <= t0) continue;                                                                              \
+                const float *pj = p + (int64_t)j * G * ldp;                                                         \
+                float *oj = out + j * ldo_t;                                                                        \
+                int64_t pf = j == 0 ? n_all : 0; /* token 0's first heads fetch the next run */                     \
+                int h = 0;                                                                                          \
+                for (; h + 4 <= G; h += 4, pf = 0) HEADS(oj + h * ldo, ldo, pj + h * ldp, ldp, 4, v, kv_stride, t0, e, hd, pf); \
+                switch (G - h) {                                                                                    \
+                case 3: HEADS(oj + h * ldo, ldo, pj + h * ldp, ldp, 3, v, kv_stride, t0, e, hd, pf); break;         \
+                case 2: HEADS(oj + h * ldo, ldo, pj + h * ldp, ldp, 2, v, kv_stride, t0, e, hd, pf); break;         \
+                case 1: HEADS(oj + h * ldo, ldo, pj + h * ldp, ldp, 1, v, kv_stride, t0, e, hd, pf); break;         \
+                default: break;                                                                                     \
+                }                                                                                                   \
+            }                                                                                                       \
+        }                                                                                                           \
+    } while (0)
+
 KN_AVX2 void kn_attn_values_f32_avx2(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T,
                                      int64_t n0, const float *v, int64_t kv_stride, int64_t hd) {
-    const int64_t n_all = n0 + T;
-    for (int64_t t0 = 0; t0 < n_all; t0 += KN_ATTN_VRUN) {
-        const int64_t t1 = min64(t0 + KN_ATTN_VRUN, n_all);
-        for (int j = 0; j < T; j++) {
-            const int64_t e = min64(t1, n0 + j + 1);
-            if (e <= t0) continue;
-            const float *pj = p + (int64_t)j * G * ldp;
-            float *oj = out + j * ldo_t;
-            int64_t pf = j == 0 ? n_all : 0;   /* token 0's first heads fetch the next run */
-            int h = 0;
-            for (; h + 4 <= G; h += 4, pf = 0)
-                values_heads_avx2(oj + h * ldo, ldo, pj + h * ldp, ldp, 4, v, kv_stride, t0, e, hd, pf);
-            switch (G - h) {   /* each head count its own inlined copy */
-            case 3: values_heads_avx2(oj + h * ldo, ldo, pj + h * ldp, ldp, 3, v, kv_stride, t0, e, hd, pf); break;
-            case 2: values_heads_avx2(oj + h * ldo, ldo, pj + h * ldp, ldp, 2, v, kv_stride, t0, e, hd, pf); break;
-            case 1: values_heads_avx2(oj + h * ldo, ldo, pj + h * ldp, ldp, 1, v, kv_stride, t0, e, hd, pf); break;
-            default: break;
-            }
-        }
-    }
+    KN_ATTN_VALUES_RUNS(values_heads_avx2);
 }
+
+KN_VNNI void kn_attn_values_f32_avx512(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T,
+                                       int64_t n0, const float *v, int64_t kv_stride, int64_t hd) {
+    KN_ATTN_VALUES_RUNS(values_heads_avx512);
+}
+#undef KN_ATTN_VALUES_RUNS
 #endif

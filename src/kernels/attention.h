@@ -35,8 +35,8 @@ void kn_attention(const kn_attn_block *b, float *scores);
 
 /* out row (j, h) = sum over t <= n0 + j of p[(j * G + h) * ldp + t] * v_t,
  * for j < T, h < G, each column starting from 0 and adding the products in
- * order of t (multiply, then add: no fused multiply-add), so both twins give
- * kn_axpy_f32's bits, whatever T. */
+ * order of t (multiply, then add: no fused multiply-add), so every twin
+ * gives kn_axpy_f32's bits, whatever T and vector width. */
 void kn_attn_values_f32(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
                         const float *v, int64_t kv_stride, int64_t hd);
 void kn_attn_values_f32_ref(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T,
@@ -44,6 +44,8 @@ void kn_attn_values_f32_ref(float *out, int64_t ldo, int64_t ldo_t, const float 
 #if defined(__x86_64__) || defined(__i386__)
 void kn_attn_values_f32_avx2(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T,
                              int64_t n0, const float *v, int64_t kv_stride, int64_t hd);
+void kn_attn_values_f32_avx512(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T,
+                               int64_t n0, const float *v, int64_t kv_stride, int64_t hd);
 #endif
 
 #endif
