@@ -3,8 +3,10 @@
  *
  * Every kernel exists twice: a scalar `_ref` twin, which is the definition, and
  * an AVX2+FMA+F16C version compiled per function with a target attribute (the
- * build stays portable; no -mavx2). The int8 product (quant.c) and the
- * dense products (rows and tiles, below) have a third version, on AVX-512.
+ * build stays portable; no -mavx2). The int8 product (quant.c), the dense
+ * products (rows and tiles, below), the gated delta step (gdn.c), the
+ * attention value sums (attention.c) and the sketch scores (sketch.c) have a
+ * third version, on AVX-512.
  * kn_select() points one small table at one set, and the public kn_* entry
  * points call through it. (Past the ~800 lines a file should keep to: the
  * three twins of the dense product share the dot product layout's static
@@ -816,8 +818,9 @@ static const kn_impl kn_impl_avx2 = {
     .matmul_qx_rows = kn_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,
     .gated_delta_step = kn_gated_delta_step_rows};
-/* The AVX2 set with the int8 product on vpdpbusd (quant_qx.inc) and the
- * dense row-by-row products on 16-lane vectors. */
+/* The AVX2 set with the int8 product and the sketch scores on vpdpbusd
+ * (quant_qx.inc, sketch.c), and the dense row-by-row products, the gated
+ * delta step and the attention value sums on 16-lane vectors. */
 static const kn_impl kn_impl_avx512vnni = {
     .name = "avx512vnni", .matmul_rows = matmul_rows_avx512, .matmul_rows_stream_f32 = matmul_rows_stream_f32_avx512,
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2,

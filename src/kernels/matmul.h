@@ -54,8 +54,9 @@ static inline int64_t kn_row_stride(const kn_mat *w) { return w->ld ? w->ld : w-
 
 /* Kernel sets, each one the one before plus newer instructions: scalar C
  * (the definition); AVX2 + FMA + F16C; that plus AVX-512 (F, BW, VL, VNNI):
- * the int8 products on vpdpbusd, the dense products below the tiles on
- * 16-lane vectors. The two SIMD sets compute the same bits (each AVX-512
+ * the int8 products on vpdpbusd, the dense products below the tiles, the
+ * gated delta step and the attention value sums on 16-lane vectors, the
+ * sketch scores on vpdpbusd. The two SIMD sets compute the same bits (each AVX-512
  * kernel keeps its AVX2 twin's order of operations; tests check it), so
  * choosing between them changes speed only. */
 typedef enum { KN_ISA_SCALAR = 0, KN_ISA_AVX2 = 1, KN_ISA_AVX512VNNI = 2 } kn_isa;

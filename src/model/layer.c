@@ -339,6 +339,7 @@ static void conv_channels(void *ctx, int64_t c0, int64_t c1, int tid) {
     mdl_scratch *sc = j->sc;
     const int64_t CD = cfg_conv_dim(c), KD = cfg_key_dim(c), Dk = c->linear_k_dim, keep = c->conv_kernel - 1;
     const size_t bytes = (size_t)(c1 - c0) * sizeof(float);
+    assert(c0 % Dk == 0 && (c1 % Dk == 0 || c1 == CD));   /* whole key heads (mdl_gdn_segs' grain) */
     for (int64_t r = 0; r < keep; r++) memcpy(sc->window + r * CD + c0, g->conv_state + r * CD + c0, bytes);
     for (int64_t t = 0; t < g->T; t++) memcpy(sc->window + (keep + t) * CD + c0, sc->proj + (g->row0 + t) * CD + c0, bytes);
     if (g->snap_window)
@@ -347,7 +348,6 @@ static void conv_channels(void *ctx, int64_t c0, int64_t c1, int tid) {
     kn_conv_silu(out, sc->window, CD, g->T, j->L->conv_w, c->conv_kernel, c0, c1);
     for (int64_t r = 0; r < keep; r++) memcpy(g->conv_state + r * CD + c0, sc->window + (g->T + r) * CD + c0, bytes);
     for (int64_t h0 = c0; h0 + Dk <= c1 && h0 < 2 * KD; h0 += Dk) {
-        assert(h0 % Dk == 0);
         const float scale = h0 < KD ? 1.0f / sqrtf((float)Dk) : 1.0f;
         for (int64_t t = 0; t < g->T; t++) kn_l2norm_scaled(out + t * CD + h0, Dk, GDN_L2_EPS, scale);
     }
