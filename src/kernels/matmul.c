@@ -947,11 +947,10 @@ void kn_mat_prefetch_row(const kn_mat *w, int64_t r) {
         const int64_t row_bytes = kn_affine_packed_row_bytes(w);
         prefetch_bytes((const char *)w->packed + (size_t)(r * row_bytes), (size_t)row_bytes);
     } else if (w->bits) {
-        const int64_t words = kn_affine_row_words(w->cols, w->bits), groups = w->cols / w->group;
-        const size_t ss = nx_dtype_size(w->sdtype);
+        const int64_t words = kn_affine_row_words(w->cols, w->bits), sb = kn_affine_sd_row_bytes(w);
         prefetch_bytes((const uint32_t *)w->data + r * words, (size_t)words * 4);
-        prefetch_bytes((const char *)w->scales + (size_t)(r * groups) * ss, (size_t)groups * ss);
-        prefetch_bytes((const char *)w->biases + (size_t)(r * groups) * ss, (size_t)groups * ss);
+        prefetch_bytes((const char *)w->scales + (size_t)(r * sb), (size_t)sb);
+        prefetch_bytes((const char *)w->biases + (size_t)(r * sb), (size_t)sb);
     } else {
         const size_t es = nx_dtype_size(w->dtype);
         prefetch_bytes((const char *)w->data + (size_t)(r * kn_row_stride(w)) * es, (size_t)w->cols * es);
