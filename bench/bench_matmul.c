@@ -138,8 +138,8 @@ int main(int argc, char **argv) {
         }
         float *y = malloc((size_t)(MAX_T * rows) * sizeof *y);
         /* affine: f32 activations, then int8 activations (kn_matmul_qx_rows),
-         * for nibbles then also from packed codes (kn_affine_pack) */
-        const int modes = !bits ? 1 : kn_qx_nibbles(&w) ? 3 : 2;
+         * for lanes then also from packed codes (kn_affine_pack) */
+        const int modes = !bits ? 1 : kn_qx_lanes(&w) ? 3 : 2;
         for (int int8 = 0; int8 < modes; int8++) {
             char name[48];
             if (bits)

@@ -240,17 +240,17 @@ void kn_affine_matmul_rows_ref(const kn_mat *w, const float *x, int64_t ldx, int
 #define QX_BLOCK_GROUPS 8
 
 /* Bytes of one row of q: cols, padded to whole blocks of 8 groups for
- * nibbles. */
-static int64_t qx_row_bytes(int64_t cols, int group, int nibbles) {
+ * lanes. */
+static int64_t qx_row_bytes(int64_t cols, int group, int lanes) {
     const int64_t block = (int64_t)QX_BLOCK_GROUPS * group;
-    return nibbles ? (cols + block - 1) / block * block : cols;
+    return lanes ? (cols + block - 1) / block * block : cols;
 }
 
 size_t kn_qx_bytes(int T, int64_t cols) {
     assert(T >= 0 && cols >= 0);
     const size_t G = (size_t)(cols / 32);   /* the most groups any group size gives */
     /* 8 * group divides 1024 for every group size, so no row pads past this */
-    return (size_t)T * ((size_t)qx_row_bytes(cols, 128, 1) + G * 2 * sizeof(float));
+    return (size_t)T * ((size_t)qx_row_bytes(cols, 128, 1) + G * (2 * sizeof(float) + sizeof(int32_t)));
 }
 
 void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w) {
@@ -261,21 +261,35 @@ void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w) {
     qx->T = T;
     qx->cols = cols;
     qx->group = w->group;
-    qx->nibbles = kn_qx_nibbles(w);
-    qx->ldq = qx_row_bytes(cols, w->group, qx->nibbles);
+    qx->lanes = kn_qx_lanes(w);
+    qx->ldq = qx_row_bytes(cols, w->group, qx->lanes);
     /* ldq is a multiple of 32, so every array after q starts 4-byte aligned. */
     qx->q = (int8_t *)p, p += (size_t)T * (size_t)qx->ldq;
     qx->d = (float *)(void *)p, p += (size_t)T * G * sizeof(float);
-    qx->s = (float *)(void *)p;
+    qx->s = (float *)(void *)p, p += (size_t)T * G * sizeof(float);
+    qx->si = (int32_t *)(void *)p;
 }
 
 size_t kn_affine_packed_bytes(const kn_mat *w) {
-    return kn_qx_nibbles(w) ? (size_t)w->rows * (size_t)kn_affine_packed_row_bytes(w) : 0;
+    return kn_qx_lanes(w) ? (size_t)w->rows * (size_t)kn_affine_packed_row_bytes(w) : 0;
+}
+
+/* Where element c of group j of a block of 8 lanes groups is stored,
+ * relative to the block (quant.h's storage order). */
+static inline int64_t lanes_offset(int64_t c, int64_t j) {
+    return c / 64 * 512 + c % 64 / 8 * 64 + c % 2 * 32 + 4 * j + c % 8 / 2;
+}
+
+/* Bytes 0, 2, 4 and 6 of little-endian v, in that order. */
+static inline uint32_t even_bytes(uint64_t v) {
+    v &= 0x00ff00ff00ff00ffu;
+    v = (v | v >> 8) & 0x0000ffff0000ffffu;
+    return (uint32_t)(v | v >> 16);
 }
 
 void kn_affine_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1) {
-    assert(kn_affine_valid(w) && kn_qx_nibbles(w) && dst != NULL && 0 <= r0 && r0 <= r1 && r1 <= w->rows);
-    const int64_t G = w->cols / w->group, chunk = w->group / 2;   /* code bytes per group */
+    assert(kn_affine_valid(w) && kn_qx_lanes(w) && dst != NULL && 0 <= r0 && r0 <= r1 && r1 <= w->rows);
+    const int64_t G = w->cols / w->group, chunk = w->group * w->bits / 8;   /* code bytes per group */
     const int64_t packed_bytes = kn_affine_packed_row_bytes(w);
     const size_t cb = (size_t)kn_affine_packed_code_bytes(w), sb = (size_t)kn_affine_sd_row_bytes(w);
     const affine_rows rows = rows_of(w, 0);
@@ -286,6 +300,17 @@ void kn_affine_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1) {
         memset(out, 0, (size_t)packed_bytes);   /* a last block's missing groups, the padding */
         for (int64_t g = 0; g < G; g++) {
             const int64_t block = g / QX_BLOCK_GROUPS * QX_BLOCK_GROUPS * chunk, j = g % QX_BLOCK_GROUPS;
+            if (w->bits == 8) {   /* each code byte at its activation's place (lanes_offset) */
+                for (int64_t c = 0; c < w->group; c += 8) {   /* 8 codes: the evens' 4 bytes, then the odds' */
+                    uint64_t v;
+                    memcpy(&v, src + g * chunk + c, 8);
+                    unsigned char *o = out + block + lanes_offset(c, j);
+                    const uint32_t ev = even_bytes(v), od = even_bytes(v >> 8);
+                    memcpy(o, &ev, 4);
+                    memcpy(o + 32, &od, 4);
+                }
+                continue;
+            }
             for (int64_t b = 0; b < chunk; b += 4)   /* 4 bytes at a time: bytes b .. b + 3 of group g */
                 memcpy(out + block + b / 32 * 256 + b % 32 / 4 * 32 + 4 * j, src + g * chunk + b, 4);
         }
@@ -295,11 +320,10 @@ void kn_affine_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1) {
 }
 
 /* Where element c of group g of a row is stored, relative to the row, and
- * (other than nibbles) its lane (quant.h's storage orders). */
+ * (other than lanes) its lane (quant.h's storage orders). */
 static inline int64_t qx_pos(const kn_qx *qx, int64_t g, int64_t c) {
-    if (!qx->nibbles) return g * qx->group + c;
-    const int64_t block = g / QX_BLOCK_GROUPS * QX_BLOCK_GROUPS * qx->group, lane = 4 * (g % QX_BLOCK_GROUPS);
-    return block + c / 64 * 512 + c % 64 / 8 * 64 + c % 2 * 32 + lane + c % 8 / 2;
+    if (!qx->lanes) return g * qx->group + c;
+    return g / QX_BLOCK_GROUPS * QX_BLOCK_GROUPS * qx->group + lanes_offset(c, g % QX_BLOCK_GROUPS);
 }
 static inline int qx_lane(int64_t c) { return (int)(c % 32 / 4); }
 
@@ -316,7 +340,7 @@ static inline void qx_scale(float amax, float *d, float *id) {
 
 /* Quantizes one group of n elements of x into q (in element order), *d and
  * *s (quant.h). */
-static void quantize_group_ref(const float *x, int n, int8_t *q, float *d, float *s) {
+static void quantize_group_ref(const float *x, int n, int8_t *q, float *d, float *s, int32_t *si) {
     float amax = 0.0f;
     int bad = 0;
     for (int c = 0; c < n; c++) {
@@ -327,6 +351,7 @@ static void quantize_group_ref(const float *x, int n, int8_t *q, float *d, float
     if (bad) {
         memset(q, 0, (size_t)n);
         *d = *s = NAN;
+        *si = 0;
         return;
     }
     float scale, id;
@@ -340,10 +365,11 @@ static void quantize_group_ref(const float *x, int n, int8_t *q, float *d, float
     }
     *d = scale;
     *s = scale * (float)sum;
+    *si = sum;
 }
 
 /* Every group of every row of x, each group's bytes then moved to their
- * places in the storage order; for nibbles, the lanes of a partial last
+ * places in the storage order; for lanes, the lanes of a partial last
  * block's missing groups are zeroed. */
 void kn_quantize_x_ref(kn_qx *qx, const float *x, int64_t ldx) {
     assert(qx != NULL && (qx->T <= 1 || ldx >= qx->cols));
@@ -351,13 +377,13 @@ void kn_quantize_x_ref(kn_qx *qx, const float *x, int64_t ldx) {
     int8_t tmp[128];
     for (int t = 0; t < qx->T; t++) {
         int8_t *row = qx->q + (int64_t)t * qx->ldq;
-        if (qx->nibbles) {   /* a partial last block: its missing groups' lanes */
+        if (qx->lanes) {   /* a partial last block: its missing groups' lanes */
             const int64_t last = G / QX_BLOCK_GROUPS * QX_BLOCK_GROUPS * qx->group;
             memset(row + last, 0, (size_t)(qx->ldq - last));
         }
         for (int64_t g = 0; g < G; g++) {
             const int64_t k = (int64_t)t * G + g;
-            quantize_group_ref(x + (int64_t)t * ldx + g * qx->group, qx->group, tmp, qx->d + k, qx->s + k);
+            quantize_group_ref(x + (int64_t)t * ldx + g * qx->group, qx->group, tmp, qx->d + k, qx->s + k, qx->si + k);
             for (int c = 0; c < qx->group; c++) row[qx_pos(qx, g, c)] = tmp[c];
         }
     }
@@ -371,7 +397,7 @@ static float combine8_ref(const float a[8]) {
 
 void kn_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     assert(kn_affine_valid(w) && qx != NULL && qx->cols == w->cols && qx->group == w->group);
-    assert(qx->nibbles == kn_qx_nibbles(w));
+    assert(qx->lanes == kn_qx_lanes(w));
     assert(0 <= r0 && r0 <= r1 && r1 <= w->rows && (qx->T <= 1 || ldy >= r1));
     const int64_t n = w->cols, group = w->group, G = n / group;
     for (int64_t r = r0; r < r1; r++) {
@@ -383,14 +409,14 @@ void kn_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t l
             const int8_t *xq = qx->q + (int64_t)t * qx->ldq;
             float acc[8] = {0}, bl[8] = {0};
             for (int64_t g = 0; g < G; g++) {
-                int32_t lane[8] = {0};   /* nibbles: lane 0 alone, the whole group (I_g) */
+                int32_t lane[8] = {0};   /* lanes: lane 0 alone, the whole group (I_g) */
                 for (int64_t c = 0; c < group; c++)
-                    lane[qx->nibbles ? 0 : qx_lane(c)] +=
+                    lane[qx->lanes ? 0 : qx_lane(c)] +=
                         ((int32_t)code_at(codes, g * group + c, w->bits) - center) * xq[qx_pos(qx, g, c)];
                 const int64_t k = (int64_t)t * G + g;
                 const float scale = sd_load(sc, w->sdtype, g), bias = sd_load(bi, w->sdtype, g), dg = qx->d[k] * scale;
                 const float cg = center ? fmaf(128.0f, scale, bias) : bias;
-                if (qx->nibbles) acc[g % 8] = fmaf((float)lane[0], dg, acc[g % 8]);
+                if (qx->lanes) acc[g % 8] = fmaf((float)lane[0], dg, acc[g % 8]);
                 else
                     for (int j = 0; j < 8; j++) acc[j] = fmaf((float)lane[j], dg, acc[j]);
                 bl[g % 8] = fmaf(cg, qx->s[k], bl[g % 8]);
@@ -572,20 +598,21 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
 
 /* ---- Int8 activations: AVX2 twins ------------------------------------------
  * The quantizer packs 32 int32 codes at a time into bytes in element order
- * (nibbles: then transposed by blocks of 8 groups, quant.h). The matmul
+ * (lanes: then transposed by blocks of 8 groups, quant.h). The matmul
  * unpacks the weight codes of a 32-element block to 32 bytes in element order
- * (q8: loaded as they are; q4 in groups of 32: nibbles split and interleaved;
- * 2, 3, 5, 6: unpack8_avx2 four times, then packed), so a maddubs + madd puts
- * elements 4j..4j+3 of the block into int32 lane j, and adding the blocks of
- * a group gives quant.h's I_j exactly; nibbles transpose 8 groups' code bytes
- * instead, so that lane j sums group j (I_g). The int16 pair sums cannot
+ * (q8 in groups of 32: loaded as they are; q4 in groups of 32: nibbles split
+ * and interleaved; 2, 3, 5, 6: unpack8_avx2 four times, then packed), so a
+ * maddubs + madd puts elements 4j..4j+3 of the block into int32 lane j, and
+ * adding the blocks of a group gives quant.h's I_j exactly; lanes (4 and 8
+ * bits from group 64) meet 8 groups' code bytes as packed rows hold them (or
+ * transposed so), so that lane j sums group j (I_g). The int16 pair sums cannot
  * saturate: a code is at most 63 for bits <= 6 (63 * 127 * 2 < 32767). 8-bit
  * codes (up to 255) would, so they are centered (quant.h: u = q - 128 in
  * [-128, 127]) and multiplied with the sign trick (|u| times xq with u's sign;
  * 128 * 127 * 2 < 32767).
  *
  * Schedule: row by row (a wide product, T > KN_QXBLOCK, 2 rows at a time on
- * AVX-512VL except for nibbles: quant_qx.inc); per row, up to KN_QXBLOCK
+ * AVX-512VL except for lanes: quant_qx.inc); per row, up to KN_QXBLOCK
  * activation rows share each unpacked block (an int32 group accumulator and
  * an f32 accumulator each), so a verify block of 4 tokens unpacks every
  * weight once.
@@ -597,7 +624,7 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * G weights/s, AVX2 -> VNNI: q8 T = 1/2/4/8 19.4/12.8/7.5/4.1 ->
  * 20.3/13.1/8.3/4.8, q4 32.0/21.5/11.8/5.6 -> 31.9/23.4/13.0/6.3: the f32
  * part per group (convert, scale, accumulate) then cost as much as the
- * integer part, which is why nibbles now sum 8 groups per register (one f32
+ * integer part, which is why lanes now sum 8 groups per register (one f32
  * step per 8 groups; quant_qx.inc). */
 
 /* Activation rows per register block, and so also the line between a step
@@ -607,7 +634,8 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * none), for each set's kernel; row_bytes counts all three. Measured on the
  * 2-core AMD EPYC VM (bench-linear: every step matrix and the LM head of the
  * 0.8B-shape fixture, 2 threads, ms per pass at T = 1, alternating rounds).
- * A step or a verify (T <= KN_QXBLOCK), 8 bits, either kernel: none. 24
+ * A step or a verify (T <= KN_QXBLOCK), 8 bits as stored (group 32, or
+ * before packed 8-bit rows), either kernel: none. 24
  * rows ahead is 26-91 KB of q8 rows, past the 32 KB L1 the lines land in,
  * and slows every pass: VNNI 24 rows
  * 34.1/26.3/26.5, none 28.1/19.1/18.8, 4 KB 28.6/21.2/23.6; AVX2 24 rows
@@ -618,17 +646,23 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * 18.3/17.6/18.1 against 4 KB 20.2/18.6/18.5); the faster VNNI kernel wants
  * less: 24 rows 16.5/15.8/15.7, none 15.4/15.3/16.4, 4 KB 14.7/14.4/14.9.
  * A wide pass: 4 KB ahead into L2 for VNNI's row pairs (qx_prefetch_row;
- * nibbles run single rows there, for which the reach is one row longer than
+ * lanes run single rows there, for which the reach is one row longer than
  * needed);
  * none for AVX2's single rows, which run as fast either way (1.00x, 1.01x
- * at T = 8 and 32). */
-static inline int64_t qx_prefetch_rows_avx2(int bits, size_t row_bytes, int wide) {
-    (void)row_bytes;
+ * at T = 8 and 32).
+ * 8-bit lanes from packed rows (bench-linear on the q8 fixture, 2 threads, ms
+ * a pass at T = 1 / 4): VNNI none 16.9-17.4 / 18.4-18.7, 2 rows ahead
+ * 13.4-14.1 / 15.7-15.9, 4 rows 14.2-13.5 / 15.8-16.0, 8 rows 14.1 / 16.5-16.7;
+ * AVX2 none 16.3-16.5 / 32.4-32.7, 2 rows 14.3-14.8 / 32.6-34.2, 4 rows
+ * 14.5-14.9 / 33.2-33.9, 24 rows 15.6-17.1 / 35.4-35.6: both take the 4 KB
+ * reach of the VNNI nibbles (4 rows of 1024 columns). */
+static inline int64_t qx_prefetch_rows_avx2(int bits, int packed, size_t row_bytes, int wide) {
+    if (bits == 8 && packed && !wide && row_bytes > 0) return (int64_t)(4096 / row_bytes) + 1;
     return bits == 8 || wide ? 0 : 24;
 }
 
-static inline int64_t qx_prefetch_rows_avx512vnni(int bits, size_t row_bytes, int wide) {
-    if ((bits == 8 && !wide) || row_bytes == 0) return 0;   /* 0 columns: nothing to fetch */
+static inline int64_t qx_prefetch_rows_avx512vnni(int bits, int packed, size_t row_bytes, int wide) {
+    if ((bits == 8 && !wide && !packed) || row_bytes == 0) return 0;   /* 0 columns: nothing to fetch */
     return (int64_t)(4096 / row_bytes) + (wide ? 2 : 1);    /* a pair's rows: past its partner */
 }
 
@@ -698,12 +732,46 @@ KN_AVX2_INLINE void transpose8_epi32_avx2(__m256i v[8]) {
     }
 }
 
-/* quantize_group_ref with vectors; n is a multiple of 32 (of 64 with
- * nibbles). q gets the group's 32-byte vectors as the storage order
- * transposes them: 32 elements in order; with nibbles, per 64 elements the 32
- * even ones, then the 32 odd ones (word k of each holds the 4 elements of
- * word k of the codes' low or high nibbles). */
-static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8_t *q, float *d, float *s) {
+/* 32 bytes in element order -> [their 16 even elements | their 16 odd ones]:
+ * the lanes order's split of a 64-element chunk (quant.h), half of it. */
+KN_AVX2_INLINE __m256i evens_odds_avx2(__m256i b) {
+    /* per 128-bit lane the even bytes first, then the odd ones: qwords [even
+     * 0-14, odd 1-15, even 16-30, odd 17-31], then the evens together */
+    const __m256i deint = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                           0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(b, deint), _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+/* The 8-bit codes of chunk sb (elements 64 sb .. 64 sb + 63) of a block of
+ * cnt <= 8 groups from cj (group g's codes at cj + g * group), as packed rows
+ * hold them (quant.h): e[2i] the block's elements 64 sb + 8i + {0, 2, 4, 6},
+ * e[2i + 1] its elements 64 sb + 8i + {1, 3, 5, 7}, group j in int32 lane j
+ * (missing groups 0). For a product on codes as stored. */
+KN_AVX2_INLINE void lanes8_chunk_avx2(const unsigned char *cj, int64_t group, int64_t cnt, int sb, __m256i e[16]) {
+    __m256i ev[8], od[8];
+    for (int j = 0; j < 8; j++) {
+        if (j >= cnt) {
+            ev[j] = od[j] = _mm256_setzero_si256();
+            continue;
+        }
+        const unsigned char *p = cj + j * group + 64 * sb;
+        const __m256i a = evens_odds_avx2(_mm256_loadu_si256((const __m256i *)(const void *)p));
+        const __m256i b = evens_odds_avx2(_mm256_loadu_si256((const __m256i *)(const void *)(p + 32)));
+        ev[j] = _mm256_permute2x128_si256(a, b, 0x20);
+        od[j] = _mm256_permute2x128_si256(a, b, 0x31);
+    }
+    transpose8_epi32_avx2(ev);
+    transpose8_epi32_avx2(od);
+    for (int i = 0; i < 8; i++) e[2 * i] = ev[i], e[2 * i + 1] = od[i];
+}
+
+/* quantize_group_ref with vectors; n is a multiple of 32 (of 64 in lanes
+ * order). q gets the group's 32-byte vectors as the storage order transposes
+ * them: 32 elements in order; in lanes order, per 64 elements the 32 even
+ * ones, then the 32 odd ones (word k of each holds the 4 elements of word k
+ * of 4-bit codes' low or high nibbles). */
+static KN_AVX2 void quantize_group_avx2(const float *x, int n, int in_lanes, int8_t *q, float *d, float *s,
+                                        int32_t *si) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), big = _mm256_set1_ps(FLT_MAX);
     __m256 vmax = _mm256_setzero_ps(), vbad = _mm256_setzero_ps();
     for (int c = 0; c < n; c += 8) {
@@ -714,6 +782,7 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8
     if (_mm256_movemask_ps(vbad)) {
         memset(q, 0, (size_t)n);
         *d = *s = NAN;
+        *si = 0;
         return;
     }
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
@@ -724,10 +793,7 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8
     const __m256 id = _mm256_set1_ps(inv);
     const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-    /* nibbles: per 128-bit lane, the even bytes first, then the odd ones */
-    const __m256i deint = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
-                                           0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-    __m256i lanes = _mm256_setzero_si256(), prev = _mm256_setzero_si256();
+    __m256i sums = _mm256_setzero_si256(), prev = _mm256_setzero_si256();
     for (int c = 0; c < n; c += 32) {
         __m256i v[4];
         for (int k = 0; k < 4; k++) {
@@ -736,10 +802,9 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8
             v[k] = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
         }
         __m256i b = pack32_i8_avx2(v[0], v[1], v[2], v[3]);
-        lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, b), ones16));
-        if (nibbles) {
-            /* qwords [even 0-14, odd 1-15, even 16-30, odd 17-31] -> [evens | odds] of these 32 */
-            b = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(b, deint), _MM_SHUFFLE(3, 1, 2, 0));
+        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, b), ones16));
+        if (in_lanes) {
+            b = evens_odds_avx2(b);
             if (c % 64 == 0) {
                 prev = b;
                 continue;
@@ -751,12 +816,14 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int nibbles, int8
             _mm256_storeu_si256((__m256i *)(void *)(q + c), b);
         }
     }
+    const int32_t sum = kn_hsum_epi32_avx2(sums);
     *d = scale;
-    *s = scale * (float)kn_hsum_epi32_avx2(lanes);
+    *s = scale * (float)sum;
+    *si = sum;
 }
 
 /* kn_quantize_x_ref's bytes: groups in element order where they are stored
- * so; for nibbles 8 groups at a time, each group's evens and odds vectors
+ * so; for lanes 8 groups at a time, each group's evens and odds vectors
  * (quantize_group_avx2) transposed as int32 words into the block's lanes:
  * vector i's word k of group j goes to (i / 2) * 512 + k * 64 + (i % 2) * 32
  * + 4j from the start of the block (quant.h's formula). */
@@ -767,16 +834,18 @@ KN_AVX2 void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx) {
     for (int t = 0; t < qx->T; t++) {
         int8_t *row = qx->q + (int64_t)t * qx->ldq;
         const float *xt = x + (int64_t)t * ldx;
-        if (!qx->nibbles) {
+        if (!qx->lanes) {
             for (int64_t g = 0, k = (int64_t)t * G; g < G; g++)
-                quantize_group_avx2(xt + g * group, (int)group, 0, row + g * group, qx->d + k + g, qx->s + k + g);
+                quantize_group_avx2(xt + g * group, (int)group, 0, row + g * group, qx->d + k + g, qx->s + k + g,
+                                   qx->si + k + g);
             continue;
         }
         for (int64_t g8 = 0; g8 < G; g8 += QX_BLOCK_GROUPS) {
             const int64_t cnt = G - g8 < QX_BLOCK_GROUPS ? G - g8 : QX_BLOCK_GROUPS, k = (int64_t)t * G + g8;
             for (int j = 0; j < QX_BLOCK_GROUPS; j++) {
                 if (j < cnt)
-                    quantize_group_avx2(xt + (g8 + j) * group, (int)group, 1, tmp[j], qx->d + k + j, qx->s + k + j);
+                    quantize_group_avx2(xt + (g8 + j) * group, (int)group, 1, tmp[j], qx->d + k + j, qx->s + k + j,
+                                       qx->si + k + j);
                 else
                     memset(tmp[j], 0, (size_t)group);   /* a partial block's missing groups */
             }

@@ -105,7 +105,8 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  *   xq[c]   = round-half-even(x[c] * (127 / amax)), clamped to [-127, 127];
  *             all 0, and d = 0, when amax < KN_QX_MIN_AMAX (2^-100: 127 / amax
  *             could overflow f32; such a group adds nothing to the product)
- *   s[t][g] = d * (sum of xq over the group)   (the exact integer times d)
+ *   S[t][g] = the sum of xq over the group (an exact integer)
+ *   s[t][g] = d * S[t][g]   (one f32 rounding)
  * A group holding a NaN or an infinity gets xq = 0 and d = s = NaN, so the
  * product is NaN, as an f32 product would be NaN or infinite. (At the other
  * extreme, s and d * scale overflow to infinity for activations beyond about
@@ -121,11 +122,11 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  *     acc[j]  = fma((float)I_j, d[t][g] * sc_g, acc[j])   for j = 0..7
  *     bl[g % 8] = fma(c_g, s[t][g], bl[g % 8])
  *   y = comb(acc) + comb(bl), comb(a) = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
- * except for 4-bit weights in groups of 64 or 128 ("nibbles"), whose 32 code
- * bytes per 64 elements hold element 2m in byte m's low nibble and 2m + 1 in
- * its high one: there each group is one lane,
+ * except for 4- and 8-bit weights in groups of 64 or 128 ("lanes": 4-bit
+ * ones hold element 2m in byte m's low nibble and 2m + 1 in its high one,
+ * 8-bit ones one element a byte), where each group is one lane,
  *     I_g     = sum of u[c] * xq[c] over the whole group (exact, and exact
- *               as f32: |I_g| <= 128 * 15 * 127 < 2^24)
+ *               as f32: |I_g| <= 128 * 128 * 127 < 2^24)
  *     acc[g % 8] = fma((float)I_g, d[t][g] * sc_g, acc[g % 8])
  * (the SIMD product sums 8 groups in the 8 int32 lanes of one register, so
  * one convert and one fma per 8 groups apply their scales).
@@ -144,11 +145,12 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * would be near f32's limit anyway.)
  *
  * Storage order of xq: a row's groups one after another in element order,
- * except for nibbles, which are stored in blocks of 8 groups (8 * group
+ * except for lanes, which are stored in blocks of 8 groups (8 * group
  * bytes; a row's last block padded with zero groups to 8, so a row takes ldq
  * = ceil(G / 8) * 8 * group bytes) where 32 bytes hold 4 activations of each
  * of the block's 8 groups, group j in int32 lane j, to meet the 8 groups'
- * codes transposed as int32 words: element c of group j of a block at
+ * codes as int32 words (a 4-bit code byte's low nibbles, then its high ones;
+ * 8-bit codes packed to match, below): element c of group j of a block at
  *   (c / 64) * 512 + (c % 64 / 8) * 64 + (c % 2) * 32 + 4j + (c % 8) / 2. */
 
 #define KN_QX_MIN_AMAX 0x1p-100f
@@ -160,43 +162,47 @@ typedef struct {
     int T;
     int64_t cols;
     int group;          /* 32, 64 or 128: the weights' group size            */
-    int nibbles;        /* 1: the 4-bit storage order (above)                */
-    int64_t ldq;        /* bytes per row of q: cols (nibbles: padded, above)  */
+    int lanes;        /* 1: the 4-bit storage order (above)                */
+    int64_t ldq;        /* bytes per row of q: cols (lanes: padded, above)    */
     int8_t *q;          /* [T][ldq] in the storage order above               */
     float *d;           /* [T][cols / group] activation scales               */
-    float *s;           /* [T][cols / group] d * sum of the group's xq       */
+    float *s;           /* [T][cols / group] d * S, S the sum of the group's xq */
+    int32_t *si;        /* [T][cols / group] S itself                        */
 } kn_qx;
 
-/* 1 if weights of this bit width and group size are nibbles (above), whose
- * activations are stored in their own order. */
-static inline int kn_affine_nibbles(int bits, int64_t group) { return bits == 4 && group >= 64; }
-static inline int kn_qx_nibbles(const kn_mat *w) { return kn_affine_nibbles(w->bits, w->group); }
+/* 1 if weights of this bit width and group size are lanes (above): one
+ * group per int32 lane, the activations stored in their own order. */
+static inline int kn_affine_lanes(int bits, int64_t group) { return (bits == 4 || bits == 8) && group >= 64; }
+static inline int kn_qx_lanes(const kn_mat *w) { return kn_affine_lanes(w->bits, w->group); }
 
-/* Packed rows of nibbles: each row's code bytes in the order the int8
- * products consume them, so that they load each 32-byte step as it is
- * instead of transposing 8 groups' bytes every time (quant_qx.inc: on the
- * 2-core Zen 4 VM, one thread in L2, 1.3x the weight rate at T = 1 .. 4),
- * followed by the row's scales and biases, so that a pass reads one stream.
- * Codes: per block of 8 groups (the activations' blocks above) and per
- * 64-element chunk k of a group (group / 64 of them), 8 vectors of 32 bytes;
- * bytes 4j .. 4j + 3 of vector i are bytes 4i .. 4i + 3 of group j's chunk
- * (its elements 64k + 8i .. 64k + 8i + 7). A row's last block is padded with
- * zero groups to 8, so its codes take kn_affine_packed_code_bytes =
- * ceil(G / 8) * 4 * group bytes; full blocks sit at the same offsets as in
- * the codes. Then the row's G scales and its G biases as stored (sdtype), and
+/* Packed rows of lanes: each row's code bytes in the order the int8
+ * products consume them, so that they load each step as it is instead of
+ * transposing 8 groups' bytes every time (quant_qx.inc: on the 2-core Zen 4
+ * VM, one thread in L2, 1.3x the 4-bit weight rate at T = 1 .. 4), followed
+ * by the row's scales and biases, so that a pass reads one stream.
+ * Codes: per block of 8 groups (the activations' blocks above), the code
+ * bytes of element c of the block's group j at the activation's place for
+ * it, scaled to the code width: for 8 bits exactly the place above; for 4
+ * bits, whose code byte holds elements c and c + 1 (c even), half of it for
+ * even c (per 64-element chunk k of a group, 8 vectors of 32 bytes, bytes 4j
+ * .. 4j + 3 of vector i being bytes 4i .. 4i + 3 of group j's chunk: its
+ * elements 64k + 8i .. 64k + 8i + 7). A row's last block is padded with zero
+ * groups to 8, so its codes take kn_affine_packed_code_bytes = ceil(G / 8) *
+ * group * bits bytes; full 4-bit blocks sit at the same offsets as in the
+ * codes. Then the row's G scales and its G biases as stored (sdtype), and
  * zeros to a multiple of 64 bytes: kn_affine_packed_row_bytes. A model packs
- * its nibble matrices once at load (model/load.c) into memory it owns and
+ * its lanes matrices once at load (model/load.c) into memory it owns and
  * sets kn_mat.packed; a product is bit-identical with or without. */
 static inline int64_t kn_affine_packed_code_bytes(const kn_mat *w) {
-    return (w->cols / w->group + 7) / 8 * 4 * w->group;
+    return (w->cols / w->group + 7) / 8 * w->group * w->bits;
 }
 static inline int64_t kn_affine_packed_row_bytes(const kn_mat *w) {
     return (kn_affine_packed_code_bytes(w) + 2 * kn_affine_sd_row_bytes(w) + 63) / 64 * 64;
 }
-/* Bytes kn_affine_pack writes for all of w's rows (0 unless nibbles). */
+/* Bytes kn_affine_pack writes for all of w's rows (0 unless lanes). */
 size_t kn_affine_packed_bytes(const kn_mat *w);
 /* Writes rows r0 .. r1 - 1 of w's packed codes to dst (kn_affine_packed_bytes
- * bytes for all rows; row r at r * kn_affine_packed_row_bytes). w is nibbles.
+ * bytes for all rows; row r at r * kn_affine_packed_row_bytes). w is lanes.
  * A row-range worker: threads may fill disjoint ranges. */
 void kn_affine_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1);
 
@@ -215,7 +221,7 @@ void kn_quantize_x(kn_qx *qx, const float *x, int64_t ldx);
 
 /* Y[t*ldy + r] = the product above of W row r and qx row t, for t < qx->T and
  * r in [r0, r1). qx was bound for w (or a matrix of the same cols, group and
- * storage order: kn_qx_nibbles). A row-range worker like kn_matmul_rows. */
+ * storage order: kn_qx_lanes). A row-range worker like kn_matmul_rows. */
 void kn_matmul_qx_rows(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
 /* The twins behind kn_quantize_x and kn_matmul_qx_rows (the scalar ones are the

@@ -60,7 +60,7 @@ nx_status mdl_pack_mats(nx_pool *pool, mdl_owned *owned, const st_set *st, kn_ma
     if (total == 0) return NX_OK;
     char *buf = nx_alloc_aligned(total);
     if (!buf || !owned_add(owned, buf))
-        return nx_fail(err, errlen, NX_ENOMEM, "out of memory for %zu MB of packed 4-bit codes", total >> 20);
+        return nx_fail(err, errlen, NX_ENOMEM, "out of memory for %zu MB of packed 4- and 8-bit codes", total >> 20);
     for (int i = 0; i < n; i++) {
         const size_t bytes = kn_affine_packed_bytes(mats[i]);
         if (!bytes) continue;
@@ -576,8 +576,8 @@ nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **ou
     if ((st = nx_pool_new(opts->n_threads, &m->pool, err, errlen))) goto fail;
     /* only the SIMD int8 products read packed rows: not for the scalar set,
      * asked for or all this CPU runs, nor for f32 activations */
-    m->pack_nibbles = !opts->force_reference && kn_isa_available(isa) != KN_ISA_SCALAR && !m->f32_activations;
-    if (m->pack_nibbles) {
+    m->pack_lanes = !opts->force_reference && kn_isa_available(isa) != KN_ISA_SCALAR && !m->f32_activations;
+    if (m->pack_lanes) {
         kn_mat *mats[MDL_LAYER_MATS * CFG_MAX_LAYERS + 1];
         int nm = 0;
         for (int i = 0; i < c->n_layers; i++) nm += mdl_layer_mats_mut(&m->layers[i], mats + nm);

@@ -284,7 +284,7 @@ nx_status nx_drafter_load(const nx_model *target, const char *dir, const nx_draf
     int head_bits = opts ? opts->draft_head_bits : 0, auto_bits = head_bits == NX_DRAFT_HEAD_AUTO;
     if (auto_bits) head_bits = d->screen_k ? 0 : mtp_auto_head_bits(&d->head);
     if (!st && head_bits && (st = quantize_draft_head(d, head_bits, err, errlen)) && auto_bits) st = NX_OK;
-    if (!st && target->pack_nibbles) {   /* as the target's (a view of its head is packed already) */
+    if (!st && target->pack_lanes) {   /* as the target's (a view of its head is packed already) */
         kn_mat *mats[MDL_LAYER_MATS + 2];
         int n = mdl_layer_mats_mut(&d->layer, mats);
         mats[n++] = &d->fc;

@@ -62,7 +62,7 @@ static float *make_acts(nx_test_rng *r, int64_t n) {
 typedef struct {
     kn_mat m;
     float *orig;   /* [rows, cols] the weights before quantization */
-    void *packed;  /* nibbles' packed codes once use_int8_variant made them, or NULL */
+    void *packed;  /* lanes' packed codes once use_int8_variant made them, or NULL */
 } qmat;
 
 static qmat make_affine(nx_test_rng *r, int64_t rows, int64_t cols, int bits, int group, nx_dtype sdt, float sigma) {
@@ -173,10 +173,10 @@ static int use_int8_isa(int k) {
 }
 
 /* The int8 checks run every kernel set on the codes as stored and each SIMD
- * set on nibbles' packed codes too (kn_affine_pack): int8_variants(w) runs,
+ * set on lanes' packed codes too (kn_affine_pack): int8_variants(w) runs,
  * variant v < N_INT8_ISAS the set int8_isas[v] as stored, beyond it the
  * SIMD sets in order on packed codes. */
-static int int8_variants(const kn_mat *w) { return kn_qx_nibbles(w) ? 2 * N_INT8_ISAS - 1 : N_INT8_ISAS; }
+static int int8_variants(const kn_mat *w) { return kn_qx_lanes(w) ? 2 * N_INT8_ISAS - 1 : N_INT8_ISAS; }
 
 /* Selects variant v for w: its kernel set and w->packed (made once into
  * *packed, which the caller frees). Returns 0 where the CPU lacks the set. */
@@ -581,7 +581,7 @@ static kn_qx make_qx(int T, const kn_mat *w) {
 /* Straight from quant.h: where element c of group g of a row is stored,
  * relative to the row. */
 static int64_t naive_pos(const kn_qx *qx, int64_t g, int64_t c) {
-    if (!qx->nibbles) return g * qx->group + c;
+    if (!qx->lanes) return g * qx->group + c;
     const int64_t block = g / 8 * 8 * qx->group, j = g % 8;
     return block + c / 64 * 512 + c % 64 / 8 * 64 + c % 2 * 32 + 4 * j + c % 8 / 2;
 }
@@ -591,7 +591,7 @@ static kn_qx qx_rows(const kn_qx *qx, int t0, int T) {
     const int64_t G = qx->cols / qx->group;
     kn_qx v = *qx;
     v.T = T;
-    v.q += t0 * qx->ldq, v.d += t0 * G, v.s += t0 * G;
+    v.q += t0 * qx->ldq, v.d += t0 * G, v.s += t0 * G, v.si += t0 * G;
     return v;
 }
 
@@ -640,6 +640,7 @@ static void check_quantized_acts(const kn_qx *qx, const float *x, int64_t ldx, c
             }
             int32_t sum = 0;
             for (int c = 0; c < qx->group; c++) sum += q[c];
+            bad += qx->si[k] != sum;   /* S itself, in every case */
             if (!finite) {
                 bad += !(isnan(qx->d[k]) && isnan(qx->s[k]) && sum == 0);
                 for (int c = 0; c < qx->group; c++) bad += q[c] != 0;
@@ -670,11 +671,11 @@ static void check_quantized_acts(const kn_qx *qx, const float *x, int64_t ldx, c
 static void test_activation_quantizer_follows_the_definition_in_both_twins(void) {
     enum { T = 5 };
     nx_test_rng r = {0x5EED0F1A77C0FFEEULL};
-    /* groups per row: also a full block of 8 (nibbles' storage order) and more */
+    /* groups per row: also a full block of 8 (lanes' storage order) and more */
     static const int64_t gprs[] = {1, 3, 5, 8, 9, 17};
     for (int g = 0; g < N_GROUPS; g++)
         for (int cs = 0; cs < 12; cs++) {
-            /* for 8-bit and for 4-bit weights (the nibbles order from group 64) */
+            /* for 8-bit and for 4-bit weights (the lanes order from group 64) */
             const int group = groups[g], bits = cs % 2 ? 4 : 8;
             const int64_t n = group * gprs[cs / 2], ldx = n + 5;
             const kn_mat w = {.dtype = NX_DT_U32, .cols = n, .bits = bits, .group = group, .sdtype = NX_DT_F32};
@@ -682,7 +683,7 @@ static void test_activation_quantizer_follows_the_definition_in_both_twins(void)
             float *rows = make_act_kinds(&r, T, n, group, 1);
             for (int t = 0; t < T; t++) memcpy(x + t * ldx, rows + t * n, (size_t)n * sizeof *x);
             kn_qx a = make_qx(T, &w), b = make_qx(T, &w);
-            CHECK(a.nibbles == (bits == 4 && group >= 64));
+            CHECK(a.lanes == ((bits == 4 || bits == 8) && group >= 64));
             char what[64];
             set_impl(1);
             snprintf(what, sizeof what, "%s q%d g%d n%lld", kn_impl_name(), bits, group, (long long)n);
@@ -835,20 +836,22 @@ static void test_int8_matmul_on_long_and_many_rows_matches_the_reference(void) {
 
 /* The largest codes against the largest activations, where the int16 sums
  * come closest to overflowing: 8-bit codes 0 and 255 (q - 128 = -128 and 127:
- * a pair sum of 32512 with the sign trick), and the int16 group sums of
+ * a pair sum of 32512 with the sign trick; in lanes, VNNI's int32 sums of
+ * the codes as they are, up to 255 * 127 * 128, less 128 S), and the int16 group sums of
  * 6-bit codes in groups of 64 (2 * 63 * 127 * 2 = 32004) and of 5-bit codes
  * in groups of 128 (31496; 6-bit in 128 would not fit and must take the
  * int32 path), and 4-bit nibbles, whose AVX2 int16 sums add 8 steps of
  * 2 * 15 * 127 (30480) over 8 groups at once: 1152 columns, a full block of
- * 8 groups and a partial one. All codes at their maximum against xq = 127.
+ * 8 groups and a partial one (8 bits: also in lanes). All codes at their maximum against xq = 127.
  * Every result must be the exact sum; a NaN activation gives NaN. The three
  * activation rows run twice: alone (T = 3, one weight row a pass) and
  * repeated (T = 6, a wide pass: weight rows in pairs where the set has them,
- * nibbles excepted). */
+ * lanes excepted). */
 static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(void) {
     enum { NMAX = 1152, rows = 3 };
-    static const struct { int bits, group, n; } cases[] = {{8, 64, 128}, {8, 128, 128}, {6, 64, 128}, {6, 128, 128},
-                                                          {5, 128, 128}, {4, 128, 1152}, {4, 64, 1152}, {3, 128, 128}};
+    static const struct { int bits, group, n; } cases[] = {{8, 64, 128},  {8, 128, 128}, {8, 64, 1152}, {8, 128, 1152},
+                                                          {6, 64, 128},  {6, 128, 128}, {5, 128, 128}, {4, 128, 1152},
+                                                          {4, 64, 1152}, {3, 128, 128}};
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const int bits = cases[ci].bits, group = cases[ci].group, n = cases[ci].n;
         const unsigned top = (1u << bits) - 1;
@@ -894,23 +897,26 @@ static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(vo
     kn_init(0);
 }
 
-/* kn_affine_pack by quant.h's words, read back one nibble at a time: element
- * e of group g (block g / 8, lane j = g % 8) of row r is the low (even e) or
- * high nibble of byte (g / 8) * 4 * group + (e / 64) * 256 + (e % 64 / 8) *
- * 32 + 4j + (e % 8) / 2 of packed row r, rows kn_affine_packed_row_bytes (a
- * multiple of 64) apart; the padding groups of a last partial block are 0;
+/* kn_affine_pack by quant.h's words, read back one code at a time: element
+ * e of group g (block g / 8, lane j = g % 8) of row r is, for 4 bits, the low
+ * (even e) or high nibble of byte (g / 8) * 4 * group + (e / 64) * 256 + (e %
+ * 64 / 8) * 32 + 4j + (e % 8) / 2 of packed row r, for 8 bits byte (g / 8) *
+ * 8 * group + (e / 64) * 512 + (e % 64 / 8) * 64 + (e % 2) * 32 + 4j + (e %
+ * 8) / 2, rows kn_affine_packed_row_bytes (a multiple of 64) apart; the
+ * padding groups of a last partial block are 0;
  * the row's scales and then biases follow the codes as stored, then zeros.
  * Groups of 64 and 128, rows of 1, 8, 9 and 17 groups, 16-bit and f32
  * scales, and a row range packed in two calls. */
 static void test_packed_rows_follow_the_documented_order(void) {
     static const int64_t gprs[] = {1, 8, 9, 17};
     nx_test_rng r = {0x9AC4ED0DE5ULL};
+    for (int bits = 4; bits <= 8; bits += 4)
     for (int group = 64; group <= 128; group *= 2)
         for (size_t k = 0; k < sizeof gprs / sizeof *gprs; k++) {
             const nx_dtype sdt = k % 2 ? NX_DT_F32 : NX_DT_BF16;
-            const int64_t rows = 5, G = gprs[k], n = group * G, codes = (G + 7) / 8 * 4 * group;
+            const int64_t rows = 5, G = gprs[k], n = group * G, codes = (G + 7) / 8 * bits * group;
             const int64_t sb = G * (int64_t)nx_dtype_size(sdt), prow = (codes + 2 * sb + 63) / 64 * 64;
-            qmat q = make_affine(&r, rows, n, 4, group, sdt, WEIGHT_SIGMA);
+            qmat q = make_affine(&r, rows, n, bits, group, sdt, WEIGHT_SIGMA);
             CHECK(kn_affine_packed_code_bytes(&q.m) == codes && kn_affine_packed_row_bytes(&q.m) == prow);
             CHECK(kn_affine_packed_bytes(&q.m) == (size_t)(rows * prow));
             unsigned char *p = malloc((size_t)(rows * prow));
@@ -922,8 +928,10 @@ static void test_packed_rows_follow_the_documented_order(void) {
                 unsigned char *pr = p + row * prow;
                 for (int64_t g = 0; g < (G + 7) / 8 * 8; g++)
                     for (int64_t e = 0; e < group; e++) {
+                        /* 8 bits: a byte at the activation's place; 4 bits: a nibble, low for even e */
+                        const int64_t at8 = g / 8 * 8 * group + e / 64 * 512 + e % 64 / 8 * 64 + e % 2 * 32 + 4 * (g % 8) + e % 8 / 2;
                         const int64_t at = g / 8 * 4 * group + e / 64 * 256 + e % 64 / 8 * 32 + 4 * (g % 8) + e % 8 / 2;
-                        const unsigned got = e % 2 ? pr[at] >> 4 : pr[at] & 15u;
+                        const unsigned got = bits == 8 ? pr[at8] : e % 2 ? pr[at] >> 4 : pr[at] & 15u;
                         bad += got != (g < G ? naive_code(&q.m, row, g * group + e) : 0u);
                     }
                 bad_sd += memcmp(pr + codes, (const char *)q.m.scales + row * sb, (size_t)sb) != 0;
@@ -931,13 +939,14 @@ static void test_packed_rows_follow_the_documented_order(void) {
                 for (int64_t b = codes + 2 * sb; b < prow; b++) bad_pad += pr[b] != 0;
             }
             CHECKF(bad == 0 && bad_sd == 0 && bad_pad == 0,
-                   "q4 g%d %s, %lld groups a row: %d nibbles out of place, %d scale or bias rows differ, %d padding bytes not 0",
-                   group, nx_dtype_name(sdt), (long long)G, bad, bad_sd, bad_pad);
+                   "q%d g%d %s, %lld groups a row: %d codes out of place, %d scale or bias rows differ, %d padding bytes not 0",
+                   bits, group, nx_dtype_name(sdt), (long long)G, bad, bad_sd, bad_pad);
             free(p);
             free_affine(&q);
         }
     CHECK(kn_affine_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 4, .group = 32}) == 0);
-    CHECK(kn_affine_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 8, .group = 64}) == 0);
+    CHECK(kn_affine_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 8, .group = 32}) == 0);
+    CHECK(kn_affine_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 6, .group = 64}) == 0);
 }
 
 /* The int8 product with nothing to do, in every kernel set: zero columns
@@ -1001,7 +1010,7 @@ static const nx_test tests[] = {
      "int8 activations per group: |x - d q| <= d/2, amax -> 127, ties to even, sums; NaN/inf groups; twins equal",
      test_activation_quantizer_follows_the_definition_in_both_twins},
     {"int8_matmul_twins_agree_and_stay_within_the_activation_rounding",
-     "scalar == each SIMD set (avx2, avx512vnni; nibbles also packed) bit for bit, = dequantized W times dequantized x, within sum|w| d/2 of the f32 product",
+     "scalar == each SIMD set (avx2, avx512vnni; lanes also packed) bit for bit, = dequantized W times dequantized x, within sum|w| d/2 of the f32 product",
      test_int8_matmul_twins_agree_and_stay_within_the_activation_rounding},
     {"int8_rows_are_bit_identical_whatever_t_and_row_range",
      "Y[t][r] is the same bits for T=1..16 and uneven row ranges, every bit width and group, every kernel set",
@@ -1010,7 +1019,7 @@ static const nx_test tests[] = {
      "8, 9, 17 groups a row and 30 rows: every kernel set bit for bit, T = 5 equals T = 1 row by row",
      test_int8_matmul_on_long_and_many_rows_matches_the_reference},
     {"packed_rows_follow_the_documented_order",
-     "kn_affine_pack: every nibble where quant.h says, padding groups 0, scales and biases after the codes; other widths pack nothing",
+     "kn_affine_pack: every 4- and 8-bit code where quant.h says, padding groups 0, scales and biases after the codes; other widths and groups of 32 pack nothing",
      test_packed_rows_follow_the_documented_order},
     {"int8_matmul_with_no_columns_rows_or_tokens", "every kernel set: 0 columns give 0, T = 0 or r0 = r1 writes nothing",
      test_int8_matmul_with_no_columns_rows_or_tokens},

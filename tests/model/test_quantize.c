@@ -436,10 +436,10 @@ static void every_kernel_set_gives_the_same_logits(void) {
             snprintf(got, sizeof got, "%s", nx_model_get_info(m)->kernels);
             kn_select(sets[i].isa);
             CHECKF(strcmp(got, kn_impl_name()) == 0, "asked for %s, got %s, want %s", sets[i].name, got, kn_impl_name());
-            /* the SIMD sets multiply 4-bit matrices from packed codes (quant.h) */
+            /* the SIMD sets multiply lanes matrices (4- and 8-bit, groups of
+             * 64) from packed codes (quant.h) */
             const int simd = strcmp(got, "scalar") != 0;
-            CHECKF((m->layers[0].down_proj.packed != NULL) == (simd && bits[b] == 4) &&
-                       (m->lm_head.packed != NULL) == (simd && bits[b] == 4),
+            CHECKF((m->layers[0].down_proj.packed != NULL) == simd && (m->lm_head.packed != NULL) == simd,
                    "q%d %s: packed codes %s", bits[b], got, m->lm_head.packed ? "made" : "missing");
             bytes = (size_t)n * (size_t)nx_model_get_info(m)->vocab_size * sizeof(float);
             float *logits = nx_test_logits(m, seq, n);
@@ -520,7 +520,7 @@ static const nx_test tests[] = {
      "q4: failing the packed block's allocation still loads, unpacked, to the packed model's logits bits; other failures are NX_ENOMEM",
      a_load_without_memory_for_packing_runs_unpacked},
     {"every_kernel_set_gives_the_same_logits",
-     "q4 and q8: auto, avx512vnni and avx2 kernels (q4 from packed codes) give the same logits bits, scalar within rounding; names parse; a bad set is an error",
+     "q4 and q8: auto, avx512vnni and avx2 kernels (both from packed codes) give the same logits bits, scalar within rounding; names parse; a bad set is an error",
      every_kernel_set_gives_the_same_logits},
     {"mixed_dense_embedding_and_quantized_layers_load_and_decode",
      "q4 layers + a dense bf16 embedding and in_proj_b (false entries): loads, names both formats, close to q4, spec == plain",
