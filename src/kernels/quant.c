@@ -277,7 +277,7 @@ size_t kn_affine_packed_bytes(const kn_mat *w) {
 /* Where element c of group j of a block of 8 lanes groups is stored,
  * relative to the block (quant.h's storage order). */
 static inline int64_t lanes_offset(int64_t c, int64_t j) {
-    return c / 64 * 512 + c % 64 / 8 * 64 + c % 2 * 32 + 4 * j + c % 8 / 2;
+    return c / 64 * 512 + c % 64 / 16 * 128 + c % 2 * 64 + c % 16 / 8 * 32 + 4 * j + c % 8 / 2;
 }
 
 /* Bytes 0, 2, 4 and 6 of little-endian v, in that order. */
@@ -304,10 +304,9 @@ void kn_affine_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1) {
                 for (int64_t c = 0; c < w->group; c += 8) {   /* 8 codes: the evens' 4 bytes, then the odds' */
                     uint64_t v;
                     memcpy(&v, src + g * chunk + c, 8);
-                    unsigned char *o = out + block + lanes_offset(c, j);
                     const uint32_t ev = even_bytes(v), od = even_bytes(v >> 8);
-                    memcpy(o, &ev, 4);
-                    memcpy(o + 32, &od, 4);
+                    memcpy(out + block + lanes_offset(c, j), &ev, 4);
+                    memcpy(out + block + lanes_offset(c + 1, j), &od, 4);
                 }
                 continue;
             }
@@ -744,9 +743,10 @@ KN_AVX2_INLINE __m256i evens_odds_avx2(__m256i b) {
 
 /* The 8-bit codes of chunk sb (elements 64 sb .. 64 sb + 63) of a block of
  * cnt <= 8 groups from cj (group g's codes at cj + g * group), as packed rows
- * hold them (quant.h): e[2i] the block's elements 64 sb + 8i + {0, 2, 4, 6},
- * e[2i + 1] its elements 64 sb + 8i + {1, 3, 5, 7}, group j in int32 lane j
- * (missing groups 0). For a product on codes as stored. */
+ * hold them (quant.h), 32 bytes each: the block's elements 64 sb + 8i + {0,
+ * 2, 4, 6} in e[(i / 2) * 4 + i % 2], its elements 64 sb + 8i + {1, 3, 5, 7}
+ * in e[(i / 2) * 4 + 2 + i % 2], group j in int32 lane j (missing groups 0).
+ * For a product on codes as stored. */
 KN_AVX2_INLINE void lanes8_chunk_avx2(const unsigned char *cj, int64_t group, int64_t cnt, int sb, __m256i e[16]) {
     __m256i ev[8], od[8];
     for (int j = 0; j < 8; j++) {
@@ -762,7 +762,7 @@ KN_AVX2_INLINE void lanes8_chunk_avx2(const unsigned char *cj, int64_t group, in
     }
     transpose8_epi32_avx2(ev);
     transpose8_epi32_avx2(od);
-    for (int i = 0; i < 8; i++) e[2 * i] = ev[i], e[2 * i + 1] = od[i];
+    for (int i = 0; i < 8; i++) e[i / 2 * 4 + i % 2] = ev[i], e[i / 2 * 4 + 2 + i % 2] = od[i];
 }
 
 /* quantize_group_ref with vectors; n is a multiple of 32 (of 64 in lanes
@@ -825,7 +825,8 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int in_lanes, int
 /* kn_quantize_x_ref's bytes: groups in element order where they are stored
  * so; for lanes 8 groups at a time, each group's evens and odds vectors
  * (quantize_group_avx2) transposed as int32 words into the block's lanes:
- * vector i's word k of group j goes to (i / 2) * 512 + k * 64 + (i % 2) * 32
+ * vector i's word k of group j goes to (i / 2) * 512 + (k / 2) * 128 + (i %
+ * 2) * 64 + (k % 2) * 32
  * + 4j from the start of the block (quant.h's formula). */
 KN_AVX2 void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx) {
     assert(qx != NULL && (qx->T <= 1 || ldx >= qx->cols));
@@ -853,8 +854,8 @@ KN_AVX2 void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx) {
                 __m256i v[8];
                 for (int j = 0; j < 8; j++) v[j] = _mm256_load_si256((const __m256i *)(const void *)(tmp[j] + 32 * i));
                 transpose8_epi32_avx2(v);
-                int8_t *dst = row + g8 * group + (i / 2) * 512 + (i % 2) * 32;
-                for (int w = 0; w < 8; w++) _mm256_storeu_si256((__m256i *)(void *)(dst + w * 64), v[w]);
+                int8_t *dst = row + g8 * group + (i / 2) * 512 + (i % 2) * 64;
+                for (int w = 0; w < 8; w++) _mm256_storeu_si256((__m256i *)(void *)(dst + w / 2 * 128 + w % 2 * 32), v[w]);
             }
         }
     }

@@ -149,9 +149,11 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * bytes; a row's last block padded with zero groups to 8, so a row takes ldq
  * = ceil(G / 8) * 8 * group bytes) where 32 bytes hold 4 activations of each
  * of the block's 8 groups, group j in int32 lane j, to meet the 8 groups'
- * codes as int32 words (a 4-bit code byte's low nibbles, then its high ones;
- * 8-bit codes packed to match, below): element c of group j of a block at
- *   (c / 64) * 512 + (c % 64 / 8) * 64 + (c % 2) * 32 + 4j + (c % 8) / 2. */
+ * codes as int32 words (per 64 bytes of packed 4-bit codes, their low
+ * nibbles, then their high ones; 8-bit codes packed to match, below):
+ * element c of group j of a block at
+ *   (c / 64) * 512 + (c % 64 / 16) * 128 + (c % 2) * 64 + (c % 16 / 8) * 32
+ *   + 4j + (c % 8) / 2. */
 
 #define KN_QX_MIN_AMAX 0x1p-100f
 
@@ -180,13 +182,14 @@ static inline int kn_qx_lanes(const kn_mat *w) { return kn_affine_lanes(w->bits,
  * transposing 8 groups' bytes every time (quant_qx.inc: on the 2-core Zen 4
  * VM, one thread in L2, 1.3x the 4-bit weight rate at T = 1 .. 4), followed
  * by the row's scales and biases, so that a pass reads one stream.
- * Codes: per block of 8 groups (the activations' blocks above), the code
- * bytes of element c of the block's group j at the activation's place for
- * it, scaled to the code width: for 8 bits exactly the place above; for 4
- * bits, whose code byte holds elements c and c + 1 (c even), half of it for
- * even c (per 64-element chunk k of a group, 8 vectors of 32 bytes, bytes 4j
- * .. 4j + 3 of vector i being bytes 4i .. 4i + 3 of group j's chunk: its
- * elements 64k + 8i .. 64k + 8i + 7). A row's last block is padded with zero
+ * Codes, per block of 8 groups (the activations' blocks above): 8 bits,
+ * element c of the block's group j at the activation's place above; 4 bits,
+ * per 64-element chunk k of a group 8 vectors of 32 bytes, bytes 4j .. 4j +
+ * 3 of vector i being bytes 4i .. 4i + 3 of group j's chunk (its elements
+ * 64k + 8i .. 64k + 8i + 7, two a byte), i.e. element c in the low (even c)
+ * or high nibble of byte (c / 64) * 256 + (c % 64 / 8) * 32 + 4j + (c % 8) /
+ * 2, so that 64 bytes' low nibbles, then their high ones, meet the
+ * activations' order. A row's last block is padded with zero
  * groups to 8, so its codes take kn_affine_packed_code_bytes = ceil(G / 8) *
  * group * bits bytes; full 4-bit blocks sit at the same offsets as in the
  * codes. Then the row's G scales and its G biases as stored (sdtype), and

@@ -583,7 +583,7 @@ static kn_qx make_qx(int T, const kn_mat *w) {
 static int64_t naive_pos(const kn_qx *qx, int64_t g, int64_t c) {
     if (!qx->lanes) return g * qx->group + c;
     const int64_t block = g / 8 * 8 * qx->group, j = g % 8;
-    return block + c / 64 * 512 + c % 64 / 8 * 64 + c % 2 * 32 + 4 * j + c % 8 / 2;
+    return block + c / 64 * 512 + c % 64 / 16 * 128 + c % 2 * 64 + c % 16 / 8 * 32 + 4 * j + c % 8 / 2;
 }
 
 /* Rows t0 .. t0+T-1 of qx as a view of its own. */
@@ -901,8 +901,9 @@ static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(vo
  * e of group g (block g / 8, lane j = g % 8) of row r is, for 4 bits, the low
  * (even e) or high nibble of byte (g / 8) * 4 * group + (e / 64) * 256 + (e %
  * 64 / 8) * 32 + 4j + (e % 8) / 2 of packed row r, for 8 bits byte (g / 8) *
- * 8 * group + (e / 64) * 512 + (e % 64 / 8) * 64 + (e % 2) * 32 + 4j + (e %
- * 8) / 2, rows kn_affine_packed_row_bytes (a multiple of 64) apart; the
+ * 8 * group + (e / 64) * 512 + (e % 64 / 16) * 128 + (e % 2) * 64 + (e % 16
+ * / 8) * 32 + 4j + (e % 8) / 2, rows kn_affine_packed_row_bytes (a multiple
+ * of 64) apart; the
  * padding groups of a last partial block are 0;
  * the row's scales and then biases follow the codes as stored, then zeros.
  * Groups of 64 and 128, rows of 1, 8, 9 and 17 groups, 16-bit and f32
@@ -929,7 +930,8 @@ static void test_packed_rows_follow_the_documented_order(void) {
                 for (int64_t g = 0; g < (G + 7) / 8 * 8; g++)
                     for (int64_t e = 0; e < group; e++) {
                         /* 8 bits: a byte at the activation's place; 4 bits: a nibble, low for even e */
-                        const int64_t at8 = g / 8 * 8 * group + e / 64 * 512 + e % 64 / 8 * 64 + e % 2 * 32 + 4 * (g % 8) + e % 8 / 2;
+                        const int64_t at8 = g / 8 * 8 * group + e / 64 * 512 + e % 64 / 16 * 128 + e % 2 * 64 +
+                                            e % 16 / 8 * 32 + 4 * (g % 8) + e % 8 / 2;
                         const int64_t at = g / 8 * 4 * group + e / 64 * 256 + e % 64 / 8 * 32 + 4 * (g % 8) + e % 8 / 2;
                         const unsigned got = bits == 8 ? pr[at8] : e % 2 ? pr[at] >> 4 : pr[at] & 15u;
                         bad += got != (g < G ? naive_code(&q.m, row, g * group + e) : 0u);
