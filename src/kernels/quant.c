@@ -337,8 +337,8 @@ static inline void qx_scale(float amax, float *d, float *id) {
     *id = 127.0f / amax;
 }
 
-/* Quantizes one group of n elements of x into q (in element order), *d and
- * *s (quant.h). */
+/* Quantizes one group of n elements of x into q (in element order), *d, *s
+ * and *si (quant.h; a group with a NaN or an infinity: NaN, NaN and 0). */
 static void quantize_group_ref(const float *x, int n, int8_t *q, float *d, float *s, int32_t *si) {
     float amax = 0.0f;
     int bad = 0;

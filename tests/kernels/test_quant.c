@@ -1009,7 +1009,7 @@ static const nx_test tests[] = {
      "T=0 or r0=r1 is a no-op; zero columns give 0; an empty row quantizes to nothing",
      test_affine_matmul_with_no_rows_or_no_tokens_writes_nothing},
     {"activation_quantizer_follows_the_definition_in_both_twins",
-     "int8 activations per group: |x - d q| <= d/2, amax -> 127, ties to even, sums; NaN/inf groups; twins equal",
+     "int8 activations per group: |x - d q| <= d/2, amax -> 127, ties to even, sums (d S and S itself); NaN/inf groups; twins equal",
      test_activation_quantizer_follows_the_definition_in_both_twins},
     {"int8_matmul_twins_agree_and_stay_within_the_activation_rounding",
      "scalar == each SIMD set (avx2, avx512vnni; lanes also packed) bit for bit, = dequantized W times dequantized x, within sum|w| d/2 of the f32 product",
