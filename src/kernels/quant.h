@@ -164,7 +164,7 @@ typedef struct {
     int T;
     int64_t cols;
     int group;          /* 32, 64 or 128: the weights' group size            */
-    int lanes;        /* 1: the 4-bit storage order (above)                */
+    int lanes;          /* 1: the lanes storage order (above)                */
     int64_t ldq;        /* bytes per row of q: cols (lanes: padded, above)    */
     int8_t *q;          /* [T][ldq] in the storage order above               */
     float *d;           /* [T][cols / group] activation scales               */
