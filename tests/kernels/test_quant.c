@@ -903,49 +903,49 @@ static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(vo
  * 64 / 8) * 32 + 4j + (e % 8) / 2 of packed row r, for 8 bits byte (g / 8) *
  * 8 * group + (e / 64) * 512 + (e % 64 / 16) * 128 + (e % 2) * 64 + (e % 16
  * / 8) * 32 + 4j + (e % 8) / 2, rows kn_affine_packed_row_bytes (a multiple
- * of 64) apart; the
- * padding groups of a last partial block are 0;
- * the row's scales and then biases follow the codes as stored, then zeros.
+ * of 64) apart; the padding groups of a last partial block are 0; the
+ * row's scales and then biases follow the codes as stored, then zeros.
  * Groups of 64 and 128, rows of 1, 8, 9 and 17 groups, 16-bit and f32
  * scales, and a row range packed in two calls. */
 static void test_packed_rows_follow_the_documented_order(void) {
     static const int64_t gprs[] = {1, 8, 9, 17};
     nx_test_rng r = {0x9AC4ED0DE5ULL};
-    for (int bits = 4; bits <= 8; bits += 4)
-    for (int group = 64; group <= 128; group *= 2)
-        for (size_t k = 0; k < sizeof gprs / sizeof *gprs; k++) {
-            const nx_dtype sdt = k % 2 ? NX_DT_F32 : NX_DT_BF16;
-            const int64_t rows = 5, G = gprs[k], n = group * G, codes = (G + 7) / 8 * bits * group;
-            const int64_t sb = G * (int64_t)nx_dtype_size(sdt), prow = (codes + 2 * sb + 63) / 64 * 64;
-            qmat q = make_affine(&r, rows, n, bits, group, sdt, WEIGHT_SIGMA);
-            CHECK(kn_affine_packed_code_bytes(&q.m) == codes && kn_affine_packed_row_bytes(&q.m) == prow);
-            CHECK(kn_affine_packed_bytes(&q.m) == (size_t)(rows * prow));
-            unsigned char *p = malloc((size_t)(rows * prow));
-            memset(p, 0xAB, (size_t)(rows * prow));   /* every byte must be written */
-            kn_affine_pack(&q.m, p, 0, 2);
-            kn_affine_pack(&q.m, p, 2, rows);
-            int bad = 0, bad_sd = 0, bad_pad = 0;
-            for (int64_t row = 0; row < rows; row++) {
-                unsigned char *pr = p + row * prow;
-                for (int64_t g = 0; g < (G + 7) / 8 * 8; g++)
-                    for (int64_t e = 0; e < group; e++) {
-                        /* 8 bits: a byte at the activation's place; 4 bits: a nibble, low for even e */
-                        const int64_t at8 = g / 8 * 8 * group + e / 64 * 512 + e % 64 / 16 * 128 + e % 2 * 64 +
-                                            e % 16 / 8 * 32 + 4 * (g % 8) + e % 8 / 2;
-                        const int64_t at = g / 8 * 4 * group + e / 64 * 256 + e % 64 / 8 * 32 + 4 * (g % 8) + e % 8 / 2;
-                        const unsigned got = bits == 8 ? pr[at8] : e % 2 ? pr[at] >> 4 : pr[at] & 15u;
-                        bad += got != (g < G ? naive_code(&q.m, row, g * group + e) : 0u);
-                    }
-                bad_sd += memcmp(pr + codes, (const char *)q.m.scales + row * sb, (size_t)sb) != 0;
-                bad_sd += memcmp(pr + codes + sb, (const char *)q.m.biases + row * sb, (size_t)sb) != 0;
-                for (int64_t b = codes + 2 * sb; b < prow; b++) bad_pad += pr[b] != 0;
+    for (int bits = 4; bits <= 8; bits += 4)   /* 4- and 8-bit lanes */
+        for (int group = 64; group <= 128; group *= 2)
+            for (size_t k = 0; k < sizeof gprs / sizeof *gprs; k++) {
+                const nx_dtype sdt = k % 2 ? NX_DT_F32 : NX_DT_BF16;
+                const int64_t rows = 5, G = gprs[k], n = group * G, codes = (G + 7) / 8 * bits * group;
+                const int64_t sb = G * (int64_t)nx_dtype_size(sdt), prow = (codes + 2 * sb + 63) / 64 * 64;
+                qmat q = make_affine(&r, rows, n, bits, group, sdt, WEIGHT_SIGMA);
+                CHECK(kn_affine_packed_code_bytes(&q.m) == codes && kn_affine_packed_row_bytes(&q.m) == prow);
+                CHECK(kn_affine_packed_bytes(&q.m) == (size_t)(rows * prow));
+                unsigned char *p = malloc((size_t)(rows * prow));
+                memset(p, 0xAB, (size_t)(rows * prow));   /* every byte must be written */
+                kn_affine_pack(&q.m, p, 0, 2);
+                kn_affine_pack(&q.m, p, 2, rows);
+                int bad = 0, bad_sd = 0, bad_pad = 0;
+                for (int64_t row = 0; row < rows; row++) {
+                    unsigned char *pr = p + row * prow;
+                    for (int64_t g = 0; g < (G + 7) / 8 * 8; g++)
+                        for (int64_t e = 0; e < group; e++) {
+                            /* 8 bits: a byte at the activation's place; 4 bits: a nibble, low for even e */
+                            const int64_t at8 = g / 8 * 8 * group + e / 64 * 512 + e % 64 / 16 * 128 + e % 2 * 64 +
+                                                e % 16 / 8 * 32 + 4 * (g % 8) + e % 8 / 2;
+                            const int64_t at =
+                                g / 8 * 4 * group + e / 64 * 256 + e % 64 / 8 * 32 + 4 * (g % 8) + e % 8 / 2;
+                            const unsigned got = bits == 8 ? pr[at8] : e % 2 ? pr[at] >> 4 : pr[at] & 15u;
+                            bad += got != (g < G ? naive_code(&q.m, row, g * group + e) : 0u);
+                        }
+                    bad_sd += memcmp(pr + codes, (const char *)q.m.scales + row * sb, (size_t)sb) != 0;
+                    bad_sd += memcmp(pr + codes + sb, (const char *)q.m.biases + row * sb, (size_t)sb) != 0;
+                    for (int64_t b = codes + 2 * sb; b < prow; b++) bad_pad += pr[b] != 0;
+                }
+                CHECKF(bad == 0 && bad_sd == 0 && bad_pad == 0,
+                       "q%d g%d %s, %lld groups a row: %d codes out of place, %d scale or bias rows differ, %d padding bytes not 0",
+                       bits, group, nx_dtype_name(sdt), (long long)G, bad, bad_sd, bad_pad);
+                free(p);
+                free_affine(&q);
             }
-            CHECKF(bad == 0 && bad_sd == 0 && bad_pad == 0,
-                   "q%d g%d %s, %lld groups a row: %d codes out of place, %d scale or bias rows differ, %d padding bytes not 0",
-                   bits, group, nx_dtype_name(sdt), (long long)G, bad, bad_sd, bad_pad);
-            free(p);
-            free_affine(&q);
-        }
     CHECK(kn_affine_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 4, .group = 32}) == 0);
     CHECK(kn_affine_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 8, .group = 32}) == 0);
     CHECK(kn_affine_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 6, .group = 64}) == 0);
