@@ -54,7 +54,9 @@ void kn_gated_delta_step_rows(float *S_out, const float *S_in, const float *q, c
  * the row, which stays in eight registers between the passes. One thread
  * over the 0.8B shape's 18 layers x 16 heads of 128 x 128 (18 MB): 3 tokens
  * a head 2.12 -> 1.44 ms; 1 token 0.71 -> 0.75 ms (memory bound either way).
- * Two rows side by side (q reloaded, 28 vector registers) ran 1.10x slower. */
+ * Two rows side by side (q reloaded, 28 vector registers) ran 1.10x slower;
+ * one body for dk = 128 and the rest (k and q loaded each row, the row's
+ * first 128 elements kept in an array) 1.5-2x slower than the two below. */
 KN_VNNI_INLINE float hsum_halves_avx512(__m512 acc01, __m512 acc23) {
     const __m256 acc[4] = {_mm512_castps512_ps256(acc01), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc01), 1)),
                            _mm512_castps512_ps256(acc23), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc23), 1))};
