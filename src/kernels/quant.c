@@ -406,7 +406,9 @@ void kn_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t l
         const int32_t center = w->bits == 8 ? 128 : 0;
         for (int t = 0; t < qx->T; t++) {
             const int8_t *xq = qx->q + (int64_t)t * qx->ldq;
-            float acc[8] = {0}, bl[8] = {0};
+            /* lanes: group g in lane g % 16 of acc, its bias term first;
+             * else 8 lanes each, the bias terms in bl */
+            float acc[16] = {0}, bl[8] = {0};
             for (int64_t g = 0; g < G; g++) {
                 int32_t lane[8] = {0};   /* lanes: lane 0 alone, the whole group (I_g) */
                 for (int64_t c = 0; c < group; c++)
@@ -415,12 +417,20 @@ void kn_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t l
                 const int64_t k = (int64_t)t * G + g;
                 const float scale = sd_load(sc, w->sdtype, g), bias = sd_load(bi, w->sdtype, g), dg = qx->d[k] * scale;
                 const float cg = center ? fmaf(128.0f, scale, bias) : bias;
-                if (qx->lanes) acc[g % 8] = fmaf((float)lane[0], dg, acc[g % 8]);
-                else
-                    for (int j = 0; j < 8; j++) acc[j] = fmaf((float)lane[j], dg, acc[j]);
+                if (qx->lanes) {
+                    acc[g % 16] = fmaf(cg, qx->s[k], acc[g % 16]);
+                    acc[g % 16] = fmaf((float)lane[0], dg, acc[g % 16]);
+                    continue;
+                }
+                for (int j = 0; j < 8; j++) acc[j] = fmaf((float)lane[j], dg, acc[j]);
                 bl[g % 8] = fmaf(cg, qx->s[k], bl[g % 8]);
             }
-            y[(int64_t)t * ldy + r] = combine8_ref(acc) + combine8_ref(bl);
+            if (qx->lanes) {
+                for (int j = 0; j < 8; j++) acc[j] += acc[j + 8];
+                y[(int64_t)t * ldy + r] = combine8_ref(acc);
+            } else {
+                y[(int64_t)t * ldy + r] = combine8_ref(acc) + combine8_ref(bl);
+            }
         }
     }
 }

@@ -124,12 +124,17 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  *   y = comb(acc) + comb(bl), comb(a) = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
  * except for 4- and 8-bit weights in groups of 64 or 128 ("lanes": 4-bit
  * ones hold element 2m in byte m's low nibble and 2m + 1 in its high one,
- * 8-bit ones one element a byte), where each group is one lane,
+ * 8-bit ones one element a byte), where each group is one of 16 f32 lanes
+ * acc[0..15], starting at 0, which also take the bias terms:
+ *   for each group g in order:
  *     I_g     = sum of u[c] * xq[c] over the whole group (exact, and exact
  *               as f32: |I_g| <= 128 * 128 * 127 < 2^24)
- *     acc[g % 8] = fma((float)I_g, d[t][g] * sc_g, acc[g % 8])
+ *     acc[g % 16] = fma(c_g, s[t][g], acc[g % 16])
+ *     acc[g % 16] = fma((float)I_g, d[t][g] * sc_g, acc[g % 16])
+ *   y = comb(a), a[j] = acc[j] + acc[j + 8]
  * (the SIMD product sums 8 groups in the 8 int32 lanes of one register, so
- * one convert and one fma per 8 groups apply their scales).
+ * one convert and one fma per 8 or 16 groups apply their scales, and a row
+ * takes one horizontal sum).
  * Here u = q and c_g = b_g, except for 8-bit weights, which are centered: u
  * = q - 128 and c_g = fma(128, sc_g, b_g) (sc_g q + b_g = sc_g u + c_g up to
  * c_g's f32 rounding, at most 2^-24 |c_g| per group and none for bf16 scales

@@ -794,18 +794,20 @@ static void test_int8_rows_are_bit_identical_whatever_t_and_row_range(void) {
     kn_init(0);
 }
 
-/* Long and many rows: 8, 9 and 17 groups per row (full and partial blocks of
- * eight scales, more than one of them) and 30 rows (past the prefetch
+/* Long and many rows: 8, 9, 17, 24 and 25 groups per row (full and partial
+ * blocks of eight scales, more than one of them; for lanes, whose AVX-512
+ * twin takes 16 groups a step, one or two blocks a step, the second full,
+ * partial or absent) and 30 rows (past the prefetch
  * distance, 4 KB of rows ahead, where rows are long): the twins agree bit for
  * bit, and a T = 5 call (a wide pass) equals T = 1 calls row by row. */
 static void test_int8_matmul_on_long_and_many_rows_matches_the_reference(void) {
     enum { T = 5, ROWS = 30 };
-    static const int64_t gprs[] = {8, 9, 17};
+    static const int64_t gprs[] = {8, 9, 17, 24, 25};
     nx_test_rng r = {0x51DE5EED0DDBA11ULL};
     float *ya = malloc(sizeof(float) * T * ROWS), *yr = malloc(sizeof(float) * T * ROWS), y1[ROWS];
     for (int b = 0; b < N_BITS; b++)
         for (int g = 0; g < N_GROUPS; g++)
-            for (int k = 0; k < 3; k++) {
+            for (size_t k = 0; k < sizeof gprs / sizeof *gprs; k++) {
                 const int64_t n = groups[g] * gprs[k];
                 qmat q = make_affine(&r, ROWS, n, bit_widths[b], groups[g], sdtypes[(b + k) % N_SD], WEIGHT_SIGMA);
                 float *x = make_act_kinds(&r, T, n, groups[g], 0);
