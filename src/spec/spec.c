@@ -126,7 +126,7 @@ nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const
         nx_spec_free(s);
         return st;
     }
-    spec_auto_init(s);
+    spec_auto_init(&s->au);
     s->state = SPEC_FRESH;
     *out = s;
     return NX_OK;
@@ -504,11 +504,19 @@ nx_status nx_spec_commit(nx_spec *s, int32_t *emitted, int *n_emitted, char *err
     return commit(s, emitted, n_emitted, 0, err, errlen);
 }
 
+/* The adaptive draft length: none without a drafter; the drafter's own
+ * block size to start with. */
+static int auto_k(nx_spec *s) {
+    if (!s->d) return 0;
+    const int start = s->d->block_size - 1 < s->k_max ? s->d->block_size - 1 : s->k_max;
+    return spec_auto_choose(&s->au, s->k_max, start);
+}
+
 /* The draft length of the next round of s, at most max_emit - 1. */
 static int round_k(nx_spec *s, int max_emit) {
     /* capped to one token (the last one, or a caller's round without
      * drafts): no draft, and no auto-K probe spent on it */
-    int k = max_emit <= 1 ? 0 : s->auto_k ? spec_auto_choose(s) : s->k_fixed;
+    int k = max_emit <= 1 ? 0 : s->auto_k ? auto_k(s) : s->k_fixed;
     if (k > max_emit - 1) k = max_emit - 1; /* the round emits at most k + 1 */
     /* a round without drafts defers the drafter's entries: nothing reads
      * them until drafting resumes (auto K, or a caller capping max_emit) */
@@ -527,7 +535,7 @@ nx_status nx_spec_step(nx_spec *s, int max_emit, int32_t *emitted, int *n_emitte
     nx_status st = nx_spec_draft(s, k, drafts, &nd, err, errlen);
     if (!st) st = nx_spec_verify(s, err, errlen);
     if (!st) st = nx_spec_commit(s, emitted, n_emitted, err, errlen);
-    if (!st && s->auto_k) spec_auto_observe(s, nd, s->accepted, now_s() - t0);
+    if (!st && s->auto_k) spec_auto_observe(&s->au, nd, s->accepted, now_s() - t0);
     return st;
 }
 
@@ -725,7 +733,7 @@ nx_status nx_spec_step_batch(nx_spec_batch *b, nx_spec *const *ss, int n, const 
         if (st[i]) continue;
         if (s->d && s->d1 < 0) scored[nsc++] = s;
         /* the adaptive draft length is charged its rows' share of the round */
-        if (s->auto_k) spec_auto_observe(s, s->k, s->accepted, dt * (s->k + 1) / total_rows);
+        if (s->auto_k) spec_auto_observe(&s->au, s->k, s->accepted, dt * (s->k + 1) / total_rows);
     }
     score_d1(b, scored, nsc);
     return NX_OK;

@@ -11,13 +11,18 @@
 
 typedef enum { SPEC_FRESH, SPEC_READY, SPEC_DRAFTED, SPEC_VERIFIED, SPEC_ERROR, SPEC_CLOSED } spec_state;
 
-/* Adaptive draft length: what has been measured so far. */
+/* Adaptive draft length (spec_auto.c): what has been measured so far. */
 typedef struct {
     double alpha[NX_SPEC_MAX_DRAFT];      /* P(draft i accepted | drafts < i accepted), EMA */
-    double cost[NX_SPEC_MAX_DRAFT + 1];   /* seconds per round with k drafts, EMA          */
-    int measured[NX_SPEC_MAX_DRAFT + 1];  /* rounds seen with k drafts                     */
-    int since_probe;                      /* plain rounds since the last drafted round     */
-    int probe_every;                      /* plain rounds between probes (grows)           */
+    int seen[NX_SPEC_MAX_DRAFT];          /* rounds that reached draft i                    */
+    double cost[NX_SPEC_MAX_DRAFT + 1];   /* seconds per round with k drafts                */
+    int measured[NX_SPEC_MAX_DRAFT + 1];  /* rounds timed with k drafts                     */
+    int timed_at[NX_SPEC_MAX_DRAFT + 1];  /* the round k was last timed in                  */
+    int rounds;                           /* rounds observed (the first one is not timed)   */
+    int since_probe;                      /* plain rounds since the last drafted round      */
+    int probe_every;                      /* plain rounds between probes (grows)            */
+    int since_check;                      /* drafted rounds since a neighbour was re-timed  */
+    int check_side;                       /* the next neighbour: +1 or -1                   */
 } spec_auto;
 
 struct nx_spec {
@@ -61,10 +66,11 @@ struct nx_spec {
 /* 1 if t ends the output: one of the session's stop ids or the model's eos. */
 int spec_is_stop(const nx_spec *s, int32_t t);
 
-void spec_auto_init(nx_spec *s);
-/* Draft length for the next round. */
-int spec_auto_choose(nx_spec *s);
+void spec_auto_init(spec_auto *au);
+/* Draft length for the next round, 0 (plain) .. k_max; k_start until a
+ * round has been timed. */
+int spec_auto_choose(spec_auto *au, int k_max, int k_start);
 /* A finished round: k drafts, a accepted, seconds it took. */
-void spec_auto_observe(nx_spec *s, int k, int a, double seconds);
+void spec_auto_observe(spec_auto *au, int k, int a, double seconds);
 
 #endif

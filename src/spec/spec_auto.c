@@ -6,21 +6,55 @@
  * (verify of k+1 tokens, k-1 recursive head steps, the commit). The policy
  * picks the k with the most tokens per second, k = 0 being plain decoding
  * (the drafter's entries are then deferred, so a round costs one target
- * step). While plain decoding pays more, a drafted round is still tried now
- * and then so the acceptance estimate follows the text: after
- * SPEC_PROBE_EVERY plain rounds, then twice as long after every probe that
- * did not pay (up to SPEC_PROBE_MAX), so a useless head costs next to
- * nothing. */
+ * step).
+ *
+ * What it must not be fooled by:
+ *   - The first round of a session runs cold (first touches, caches): it is
+ *     not timed, or one slow round could rank its k below the rest for good.
+ *   - A draft position never reached has no acceptance of its own: it is
+ *     taken to be that of the position before it (conditional acceptances
+ *     along a block are alike, or rise), not a fixed prior that would keep
+ *     the policy from ever trying the longer block. That assumption counts
+ *     as one round in the mean of the first 1 / SPEC_ALPHA_EMA, then an EMA
+ *     follows the text.
+ *   - Timings drift with the machine and acceptances with the text: every
+ *     SPEC_CHECK_EVERY drafted rounds one round runs a neighbour of the best
+ *     k (one more, then one fewer), so no k stays judged by an old estimate:
+ *     a timing of a k not timed for SPEC_STALE rounds replaces its estimate
+ *     (averaged in, one slow round took ~350 rounds to wash out).
+ *     Else a cost is the mean of its first 1 / SPEC_COST_EMA timings, then
+ *     an EMA.
+ *   - A useless head: while plain decoding pays more, a drafted round is
+ *     still tried now and then so the acceptance estimate follows the text:
+ *     after SPEC_PROBE_EVERY plain rounds, then twice as long after every
+ *     probe that did not pay (up to SPEC_PROBE_MAX), so it costs next to
+ *     nothing.
+ * Before these rules, on the 0.8B-shape q8 fixture (acceptance ~0.6 a
+ * position), the policy settled on one draft a round after its cold first
+ * round: 59 tok/s against 66-67 with two; 0.94x of --draft 2 over 5 paired
+ * runs, and now 1.00x. q4: 1.09x the old policy's speed; the bundled model
+ * greedy (acceptance 0.97), 1.045x (bench/RESULTS.md). */
 #include "spec/spec.h"
 
-#define SPEC_EMA 0.2            /* weight of the newest observation           */
-#define SPEC_PROBE_EVERY 16     /* plain rounds before the first drafted probe */
-#define SPEC_PROBE_MAX 512      /* longest wait between probes                 */
-#define SPEC_ALPHA_PRIOR 0.5    /* acceptance assumed before any measurement   */
+#define SPEC_COST_EMA 0.2       /* weight of the newest timing                  */
+#define SPEC_ALPHA_EMA 0.05     /* weight of the newest accept/reject: a window
+                                   of ~40 rounds (at 0.2 one run of rejections
+                                   sent a head of 0.6 back to plain decoding) */
+#define SPEC_PROBE_EVERY 16     /* plain rounds before the first drafted probe  */
+#define SPEC_PROBE_MAX 512      /* longest wait between probes                  */
+#define SPEC_CHECK_EVERY 32     /* drafted rounds between neighbour re-timings  */
+#define SPEC_STALE 8            /* rounds without a timing that make k's stale  */
+#define SPEC_ALPHA_PRIOR 0.5    /* acceptance assumed before any measurement    */
 
-void spec_auto_init(nx_spec *s) {
-    for (int i = 0; i < NX_SPEC_MAX_DRAFT; i++) s->au.alpha[i] = SPEC_ALPHA_PRIOR;
-    s->au.probe_every = SPEC_PROBE_EVERY;
+void spec_auto_init(spec_auto *au) {
+    *au = (spec_auto){.probe_every = SPEC_PROBE_EVERY, .check_side = 1};
+    for (int i = 0; i < NX_SPEC_MAX_DRAFT; i++) au->alpha[i] = SPEC_ALPHA_PRIOR;
+}
+
+/* The acceptance of draft i as far as it is known (above). */
+static double alpha_of(const spec_auto *au, int i) {
+    while (i > 0 && !au->seen[i]) i--;
+    return au->seen[i] ? au->alpha[i] : SPEC_ALPHA_PRIOR;
 }
 
 /* Cost of a round with k drafts: measured, or extrapolated from the nearest
@@ -35,19 +69,16 @@ static double cost_of(const spec_auto *au, int k, int k_max) {
     return 1.0 + 0.25 * k;
 }
 
-int spec_auto_choose(nx_spec *s) {
-    spec_auto *au = &s->au;
-    if (!s->d) return 0;
-    /* nothing measured yet: start from the drafter's own block size */
+int spec_auto_choose(spec_auto *au, int k_max, int k_start) {
     int any = 0;
-    for (int k = 0; k <= s->k_max; k++) any |= au->measured[k];
-    if (!any) return s->d->block_size - 1 < s->k_max ? s->d->block_size - 1 : s->k_max;
+    for (int k = 0; k <= k_max; k++) any |= au->measured[k];
+    if (!any) return k_start;
     int best = 0;
-    double best_rate = 1.0 / cost_of(au, 0, s->k_max), expect = 1.0, chain = 1.0;
-    for (int k = 1; k <= s->k_max; k++) {
-        chain *= au->alpha[k - 1];
+    double best_rate = 1.0 / cost_of(au, 0, k_max), expect = 1.0, chain = 1.0;
+    for (int k = 1; k <= k_max; k++) {
+        chain *= alpha_of(au, k - 1);
         expect += chain;
-        double rate = expect / cost_of(au, k, s->k_max);
+        double rate = expect / cost_of(au, k, k_max);
         if (rate > best_rate) {
             best_rate = rate;
             best = k;
@@ -56,6 +87,12 @@ int spec_auto_choose(nx_spec *s) {
     if (best > 0) {
         au->probe_every = SPEC_PROBE_EVERY;
         au->since_probe = 0;
+        if (++au->since_check >= SPEC_CHECK_EVERY) {
+            au->since_check = 0;
+            au->check_side = -au->check_side;
+            for (int side = au->check_side, n = 0; n < 2; side = -side, n++)
+                if (best + side >= 1 && best + side <= k_max) return best + side;
+        }
         return best;
     }
     if (++au->since_probe >= au->probe_every) {
@@ -66,12 +103,18 @@ int spec_auto_choose(nx_spec *s) {
     return 0;
 }
 
-void spec_auto_observe(nx_spec *s, int k, int a, double seconds) {
-    spec_auto *au = &s->au;
-    au->cost[k] = au->measured[k] ? (1 - SPEC_EMA) * au->cost[k] + SPEC_EMA * seconds : seconds;
-    au->measured[k]++;
+void spec_auto_observe(spec_auto *au, int k, int a, double seconds) {
+    if (au->rounds++ > 0) {
+        const int n = ++au->measured[k];
+        double w = 1.0 / n > SPEC_COST_EMA ? 1.0 / n : SPEC_COST_EMA;
+        if (au->rounds - au->timed_at[k] > SPEC_STALE) w = 1.0;   /* stale: replaced */
+        au->cost[k] += w * (seconds - au->cost[k]);
+        au->timed_at[k] = au->rounds;
+    }
     for (int i = 0; i < k && i <= a; i++) {
-        double hit = i < a ? 1.0 : 0.0;
-        au->alpha[i] = (1 - SPEC_EMA) * au->alpha[i] + SPEC_EMA * hit;
+        if (!au->seen[i]) au->alpha[i] = alpha_of(au, i);   /* what was assumed counts as one round */
+        const int n = ++au->seen[i];
+        const double w = 1.0 / (n + 1) > SPEC_ALPHA_EMA ? 1.0 / (n + 1) : SPEC_ALPHA_EMA;
+        au->alpha[i] += w * ((i < a ? 1.0 : 0.0) - au->alpha[i]);
     }
 }
