@@ -12,8 +12,9 @@
  * scale[r] * sign(W[r]): bit c of the row is set where the sign bit of
  * W[r][c] is clear (+0 and positive values), and scale[r] = mean_c |W[r][c]|
  * (sums of 64 in f32, added in double). Against x quantized symmetrically to
- * int8 (kn_sketch_quantize_x: xq_c = x_c * (127 / max_c |x_c|) in double,
- * rounded to nearest, ties to even; d = max_c |x_c| / 127) its score is
+ * KN_SKETCH_XBITS-bit integers (kn_sketch_quantize_x: xq_c = x_c * (XMAX /
+ * max_c |x_c|) in double, rounded to nearest, ties to even, XMAX =
+ * KN_SKETCH_XMAX; d = max_c |x_c| / XMAX) its score is
  *
  *     s_r = (float)(2 P_r - S) * (scale[r] * d),
  *     P_r = sum of xq_c over the set bits,  S = sum_c xq_c,
@@ -27,7 +28,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Widest row: |2P - S| <= 127 * cols must convert to f32 exactly (< 2^24). */
+/* Bits of the sketch's activations: 4 (values -7 .. 7), so the AVX-512
+ * scores take one and + popcount per 512 weights and bit (no more than the
+ * sketch's own 1 bit of a weight is worth: on the 0.8B-shape fixture drafts
+ * were accepted as often as with 8 bits, 52-55%; with 3 bits 1-3 points
+ * less). */
+#define KN_SKETCH_XBITS 4
+#define KN_SKETCH_XMAX ((1 << (KN_SKETCH_XBITS - 1)) - 1)
+
+/* Widest row: |2P - S| <= 2 * XMAX * cols must convert to f32 exactly (< 2^24). */
 #define KN_SKETCH_MAX_COLS ((int64_t)1 << 17)
 
 /* A view over a caller's buffer (kn_sketch_bind); nothing is owned. */

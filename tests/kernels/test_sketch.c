@@ -52,7 +52,7 @@ static float definition(const float *w, int64_t cols, const int8_t *xq, float d,
 }
 
 static void scores_equal_the_definition_in_every_kernel_set(void) {
-    static const int64_t shapes[][2] = {{1, 64}, {3, 128}, {4, 192}, {5, 960}, {13, 1088}, {9, 64 * 130}};
+    static const int64_t shapes[][2] = {{1, 64}, {3, 128}, {4, 192}, {5, 960}, {13, 1088}, {7, 8192}, {9, 64 * 130}};
     static const kn_isa sets[] = {KN_ISA_SCALAR, KN_ISA_AVX2, KN_ISA_AVX512VNNI};
     int tried = 0;
     for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
@@ -91,9 +91,9 @@ static void scores_equal_the_definition_in_every_kernel_set(void) {
                     CHECKF(same && untouched, "%s rows %lld cols %lld variant %d range [%lld, %lld)", kn_impl_name(),
                            (long long)rows, (long long)cols, variant, (long long)r0, (long long)r1);
                 }
-                if (variant == 2) {   /* every bit set, every xq 127: no int16 wrap in AVX2's sums */
+                if (variant == 2) {   /* every bit set, every xq at its largest: no int16 wrap in AVX2's sums */
                     kn_sketch_scores(&s, xq, d, sum, y, 0, 1);
-                    CHECK(sum == 127 * cols && y[0] == (float)(127 * cols) * (s.scale[0] * d));
+                    CHECK(sum == KN_SKETCH_XMAX * cols && y[0] == (float)(KN_SKETCH_XMAX * cols) * (s.scale[0] * d));
                 }
             }
             nx_free_aligned(buf), nx_free_aligned(xq);
@@ -127,11 +127,11 @@ static void values_that_are_not_finite_are_refused(void) {
     }
     float d;
     int32_t sum;
-    CHECK(kn_sketch_quantize_x(x, 128, xq, &d, &sum) && xq[0] == -127 && d == 8.0f / 127.0f);
+    CHECK(kn_sketch_quantize_x(x, 128, xq, &d, &sum) && xq[0] == -KN_SKETCH_XMAX && d == 8.0f / KN_SKETCH_XMAX);
     memset(x, 0, sizeof x);
     CHECK(kn_sketch_quantize_x(x, 128, xq, &d, &sum) && d == 0 && sum == 0 && xq[5] == 0);
-    x[7] = -1e-38f;   /* 127 / max overflows f32 here (0 * inf would be NaN): the scale is taken in double */
-    CHECK(kn_sketch_quantize_x(x, 128, xq, &d, &sum) && xq[7] == -127 && xq[6] == 0 && sum == -127);
+    x[7] = -1e-38f;   /* XMAX / max overflows f32 here (0 * inf would be NaN): the scale is taken in double */
+    CHECK(kn_sketch_quantize_x(x, 128, xq, &d, &sum) && xq[7] == -KN_SKETCH_XMAX && xq[6] == 0 && sum == -KN_SKETCH_XMAX);
     nx_free_aligned(buf), nx_free_aligned(xq);
 }
 
@@ -219,7 +219,7 @@ static void top_k_ranks_nans_by_their_bits(void) {
 
 static const nx_test tests[] = {
     {"scores_equal_the_definition_in_every_kernel_set",
-     "scalar / AVX2 / AVX-512 scores == the definition bit for bit: odd rows and ranges, zero activations, 127 * 8320",
+     "scalar / AVX2 / AVX-512 scores == the definition bit for bit: odd rows and ranges, zero activations, the largest xq * 8320",
      scores_equal_the_definition_in_every_kernel_set},
     {"values_that_are_not_finite_are_refused", "NaN / inf weights and activations refused; -0 is unset; scales right",
      values_that_are_not_finite_are_refused},
