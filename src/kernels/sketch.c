@@ -216,9 +216,21 @@ static KN_VNNI void sketch_scores_masks_avx512(const kn_sketch *s, const int8_t 
  * ms, 248k rows (the 0.8B shape's LM head) from DRAM 1.9-2.1 -> 1.44 ms.
  * The whole vectors load unmasked: with masked loads the DRAM pass took
  * 8.8 ms. */
-static __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vpopcntdq"))) void
-sketch_scores_planes_avx512(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0,
-                            int64_t r1) {
+/* The avx512vnni set's target and VPOPCNTQ. */
+#define KN_VPOPCNT_ISA "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vpopcntdq"
+#define KN_VPOPCNT __attribute__((target(KN_VPOPCNT_ISA)))
+#define KN_VPOPCNT_INLINE static inline __attribute__((always_inline, target(KN_VPOPCNT_ISA)))
+
+/* acc[p] += popcount(sk & plane p's vector v), for every plane. */
+KN_VPOPCNT_INLINE void plane_counts(__m512i *acc, __m512i sk, uint64_t plane[][SKETCH_PLANE_WORDS], int64_t v) {
+    for (int p = 0; p < KN_SKETCH_XBITS; p++) {
+        const __m512i pv = _mm512_load_si512((const void *)(plane[p] + 8 * v));
+        acc[p] = _mm512_add_epi64(acc[p], _mm512_popcnt_epi64(_mm512_and_si512(sk, pv)));
+    }
+}
+
+static KN_VPOPCNT void sketch_scores_planes_avx512(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y,
+                                                   int64_t r0, int64_t r1) {
     const int64_t W = s->cols / 64, V = W / 8;
     const __mmask8 tail = (__mmask8)((1u << (W % 8)) - 1);   /* a row's last words past whole vectors */
     uint64_t plane[KN_SKETCH_XBITS][SKETCH_PLANE_WORDS] __attribute__((aligned(64)));
@@ -231,17 +243,11 @@ sketch_scores_planes_avx512(const kn_sketch *s, const int8_t *xq, float d, int32
         const uint64_t *b = s->bits + r * W;
         __m512i acc[KN_SKETCH_XBITS];
         for (int p = 0; p < KN_SKETCH_XBITS; p++) acc[p] = _mm512_setzero_si512();
-        for (int64_t v = 0; v < V; v++) {
-            const __m512i sk = _mm512_loadu_si512((const void *)(b + 8 * v));
-            for (int p = 0; p < KN_SKETCH_XBITS; p++)
-                acc[p] = _mm512_add_epi64(acc[p], _mm512_popcnt_epi64(_mm512_and_si512(sk, _mm512_load_si512(plane[p] + 8 * v))));
-        }
-        if (tail) {   /* masked: nothing past the row is read */
-            const __m512i sk = _mm512_maskz_loadu_epi64(tail, b + 8 * V);
-            for (int p = 0; p < KN_SKETCH_XBITS; p++)
-                acc[p] = _mm512_add_epi64(acc[p], _mm512_popcnt_epi64(_mm512_and_si512(sk, _mm512_load_si512(plane[p] + 8 * V))));
-        }
-        __m512i t = _mm512_sub_epi64(_mm512_setzero_si512(), _mm512_slli_epi64(acc[KN_SKETCH_XBITS - 1], KN_SKETCH_XBITS - 1));
+        for (int64_t v = 0; v < V; v++) plane_counts(acc, _mm512_loadu_si512((const void *)(b + 8 * v)), plane, v);
+        if (tail) plane_counts(acc, _mm512_maskz_loadu_epi64(tail, b + 8 * V), plane, V);   /* nothing past the row */
+        /* the top plane counts -2^(B-1), the others +2^p */
+        __m512i t = _mm512_slli_epi64(acc[KN_SKETCH_XBITS - 1], KN_SKETCH_XBITS - 1);
+        t = _mm512_sub_epi64(_mm512_setzero_si512(), t);
         for (int p = 0; p < KN_SKETCH_XBITS - 1; p++) t = _mm512_add_epi64(t, _mm512_slli_epi64(acc[p], (unsigned)p));
         y[r] = sketch_score((int32_t)_mm512_reduce_add_epi64(t), sum, s->scale[r], d);
     }

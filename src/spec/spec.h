@@ -13,7 +13,7 @@ typedef enum { SPEC_FRESH, SPEC_READY, SPEC_DRAFTED, SPEC_VERIFIED, SPEC_ERROR, 
 
 /* Adaptive draft length (spec_auto.c): what has been measured so far. */
 typedef struct {
-    double alpha[NX_SPEC_MAX_DRAFT];      /* P(draft i accepted | drafts < i accepted), EMA */
+    double alpha[NX_SPEC_MAX_DRAFT];      /* P(draft i accepted | drafts < i accepted)      */
     int seen[NX_SPEC_MAX_DRAFT];          /* rounds that reached draft i                    */
     double cost[NX_SPEC_MAX_DRAFT + 1];   /* seconds per round with k drafts                */
     int measured[NX_SPEC_MAX_DRAFT + 1];  /* rounds timed with k drafts                     */

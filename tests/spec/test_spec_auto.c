@@ -1,9 +1,10 @@
 /* test_spec_auto.c — the adaptive draft length (spec/spec_auto.c) in a
  * simulated world: rounds of k drafts cost cost(k), and draft i is accepted
  * with probability alpha[i] once the drafts before it were. The policy must
- * settle on the k with the most tokens per second whatever its first
- * timings were, try a longer block it has never seen when the shorter one
- * is accepted often, and leave a useless head alone. */
+ * not time its first round, settle on the k with the most tokens per second
+ * whatever its first timings were, take a draft never reached to be as good
+ * as the one before it (so a longer block gets tried), follow a change in
+ * the costs, and leave a useless head alone. */
 #include <stdio.h>
 
 #include "spec/spec.h"
@@ -66,8 +67,8 @@ static void test_a_slow_start_does_not_lock_out_the_best_length(void) {
     CHECK(world_best(&w, K_MAX) == 2);
     int count[K_MAX + 1];
     run(&w, K_MAX, 2, 1, 3.0, ROUNDS, FROM, count);
-    CHECKF(count[2] >= (ROUNDS - FROM) * 8 / 10, "k = 0..3 chosen %d/%d/%d/%d times in rounds %d-%d", count[0], count[1],
-           count[2], count[3], FROM, ROUNDS);
+    CHECKF(count[2] >= (ROUNDS - FROM) * 8 / 10, "k = 0..3 chosen %d/%d/%d/%d times in rounds %d-%d", count[0],
+           count[1], count[2], count[3], FROM, ROUNDS);
 }
 
 /* The first round is not timed: after it, with nothing timed, the policy
@@ -133,7 +134,8 @@ static void test_the_policy_follows_a_change_in_cost(void) {
         if (i >= 3000) count[k]++;
     }
     CHECK(world_best(&w, K_MAX) == 1);
-    CHECKF(count[1] >= 900, "k = 0..3 chosen %d/%d/%d/%d times of the last 1000", count[0], count[1], count[2], count[3]);
+    CHECKF(count[1] >= 900, "k = 0..3 chosen %d/%d/%d/%d times of the last 1000", count[0], count[1], count[2],
+           count[3]);
 }
 
 static const nx_test tests[] = {
