@@ -106,6 +106,13 @@ typedef struct {
                                         main-stack matrix, lm_head (or the tied
                                         embedding) once, one embedding row; not
                                         the MTP head                            */
+    int64_t state_bytes;             /* sequence-state bytes one decode step
+                                        moves besides the weights: each GDN
+                                        layer's recurrent and conv state read
+                                        and written once (f32)                  */
+    int64_t kv_bytes_per_pos;        /* KV cache bytes one decode step reads per
+                                        position it attends to: K and V of every
+                                        attention layer (f32)                   */
     int n_files, n_tensors;
     const char *quantization;        /* "none" or a description                 */
     int n_threads;                   /* worker threads of the model's pool       */

@@ -508,6 +508,13 @@ static void fill_info(nx_model *m) {
         in->quantization = m->quant_desc;
     }
     in->decode_bytes = decode_bytes(m);
+    /* the state a decode step moves too: 18 GDN layers of 1 MiB of
+     * recurrent state at the 0.8B shape, read and written every token, are
+     * a tenth of a 4-bit model's weight bytes */
+    const int64_t recurrent = (int64_t)c->linear_v_heads * c->linear_v_dim * c->linear_k_dim,
+                  conv = (int64_t)(c->conv_kernel - 1) * cfg_conv_dim(c);
+    in->state_bytes = (int64_t)in->n_linear_attention * 2 * (recurrent + conv) * (int64_t)sizeof(float);
+    in->kv_bytes_per_pos = (int64_t)in->n_full_attention * 2 * c->n_kv_heads * c->head_dim * (int64_t)sizeof(float);
 }
 
 static const char *const kernel_names[] = {[NX_KERNELS_AUTO] = "auto", [NX_KERNELS_SCALAR] = "scalar",

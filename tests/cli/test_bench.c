@@ -2,7 +2,8 @@
  * issue names with sane values, a model without an MTP head reports its MTP
  * figures as null, bad options exit 2 with one line, and
  * nx_model_info.decode_bytes counts the main stack once (tied and untied,
- * HF and MLX layouts, the MTP head left out).
+ * HF and MLX layouts, the MTP head left out) and the state figures follow
+ * from the shape.
  *
  * Runs are kept short (--prompt 32 --gen 16 --repeat 1) because the suite also
  * runs under AddressSanitizer; the figures are only checked for sanity. */
@@ -72,6 +73,12 @@ static void bench_json_reports_every_figure(void) {
     double bw = num(j, "bandwidth_gbs");
     CHECKF(fabs(num(j, "roofline_tok_s") * num(j, "decode_bytes") / 1e9 - bw) <= 1e-4 * bw, "roofline_tok_s %g",
            num(j, "roofline_tok_s"));
+    /* with the state: the decode's 16 steps attend to 33 .. 48 positions */
+    double moved = num(j, "decode_bytes") + num(j, "state_bytes") + num(j, "kv_bytes_per_pos") * (32 + 17 / 2.0);
+    CHECKF(num(j, "state_bytes") > 0 && num(j, "kv_bytes_per_pos") > 0 && fabs(num(j, "moved_bytes") - moved) <= 1,
+           "moved_bytes %g, want %g", num(j, "moved_bytes"), moved);
+    double mpct = num(j, "moved_roofline_pct"), mwant = 100.0 * num(j, "decode_tok_s") * moved / 1e9 / bw;
+    CHECKF(fabs(mpct - mwant) <= 1e-4 * mwant && mpct > pct, "moved_roofline_pct %g, want %g", mpct, mwant);
     CHECK(json_is_true(json_object_get(j, "mtp_output_matches")));
     CHECK(json_is_null(json_object_get(j, "mtp_skipped")));
     /* auto: the bundled model's head fits a cache, so no draft copy */
@@ -148,7 +155,8 @@ static void bad_bench_options_exit_2_with_one_line(void) {
 
 /* With every tensor F32, decode_bytes is 4 bytes per main-stack parameter
  * (n_params counts the LM head once), an untied embedding counting one row
- * instead of V, and nothing of the MTP head (which every fixture here has). */
+ * instead of V, and nothing of the MTP head (which every fixture here has);
+ * state_bytes and kv_bytes_per_pos follow from the shape. */
 static void decode_bytes_counts_the_main_stack_once(void) {
     static const struct { const char *args; int tied; } cases[] = {
         {"--preset tiny --dtype f32 --tie", 1},
@@ -166,6 +174,17 @@ static void decode_bytes_counts_the_main_stack_once(void) {
         CHECKF(in->decode_bytes == want, "%s: decode_bytes %lld, want %lld", cases[i].args, (long long)in->decode_bytes,
                (long long)want);
         CHECK(in->decode_bytes < in->weight_bytes);
+        /* the state a step moves: GDN recurrent [Hv][Dv][Dk] and conv
+         * [Kc-1][2 Hk Dk + Hv Dv] state read and written, K and V of each
+         * attention layer read per position, all f32 */
+        int64_t rec = (int64_t)in->linear_v_heads * in->linear_v_dim * in->linear_k_dim,
+                conv = (int64_t)(in->conv_kernel - 1) *
+                       (2 * in->linear_k_heads * in->linear_k_dim + in->linear_v_heads * in->linear_v_dim);
+        CHECKF(in->state_bytes == in->n_linear_attention * 8 * (rec + conv) &&
+                   in->kv_bytes_per_pos == in->n_full_attention * 8 * in->n_kv_heads * in->head_dim &&
+                   in->n_linear_attention > 0 && in->n_full_attention > 0,
+               "%s: state_bytes %lld, kv_bytes_per_pos %lld", cases[i].args, (long long)in->state_bytes,
+               (long long)in->kv_bytes_per_pos);
         nx_model_free(m);
     }
 }
@@ -177,7 +196,8 @@ static const nx_test tests[] = {
      bench_without_a_head_reports_mtp_as_null},
     {"bad_bench_options_exit_2_with_one_line", "bad bench options exit 2 naming the option; a missing model exits 1",
      bad_bench_options_exit_2_with_one_line},
-    {"decode_bytes_counts_the_main_stack_once", "nx_model_info.decode_bytes: tied / untied, HF / MLX, MTP head left out",
+    {"decode_bytes_counts_the_main_stack_once",
+     "nx_model_info.decode_bytes: tied / untied, HF / MLX, MTP head left out; state_bytes, kv_bytes_per_pos",
      decode_bytes_counts_the_main_stack_once},
 };
 
