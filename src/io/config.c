@@ -185,7 +185,7 @@ static nx_status parse_text(cfg_ctx *c, json_t *root, json_t *tc, cfg_model *out
         return NX_EFORMAT;
     if (opt_dim(c, tc, "num_key_value_heads", 1, 4096, out->n_heads, &out->n_kv_heads) ||
         opt_dim(c, tc, "head_dim", 1, 65536, out->hidden_size / out->n_heads, &out->head_dim) ||
-        opt_dim(c, tc, "linear_conv_kernel_dim", 1, 64, 4, &out->conv_kernel) ||
+        opt_dim(c, tc, "linear_conv_kernel_dim", 1, CFG_MAX_CONV_KERNEL, 4, &out->conv_kernel) ||
         opt_dim(c, tc, "max_position_embeddings", 1, 1 << 30, 262144, &out->max_position_embeddings) ||
         opt_dim(c, tc, "mtp_num_hidden_layers", 0, 16, 0, &out->mtp_num_hidden_layers))
         return NX_EFORMAT;

@@ -21,6 +21,7 @@
 
 #define CFG_MAX_LAYERS 512
 #define CFG_MAX_EOS 8
+#define CFG_MAX_CONV_KERNEL 64    /* linear_conv_kernel_dim: Qwen3.5 uses 4 */
 #define CFG_MAX_QOVERRIDES 1024   /* mixed-precision recipes write one per module: ~500 for 64 layers */
 
 /* A per-module entry of the MLX quantization block: "<module path>":

@@ -8,23 +8,46 @@
 #include "kernels/avx2.h"
 #include "kernels/matmul.h"
 
-void kn_conv_silu(float *out, const float *window, int64_t ld, int T, const float *w, int kc,
-                  int64_t c0, int64_t c1) {
+/* Channels per block of kn_conv_silu: 64 channels of kc taps and kc - 1 +
+ * T rows stay in L1. Against the whole range tap by tap (after copying the
+ * window together), one pass over the 0.8B shape's 6144 channels per GDN
+ * layer took 16-18 us against 23-29 (2 threads, a q4 decode). */
+#define CONV_BLOCK 64
+
+/* kn_conv_silu's body; silu: the set's kn_silu_mul_f32 twin. */
+static inline __attribute__((always_inline)) void conv_silu_blocks(float *out, const float *const rows[], int64_t ld, int T,
+                                                                   const float *w, int kc, int64_t c0, int64_t c1,
+                                                                   void (*silu)(float *, const float *, const float *,
+                                                                                int64_t)) {
     assert(kc >= 1 && T >= 0);
-    for (int t = 0; t < T; t++) {
-        const float *win = window + (int64_t)t * ld;
-        float *o = out + (int64_t)t * ld;
-        /* tap by tap over the channels (loops the compiler vectorizes): each
-         * channel sums its taps in order, tap 0's product, then a multiply
-         * and an add per further tap */
-        for (int64_t c = c0; c < c1; c++) o[c] = w[c] * win[c];
-        for (int j = 1; j < kc; j++) {
-            const float *wj = w + (int64_t)j * ld, *xj = win + (int64_t)j * ld;
-            for (int64_t c = c0; c < c1; c++) o[c] += wj[c] * xj[c];
+    for (int64_t b0 = c0; b0 < c1; b0 += CONV_BLOCK) {
+        const int64_t b1 = b0 + CONV_BLOCK < c1 ? b0 + CONV_BLOCK : c1;
+        for (int t = 0; t < T; t++) {
+            float *o = out + (int64_t)t * ld;
+            /* tap by tap over the block's channels (loops the compiler
+             * vectorizes) */
+            const float *x0 = rows[t];
+            for (int64_t c = b0; c < b1; c++) o[c] = w[c] * x0[c];
+            for (int j = 1; j < kc; j++) {
+                const float *wj = w + (int64_t)j * ld, *xj = rows[t + j];
+                for (int64_t c = b0; c < b1; c++) o[c] += wj[c] * xj[c];
+            }
+            silu(o + b0, o + b0, NULL, b1 - b0);
         }
-        kn_silu_mul_f32(o + c0, o + c0, NULL, c1 - c0);
     }
 }
+
+void kn_conv_silu_ref(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
+                      int64_t c1) {
+    conv_silu_blocks(out, rows, ld, T, w, kc, c0, c1, kn_silu_mul_f32_ref);
+}
+
+#if KN_HAVE_X86
+KN_AVX2 void kn_conv_silu_avx2(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
+                               int64_t c1) {
+    conv_silu_blocks(out, rows, ld, T, w, kc, c0, c1, kn_silu_mul_f32_avx2);
+}
+#endif
 
 /* Per row i of S (output channel i), with S k = alpha (S_old k):
  *   m = S_old[i] . k;  delta = beta (v[i] - alpha m)

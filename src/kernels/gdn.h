@@ -10,13 +10,18 @@
 #include <stdint.h>
 
 /* Causal depthwise conv + SiLU for channels [c0, c1) of T tokens.
- * window: [(kc-1) + T][ld] — the kc-1 previous pre-conv rows (the conv state)
- * followed by this chunk's T pre-conv rows. w: [kc][ld] taps (tap kc-1 on the
- * current token), channels contiguous so that the sum runs along them.
- * out: [T][ld]. out[t][c] = silu(sum_j w[j][c] * window[t+j][c]), the sum in
- * order of j (kn_silu_mul_f32's SiLU). */
-void kn_conv_silu(float *out, const float *window, int64_t ld, int T, const float *w, int kc,
-                  int64_t c0, int64_t c1);
+ * rows[r], r < (kc-1) + T: the window, row by row -- the kc-1 previous
+ * pre-conv rows (the conv state) followed by this chunk's T pre-conv rows --
+ * each [ld] floats, channels contiguous (a list, so that the state and the
+ * new rows are read where they lie instead of copied together first).
+ * w: [kc][ld] taps (tap kc-1 on the current token), channels contiguous so
+ * that the sum runs along them. out: [T][ld].
+ * out[t][c] = silu(sum_j w[j][c] * rows[t + j][c]), the sum in order of j
+ * (tap 0's product, then a multiply and an add per further tap), then
+ * kn_silu_mul_f32's SiLU. Works through blocks of 64 channels, every token
+ * and tap of a block at once, so each row and tap streams once. */
+void kn_conv_silu(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
+                  int64_t c1);
 
 /* One token of the gated delta rule for one value head:
  *   S <- alpha * S;  m = S k;  delta = beta * (v - m);  S <- S + delta k^T;  o = S q
@@ -28,6 +33,15 @@ void kn_conv_silu(float *out, const float *window, int64_t ld, int T, const floa
  * S_in, S_out: [dv][dk]; k, q: [dk] (already L2-normalised, q scaled); v, o: [dv]. */
 void kn_gated_delta_step(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                          float beta, float *o, int dk, int dv);
+
+/* The twins behind kn_conv_silu (the same C compiled for the baseline and
+ * for AVX2; no FMA contraction, so the same bits). */
+void kn_conv_silu_ref(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
+                      int64_t c1);
+#if defined(__x86_64__) || defined(__i386__)
+void kn_conv_silu_avx2(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
+                       int64_t c1);
+#endif
 
 /* The twins behind kn_gated_delta_step (matmul.c's kn_select picks one set):
  * row by row through kn_dot_f32 and kn_scale_axpy_dot_f32 (the scalar and

@@ -797,6 +797,8 @@ typedef struct {
     void (*sketch_scores)(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1);
     void (*gated_delta_step)(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                              float beta, float *o, int dk, int dv);
+    void (*conv_silu)(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
+                      int64_t c1);
 } kn_impl;
 
 static const kn_impl kn_impl_scalar = {
@@ -807,7 +809,7 @@ static const kn_impl kn_impl_scalar = {
     .attn_values_f32 = kn_attn_values_f32_ref, .quantize_x = kn_quantize_x_ref,
     .matmul_qx_rows = kn_matmul_qx_rows_ref, .affine_quantize_row = kn_affine_quantize_row_ref,
     .affine_row_f32 = kn_affine_row_f32_ref, .sketch_scores = kn_sketch_scores_ref,
-    .gated_delta_step = kn_gated_delta_step_rows};
+    .gated_delta_step = kn_gated_delta_step_rows, .conv_silu = kn_conv_silu_ref};
 #if KN_HAVE_X86
 static const kn_impl kn_impl_avx2 = {
     .name = "avx2", .matmul_rows = matmul_rows_avx2, .matmul_rows_stream_f32 = matmul_rows_stream_f32_avx2,
@@ -817,7 +819,7 @@ static const kn_impl kn_impl_avx2 = {
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,
-    .gated_delta_step = kn_gated_delta_step_rows};
+    .gated_delta_step = kn_gated_delta_step_rows, .conv_silu = kn_conv_silu_avx2};
 /* The AVX2 set with the int8 product and the sketch scores on vpdpbusd
  * (quant_qx.inc, sketch.c), and the dense row-by-row products, the gated
  * delta step and the attention value sums on 16-lane vectors. */
@@ -829,7 +831,7 @@ static const kn_impl kn_impl_avx512vnni = {
     .attn_values_f32 = kn_attn_values_f32_avx512, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx512vnni,
-    .gated_delta_step = kn_gated_delta_step_avx512};
+    .gated_delta_step = kn_gated_delta_step_avx512, .conv_silu = kn_conv_silu_avx2};
 #endif
 
 static _Atomic(const kn_impl *) kn_active = &kn_impl_scalar;
@@ -960,6 +962,11 @@ void kn_mat_prefetch_row(const kn_mat *w, int64_t r) {
 void kn_gated_delta_step(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                          float beta, float *o, int dk, int dv) {
     active()->gated_delta_step(S_out, S_in, q, k, v, alpha, beta, o, dk, dv);
+}
+
+void kn_conv_silu(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
+                  int64_t c1) {
+    active()->conv_silu(out, rows, ld, T, w, kc, c0, c1);
 }
 
 void kn_sketch_scores(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1) {

@@ -328,10 +328,11 @@ typedef struct {
 
 /* Channels [c0, c1) of one segment, all on the thread that claimed them:
  * the conv window = [the conv state (Kc-1 rows) | the segment's pre-conv
- * rows] (and its copy for a rollback), the conv + SiLU, the new conv state =
- * the window's last Kc-1 rows; then q <- l2n(q)/sqrt(Dk), k <- l2n(k) for
- * the key heads inside [c0, c1) (claims start on multiples of a grain that
- * is a multiple of Dk, so a head is never split). */
+ * rows], read where its rows lie (and copied out for a rollback), the conv
+ * + SiLU, the new conv state = the window's last Kc-1 rows; then q <-
+ * l2n(q)/sqrt(Dk), k <- l2n(k) for the key heads inside [c0, c1) (claims
+ * start on multiples of a grain that is a multiple of Dk, so a head is never
+ * split). */
 static void conv_channels(void *ctx, int64_t c0, int64_t c1, int tid) {
     const gdn_job *j = ctx;
     const cfg_model *c = &j->m->cfg;
@@ -340,13 +341,16 @@ static void conv_channels(void *ctx, int64_t c0, int64_t c1, int tid) {
     const int64_t CD = cfg_conv_dim(c), KD = cfg_key_dim(c), Dk = c->linear_k_dim, keep = c->conv_kernel - 1;
     const size_t bytes = (size_t)(c1 - c0) * sizeof(float);
     assert(c0 % Dk == 0 && (c1 % Dk == 0 || c1 == CD));   /* whole key heads (mdl_gdn_segs' grain) */
-    for (int64_t r = 0; r < keep; r++) memcpy(sc->window + r * CD + c0, g->conv_state + r * CD + c0, bytes);
-    for (int64_t t = 0; t < g->T; t++) memcpy(sc->window + (keep + t) * CD + c0, sc->proj + (g->row0 + t) * CD + c0, bytes);
+    const float *window[CFG_MAX_CONV_KERNEL - 1 + MDL_CHUNK];
+    for (int64_t r = 0; r < keep; r++) window[r] = g->conv_state + r * CD;
+    for (int64_t t = 0; t < g->T; t++) window[keep + t] = sc->proj + (g->row0 + t) * CD;
     if (g->snap_window)
-        for (int64_t r = 0; r < keep + g->T; r++) memcpy(g->snap_window + r * CD + c0, sc->window + r * CD + c0, bytes);
+        for (int64_t r = 0; r < keep + g->T; r++) memcpy(g->snap_window + r * CD + c0, window[r] + c0, bytes);
     float *out = sc->conv_out + (int64_t)g->row0 * CD;
-    kn_conv_silu(out, sc->window, CD, g->T, j->L->conv_w, c->conv_kernel, c0, c1);
-    for (int64_t r = 0; r < keep; r++) memcpy(g->conv_state + r * CD + c0, sc->window + (g->T + r) * CD + c0, bytes);
+    kn_conv_silu(out, window, CD, g->T, j->L->conv_w, c->conv_kernel, c0, c1);
+    /* state row r <- window row T + r: a later state row while T + r < Kc-1
+     * (r ascending reads each before it is overwritten), then a new row */
+    for (int64_t r = 0; r < keep; r++) memcpy(g->conv_state + r * CD + c0, window[g->T + r] + c0, bytes);
     for (int64_t h0 = c0; h0 + Dk <= c1 && h0 < 2 * KD; h0 += Dk) {
         const float scale = h0 < KD ? 1.0f / sqrtf((float)Dk) : 1.0f;
         for (int64_t t = 0; t < g->T; t++) kn_l2norm_scaled(out + t * CD + h0, Dk, GDN_L2_EPS, scale);

@@ -120,7 +120,6 @@ typedef struct {
     float *kbuf, *vbuf;           /* [C][Nkv*hd]                               */
     float *zbuf;                  /* [C][VD]                                   */
     float *bbuf, *abuf;           /* [C][Hv]                                   */
-    float *window;                /* [Kc-1 + C][CD] conv input window          */
     float *conv_out;              /* [C][CD]                                   */
     float *mix;                   /* [C][max(Nh*hd, VD)] attention / GDN output */
     float *ff1, *ff2;             /* [C][I]                                    */

@@ -27,7 +27,6 @@ nx_status mdl_scratch_init(mdl_scratch *sc, const nx_model *m, int max_ctx) {
              (sc->proj = nx_alloc_aligned(C * max_z(qrows, CD) * F)) && (sc->kbuf = nx_alloc_aligned(C * kvd * F)) &&
              (sc->vbuf = nx_alloc_aligned(C * kvd * F)) && (sc->zbuf = nx_alloc_aligned(C * VD * F)) &&
              (sc->bbuf = nx_alloc_aligned(C * Hv * F)) && (sc->abuf = nx_alloc_aligned(C * Hv * F)) &&
-             (sc->window = nx_alloc_aligned((size_t)(c->conv_kernel - 1 + (int)C) * CD * F)) &&
              (sc->conv_out = nx_alloc_aligned(C * CD * F)) &&
              (sc->mix = nx_alloc_aligned(C * max_z((size_t)c->n_heads * c->head_dim, VD) * F)) &&
              (sc->ff1 = nx_alloc_aligned(C * I * F)) && (sc->ff2 = nx_alloc_aligned(C * I * F)) &&
@@ -44,8 +43,8 @@ nx_status mdl_scratch_init(mdl_scratch *sc, const nx_model *m, int max_ctx) {
 }
 
 void mdl_scratch_free(mdl_scratch *sc) {
-    float *all[] = {sc->x, sc->xn, sc->proj, sc->kbuf, sc->vbuf, sc->zbuf, sc->bbuf, sc->abuf, sc->window,
-                    sc->conv_out, sc->mix, sc->ff1, sc->ff2, sc->out, sc->hfinal, sc->rope, sc->scores};
+    float *all[] = {sc->x, sc->xn, sc->proj, sc->kbuf, sc->vbuf, sc->zbuf, sc->bbuf, sc->abuf, sc->conv_out,
+                    sc->mix, sc->ff1, sc->ff2, sc->out, sc->hfinal, sc->rope, sc->scores};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) nx_free_aligned(all[i]);
     nx_free_aligned(sc->qx);
     memset(sc, 0, sizeof *sc);
