@@ -10,8 +10,8 @@
 
 /* Channels per block of kn_conv_silu: 64 channels of kc taps and kc - 1 +
  * T rows stay in L1. Against the whole range tap by tap (after copying the
- * window together), one pass over the 0.8B shape's 6144 channels per GDN
- * layer took 16-18 us against 23-29 (2 threads, a q4 decode). */
+ * window together), a GDN layer's conv at the 0.8B shape (6144 channels, 2
+ * threads, a q4 decode) took 17 us against 23-26 (bench/RESULTS.md). */
 #define CONV_BLOCK 64
 
 /* kn_conv_silu's body; silu: the set's kn_silu_mul_f32 twin. */
