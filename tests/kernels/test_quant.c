@@ -794,7 +794,8 @@ static void test_int8_rows_are_bit_identical_whatever_t_and_row_range(void) {
     kn_init(0);
 }
 
-/* Long and many rows: 8, 9, 17, 24 and 25 groups per row (full and partial
+/* Long and many rows: 8, 9, 17, 24, 25 and 56 groups per row (56: the 0.8B
+ * shape's down projections at group 64; full and partial
  * blocks of eight scales, more than one of them; for lanes, whose AVX-512
  * twin takes 16 groups a step, one or two blocks a step, the second full,
  * partial or absent) and 30 rows (past the prefetch
@@ -802,7 +803,7 @@ static void test_int8_rows_are_bit_identical_whatever_t_and_row_range(void) {
  * bit, and a T = 5 call (a wide pass) equals T = 1 calls row by row. */
 static void test_int8_matmul_on_long_and_many_rows_matches_the_reference(void) {
     enum { T = 5, ROWS = 30 };
-    static const int64_t gprs[] = {8, 9, 17, 24, 25};
+    static const int64_t gprs[] = {8, 9, 17, 24, 25, 56};
     nx_test_rng r = {0x51DE5EED0DDBA11ULL};
     float *ya = malloc(sizeof(float) * T * ROWS), *yr = malloc(sizeof(float) * T * ROWS), y1[ROWS];
     for (int b = 0; b < N_BITS; b++)
@@ -907,10 +908,10 @@ static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(vo
  * / 8) * 32 + 4j + (e % 8) / 2, rows kn_affine_packed_row_bytes (a multiple
  * of 64) apart; the padding groups of a last partial block are 0; the
  * row's scales and then biases follow the codes as stored, then zeros.
- * Groups of 64 and 128, rows of 1, 8, 9 and 17 groups, 16-bit and f32
- * scales, and a row range packed in two calls. */
+ * Groups of 64 and 128, rows of 1, 8, 9, 16, 17, 25 and 33 groups, 16-bit
+ * and f32 scales, and a row range packed in two calls. */
 static void test_packed_rows_follow_the_documented_order(void) {
-    static const int64_t gprs[] = {1, 8, 9, 17};
+    static const int64_t gprs[] = {1, 8, 9, 16, 17, 25, 33};
     nx_test_rng r = {0x9AC4ED0DE5ULL};
     for (int bits = 4; bits <= 8; bits += 4)   /* 4- and 8-bit lanes */
         for (int group = 64; group <= 128; group *= 2)
@@ -1020,7 +1021,7 @@ static const nx_test tests[] = {
      "Y[t][r] is the same bits for T=1..16 and uneven row ranges, every bit width and group, every kernel set",
      test_int8_rows_are_bit_identical_whatever_t_and_row_range},
     {"int8_matmul_on_long_and_many_rows_matches_the_reference",
-     "8, 9, 17 groups a row and 30 rows: every kernel set bit for bit, T = 5 equals T = 1 row by row",
+     "8 to 56 groups a row and 30 rows: every kernel set bit for bit, T = 5 equals T = 1 row by row",
      test_int8_matmul_on_long_and_many_rows_matches_the_reference},
     {"packed_rows_follow_the_documented_order",
      "kn_affine_pack: every 4- and 8-bit code where quant.h says, padding groups 0, scales and biases after the codes; other widths and groups of 32 pack nothing",

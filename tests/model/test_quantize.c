@@ -348,6 +348,62 @@ static void mixed_dense_embedding_and_quantized_layers_load_and_decode(void) {
     nx_model_free(m), nx_model_free(ref);
 }
 
+/* The 8-bit module of mixed_4_and_8_bit_inputs (an MLX per-module entry). */
+#define MIX48_MODULE "language_model.model.layers.0.linear_attn.in_proj_z"
+
+static void set_in_proj_z_8bit(json_t *r) {
+    json_object_set_new(json_object_get(r, "quantization"), MIX48_MODULE,
+                        json_pack("{s:i,s:i}", "bits", 8, "group_size", 64));
+}
+
+/* A 4-bit checkpoint of 1024 hidden columns (16 groups a row, more than one
+ * block of the int8 activations' lanes order) whose layer 0 in_proj_z is the
+ * 8-bit quantization's: the GDN layer's four input projections read one
+ * input through one int8 rounding only while their storage orders agree
+ * (model/layer.c's same_activations; a variant that stored 4-bit lanes in
+ * blocks of 16 groups failed here, nmse 1.1, until it kept them apart). The
+ * mixed model stays as close to the dense one as the all-4-bit one. */
+static void mixed_4_and_8_bit_inputs_load_and_decode(void) {
+    const char *dense = nx_test_fixture("quant-mix48-src", "--hidden 1024 --layers 1 --vocab 512 --no-mtp --dtype f32");
+    char q4[1024], q8[1024], dir[1024], path[1200], err[512];
+    snprintf(q4, sizeof q4, "%s", quantize("quant-mix48-q4", dense, 4, 64, 0));
+    snprintf(q8, sizeof q8, "%s", quantize("quant-mix48-q8", dense, 8, 64, 0));
+    snprintf(dir, sizeof dir, "%s", nx_test_tmpdir("quant-mix48"));
+    st_set *s4 = NULL, *s8 = NULL;
+    st_writer *w = NULL;
+    snprintf(path, sizeof path, "%s/model.safetensors", q4);
+    CHECK(st_open_file(path, &s4, err, sizeof err) == NX_OK);
+    snprintf(path, sizeof path, "%s/model.safetensors", q8);
+    CHECK(st_open_file(path, &s8, err, sizeof err) == NX_OK && st_writer_new(&w, err, sizeof err) == NX_OK);
+    int swapped = 0;
+    for (int i = 0; s4 && s8 && w && i < st_count(s4); i++) {
+        const st_tensor *t = st_at(s4, i);
+        const int mine = strncmp(t->name, MIX48_MODULE ".", strlen(MIX48_MODULE) + 1) == 0;
+        const st_tensor *u = mine ? st_find(s8, t->name) : t;
+        CHECK(u != NULL);
+        swapped += mine && u != NULL;
+        if (u) CHECK(st_writer_add(w, u->name, u->dtype, u->ndim, u->shape, u->data, u->nbytes, err, sizeof err) == NX_OK);
+    }
+    CHECKF(swapped == 3, "%d tensors of %s swapped (weight, scales, biases)", swapped, MIX48_MODULE);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(w && st_writer_write(w, path, err, sizeof err) == NX_OK);
+    st_writer_free(w), st_close(s4), st_close(s8);
+    CHECK(nx_test_system("cp %s/config.json %s/", q4, dir) == 0);
+    edit_config(dir, set_in_proj_z_8bit);
+    nx_model *m = nx_test_model(dir, 2), *m4 = nx_test_model(q4, 2), *ref = nx_test_model(dense, 2);
+    if (m && m4 && ref) {
+        int32_t seq[24];
+        for (int i = 0; i < 24; i++) seq[i] = (int32_t)((i * 37 + 11) % 512);
+        const long V = nx_model_get_info(m)->vocab_size;
+        float *a = nx_test_logits(m, seq, 24), *b = nx_test_logits(m4, seq, 24), *c = nx_test_logits(ref, seq, 24);
+        const nx_test_diff mixed = nx_test_compare(a, c, 24 * V), all4 = nx_test_compare(b, c, 24 * V);
+        printf("  logits nmse against the dense model: mixed %.2e, all 4-bit %.2e\n", mixed.nmse, all4.nmse);
+        CHECKF(mixed.nmse <= 1.5 * all4.nmse, "mixed nmse %.2e, all 4-bit %.2e", mixed.nmse, all4.nmse);
+        free(a), free(b), free(c);
+    }
+    nx_model_free(m), nx_model_free(m4), nx_model_free(ref);
+}
+
 /* Loads dir and expects failure with a message containing want. */
 static void expect_error(const char *dir, const char *want) {
     char err[512] = "";
@@ -522,6 +578,9 @@ static const nx_test tests[] = {
     {"every_kernel_set_gives_the_same_logits",
      "q4 and q8: auto, avx512vnni and avx2 kernels (both from packed codes) give the same logits bits, scalar within rounding; names parse; a bad set is an error",
      every_kernel_set_gives_the_same_logits},
+    {"mixed_4_and_8_bit_inputs_load_and_decode",
+     "a q4 checkpoint with one 8-bit GDN input projection at 1024 columns: as close to dense as all-q4",
+     mixed_4_and_8_bit_inputs_load_and_decode},
     {"mixed_dense_embedding_and_quantized_layers_load_and_decode",
      "q4 layers + a dense bf16 embedding and in_proj_b (false entries): loads, names both formats, close to q4, spec == plain",
      mixed_dense_embedding_and_quantized_layers_load_and_decode},
