@@ -293,6 +293,19 @@ static const char *dense_module_of(const char *name) {
     return NULL;
 }
 
+/* Opens a/model.safetensors and b/model.safetensors and a writer for a
+ * mixed checkpoint made from them; 1 when all three are there. */
+static int open_pair(const char *a, const char *b, st_set **sa, st_set **sb, st_writer **w) {
+    char path[1200], err[512];
+    *sa = *sb = NULL, *w = NULL;
+    snprintf(path, sizeof path, "%s/model.safetensors", a);
+    CHECKF(st_open_file(path, sa, err, sizeof err) == NX_OK, "%s", err);
+    snprintf(path, sizeof path, "%s/model.safetensors", b);
+    CHECKF(st_open_file(path, sb, err, sizeof err) == NX_OK, "%s", err);
+    CHECK(st_writer_new(w, err, sizeof err) == NX_OK);
+    return *sa && *sb && *w;
+}
+
 /* A mixed checkpoint: the q4 model with its (tied) embedding and layer 0's
  * in_proj_b swapped for the dense bf16 ones and `false` entries for them in
  * the quantization block. It loads, names both formats (the embedding holds
@@ -302,13 +315,10 @@ static void mixed_dense_embedding_and_quantized_layers_load_and_decode(void) {
     const char *q4 = quantize("quant-mixed-src", DEFAULT_MODEL, 4, 64, 0);
     char dir[1024], path[1200], err[512];
     snprintf(dir, sizeof dir, "%s", nx_test_tmpdir("quant-mixed"));
-    st_set *qs = NULL, *ds = NULL;
-    st_writer *w = NULL;
-    snprintf(path, sizeof path, "%s/model.safetensors", q4);
-    CHECK(st_open_file(path, &qs, err, sizeof err) == NX_OK);
-    snprintf(path, sizeof path, "%s/model.safetensors", DEFAULT_MODEL);
-    CHECK(st_open_file(path, &ds, err, sizeof err) == NX_OK && st_writer_new(&w, err, sizeof err) == NX_OK);
-    for (int i = 0; qs && ds && w && i < st_count(qs); i++) {
+    st_set *qs, *ds;
+    st_writer *w;
+    const int opened = open_pair(q4, DEFAULT_MODEL, &qs, &ds, &w);
+    for (int i = 0; opened && i < st_count(qs); i++) {
         const st_tensor *t = st_at(qs, i);
         if (dense_module_of(t->name)) continue;
         CHECK(st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err, sizeof err) == NX_OK);
@@ -369,14 +379,11 @@ static void mixed_4_and_8_bit_inputs_load_and_decode(void) {
     snprintf(q4, sizeof q4, "%s", quantize("quant-mix48-q4", dense, 4, 64, 0));
     snprintf(q8, sizeof q8, "%s", quantize("quant-mix48-q8", dense, 8, 64, 0));
     snprintf(dir, sizeof dir, "%s", nx_test_tmpdir("quant-mix48"));
-    st_set *s4 = NULL, *s8 = NULL;
-    st_writer *w = NULL;
-    snprintf(path, sizeof path, "%s/model.safetensors", q4);
-    CHECK(st_open_file(path, &s4, err, sizeof err) == NX_OK);
-    snprintf(path, sizeof path, "%s/model.safetensors", q8);
-    CHECK(st_open_file(path, &s8, err, sizeof err) == NX_OK && st_writer_new(&w, err, sizeof err) == NX_OK);
+    st_set *s4, *s8;
+    st_writer *w;
+    const int opened = open_pair(q4, q8, &s4, &s8, &w);
     int swapped = 0;
-    for (int i = 0; s4 && s8 && w && i < st_count(s4); i++) {
+    for (int i = 0; opened && i < st_count(s4); i++) {
         const st_tensor *t = st_at(s4, i);
         const int mine = strncmp(t->name, MIX48_MODULE ".", strlen(MIX48_MODULE) + 1) == 0;
         const st_tensor *u = mine ? st_find(s8, t->name) : t;
