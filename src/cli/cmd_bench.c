@@ -15,7 +15,9 @@
  *      speed-up is the median of each pair's ratio. Greedy MTP output must
  *      equal plain output; the bench checks it;
  *   4. the cost of one T-token forward (T = 1..8, what a verify of T-1
- *      drafts costs) on a state holding the prompt, interleaved
+ *      drafts costs, without the rollback snapshots a session's verify
+ *      writes: the MTP sessions' own rounds give that verify's time, draft
+ *      and commit beside it) on a state holding the prompt, interleaved
  *      1, 2, .., 8, 1, 2, .. so that the growing context and any drift are
  *      shared across T, each T's cost the median of its ratios to the same
  *      round's T = 1;
@@ -211,6 +213,7 @@ static int run_session(const nx_model *m, const nx_drafter *d, int draft, const 
         sum->emitted += st->emitted;
         sum->target_forwards += st->target_forwards;
         for (int i = 0; i < NX_SPEC_MAX_DRAFT; i++) sum->tried[i] += st->tried[i], sum->hits[i] += st->hits[i];
+        sum->draft_s += st->draft_s, sum->verify_s += st->verify_s, sum->commit_s += st->commit_s;
     }
     rc = 0;
 fail:
@@ -374,6 +377,11 @@ typedef struct {
      * weights (GDN state read and written, KV cache read at the decode's mean
      * context): the ceiling an engine that streams everything once reaches */
     double moved_bytes, moved_roofline_tok_s, moved_roofline_pct;
+    /* an MTP round's parts over all repeats (ms a round: nx_spec_stats), and
+     * its verify against a plain step (1 / the median decode rate): the
+     * verify as a session runs it, its rollback snapshots included, which
+     * verify_cost leaves out */
+    double round_draft_ms, round_verify_ms, round_commit_ms, mtp_verify_cost;
 } bench_summary;
 
 static bench_summary summarize(bench_result *r, const bench_opts *o, const nx_model_info *in) {
@@ -404,6 +412,11 @@ static bench_summary summarize(bench_result *r, const bench_opts *o, const nx_mo
     s.moved_bytes = (double)in->decode_bytes + (double)in->state_bytes + (double)in->kv_bytes_per_pos * mean_ctx;
     s.moved_roofline_pct = paired_median(r->decode, r->bw_gbs, n, 100.0 * s.moved_bytes / 1e9, tmp);
     s.moved_roofline_tok_s = s.bandwidth.median / (s.moved_bytes / 1e9);
+    const double rounds = has_mtp && r->st.rounds ? (double)r->st.rounds : NAN;
+    s.round_draft_ms = 1e3 * r->st.draft_s / rounds;
+    s.round_verify_ms = 1e3 * r->st.verify_s / rounds;
+    s.round_commit_ms = 1e3 * r->st.commit_s / rounds;
+    s.mtp_verify_cost = s.round_verify_ms / 1e3 * s.decode.median;
     return s;
 }
 
@@ -454,6 +467,10 @@ static int print_json(const bench_result *r, const bench_summary *s, const bench
     PUT("per_position", has_mtp ? per : (json_decref(per), json_null()));
     PUT("tokens_per_forward", jnum(s->tokens_per_forward));
     PUT("mtp_output_matches", has_mtp ? json_boolean(r->mtp_matches) : json_null());
+    PUT("mtp_round_ms", isfinite(s->round_verify_ms) ? json_pack("{s:o,s:o,s:o}", "draft", jnum(s->round_draft_ms), "verify",
+                                                                 jnum(s->round_verify_ms), "commit", jnum(s->round_commit_ms))
+                                                     : json_null());
+    PUT("mtp_verify_cost", jnum(s->mtp_verify_cost));
     PUT("verify_cost", cost);
     PUT("verify_s", vs);
     PUT("verify_rounds", json_integer(r->verify_rounds));
@@ -509,6 +526,9 @@ static void print_text(const bench_result *r, const bench_summary *s, const benc
         }
         printf("), %.2f tokens per verify, output %s\n", s->tokens_per_forward,
                r->mtp_matches ? "identical to plain" : "DIFFERS from plain decoding");
+        if (isfinite(s->round_verify_ms))
+            printf("%-14s draft %.2f ms, verify %.2f ms (%.2fx a plain step, its snapshots included), commit %.2f ms\n",
+                   "mtp round", s->round_draft_ms, s->round_verify_ms, s->mtp_verify_cost, s->round_commit_ms);
         if (r->draft_head_bits) printf("%-14s drafts score a %d-bit copy of the LM head\n", "", r->draft_head_bits);
         if (r->draft_screen) printf("%-14s drafts score the %d rows a sketch ranks best\n", "", r->draft_screen);
     }

@@ -80,6 +80,12 @@ static void bench_json_reports_every_figure(void) {
     double mpct = num(j, "moved_roofline_pct"), mwant = 100.0 * num(j, "decode_tok_s") * moved / 1e9 / bw;
     CHECKF(fabs(mpct - mwant) <= 1e-4 * mwant && mpct > pct, "moved_roofline_pct %g, want %g", mpct, mwant);
     CHECK(json_is_true(json_object_get(j, "mtp_output_matches")));
+    /* an MTP round's parts, and its verify against the plain step */
+    const json_t *rms = json_object_get(j, "mtp_round_ms");
+    CHECKF(num(rms, "draft") > 0 && num(rms, "verify") > 0 && num(rms, "commit") > 0, "mtp_round_ms %g %g %g",
+           num(rms, "draft"), num(rms, "verify"), num(rms, "commit"));
+    double vc = num(j, "mtp_verify_cost"), vwant = num(rms, "verify") / 1e3 * num(j, "decode_tok_s");
+    CHECKF(vc > 0 && fabs(vc - vwant) <= 1e-4 * vwant, "mtp_verify_cost %g, want %g", vc, vwant);
     CHECK(json_is_null(json_object_get(j, "mtp_skipped")));
     /* auto: the bundled model's head fits a cache, so no draft copy */
     CHECK(json_is_null(json_object_get(j, "draft_head_bits")) && json_is_null(json_object_get(j, "draft_screen")));
@@ -104,7 +110,8 @@ static void bench_without_a_head_reports_mtp_as_null(void) {
         CHECK(num(j, "decode_tok_s") > 0 && num(j, "roofline_pct") > 0);
         static const char *const nulls[] = {"mtp_decode_tok_s", "mtp_decode_tok_s_range", "mtp_speedup",
                                             "mtp_roofline_pct", "acceptance", "per_position",
-                                            "tokens_per_forward", "mtp_output_matches"};
+                                            "tokens_per_forward", "mtp_output_matches", "mtp_round_ms",
+                                            "mtp_verify_cost"};
         for (size_t i = 0; i < sizeof nulls / sizeof *nulls; i++) CHECKF(json_is_null(json_object_get(j, nulls[i])), "%s", nulls[i]);
         CHECK(strstr(json_string_value(json_object_get(j, "mtp_skipped")), "no MTP head") != NULL);
         json_decref(j);
