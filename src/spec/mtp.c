@@ -413,8 +413,12 @@ typedef struct {
 
 static void screen_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
     const screen_job *j = ctx;
-    for (int64_t b0 = r0; b0 < r1; b0 += SCREEN_BLOCK) {
-        const int64_t b1 = b0 + SCREEN_BLOCK < r1 ? b0 + SCREEN_BLOCK : r1;
+    /* one activation row reuses nothing across rows: the whole range in one
+     * call, which sets up the row's activations (the popcount kernel's bit
+     * planes) once instead of once a block */
+    const int64_t step = j->T == 1 ? r1 - r0 : SCREEN_BLOCK;
+    for (int64_t b0 = r0; b0 < r1; b0 += step) {
+        const int64_t b1 = b0 + step < r1 ? b0 + step : r1;
         for (int t = 0; t < j->T; t++) kn_sketch_scores(j->s, j->xq + t * j->ldq, j->d[t], j->sum[t], j->y[t], b0, b1);
     }
 }

@@ -46,10 +46,11 @@
 #define SPEC_STALE 8            /* rounds without a timing that make k's stale  */
 #define SPEC_ALPHA_PRIOR 0.5    /* acceptance assumed before any measurement    */
 
-void spec_auto_init(spec_auto *au) {
-    *au = (spec_auto){.probe_every = SPEC_PROBE_EVERY, .check_side = 1};
-    for (int i = 0; i < NX_SPEC_MAX_DRAFT; i++) au->alpha[i] = SPEC_ALPHA_PRIOR;
-}
+void spec_auto_init(spec_auto *au) { *au = (spec_auto){.probe_every = SPEC_PROBE_EVERY, .check_side = 1}; }
+
+/* The weight of the n-th observation: the mean of the first 1 / ema, then
+ * an EMA of weight ema. */
+static double mean_then_ema(int n, double ema) { return 1.0 / n > ema ? 1.0 / n : ema; }
 
 /* The acceptance of draft i as far as it is known (above). */
 static double alpha_of(const spec_auto *au, int i) {
@@ -105,16 +106,14 @@ int spec_auto_choose(spec_auto *au, int k_max, int k_start) {
 
 void spec_auto_observe(spec_auto *au, int k, int a, double seconds) {
     if (au->rounds++ > 0) {
-        const int n = ++au->measured[k];
-        double w = 1.0 / n > SPEC_COST_EMA ? 1.0 / n : SPEC_COST_EMA;
+        double w = mean_then_ema(++au->measured[k], SPEC_COST_EMA);
         if (au->rounds - au->timed_at[k] > SPEC_STALE) w = 1.0;   /* stale: replaced */
         au->cost[k] += w * (seconds - au->cost[k]);
         au->timed_at[k] = au->rounds;
     }
     for (int i = 0; i < k && i <= a; i++) {
         if (!au->seen[i]) au->alpha[i] = alpha_of(au, i);   /* what was assumed counts as one round */
-        const int n = ++au->seen[i];
-        const double w = 1.0 / (n + 1) > SPEC_ALPHA_EMA ? 1.0 / (n + 1) : SPEC_ALPHA_EMA;
+        const double w = mean_then_ema(++au->seen[i] + 1, SPEC_ALPHA_EMA);
         au->alpha[i] += w * ((i < a ? 1.0 : 0.0) - au->alpha[i]);
     }
 }
