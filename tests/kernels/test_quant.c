@@ -800,7 +800,8 @@ static void test_int8_rows_are_bit_identical_whatever_t_and_row_range(void) {
  * twin takes 16 groups a step, one or two blocks a step, the second full,
  * partial or absent) and 30 rows (past the prefetch
  * distance, 4 KB of rows ahead, where rows are long): the twins agree bit for
- * bit, and a T = 5 call (a wide pass) equals T = 1 calls row by row. */
+ * bit, a T = 5 call (a wide pass) equals T = 1 calls row by row, and so
+ * does a T = 3 call (a verify block) over the 29 rows from row 1. */
 static void test_int8_matmul_on_long_and_many_rows_matches_the_reference(void) {
     enum { T = 5, ROWS = 30 };
     static const int64_t gprs[] = {8, 9, 17, 24, 25, 56};
@@ -829,6 +830,13 @@ static void test_int8_matmul_on_long_and_many_rows_matches_the_reference(void) {
                         CHECKF(memcmp(y1, ya + t * ROWS, sizeof y1) == 0, "%s %s: row t=%d alone differs", kn_impl_name(),
                                what, t);
                     }
+                    /* a verify block (rows 1..3, one pass over the weights:
+                     * packed 4-bit rows in pairs) over an odd row count */
+                    kn_qx three = qx_rows(&qx, 1, 3);
+                    kn_matmul_qx_rows(&q.m, &three, ya, ROWS, 1, ROWS);
+                    for (int t = 0; t < 3; t++)
+                        CHECKF(memcmp(ya + t * ROWS + 1, yr + (t + 1) * ROWS + 1, sizeof(float) * (ROWS - 1)) == 0,
+                               "%s %s: rows 1..%d at T=3, t=%d differ", kn_impl_name(), what, ROWS - 1, t);
                 }
                 free(qx.q), free(x);
                 free_affine(&q);
@@ -1021,7 +1029,7 @@ static const nx_test tests[] = {
      "Y[t][r] is the same bits for T=1..16 and uneven row ranges, every bit width and group, every kernel set",
      test_int8_rows_are_bit_identical_whatever_t_and_row_range},
     {"int8_matmul_on_long_and_many_rows_matches_the_reference",
-     "8 to 56 groups a row and 30 rows: every kernel set bit for bit, T = 5 equals T = 1 row by row",
+     "8 to 56 groups a row and 30 rows: every kernel set bit for bit, T = 5 and T = 3 equal T = 1 row by row",
      test_int8_matmul_on_long_and_many_rows_matches_the_reference},
     {"packed_rows_follow_the_documented_order",
      "kn_affine_pack: every 4- and 8-bit code where quant.h says, padding groups 0, scales and biases after the codes; other widths and groups of 32 pack nothing",
