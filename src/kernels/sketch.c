@@ -367,3 +367,20 @@ int64_t kn_top_k_f32(const float *x, int64_t n, int64_t k, int32_t *idx, void *w
     assert(out == k);
     return out;
 }
+
+int64_t kn_argmax_at_f32(const float *x, const int32_t *idx, int64_t k, int64_t n) {
+    assert(0 <= k && k < n && (k == 0 || (x && idx)));
+    int64_t best = -1;   /* position in idx */
+    for (int64_t j = 0; j < k; j++) {
+        const float v = x[idx[j]];
+        if (v == v && (best < 0 || v > x[idx[best]])) best = j;
+    }
+    if (best >= 0 && x[idx[best]] > -INFINITY) return idx[best];
+    /* nothing above -inf: the first index holding -inf, the first one
+     * outside idx (idx is ascending and distinct) or a candidate's */
+    int64_t gap = 0;
+    while (gap < k && idx[gap] == gap) gap++;
+    for (int64_t j = 0; j < k && idx[j] < gap; j++)
+        if (x[idx[j]] == -INFINITY) return idx[j];
+    return gap;
+}

@@ -88,4 +88,11 @@ size_t kn_top_k_work_bytes(int64_t n);
  * sample guessed too high. O(n) with one pass over x in the usual case. */
 int64_t kn_top_k_f32(const float *x, int64_t n, int64_t k, int32_t *idx, void *work);
 
+/* What kn_argmax_f32 (matmul.h: the first index of the largest value, NaNs
+ * skipped, 0 if all are NaN) returns for a row of n values that holds x[i]
+ * at the k distinct indices idx[0..k) (ascending, k < n, as kn_top_k_f32
+ * gives them) and -inf everywhere else, reading only those k values: a
+ * screened draft's argmax without writing its whole row. */
+int64_t kn_argmax_at_f32(const float *x, const int32_t *idx, int64_t k, int64_t n);
+
 #endif

@@ -439,10 +439,13 @@ static void whole_head_rows(const nx_drafter *d, mdl_scratch *sc, const float *x
     }
 }
 
-/* Draft logits of n rows through the screen (above). A row the sketch cannot
- * rank (a value that is not finite) is scored over the whole head on its
- * own, so that no row's draft depends on the others in the call. */
-static void screened_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *x, int n, float *logits) {
+/* Draft logits of n rows through the screen (above), or with drafts, each
+ * row's draft (its argmax) without the -inf fill: logits then hold sketch
+ * scores beyond the candidates. A row the sketch cannot rank (a value that
+ * is not finite) is scored over the whole head on its own, so that no row's
+ * draft depends on the others in the call. */
+static void screened_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *x, int n, float *logits,
+                          int32_t *drafts) {
     const nx_model *m = d->target;
     const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size, N = d->head.rows;
     head_work w;
@@ -455,26 +458,40 @@ static void screened_rows(const nx_drafter *d, mdl_scratch *sc, void *work, cons
             continue;
         }
         whole_head_rows(d, sc, x + t * H, 1, logits + t * V);
+        if (drafts) drafts[t] = mtp_argmax(logits + t * V, (int)V);
     }
     screen_job j = {&d->screen, g, w.xq, w.ldq, w.d, w.sum, y};
     nx_pool_run(m->pool, screen_rows, &j, g ? N : 0, SCREEN_BLOCK);   /* sketch scores in y[i][0, N) */
     for (int i = 0; i < g; i++) {
         const int64_t k = kn_top_k_f32(y[i], N, d->screen_k, w.idx, w.top_work);
-        for (int64_t v = 0; v < V; v++) y[i][v] = -INFINITY;
+        if (!drafts)
+            for (int64_t v = 0; v < V; v++) y[i][v] = -INFINITY;
         mdl_linear_at(m, sc, &d->head, x + row_of[i] * H, w.idx, k, y[i]);
+        if (drafts) drafts[row_of[i]] = (int32_t)kn_argmax_at_f32(y[i], w.idx, k, V);
     }
 }
 
 void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits) {
     assert(n <= MDL_CHUNK);
-    if (d->screen_k) screened_rows(d, sc, work, m_rows, n, logits);
+    if (d->screen_k) screened_rows(d, sc, work, m_rows, n, logits, NULL);
     else whole_head_rows(d, sc, m_rows, n, logits);
 }
 
-/* Appends T entries; their outputs: every row's logits (logits_out, not
- * last_only), or the last row's m and, with logits_out, its logits, or
- * (want_m 0, logits_out NULL) none. */
-static void append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out, int last_only, int want_m) {
+void mtp_head_drafts(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits,
+                     int32_t *drafts) {
+    assert(n <= MDL_CHUNK);
+    if (d->screen_k) {
+        screened_rows(d, sc, work, m_rows, n, logits, drafts);
+        return;
+    }
+    const int V = d->target->cfg.vocab_size;
+    whole_head_rows(d, sc, m_rows, n, logits);
+    for (int t = 0; t < n; t++) drafts[t] = mtp_argmax(logits + (int64_t)t * V, V);
+}
+
+/* Appends T entries; their outputs: every row's logits (logits_out), or the
+ * last row's m (want_m), or none. */
+static void append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out, int want_m) {
     const nx_model *m = r->d->target;
     int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size;
     for (int done = 0; done < T;) {
@@ -482,23 +499,20 @@ static void append(mtp_rows *r, const int32_t *tokens, const float *hidden, int 
         int last_chunk = done + n == T;
         /* which rows' outputs are read: all (teacher forcing), the very last
          * (drafting from it), or none (prefill entries) */
-        int n_full = logits_out && !last_only ? n : (logits_out || want_m) && last_chunk ? 1 : 0;
+        int n_full = logits_out ? n : want_m && last_chunk ? 1 : 0;
         mtp_chunk(r, tokens + done, hidden + done * H, n, n_full);
-        if (logits_out && !last_only) mtp_head_rows(r->d, &r->sc, r->head_work, r->sc.hfinal, n, logits_out + done * V);
+        if (logits_out) mtp_head_rows(r->d, &r->sc, r->head_work, r->sc.hfinal, n, logits_out + done * V);
         done += n;
-        if (last_chunk && n_full) {
-            memcpy(r->m, r->sc.hfinal + (int64_t)(n_full - 1) * H, (size_t)H * sizeof(float));
-            if (last_only && logits_out) mtp_head_rows(r->d, &r->sc, r->head_work, r->m, 1, logits_out);
-        }
+        if (last_chunk && n_full) memcpy(r->m, r->sc.hfinal + (int64_t)(n_full - 1) * H, (size_t)H * sizeof(float));
     }
 }
 
-void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out, int last_only) {
-    append(r, tokens, hidden, T, logits_out, last_only, 0);
+void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out) {
+    append(r, tokens, hidden, T, logits_out, 0);
 }
 
 void mtp_rows_append_m(mtp_rows *r, const int32_t *tokens, const float *hidden, int T) {
-    append(r, tokens, hidden, T, NULL, 1, 1);
+    append(r, tokens, hidden, T, NULL, 1);
 }
 
 void mtp_step_batch(mtp_rows *const *rs, int n, const int32_t *tokens, const float *const *hidden, mdl_scratch *sc,
@@ -527,8 +541,14 @@ void mtp_step_batch(mtp_rows *const *rs, int n, const int32_t *tokens, const flo
 }
 
 int32_t mtp_redraft(mtp_rows *r) {
-    mtp_head_rows(r->d, &r->sc, r->head_work, r->m, 1, r->logits);
-    return mtp_argmax(r->logits, r->d->target->cfg.vocab_size);
+    int32_t draft;
+    mtp_head_drafts(r->d, &r->sc, r->head_work, r->m, 1, r->logits, &draft);
+    return draft;
+}
+
+int32_t mtp_rows_append_draft(mtp_rows *r, const int32_t *tokens, const float *hidden, int T) {
+    mtp_rows_append_m(r, tokens, hidden, T);
+    return mtp_redraft(r);
 }
 
 int32_t mtp_argmax(const float *logits, int n) { return (int32_t)kn_argmax_f32(logits, n); }
@@ -557,7 +577,7 @@ nx_status nx_drafter_teacher_forced(const nx_drafter *d, const int32_t *tokens, 
         int64_t V = m->cfg.vocab_size;
         for (int p = 0; p < n - 1; p += MDL_CHUNK) {
             int T = n - 1 - p < MDL_CHUNK ? n - 1 - p : MDL_CHUNK;
-            mtp_rows_append(&r, tokens + p + 1, h + (int64_t)p * H, T, logits + (int64_t)p * V, 0);
+            mtp_rows_append(&r, tokens + p + 1, h + (int64_t)p * H, T, logits + (int64_t)p * V);
             if (hidden) memcpy(hidden + (int64_t)p * H, r.sc.hfinal, (size_t)(T * H) * sizeof(float));
         }
     }

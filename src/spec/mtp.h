@@ -95,14 +95,13 @@ void mtp_rows_free(mtp_rows *r);
 
 /* Appends entries at positions r->n .. r->n+T-1 from tokens[t] and hidden
  * rows hidden[t] ([T][H]). logits_out: [T][V] for every row (teacher-forced
- * logits; r->sc.hfinal holds the last chunk's outputs m), or r->logits with
- * last_only = 1 for the last row, or NULL: entries whose outputs nobody
- * reads (prefill). Only the rows whose outputs are asked for run the whole
- * layer; the others write just their K/V, the same bits either way. With
- * logits_out, the last entry's m is left in r->m. No allocation. */
-void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out, int last_only);
-/* mtp_rows_append with last_only but without the head: the last entry's
- * output m is left in r->m for the caller to score (in a batch). */
+ * logits; r->sc.hfinal holds the last chunk's outputs m, and r->m the last
+ * entry's), or NULL: entries whose outputs nobody reads (prefill). Only the
+ * rows whose outputs are asked for run the whole layer; the others write
+ * just their K/V, the same bits either way. No allocation. */
+void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out);
+/* Appends as above, only the last entry running the whole layer: its output
+ * m is left in r->m, for mtp_redraft or for a batch to score. */
 void mtp_rows_append_m(mtp_rows *r, const int32_t *tokens, const float *hidden, int T);
 /* Bytes of scratch mtp_head_rows needs, for any drafter of target m. */
 size_t mtp_head_work_bytes(const nx_model *m);
@@ -115,6 +114,11 @@ size_t mtp_head_work_bytes(const nx_model *m);
  * mtp_head_work_bytes(d->target) bytes, 64-byte aligned (unused without a
  * screen: NULL will do). */
 void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits);
+/* mtp_head_rows' drafts: drafts[t] = the argmax of row t's draft logits
+ * (mtp_argmax), the same ids, without writing rows of -inf where a screen
+ * scores only its candidates. logits: [n][V] scratch (left unspecified). */
+void mtp_head_drafts(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits,
+                     int32_t *drafts);
 /* One entry for each of n sequences (n <= MDL_CHUNK, one drafter): entry i
  * from tokens[i] and hidden[i] ([H]) appended to rs[i], all run as one chunk
  * in sc (u: [n][2H] scratch) so the head's layer is read once. Outputs m go
@@ -122,9 +126,11 @@ void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float
  * that one entry on rs[i] gives. */
 void mtp_step_batch(mtp_rows *const *rs, int n, const int32_t *tokens, const float *const *hidden, mdl_scratch *sc,
                     float *u, float *m_out);
-/* The first draft from r->m (the last committed entry's output), through this
- * drafter's head: its logits into r->logits, the argmax returned. */
+/* The draft from r->m (the last entry's output), through this drafter's
+ * head (mtp_head_drafts; r->logits its scratch). */
 int32_t mtp_redraft(mtp_rows *r);
+/* mtp_rows_append_m, then the draft after the last entry (mtp_redraft). */
+int32_t mtp_rows_append_draft(mtp_rows *r, const int32_t *tokens, const float *hidden, int T);
 
 /* Index of the largest value (ties to the lowest id, NaNs skipped:
  * kn_argmax_f32): a greedy draft. */

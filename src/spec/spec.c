@@ -184,8 +184,7 @@ static void hidden_out(const nx_spec *s, nx_forward_out *fo, float *rows) {
  * after the last of them. */
 static void flush_deferred(nx_spec *s) {
     if (s->n_defer == 0) return;
-    mtp_rows_append(&s->rows, s->defer_tok, s->defer_h, s->n_defer, s->rows.logits, 1);
-    s->d1 = mtp_argmax(s->rows.logits, s->m->cfg.vocab_size);
+    s->d1 = mtp_rows_append_draft(&s->rows, s->defer_tok, s->defer_h, s->n_defer);
     s->n_defer = 0;
     s->mtp_committed = s->rows.n;
 }
@@ -217,8 +216,7 @@ static void add_entries(nx_spec *s, const int32_t *toks, const float *h, int n, 
         mtp_rows_append_m(&s->rows, toks, h, n);
         s->d1 = -1;
     } else {
-        mtp_rows_append(&s->rows, toks, h, n, s->rows.logits, 1);
-        s->d1 = mtp_argmax(s->rows.logits, s->m->cfg.vocab_size);
+        s->d1 = mtp_rows_append_draft(&s->rows, toks, h, n);
     }
     s->mtp_committed = s->rows.n;
 }
@@ -248,7 +246,7 @@ static nx_status feed(nx_spec *s, int count, int32_t next, int32_t *first, char 
         /* entry p pairs hidden p with token p+1: the piece's last row waits
          * for the next piece, or for the sampled token */
         int rows = a + T == count ? T - 1 : T;
-        if (s->d && rows > 0) mtp_rows_append(&s->rows, seq + a + 1, s->hbuf, rows, NULL, 0);
+        if (s->d && rows > 0) mtp_rows_append(&s->rows, seq + a + 1, s->hbuf, rows, NULL);
     }
     if (s->d) s->mtp_committed = s->rows.n;
     int n = start + count;
@@ -361,13 +359,9 @@ nx_status nx_spec_draft(nx_spec *s, int k, int32_t *drafts, int *n_drafts, char 
     if ((k = draft_len(s, k)) == 0) return NX_OK;
     double t0 = now_s();
     draft_start(s, k);
-    int V = s->m->cfg.vocab_size;
     /* recursive steps: the head's own output m feeds the next entry (spec §5.4);
      * these entries are provisional and dropped at commit */
-    for (int j = 1; j < k; j++) {
-        mtp_rows_append(&s->rows, &s->drafts[j - 1], s->rows.m, 1, s->rows.logits, 1);
-        s->drafts[j] = mtp_argmax(s->rows.logits, V);
-    }
+    for (int j = 1; j < k; j++) s->drafts[j] = mtp_rows_append_draft(&s->rows, &s->drafts[j - 1], s->rows.m, 1);
     memcpy(drafts, s->drafts, (size_t)k * sizeof *drafts);
     *n_drafts = k;
     draft_done(s, t0);
@@ -589,7 +583,6 @@ static int joins(const nx_spec_batch *b, const nx_spec *s, const nx_drafter *d) 
  * drafting as one chunk, and scores them with one pass over the head. */
 static void draft_rest(nx_spec_batch *b, nx_spec *const *ss, int n) {
     const nx_drafter *d = n ? ss[0]->d : NULL;
-    int V = b->m->cfg.vocab_size;
     for (int j = 1;; j++) {
         mtp_rows *rs[MDL_CHUNK];
         int32_t tok[MDL_CHUNK];
@@ -601,15 +594,15 @@ static void draft_rest(nx_spec_batch *b, nx_spec *const *ss, int n) {
             if (s && s->k <= j) continue;
             more |= s != NULL;
             if (s && !joins(b, s, d)) { /* on its own, as nx_spec_draft does */
-                mtp_rows_append(&s->rows, &s->drafts[j - 1], s->rows.m, 1, s->rows.logits, 1);
-                s->drafts[j] = mtp_argmax(s->rows.logits, V);
+                s->drafts[j] = mtp_rows_append_draft(&s->rows, &s->drafts[j - 1], s->rows.m, 1);
                 continue;
             }
             if (s) rs[c] = &s->rows, tok[c] = s->drafts[j - 1], h[c] = s->rows.m, who[c++] = s;
             if (c && (c == MDL_CHUNK || !s)) {
                 mtp_step_batch(rs, c, tok, h, &b->sc, b->u, b->hidden);
-                mtp_head_rows(d, &b->sc, b->head_work, b->hidden, c, b->logits);
-                for (int k = 0; k < c; k++) who[k]->drafts[j] = mtp_argmax(b->logits + (size_t)k * V, V);
+                int32_t ids[MDL_CHUNK];
+                mtp_head_drafts(d, &b->sc, b->head_work, b->hidden, c, b->logits, ids);
+                for (int k = 0; k < c; k++) who[k]->drafts[j] = ids[k];
                 c = 0;
             }
         }
@@ -620,7 +613,7 @@ static void draft_rest(nx_spec_batch *b, nx_spec *const *ss, int n) {
 /* The first drafts of the next round (d1 = -1 after commit with head_later):
  * every joining session's m scored with one pass over the head. */
 static void score_d1(nx_spec_batch *b, nx_spec *const *ss, int n) {
-    int V = b->m->cfg.vocab_size, c = 0;
+    int c = 0;
     int64_t H = b->m->cfg.hidden_size;
     const nx_drafter *d = NULL;
     nx_spec *who[MDL_CHUNK];
@@ -637,8 +630,9 @@ static void score_d1(nx_spec_batch *b, nx_spec *const *ss, int n) {
             who[c++] = s;
         }
         if (c && (c == MDL_CHUNK || !s)) {
-            mtp_head_rows(d, &b->sc, b->head_work, b->hidden, c, b->logits);
-            for (int k = 0; k < c; k++) who[k]->d1 = mtp_argmax(b->logits + (size_t)k * V, V);
+            int32_t ids[MDL_CHUNK];
+            mtp_head_drafts(d, &b->sc, b->head_work, b->hidden, c, b->logits, ids);
+            for (int k = 0; k < c; k++) who[k]->d1 = ids[k];
             c = 0;
         }
     }

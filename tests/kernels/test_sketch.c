@@ -3,7 +3,8 @@
  * (odd row ranges, the AVX2 int16 bound, zero activations), the sketch and
  * quantizer refuse values that are not finite, and kn_top_k_f32 picks
  * exactly what a sort picks, ties to the lowest index, also on data that
- * fools its sample, and ranks NaNs by their bits. */
+ * fools its sample, and ranks NaNs by their bits; kn_argmax_at_f32 gives
+ * kn_argmax_f32's index for a row that holds -inf beyond its candidates. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +218,44 @@ static void top_k_ranks_nans_by_their_bits(void) {
     free(x), free(work);
 }
 
+/* kn_argmax_at_f32 on candidate sets of every shape (a prefix of indices, a
+ * gap at 0, scattered) whose values mix normal numbers, ties, NaNs and
+ * -inf (all NaN, all -inf, -inf inside the prefix or past the gap) equals
+ * kn_argmax_f32 of the row filled with -inf outside the candidates. */
+static void argmax_at_candidates_equals_the_filled_rows_argmax(void) {
+    enum { N = 300 };
+    float x[N], row[N];
+    int32_t idx[N];
+    nx_test_rng r = {77};
+    int bad = 0, cases = 0;
+    for (int shape = 0; shape < 3; shape++)
+        for (int fill = 0; fill < 7; fill++)
+            for (int k = 1; k < N; k += 37) {
+                for (int i = 0; i < N; i++) x[i] = 1e30f;   /* never read beyond the candidates */
+                int c = 0;   /* candidates, ascending */
+                for (int i = 0; i < N && c < k; i++)
+                    if (shape == 0 || (shape == 1 && i > 0) || (shape == 2 && nx_test_rng_normal(&r, 1.0f) > 0.3f)) idx[c++] = i;
+                for (int j = 0; j < c; j++) {
+                    const float v = nx_test_rng_normal(&r, 1.0f);
+                    switch (fill) {
+                    case 0: x[idx[j]] = v; break;
+                    case 1: x[idx[j]] = v > 0 ? 1.0f : -1.0f; break;             /* ties */
+                    case 2: x[idx[j]] = v > 0.5f ? NAN : v; break;               /* some NaN */
+                    case 3: x[idx[j]] = NAN; break;                              /* all NaN */
+                    case 4: x[idx[j]] = -INFINITY; break;                        /* all -inf */
+                    case 5: x[idx[j]] = v > 0 ? NAN : -INFINITY; break;          /* NaN and -inf */
+                    default: x[idx[j]] = j == c - 1 ? -INFINITY : NAN; break;    /* -inf last */
+                    }
+                }
+                for (int i = 0; i < N; i++) row[i] = -INFINITY;
+                for (int j = 0; j < c; j++) row[idx[j]] = x[idx[j]];
+                if (c >= N) continue;
+                cases++;
+                bad += kn_argmax_at_f32(x, idx, c, N) != kn_argmax_f32(row, N);
+            }
+    CHECKF(bad == 0 && cases > 100, "%d of %d candidate sets: not the filled row's argmax", bad, cases);
+}
+
 static const nx_test tests[] = {
     {"scores_equal_the_definition_in_every_kernel_set",
      "scalar / AVX2 / AVX-512 scores == the definition bit for bit: odd rows and ranges, zero activations, the largest xq * 8320",
@@ -228,6 +267,9 @@ static const nx_test tests[] = {
      top_k_picks_what_a_sort_picks},
     {"top_k_ranks_nans_by_their_bits", "a positive NaN anywhere ranks first, negative NaNs last, a NaN threshold too",
      top_k_ranks_nans_by_their_bits},
+    {"argmax_at_candidates_equals_the_filled_rows_argmax",
+     "candidates as a prefix, past a gap, scattered; ties, NaN, -inf, all NaN, all -inf: kn_argmax_f32 of the -inf-filled row",
+     argmax_at_candidates_equals_the_filled_rows_argmax},
 };
 
 NX_TEST_MAIN(tests)

@@ -361,7 +361,8 @@ static void a_screened_draft_scores_k_rows_of_the_head(void) {
 }
 
 /* Rows scored together through a screen: a row with a NaN is scored over the
- * whole head on its own; the others' logits are what they get alone. */
+ * whole head on its own; the others' logits are what they get alone; and
+ * mtp_head_drafts gives each row's argmax of those logits. */
 static void a_row_the_screen_cannot_rank_goes_over_the_whole_head(void) {
     nx_model *m = nx_test_model(MODEL, 2);
     nx_drafter *d = m ? drafter_with(m, 0, 0, 32) : NULL;
@@ -382,7 +383,14 @@ static void a_row_the_screen_cannot_rank_goes_over_the_whole_head(void) {
         mtp_head_rows(d, &r.sc, r.head_work, x + t * H, 1, alone);
         CHECKF(memcmp(alone, together + (long)t * V, (size_t)V * sizeof *alone) == 0, "row %d differs in company", t);
     }
-    free(x), free(together), free(alone);
+    /* the drafts alone (no -inf rows written): each row's argmax */
+    float *scratch = malloc((size_t)3 * V * sizeof *scratch);
+    int32_t ids[3];
+    mtp_head_drafts(d, &r.sc, r.head_work, x, 3, scratch, ids);
+    for (int t = 0; t < 3; t++)
+        CHECKF(ids[t] == mtp_argmax(together + (long)t * V, V), "row %d: draft %d, the logits' argmax %d", t, ids[t],
+               mtp_argmax(together + (long)t * V, V));
+    free(x), free(together), free(alone), free(scratch);
     mtp_rows_free(&r);
 done:
     nx_drafter_free(d);
@@ -453,7 +461,7 @@ static const nx_test tests[] = {
      "hidden 96 refused",
      a_screened_draft_scores_k_rows_of_the_head},
     {"a_row_the_screen_cannot_rank_goes_over_the_whole_head",
-     "three rows through a screen, one with a NaN: that one over the whole head, the others as alone",
+     "three rows through a screen, one with a NaN: that one over the whole head, the others as alone; drafts = argmaxes",
      a_row_the_screen_cannot_rank_goes_over_the_whole_head},
     {"auto_screens_only_a_head_too_big_for_a_cache",
      "NX_DRAFT_SCREEN_AUTO: k for 64 MiB+ bf16 / q4 heads; none for an 8 MB head or 1000 columns",
