@@ -621,7 +621,8 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * 128 * 127 * 2 < 32767).
  *
  * Schedule: row by row (a wide product, T > KN_QXBLOCK, 2 rows at a time on
- * AVX-512VL except for lanes: quant_qx.inc); per row, up to KN_QXBLOCK
+ * AVX-512VL except for lanes; packed 4-bit lanes 2 at a time at every T:
+ * quant_qx.inc); per row, up to KN_QXBLOCK
  * activation rows share each unpacked block (an int32 group accumulator and
  * an f32 accumulator each), so a verify block of 4 tokens unpacks every
  * weight once.
