@@ -3,9 +3,11 @@
  * Created once (per model) and reused for every kernel call: no thread is
  * created per call. nx_pool_run(pool, fn, ctx, n) calls fn(ctx, i0, i1, tid)
  * on disjoint contiguous ranges that cover [0, n) and returns when all are
- * done. The threads (the caller is thread 0) claim ranges as they go, large
- * ones first, so one thread may be called several times in a job -- one call
- * at a time, so per-thread scratch indexed by tid stays private. The split
+ * done. Each thread (the caller is thread 0) starts on its own contiguous
+ * share and claims it front to back in halving pieces, and one that runs
+ * out takes over the back half of another's, so one thread may be called
+ * several times in a job -- one call at a time, so per-thread scratch
+ * indexed by tid stays private. The split
  * only decides which thread computes which index; kernels compute each index
  * the same way whatever the split, so results do not depend on the thread
  * count or on timing.

@@ -1,6 +1,7 @@
 /* test_pool.c — the persistent thread pool: its default size (one per
- * physical core), ranges that cover [0, n) exactly once, its limits, and a
- * slow thread's share going to the others. */
+ * physical core), ranges that cover [0, n) exactly once, its limits, a
+ * slow thread's share going to the others, and each thread working through
+ * its own contiguous share front to back. */
 #include "test.h"
 
 #include <math.h>
@@ -55,12 +56,14 @@ static void ranges_cover_every_index_once(void) {
                 nx_pool_run(p, mark, &j, n, grain);
                 int ok = 1;
                 for (int64_t i = 0; i < n; i++) ok &= atomic_load(&j.hits[i]) == 1;
-                /* guided claims: each takes about 1 / (2P) of what is left
-                 * (rounded down to a multiple of the grain) or the grain, so
-                 * there are few of them (claim sizes depend only on what is
-                 * left, so the count is the same on every run) */
+                /* a claim takes half of a run, and a steal half of one, so
+                 * a run of u units yields at most log2(u) + 1 claims and
+                 * there are at most P + (steals) runs; with u <= n / grain
+                 * and a steal halving what is left, P (log2 u + 2)^2 bounds
+                 * the calls (one call per unit would be n / grain) */
                 int64_t P = threads < (n + grain - 1) / grain ? threads : (n + grain - 1) / grain;
-                double bound = n == 0 ? 0 : P <= 1 ? 1 : 2.0 * (double)P * (log((double)n / (double)grain + 1) + 1) + 1;
+                double lg = log2((double)n / (double)grain + 1) + 2;
+                double bound = n == 0 ? 0 : P <= 1 ? 1 : (double)P * lg * lg;
                 CHECKF(ok && atomic_load(&j.calls) <= bound, "threads %d n %lld grain %lld: %d calls", threads, (long long)n,
                        (long long)grain, atomic_load(&j.calls));
                 /* only the range that ends at n may be shorter than the grain */
@@ -97,10 +100,54 @@ static void a_slow_thread_leaves_its_share_to_the_others(void) {
     slow_job j = {{0, 0}, 0};
     nx_pool_run(p, slow_worker, &j, 1000, 1);
     long long caller = atomic_load(&j.done_by[0]), worker = atomic_load(&j.done_by[1]);
-    /* a fixed split in halves would give the caller exactly 500; guided
-     * claims leave the sleeping worker its first claim (<= 250) */
+    /* a fixed split in halves would give the caller exactly 500; with
+     * steals the sleeping worker keeps only its first claim (250) */
     CHECKF(atomic_load(&j.worker_started) && worker > 0 && caller + worker == 1000 && caller >= 700,
            "caller %lld, worker %lld", caller, worker);
+    nx_pool_free(p);
+}
+
+/* Each thread's ranges, in the order it was called. */
+typedef struct {
+    atomic_int arrived[2];      /* [c]: threads that have begun their call c */
+    int64_t r[2][64][2];        /* [tid][call] = {i0, i1}                    */
+    int calls[2];
+} order_job;
+
+/* The threads' first two calls run in lockstep: call c waits (up to 5 s)
+ * until the other thread has begun its call c too, so neither gets far
+ * enough ahead to empty its share and steal before the other has claimed
+ * twice from its own. */
+static void record(void *ctx, int64_t i0, int64_t i1, int tid) {
+    order_job *j = ctx;
+    int c = j->calls[tid]++;
+    if (c < 64) j->r[tid][c][0] = i0, j->r[tid][c][1] = i1;
+    if (c < 2) {
+        atomic_fetch_add(&j->arrived[c], 1);
+        for (int w = 0; atomic_load(&j->arrived[c]) < 2 && w < 50000; w++)
+            nanosleep(&(struct timespec){0, 100 * 1000}, NULL);
+    }
+}
+
+static void each_thread_streams_through_its_own_share(void) {
+    char err[256];
+    nx_pool *p = NULL;
+    CHECK(nx_pool_new(2, &p, err, sizeof err) == NX_OK);
+    if (!p) return;
+    for (int rep = 0; rep < 3; rep++) {
+        order_job j = {0};
+        nx_pool_run(p, record, &j, 1000, 4);
+        /* thread 0 starts at 0 and thread 1 at the middle, each with the
+         * front half of its share ([0, 500) and [500, 1000) in units of
+         * 4), and each one's next range starts where its first ended: a
+         * steal only ever takes a run's back half */
+        CHECKF(atomic_load(&j.arrived[1]) == 2, "calls %d / %d", j.calls[0], j.calls[1]);
+        CHECKF(j.r[0][0][0] == 0 && j.r[0][0][1] == 252 && j.r[1][0][0] == 500 && j.r[1][0][1] == 752,
+               "first ranges [%lld, %lld) and [%lld, %lld)", (long long)j.r[0][0][0], (long long)j.r[0][0][1],
+               (long long)j.r[1][0][0], (long long)j.r[1][0][1]);
+        CHECKF(j.r[0][1][0] == j.r[0][0][1] && j.r[1][1][0] == j.r[1][0][1], "second ranges start at %lld and %lld",
+               (long long)j.r[0][1][0], (long long)j.r[1][1][0]);
+    }
     nx_pool_free(p);
 }
 
@@ -111,6 +158,8 @@ static const nx_test tests[] = {
      ranges_cover_every_index_once},
     {"a_slow_thread_leaves_its_share_to_the_others", "2 threads, the worker's first range 50 ms late: the caller does >= 70%",
      a_slow_thread_leaves_its_share_to_the_others},
+    {"each_thread_streams_through_its_own_share", "2 threads, n = 1000, grain 4: first ranges at 0 and 500, second ones where the first ended",
+     each_thread_streams_through_its_own_share},
 };
 
 NX_TEST_MAIN(tests)
