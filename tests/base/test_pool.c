@@ -56,11 +56,11 @@ static void ranges_cover_every_index_once(void) {
                 nx_pool_run(p, mark, &j, n, grain);
                 int ok = 1;
                 for (int64_t i = 0; i < n; i++) ok &= atomic_load(&j.hits[i]) == 1;
-                /* a claim takes half of a run, and a steal half of one, so
-                 * a run of u units yields at most log2(u) + 1 claims and
-                 * there are at most P + (steals) runs; with u <= n / grain
-                 * and a steal halving what is left, P (log2 u + 2)^2 bounds
-                 * the calls (one call per unit would be n / grain) */
+                /* few calls: a claim takes half of a thread's run (a run of
+                 * u units gives at most log2(u) + 1 claims) and a steal half
+                 * of another's, so the calls grow like P log^2(n / grain);
+                 * the bound is generous (oversubscribed threads steal more)
+                 * but fails a rule of one unit a claim (n / grain calls) */
                 int64_t P = threads < (n + grain - 1) / grain ? threads : (n + grain - 1) / grain;
                 double lg = log2((double)n / (double)grain + 1) + 2;
                 double bound = n == 0 ? 0 : P <= 1 ? 1 : (double)P * lg * lg;
@@ -137,10 +137,10 @@ static void each_thread_streams_through_its_own_share(void) {
     for (int rep = 0; rep < 3; rep++) {
         order_job j = {0};
         nx_pool_run(p, record, &j, 1000, 4);
-        /* thread 0 starts at 0 and thread 1 at the middle, each with the
-         * front half of its share ([0, 500) and [500, 1000) in units of
-         * 4), and each one's next range starts where its first ended: a
-         * steal only ever takes a run's back half */
+        /* the shares are [0, 500) and [500, 1000), 125 units of 4 each:
+         * thread 0 starts at 0 and thread 1 at 500, each with the front
+         * 63 units of its share, and each one's next range starts where
+         * its first ended (a steal only ever takes a run's back half) */
         CHECKF(atomic_load(&j.arrived[1]) == 2, "calls %d / %d", j.calls[0], j.calls[1]);
         CHECKF(j.r[0][0][0] == 0 && j.r[0][0][1] == 252 && j.r[1][0][0] == 500 && j.r[1][0][1] == 752,
                "first ranges [%lld, %lld) and [%lld, %lld)", (long long)j.r[0][0][0], (long long)j.r[0][0][1],
