@@ -246,8 +246,9 @@ void nx_pool_run(nx_pool *p, nx_range_fn fn, void *ctx, int64_t n, int64_t grain
     if (n <= 0) return;
     if (grain < 1) grain = 1;
     while ((n - 1) / grain >= (int64_t)UINT32_MAX) grain *= 2;   /* units fit a run's 32-bit halves */
-    int64_t parts = p ? p->n_threads : 1;
-    if (parts > (n + grain - 1) / grain) parts = (n + grain - 1) / grain;
+    const uint64_t units = (uint64_t)((n + grain - 1) / grain);
+    uint64_t parts = p ? (uint64_t)p->n_threads : 1;
+    if (parts > units) parts = units;
     if (parts <= 1) {
         fn(ctx, 0, n, 0);
         return;
@@ -260,10 +261,9 @@ void nx_pool_run(nx_pool *p, nx_range_fn fn, void *ctx, int64_t n, int64_t grain
     p->n = n;
     p->grain = grain;
     /* one run per thread that has a unit of work, the others empty */
-    const uint64_t units = (uint64_t)((n + grain - 1) / grain);
     for (int t = 0; t < p->n_threads; t++) {
-        uint64_t a = t < parts ? units * (uint64_t)t / (uint64_t)parts : 0;
-        uint64_t b = t < parts ? units * (uint64_t)(t + 1) / (uint64_t)parts : 0;
+        const uint64_t u = (uint64_t)t;
+        uint64_t a = u < parts ? units * u / parts : 0, b = u < parts ? units * (u + 1) / parts : 0;
         atomic_store(&p->runs[t].run, run_pack(a, b));
     }
     atomic_store(&p->pending, p->n_threads - 1);
