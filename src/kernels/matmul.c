@@ -795,6 +795,7 @@ typedef struct {
                                 void *scales, void *biases);
     void (*affine_row_f32)(const kn_mat *w, int64_t row, float *out);
     void (*sketch_scores)(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1);
+    int64_t (*top_k_collect)(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey);
     void (*gated_delta_step)(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                              float beta, float *o, int dk, int dv);
     void (*conv_silu)(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
@@ -809,6 +810,7 @@ static const kn_impl kn_impl_scalar = {
     .attn_values_f32 = kn_attn_values_f32_ref, .quantize_x = kn_quantize_x_ref,
     .matmul_qx_rows = kn_matmul_qx_rows_ref, .affine_quantize_row = kn_affine_quantize_row_ref,
     .affine_row_f32 = kn_affine_row_f32_ref, .sketch_scores = kn_sketch_scores_ref,
+    .top_k_collect = kn_top_k_collect_ref,
     .gated_delta_step = kn_gated_delta_step_rows, .conv_silu = kn_conv_silu_ref};
 #if KN_HAVE_X86
 static const kn_impl kn_impl_avx2 = {
@@ -819,6 +821,7 @@ static const kn_impl kn_impl_avx2 = {
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,
+    .top_k_collect = kn_top_k_collect_ref,
     .gated_delta_step = kn_gated_delta_step_rows, .conv_silu = kn_conv_silu_avx2};
 /* The AVX2 set with the int8 product and the sketch scores on vpdpbusd
  * (quant_qx.inc, sketch.c), and the dense row-by-row products, the gated
@@ -831,6 +834,7 @@ static const kn_impl kn_impl_avx512vnni = {
     .attn_values_f32 = kn_attn_values_f32_avx512, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx512vnni,
+    .top_k_collect = kn_top_k_collect_avx512vnni,
     .gated_delta_step = kn_gated_delta_step_avx512, .conv_silu = kn_conv_silu_avx2};
 #endif
 
@@ -971,4 +975,8 @@ void kn_conv_silu(float *out, const float *const rows[], int64_t ld, int T, cons
 
 void kn_sketch_scores(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1) {
     active()->sketch_scores(s, xq, d, sum, y, r0, r1);
+}
+
+int64_t kn_top_k_collect(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey) {
+    return active()->top_k_collect(x, n, thr, cand, ckey);
 }

@@ -287,13 +287,12 @@ static inline float key_score(uint32_t key) {
     return f;
 }
 
-/* Appends i and its key for every x[i] with key >= thr, i in [0, n), to
- * cand / ckey in ascending order; returns how many. Blocks of 16 are tested
- * first with float compares (SSE2, in every x86-64 build; GCC left the plain
- * loop scalar): few blocks hold a score above a threshold meant to keep
- * about 1 in 30. The test passes every key >= thr (and any NaN, on either
- * side: the key test then decides). */
-static int64_t collect_at_least(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey) {
+/* kn_top_k_collect's portable twin. Blocks of 16 are tested first with
+ * float compares (SSE2, in every x86-64 build; GCC left the plain loop
+ * scalar): few blocks hold a score above a threshold meant to keep about 1 in
+ * 30. The test passes every key >= thr (and any NaN, on either side: the key
+ * test then decides). */
+int64_t kn_top_k_collect_ref(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey) {
     int64_t c = 0, i0 = 0;
     const float thr_f = key_score(thr);
     for (; i0 + 16 <= n; i0 += 16) {
@@ -322,6 +321,37 @@ static int64_t collect_at_least(const float *x, int64_t n, uint32_t thr, uint32_
     }
     return c;
 }
+
+#if KN_HAVE_X86
+/* The same on 16-lane vectors: one not-less-than compare a block (true for
+ * a NaN, as above), and in the blocks that pass, the keys, their exact test
+ * and the kept lanes packed in registers (vpcompressd to memory is slow on
+ * Zen 4) and stored whole: c <= i0, so c + 16 <= n and the store stays in
+ * the arrays. */
+KN_VNNI int64_t kn_top_k_collect_avx512vnni(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey) {
+    int64_t c = 0, i0 = 0;
+    const __m512 thr_f = _mm512_set1_ps(key_score(thr));
+    const __m512i thr_k = _mm512_set1_epi32((int)thr), sign = _mm512_set1_epi32(INT32_MIN), ones = _mm512_set1_epi32(-1);
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (; i0 + 16 <= n; i0 += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i0);
+        if (!_mm512_cmp_ps_mask(v, thr_f, _CMP_NLT_UQ)) continue;
+        const __m512i u = _mm512_castps_si512(v);
+        /* score_key: ~u where the sign bit is set, else u with it set */
+        const __mmask16 neg = _mm512_cmplt_epi32_mask(u, _mm512_setzero_si512());
+        const __m512i key = _mm512_mask_xor_epi32(_mm512_or_si512(u, sign), neg, u, ones);
+        const __mmask16 keep = _mm512_cmpge_epu32_mask(key, thr_k);
+        _mm512_storeu_si512(cand + c, _mm512_maskz_compress_epi32(keep, _mm512_add_epi32(iota, _mm512_set1_epi32((int)i0))));
+        _mm512_storeu_si512(ckey + c, _mm512_maskz_compress_epi32(keep, key));
+        c += __builtin_popcount(keep);
+    }
+    for (int64_t i = i0; i < n; i++) {
+        const uint32_t key = score_key(x[i]);
+        if (key >= thr) cand[c] = (uint32_t)i, ckey[c++] = key;
+    }
+    return c;
+}
+#endif
 
 size_t kn_top_k_work_bytes(int64_t n) { return ((size_t)2 * (size_t)n + TOPK_SAMPLE + TOPK_HIST) * sizeof(uint32_t); }
 
@@ -356,7 +386,7 @@ int64_t kn_top_k_f32(const float *x, int64_t n, int64_t k, int32_t *idx, void *w
     int64_t c, ties;
     for (;;) {
         const uint32_t thr = rank >= m ? 0 : kth_largest_key(sample, m, rank, hist, &ties);
-        c = collect_at_least(x, n, thr, cand, ckey);
+        c = kn_top_k_collect(x, n, thr, cand, ckey);
         if (c >= k) break;   /* at rank >= m every key passes: c = n >= k */
         rank = 2 * rank + 16;
     }

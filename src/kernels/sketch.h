@@ -88,6 +88,18 @@ size_t kn_top_k_work_bytes(int64_t n);
  * sample guessed too high. O(n) with one pass over x in the usual case. */
 int64_t kn_top_k_f32(const float *x, int64_t n, int64_t k, int32_t *idx, void *work);
 
+/* kn_top_k_f32's pass over the scores: appends i and its key for every
+ * x[i] whose key is >= thr, i in [0, n), to cand / ckey (each of n
+ * entries) in ascending order of i; returns how many. The key: x's bits as
+ * an unsigned number that orders like the values (sign bit set: all bits
+ * flipped; else the sign bit set), so -0 ranks just below +0 and NaNs by
+ * their bits, above +inf or below -inf. Every twin gives the same arrays. */
+int64_t kn_top_k_collect(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey);
+int64_t kn_top_k_collect_ref(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey);
+#if defined(__x86_64__) || defined(__i386__)
+int64_t kn_top_k_collect_avx512vnni(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey);
+#endif
+
 /* What kn_argmax_f32 (matmul.h: the first index of the largest value, NaNs
  * skipped, 0 if all are NaN) returns for a row of n values that holds x[i]
  * at the k distinct indices idx[0..k) (ascending, k < n, as kn_top_k_f32

@@ -218,6 +218,65 @@ static void top_k_ranks_nans_by_their_bits(void) {
     free(x), free(work);
 }
 
+/* The key kn_top_k_collect documents, computed the plain way. */
+static uint32_t key_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u >> 31 ? ~u : u | 0x80000000u;
+}
+
+/* Every set's collect pass keeps exactly the indices whose key is >= thr,
+ * ascending, with their keys: lengths around the 16-lane blocks, values
+ * with ties, signed zeros, infinities and NaNs of both signs, thresholds
+ * from below everything to above everything (NaN keys included). */
+static void top_k_collect_keeps_the_keys_at_or_above_the_threshold_in_every_set(void) {
+    static const int64_t ns[] = {1, 15, 16, 17, 100, 1000, 4111};
+    static const kn_isa sets[] = {KN_ISA_SCALAR, KN_ISA_AVX2, KN_ISA_AVX512VNNI};
+    const int64_t nmax = 4111;
+    float *x = malloc((size_t)nmax * sizeof *x);
+    uint32_t *cand = malloc((size_t)nmax * sizeof *cand), *ckey = malloc((size_t)nmax * sizeof *ckey);
+    int32_t *want = malloc((size_t)nmax * sizeof *want);
+    nx_test_rng r = {4242};
+    int bad = 0, cases = 0, tried = 0;
+    for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
+        if (kn_select(sets[si]) != sets[si]) continue;   /* the CPU lacks it (noted above) */
+        tried++;
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+            const int64_t n = ns[ni];
+            for (int64_t i = 0; i < n; i++) {
+                const float v = nx_test_rng_normal(&r, 1.0f);
+                const uint32_t neg_nan = 0xffc00000u;
+                switch (i % 11) {
+                case 0: x[i] = 0.0f; break;
+                case 1: x[i] = -0.0f; break;
+                case 2: x[i] = v > 0 ? INFINITY : -INFINITY; break;
+                case 3: x[i] = v > 1.0f ? NAN : v; break;
+                case 4: memcpy(&x[i], &neg_nan, sizeof neg_nan); break;
+                case 5: x[i] = 1.0f; break;   /* ties */
+                default: x[i] = v; break;
+                }
+            }
+            const float thr_values[] = {-INFINITY, -1.0f, -0.0f, 0.0f, 0.5f, 1.0f, 2.5f, INFINITY, NAN};
+            for (size_t ti = 0; ti < sizeof thr_values / sizeof *thr_values + 2; ti++) {
+                const uint32_t thr = ti == sizeof thr_values / sizeof *thr_values ? 0u
+                                     : ti > sizeof thr_values / sizeof *thr_values ? 0xffffffffu
+                                                                                     : key_of(thr_values[ti]);
+                int64_t w = 0;
+                for (int64_t i = 0; i < n; i++)
+                    if (key_of(x[i]) >= thr) want[w++] = (int32_t)i;
+                const int64_t c = kn_top_k_collect(x, n, thr, cand, ckey);
+                int ok = c == w;
+                for (int64_t i = 0; ok && i < c; i++) ok = cand[i] == (uint32_t)want[i] && ckey[i] == key_of(x[want[i]]);
+                bad += !ok;
+                cases++;
+            }
+        }
+    }
+    kn_select(KN_ISA_BEST);
+    CHECKF(bad == 0 && tried >= 1 && cases > 0, "%d of %d collect passes differ from the definition", bad, cases);
+    free(x), free(cand), free(ckey), free(want);
+}
+
 /* kn_argmax_at_f32 on candidate sets of every shape (a prefix of indices, a
  * gap at 0, scattered) whose values mix normal numbers, ties, NaNs and
  * -inf (all NaN, all -inf, -inf inside the prefix or past the gap) equals
@@ -266,6 +325,9 @@ static const nx_test tests[] = {
      top_k_picks_what_a_sort_picks},
     {"top_k_ranks_nans_by_their_bits", "a positive NaN anywhere ranks first, negative NaNs last, a NaN threshold too",
      top_k_ranks_nans_by_their_bits},
+    {"top_k_collect_keeps_the_keys_at_or_above_the_threshold_in_every_set",
+     "scalar / AVX2 / AVX-512 collect: n 1 .. 4111 around blocks of 16, signed zeros, infinities, NaNs, every threshold",
+     top_k_collect_keeps_the_keys_at_or_above_the_threshold_in_every_set},
     {"argmax_at_candidates_equals_the_filled_rows_argmax",
      "candidates as a prefix, past a gap, scattered; ties, NaN, -inf, all NaN, all -inf: kn_argmax_f32 of the -inf-filled row",
      argmax_at_candidates_equals_the_filled_rows_argmax},
