@@ -89,11 +89,12 @@ size_t kn_top_k_work_bytes(int64_t n);
 int64_t kn_top_k_f32(const float *x, int64_t n, int64_t k, int32_t *idx, void *work);
 
 /* kn_top_k_f32's pass over the scores: appends i and its key for every
- * x[i] whose key is >= thr, i in [0, n), to cand / ckey (each of n
- * entries) in ascending order of i; returns how many. The key: x's bits as
- * an unsigned number that orders like the values (sign bit set: all bits
- * flipped; else the sign bit set), so -0 ranks just below +0 and NaNs by
- * their bits, above +inf or below -inf. Every twin gives the same arrays. */
+ * x[i] whose key is >= thr, i in [0, n), to cand / ckey in ascending order
+ * of i; returns how many. Both arrays hold n entries; those past the count
+ * may be overwritten. The key: x's bits as an unsigned number that orders
+ * like the values (sign bit set: all bits flipped; else the sign bit set),
+ * so -0 ranks just below +0 and NaNs by their bits, above +inf or below
+ * -inf. Every twin gives the same count and the same entries. */
 int64_t kn_top_k_collect(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey);
 int64_t kn_top_k_collect_ref(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey);
 #if defined(__x86_64__) || defined(__i386__)
