@@ -72,15 +72,16 @@ struct nx_pool {
 static uint64_t run_pack(uint64_t next, uint64_t end) { return end << 32 | next; }
 static uint64_t run_next(uint64_t run) { return run & 0xffffffffu; }
 static uint64_t run_end(uint64_t run) { return run >> 32; }
+static uint64_t run_left(uint64_t run) { return run_end(run) > run_next(run) ? run_end(run) - run_next(run) : 0; }
 
 /* Claims the front half of thread tid's own run; 0 when it is empty. */
 static int claim_own(nx_pool *p, int tid, int64_t *i0, int64_t *i1) {
     atomic_uint_fast64_t *run = &p->runs[tid].run;
     uint64_t v = atomic_load(run);
     for (;;) {
-        uint64_t next = run_next(v), end = run_end(v);
-        if (next >= end) return 0;
-        uint64_t take = (end - next + 1) / 2;
+        uint64_t next = run_next(v), end = run_end(v), left = run_left(v);
+        if (left == 0) return 0;
+        uint64_t take = (left + 1) / 2;
         if (atomic_compare_exchange_weak(run, &v, run_pack(next + take, end))) {
             *i0 = (int64_t)next * p->grain;
             *i1 = (int64_t)(next + take) * p->grain < p->n ? (int64_t)(next + take) * p->grain : p->n;
@@ -97,13 +98,12 @@ static int steal(nx_pool *p, int tid) {
         uint64_t v = 0, most = 0;
         for (int t = 0; t < p->n_threads; t++) {
             if (t == tid) continue;
-            uint64_t w = atomic_load(&p->runs[t].run);
-            uint64_t left = run_end(w) > run_next(w) ? run_end(w) - run_next(w) : 0;
+            uint64_t w = atomic_load(&p->runs[t].run), left = run_left(w);
             if (left > most) victim = t, v = w, most = left;
         }
         if (victim < 0) return 0;
         /* the victim keeps the front half it is streaming through */
-        uint64_t next = run_next(v), end = run_end(v), cut = end - (end - next + 1) / 2;
+        uint64_t next = run_next(v), end = run_end(v), cut = end - (most + 1) / 2;
         if (atomic_compare_exchange_strong(&p->runs[victim].run, &v, run_pack(next, cut))) {
             /* tid's own run is empty, so no other thread steals from it
              * between its last claim and this store */

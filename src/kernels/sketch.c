@@ -287,6 +287,17 @@ static inline float key_score(uint32_t key) {
     return f;
 }
 
+/* The collect pass one index at a time over [i0, n), after c entries: both
+ * twins' tail (and the portable one's whole pass without SSE2). */
+static int64_t collect_from(const float *x, int64_t i0, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey,
+                            int64_t c) {
+    for (int64_t i = i0; i < n; i++) {
+        const uint32_t key = score_key(x[i]);
+        if (key >= thr) cand[c] = (uint32_t)i, ckey[c++] = key;
+    }
+    return c;
+}
+
 /* kn_top_k_collect's portable twin. Blocks of 16 are tested first with
  * float compares (SSE2, in every x86-64 build; GCC left the plain loop
  * scalar): few blocks hold a score above a threshold meant to keep about 1 in
@@ -315,11 +326,7 @@ int64_t kn_top_k_collect_ref(const float *x, int64_t n, uint32_t thr, uint32_t *
             c += key >= thr;
         }
     }
-    for (int64_t i = i0; i < n; i++) {
-        const uint32_t key = score_key(x[i]);
-        if (key >= thr) cand[c] = (uint32_t)i, ckey[c++] = key;
-    }
-    return c;
+    return collect_from(x, i0, n, thr, cand, ckey, c);
 }
 
 #if KN_HAVE_X86
@@ -345,11 +352,7 @@ KN_VNNI int64_t kn_top_k_collect_avx512vnni(const float *x, int64_t n, uint32_t 
         _mm512_storeu_si512(ckey + c, _mm512_maskz_compress_epi32(keep, key));
         c += __builtin_popcount(keep);
     }
-    for (int64_t i = i0; i < n; i++) {
-        const uint32_t key = score_key(x[i]);
-        if (key >= thr) cand[c] = (uint32_t)i, ckey[c++] = key;
-    }
-    return c;
+    return collect_from(x, i0, n, thr, cand, ckey, c);
 }
 #endif
 
