@@ -1,5 +1,5 @@
-/* act.c — the vector SiLU (see act.h): a scalar twin that is the definition
- * and an AVX2 twin that repeats it lane by lane.
+/* act.c — the vector SiLU and sigmoid gate (see act.h): scalar twins that
+ * are the definition and AVX2 twins that repeat them lane by lane.
  *
  * Why not expf: libm's expf is a call per element, and SiLU runs on every
  * element of the MLP's intermediate rows, the conv channels and the gated
@@ -52,12 +52,21 @@ float kn_exp(float x) {
     return e * scale;
 }
 
+/* v * sigmoid(w) as v / (1 + e^-w): SiLU is x's own gate, attention's
+ * output gate another row's. */
+static float sigmoid_scaled(float v, float w) { return v / (1.0f + kn_exp(0.0f - w)); }
+
 void kn_silu_mul_f32_ref(float *y, const float *x, const float *u, int64_t n) {
     assert(n >= 0 && (n == 0 || (y != NULL && x != NULL)));
     for (int64_t i = 0; i < n; i++) {
-        const float s = x[i] / (1.0f + kn_exp(0.0f - x[i]));
+        const float s = sigmoid_scaled(x[i], x[i]);
         y[i] = u ? s * u[i] : s;
     }
+}
+
+void kn_sigmoid_gate_f32_ref(float *y, const float *g, int64_t n) {
+    assert(n >= 0 && (n == 0 || (y != NULL && g != NULL)));
+    for (int64_t i = 0; i < n; i++) y[i] = g[i] != g[i] ? g[i] : sigmoid_scaled(y[i], g[i]);
 }
 
 /* Softmax's first step on p[i0 .. n): scaled in place; returns the larger of
@@ -117,17 +126,32 @@ KN_AVX2_INLINE __m256 exp8_avx2(__m256 x) {
     return _mm256_blendv_ps(_mm256_mul_ps(e, _mm256_castsi256_ps(bits)), _mm256_set1_ps(INFINITY), over);
 }
 
+/* sigmoid_scaled on 8 lanes. */
+KN_AVX2_INLINE __m256 sigmoid_scaled8_avx2(__m256 v, __m256 w) {
+    return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), exp8_avx2(_mm256_sub_ps(_mm256_setzero_ps(), w))));
+}
+
 KN_AVX2 void kn_silu_mul_f32_avx2(float *y, const float *x, const float *u, int64_t n) {
     assert(n >= 0 && (n == 0 || (y != NULL && x != NULL)));
     const int64_t n8 = n & ~(int64_t)7;
-    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
     for (int64_t i = 0; i < n8; i += 8) {
         const __m256 xv = _mm256_loadu_ps(x + i);
-        __m256 s = _mm256_div_ps(xv, _mm256_add_ps(one, exp8_avx2(_mm256_sub_ps(zero, xv))));
+        __m256 s = sigmoid_scaled8_avx2(xv, xv);
         if (u) s = _mm256_mul_ps(s, _mm256_loadu_ps(u + i));
         _mm256_storeu_ps(y + i, s);
     }
     kn_silu_mul_f32_ref(y + n8, x + n8, u ? u + n8 : NULL, n - n8);
+}
+
+KN_AVX2 void kn_sigmoid_gate_f32_avx2(float *y, const float *g, int64_t n) {
+    assert(n >= 0 && (n == 0 || (y != NULL && g != NULL)));
+    const int64_t n8 = n & ~(int64_t)7;
+    for (int64_t i = 0; i < n8; i += 8) {
+        const __m256 gv = _mm256_loadu_ps(g + i);
+        const __m256 s = sigmoid_scaled8_avx2(_mm256_loadu_ps(y + i), gv);
+        _mm256_storeu_ps(y + i, _mm256_blendv_ps(s, gv, _mm256_cmp_ps(gv, gv, _CMP_UNORD_Q)));
+    }
+    kn_sigmoid_gate_f32_ref(y + n8, g + n8, n - n8);
 }
 
 /* The scalar twin's steps on 8 lanes: the max is exact in any order; the

@@ -242,7 +242,7 @@ static void attention_rows(void *ctx, int64_t i0, int64_t i1, int tid) {
                 for (int h = 0; h < group; h++) {
                     const float *gate = q + t * qstride + (int64_t)h * ldq + hd;
                     float *oh = o + (int64_t)t * Nh * hd + (int64_t)h * hd;
-                    for (int d = 0; d < hd; d++) oh[d] *= kn_sigmoid(gate[d]);
+                    kn_sigmoid_gate_f32(oh, gate, hd);
                 }
     }
 }

@@ -1,6 +1,7 @@
-/* test_act.c — the vector SiLU and softmax (kernels/act.h): the twins agree
- * bit for bit, kn_exp stays within a few ulp of e^x, SiLU within a few ulp of
- * x / (1 + e^-x) computed in double, softmax close to softmax in double. */
+/* test_act.c — the vector SiLU, sigmoid gate and softmax (kernels/act.h): the
+ * twins agree bit for bit, kn_exp stays within a few ulp of e^x, SiLU and the
+ * gate within a few ulp of x / (1 + e^-x) and y / (1 + e^-g) computed in
+ * double, softmax close to softmax in double. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -87,6 +88,43 @@ static void test_exp_and_silu_are_within_a_few_ulp(void) {
     free(x), free(y);
 }
 
+/* The gate's twins on every tail length (in place, as attention uses it):
+ * the same bits; each value within a few ulp of y / (1 + e^-g) in double;
+ * a NaN gate gives NaN, g = -inf gives a zero of y's sign, g = +inf gives y. */
+static void test_sigmoid_gate_twins_agree_and_follow_the_sigmoid(void) {
+    int64_t n;
+    float *g = make_inputs(&n), *y0 = malloc((size_t)n * sizeof *y0);
+    float *ys = malloc((size_t)n * sizeof *ys), *yr = malloc((size_t)n * sizeof *yr);
+    nx_test_rng r = {0x6A7E5ULL};
+    for (int64_t i = 0; i < n; i++) y0[i] = nx_test_rng_normal(&r, 2.0f);
+    if (!kn_init(0)) fprintf(stderr, "  note: no AVX2 here; the twins are compared scalar with scalar\n");
+    for (int64_t len = n; len > 0; len = len > 40 ? len / 3 : len - 1) {   /* many tails */
+        memcpy(ys, y0, (size_t)len * sizeof *ys);
+        memcpy(yr, y0, (size_t)len * sizeof *yr);
+        kn_sigmoid_gate_f32(ys, g, len);
+        kn_sigmoid_gate_f32_ref(yr, g, len);
+        CHECKF(memcmp(ys, yr, (size_t)len * sizeof *ys) == 0, "%s len=%lld: the twins differ", kn_impl_name(),
+               (long long)len);
+    }
+    kn_init(0);
+    double worst = 0;
+    int special = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double gi = g[i], want = y0[i] / (1.0 + exp(-gi));   /* the exact gate, rounded once */
+        if (isnan(gi)) special += !isnan(yr[i]);
+        else if (gi == -INFINITY || gi < -104.0) special += yr[i] != 0.0f || signbit(yr[i]) != signbit(y0[i]);
+        else if (gi == INFINITY) special += yr[i] != y0[i];
+        else if (fabs(want) >= FLT_MIN && gi > -87.0) {   /* below -87 kn_exp stays at e^87: y e^-87 */
+            const double e = ulps(yr[i], want);
+            worst = e > worst ? e : worst;
+        }
+    }
+    CHECKF(special == 0, "%d NaN, infinite or underflowing gates give the wrong value", special);
+    CHECKF(worst <= 4.0, "gate: %.2f ulp at worst", worst);
+    printf("  gate %.2f ulp at worst\n", worst);
+    free(g), free(y0), free(ys), free(yr);
+}
+
 /* Softmax against softmax in double: each p and the sum of the row. */
 #define SOFTMAX_TOL 1e-6
 
@@ -141,6 +179,10 @@ static const nx_test tests[] = {
      test_silu_twins_agree_bit_for_bit_at_every_length},
     {"exp_and_silu_are_within_a_few_ulp", "kn_exp <= 2 ulp on [-87, 88], +inf above; silu <= 4 ulp, -0 below -88; NaN stays NaN",
      test_exp_and_silu_are_within_a_few_ulp},
+    {"sigmoid_gate_twins_agree_and_follow_the_sigmoid",
+     "kn_sigmoid_gate_f32 (AVX2) == the scalar twin in place at every tail length; <= 4 ulp of y / (1 + e^-g) in double; "
+     "NaN gate -> NaN, -inf -> signed 0, +inf -> y",
+     test_sigmoid_gate_twins_agree_and_follow_the_sigmoid},
     {"softmax_twins_agree_and_follow_softmax",
      "kn_softmax_f32 == its scalar twin at lengths 1-40, 255, 699, 1023; within 1e-6 of softmax in double; NaN or +inf "
      "anywhere -> NaN row, -inf -> ~0",
