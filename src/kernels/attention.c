@@ -14,26 +14,36 @@
  * in L2 while every row of the block passes over them. */
 #define KN_ATTN_VRUN 64
 
-/* Positions per call of the score pass, and how far ahead of a call a block
- * of several tokens prefetches K rows. A run's K rows (12 KB) stay in L1
+/* Positions per call of the score pass. A run's K rows (12 KB) stay in L1
  * while the block's tokens pass over them, in tiles of rows (kn_matmul_rows:
  * one tile group a run; one token's step goes row by row,
- * kn_matmul_rows_stream). The K rows are read in
- * order, each head's rows one run of memory (model.h's mdl_kv): for one
- * token the hardware prefetcher keeps up with the score pass, and asking
- * for rows ahead in software made bench-attention 1.3x slower (660 and 3000
- * positions, 8 alternating pairs each); a block's tiles spend more time on
- * each row, and there the software prefetch pays (without it: T = 3 1.11x
- * slower). The values' first run is fetched along with the K rows. */
+ * kn_matmul_rows_stream). The K rows are read in order, each head's rows one
+ * run of memory (model.h's mdl_kv): for one token the hardware prefetcher
+ * keeps up with the score pass (asking for rows ahead in software made
+ * bench-attention 1.3x slower, 660 and 3000 positions).
+ *
+ * A block of several tokens spends more time on each row, and there the
+ * rows come from DRAM at a fraction of the bandwidth: on this 2-core VM one
+ * thread streams 30-47 GB/s with plain loads but 14-16 GB/s when every
+ * loaded vector feeds FMAs and L1 loads, and software prefetch a few dozen
+ * rows ahead does not change that. So a block first reads KN_ATTN_TOUCH rows
+ * of K, and each run of V, one load a cache line (independent loads: many
+ * lines in flight), then computes on them from cache. In the pipeline the
+ * attention jobs of MTP rounds took 0.79-0.84x the time of prefetching rows
+ * ahead (q4 and q8, 512-token prompts, 6 runs of alternating blocks of
+ * rounds); one token's step, touched first, ran 0.93-1.02x (left as it is). */
 #define KN_ATTN_KRUN KN_TILE_GROUP
-#define KN_ATTN_KAHEAD 32
+#define KN_ATTN_TOUCH 64
+_Static_assert(KN_ATTN_TOUCH >= KN_ATTN_KRUN, "a touch covers at least the run it is made for");
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Asks for the rows [t0, t1) of a cache (hd floats each) to be fetched. */
-static void prefetch_rows(const float *c, int64_t kv_stride, int64_t t0, int64_t t1, int hd) {
+/* Reads one float of every cache line of the rows [t0, t1) of a cache (hd
+ * floats each): a hint with no effect on any result (volatile, so that the
+ * compiler keeps the loads). */
+static void touch_rows(const float *c, int64_t kv_stride, int64_t t0, int64_t t1, int64_t hd) {
     for (int64_t t = t0; t < t1; t++)
-        for (int64_t b = 0; b < hd; b += 16) __builtin_prefetch(c + t * kv_stride + b);
+        for (int64_t i = 0; i < hd; i += 16) (void)*(const volatile float *)(c + t * kv_stride + i);
 }
 
 void kn_attention(const kn_attn_block *b, float *scores) {
@@ -45,12 +55,14 @@ void kn_attention(const kn_attn_block *b, float *scores) {
      * the whole block (kn_matmul_rows and kn_matmul_rows_stream sum each
      * product exactly as kn_dot_f32 does, whatever rows a call covers) */
     const kn_mat kh = {.data = b->k, .dtype = NX_DT_F32, .rows = n_all, .cols = b->hd, .ld = b->kv_stride};
-    const int ahead = b->T > 1;
-    if (ahead) prefetch_rows(b->k, b->kv_stride, 0, min64(n_all, KN_ATTN_KAHEAD), b->hd);
+    int64_t touched = 0;   /* K rows [0, touched) read ahead (a block of several tokens) */
     for (int64_t t0 = 0; t0 < n_all; t0 += KN_ATTN_KRUN) {
-        const int64_t t1 = min64(t0 + KN_ATTN_KRUN, n_all), a = t0 + KN_ATTN_KAHEAD;
-        if (ahead && a < n_all) prefetch_rows(b->k, b->kv_stride, a, min64(a + KN_ATTN_KRUN, n_all), b->hd);
-        if (ahead && t0 < KN_ATTN_VRUN) prefetch_rows(b->v, b->kv_stride, t0, min64(t1, KN_ATTN_VRUN), b->hd);
+        const int64_t t1 = min64(t0 + KN_ATTN_KRUN, n_all);
+        if (b->T > 1 && touched < t1) {
+            const int64_t e = min64(touched + KN_ATTN_TOUCH, n_all);
+            touch_rows(b->k, b->kv_stride, touched, e, b->hd);
+            touched = e;
+        }
         for (int j = 0; j < b->T; j++) {
             const int64_t e = min64(t1, b->n0 + j + 1);
             if (e <= t0) continue;
@@ -86,7 +98,8 @@ void kn_attn_values_f32_ref(float *out, int64_t ldo, int64_t ldo_t, const float 
 /* Columns in blocks of 16 (two vectors) for up to 4 heads at a time: the 8
  * sums stay in registers while the positions [t0, t1) of a run pass, and
  * each v_t block is loaded once for the heads; between runs the sums wait in
- * out (exact: they are f32 either way). While below pf_end, each step also
+ * out (exact: they are f32 either way). While below pf_end (a one-token
+ * step; a block reads each run first, see KN_ATTN_TOUCH), each step also
  * prefetches its block (one cache line) of the row KN_ATTN_VRUN ahead: the
  * next run's, spread one line a step over the whole pass. (Asking for all of
  * a row's lines at once in the first block's pass, 1024 requests in a few
@@ -151,12 +164,13 @@ KN_VNNI_INLINE void values_heads_avx512(float *out, int64_t ldo, const float *p,
         const int64_t n_all = n0 + T;                                                                               \
         for (int64_t t0 = 0; t0 < n_all; t0 += KN_ATTN_VRUN) {                                                      \
             const int64_t t1 = min64(t0 + KN_ATTN_VRUN, n_all);                                                     \
+            if (T > 1) touch_rows(v, kv_stride, t0, t1, hd);   /* a block's run read first (above) */              \
             for (int j = 0; j < T; j++) {                                                                           \
                 const int64_t e = min64(t1, n0 + j + 1);                                                            \
                 if (e <= t0) continue;                                                                              \
                 const float *pj = p + (int64_t)j * G * ldp;                                                         \
                 float *oj = out + j * ldo_t;                                                                        \
-                int64_t pf = j == 0 ? n_all : 0; /* token 0's first heads fetch the next run */                     \
+                int64_t pf = T == 1 ? n_all : 0; /* a step's first heads fetch the next run */                     \
                 int h = 0;                                                                                          \
                 for (; h + 4 <= G; h += 4, pf = 0) HEADS(oj + h * ldo, ldo, pj + h * ldp, ldp, 4, v, kv_stride, t0, e, hd, pf); \
                 switch (G - h) {                                                                                    \
