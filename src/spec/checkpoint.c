@@ -172,7 +172,8 @@ static nx_status restore(nx_spec *s, const unsigned char *blob, size_t len, cons
                        (unsigned long long)h.drafter_id, (unsigned long long)want.drafter_id);
     if (h.n_layers != want.n_layers || h.n_kv_heads != want.n_kv_heads || h.head_dim != want.head_dim || h.conv_floats != want.conv_floats || h.rec_floats != want.rec_floats ||
         h.hidden != want.hidden || h.vocab != want.vocab || h.n < 1 || h.n >= CKPT_MAX_TOKENS || h.rows < 0 || h.n_defer < 0 || h.n_defer > SPEC_MAX_DEFER ||
-        (s->d && h.rows + h.n_defer > h.n) || h.rows > h.n || h.d1 < 0 || h.d1 >= want.vocab)
+        (s->d && h.rows + h.n_defer > h.n) || (!s->d && (h.rows != 0 || h.n_defer != 0)) || h.rows > h.n || h.d1 < 0 ||
+        h.d1 >= want.vocab)
         return nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint's sizes do not fit this model", name);
     if (h.n + 1 + s->k_max + 1 > s->max_ctx)
         return nx_fail(err, errlen, NX_ERANGE, "%s: the checkpoint holds %d tokens; the session's context of %d is too small", name,
@@ -191,7 +192,11 @@ static nx_status restore(nx_spec *s, const unsigned char *blob, size_t len, cons
     int ok = total == h.payload_bytes;
     for (size_t i = 0, at = sizeof h; ok && i < (size_t)np; at += part_bytes(&parts[i]), i++)
         part_load(&parts[i], blob + at);
+    /* the checksum guards against damage, not forgery: every token the
+     * session will look up (the sequence, and the deferred entries the head
+     * reads embedding rows for) must be a row of this vocabulary */
     for (int i = 0; ok && i <= h.n; i++) ok = s->hist[i] >= 0 && s->hist[i] < want.vocab;
+    for (int i = 0; ok && i < s->n_defer; i++) ok = s->defer_tok[i] >= 0 && s->defer_tok[i] < want.vocab;
     if (!ok) {
         /* back to FRESH: nothing of the bad blob may be used */
         nx_state_reset(s->target);

@@ -7,6 +7,8 @@
 #include "nextn.h"
 #include "spec/spec.h"
 
+#include <xxhash.h>
+
 #define COPY NX_TEST_DATA "/golden/torchref-mini-copy-s0.05/hf"
 
 static nx_spec *session_ctx(nx_model *m, nx_drafter *d, int K, int ctx) {
@@ -135,6 +137,89 @@ out:
     nx_model_free(m), nx_model_free(other);
 }
 
+/* Where ckpt_header (src/spec/checkpoint.c) keeps the fields a forger edits. */
+enum { CKPT_AT_N_DEFER = 40, CKPT_AT_HIDDEN = 68, CKPT_AT_VOCAB = 72, CKPT_AT_HASH = 88, CKPT_HEADER = 96 };
+
+/* Writes bytes[0..n) to path with the checksum made to match its payload. */
+static void write_forged(const char *path, unsigned char *bytes, size_t n) {
+    uint64_t h = XXH64(bytes + CKPT_HEADER, n - CKPT_HEADER, 0);
+    memcpy(bytes + CKPT_AT_HASH, &h, 8);
+    nx_test_write_file(path, bytes, n);
+}
+
+/* The checksum catches damage, not forgery: a file edited with its checksum
+ * recomputed must still be refused wherever the session would index with
+ * it. Found by fuzzing nx_spec_load: a deferred draft token outside the
+ * vocabulary passed the load and later read an embedding row past the
+ * mapped file (an assert in a debug build). */
+static void forged_checkpoints_with_valid_checksums_are_refused(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) goto out;
+    char err[512], dir[1024], path[1200], bad[1200];
+    snprintf(dir, sizeof dir, "%s", nx_test_tmpdir("ckpt-forged"));
+    snprintf(path, sizeof path, "%s/s.ckpt", dir);
+    snprintf(bad, sizeof bad, "%s/bad.ckpt", dir);
+    int32_t out[64], first;
+    /* rounds that may emit one token only are plain; with a head they
+     * leave deferred (token, hidden) entries */
+    nx_spec *s = session(m, d, 2);
+    CHECK(nx_spec_prefill(s, prompt, 6, &out[0], err, sizeof err) == NX_OK);
+    for (int i = 1, got; i < 10; i++) CHECK(nx_spec_step(s, 1, &out[i], &got, err, sizeof err) == NX_OK && got == 1);
+    CHECK(s->n_defer > 0);
+    CHECK(nx_spec_save(s, path, err, sizeof err) == NX_OK);
+    nx_spec_free(s);
+    size_t n;
+    unsigned char *bytes = nx_test_read_file(path, &n);
+    CHECK(bytes && n > CKPT_HEADER);
+    if (bytes) {
+        int32_t n_defer, hidden, vocab;
+        memcpy(&n_defer, bytes + CKPT_AT_N_DEFER, 4), memcpy(&hidden, bytes + CKPT_AT_HIDDEN, 4);
+        memcpy(&vocab, bytes + CKPT_AT_VOCAB, 4);
+        CHECK(n_defer > 0 && (size_t)n_defer * (4 + 4 * (size_t)hidden) < n - CKPT_HEADER);
+        /* the deferred tokens sit just before the deferred hiddens, at the end */
+        const size_t at = n - (size_t)n_defer * (4 + 4 * (size_t)hidden);
+        const int32_t forged[2] = {vocab, -1};
+        for (int i = 0; i < 2; i++) {
+            unsigned char *copy = malloc(n);
+            memcpy(copy, bytes, n);
+            memcpy(copy + at, &forged[i], 4);
+            write_forged(bad, copy, n);
+            free(copy);
+            s = session(m, d, 2);
+            CHECKF(nx_spec_load(s, bad, err, sizeof err) == NX_EFORMAT && strstr(err, "do not fit"),
+                   "deferred token %d: %s", forged[i], err);
+            CHECK(nx_spec_prefill(s, prompt, 6, &first, err, sizeof err) == NX_OK && first == out[0]);
+            nx_spec_free(s);
+        }
+        /* the unedited bytes, checksum recomputed, still load */
+        write_forged(bad, bytes, n);
+        s = session(m, d, 2);
+        CHECKF(nx_spec_load(s, bad, err, sizeof err) == NX_OK, "%s", err);
+        nx_spec_free(s);
+    }
+    free(bytes);
+    /* a session without a head has no deferred entries to restore */
+    s = session(m, NULL, 0);
+    CHECK(nx_spec_prefill(s, prompt, 6, &out[0], err, sizeof err) == NX_OK);
+    run_to(s, out, 1, 10);
+    CHECK(nx_spec_save(s, path, err, sizeof err) == NX_OK);
+    nx_spec_free(s);
+    bytes = nx_test_read_file(path, &n);
+    CHECK(bytes && n > CKPT_HEADER);
+    if (bytes) {
+        const int32_t one = 1;
+        memcpy(bytes + CKPT_AT_N_DEFER, &one, 4);
+        write_forged(bad, bytes, n);
+        s = session(m, NULL, 0);
+        CHECKF(nx_spec_load(s, bad, err, sizeof err) == NX_EFORMAT, "%s", err);
+        nx_spec_free(s);
+    }
+    free(bytes);
+out:
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
 
 /* A prompt read in pieces with nx_spec_absorb, snapshotted in memory at a
  * piece boundary and restored elsewhere, continues exactly like the prompt
@@ -260,6 +345,9 @@ static const nx_test tests[] = {
      checkpoints_move_between_contexts},
     {"restored_session_continues_exactly", "save after 20 tokens, restore, add a turn, go on: equals the uninterrupted run",
      restored_session_continues_exactly},
+    {"forged_checkpoints_with_valid_checksums_are_refused",
+     "a file edited and its checksum recomputed: deferred tokens outside the vocabulary, entries without a head",
+     forged_checkpoints_with_valid_checksums_are_refused},
     {"foreign_and_damaged_checkpoints_are_refused", "another model or drafter, damaged or truncated files, used sessions: refused",
      foreign_and_damaged_checkpoints_are_refused},
     {"absorbed_pieces_and_memory_snapshots_continue_exactly",
