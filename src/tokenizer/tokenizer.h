@@ -173,7 +173,7 @@ typedef struct {
     size_t cap_bslot;
     char *map;                     /* a piece in byte-level form (ignore_merges)    */
     size_t cap_map;
-    int32_t *nfc;                  /* utf8proc's UTF-32 buffer, re-encoded in place */
+    int32_t *nfc;                  /* NFC's UTF-32 buffer, re-encoded in place      */
     size_t cap_nfc;
     pcre2_match_data *md;
     nx_special_mode mode;

@@ -895,6 +895,76 @@ static void test_nfc_shortcut_agrees_with_utf8proc(void) {
     for (size_t i = 0; i < sizeof unstable / sizeof unstable[0]; i++) CHECK(!nx_tok_nfc_stable(unstable[i]));
 }
 
+/* A Split step whose pattern is {"String": ...} splits at that text as it
+ * is, regex characters included (HF's SplitPattern::String). Found by
+ * fuzzing the loader: PCRE2 refused its options (UCP beside LITERAL), so
+ * every String pattern failed to load as an "invalid regular expression". */
+static void test_split_string_patterns_match_their_text(void) {
+    json_t *root = set_path(synthetic_json(), "pre_tokenizer",
+                            "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
+                            "{\"String\": \".\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\", "
+                            "\"add_prefix_space\": false, \"use_regex\": false}]}");
+    nx_tokenizer *t = load_or_report(write_dir("tok-string", root, NULL));
+    json_decref(root);
+    if (t) {
+        EXPECT(t, "ab.c", NX_SPECIAL_PARSE, 256, '.', 'c');   /* as a regex, "." would split every byte */
+        EXPECT(t, "abc", NX_SPECIAL_PARSE, 257);
+    }
+    nx_tokenizer_free(t);
+}
+
+/* NFC sorts each run of combining marks by class. Against utf8proc's own NFC
+ * on random mixes of starters, composable letters, singletons and marks of
+ * several classes, and on a run of 200,000 marks: utf8proc orders marks by a
+ * gnome sort, quadratic in the run (64 KB of marks took it 2.5 s, 256 KB 75
+ * s; found by fuzzing), so nextn sorts the runs itself, in linear time (the
+ * limit is the 1 MB test's: a guard against the quadratic sort, not a speed
+ * target). */
+static void test_nfc_orders_marks_like_utf8proc_on_any_run(void) {
+    static const uint32_t pool[] = {'a', 'e', 'o', 'A', ' ', 0x00E9, 0x212B, 0x0340, 0x1100, 0x1161, 0x11A8, 0xAC00,
+                                    0x0301, 0x0316, 0x0327, 0x0345, 0x05B0, 0x0B47, 0x0B3E, 0x3099, 0x304B, 0x0308};
+    char err[256];
+    nx_tok_work w = {.err = err, .errlen = sizeof err};
+    nx_test_rng rng = {0x5eed};
+    int bad = 0;
+    for (int iter = 0; iter < 20000; iter++) {
+        utf8proc_uint8_t s[41 * 4 + 1];
+        size_t k = 0;
+        for (int n = 1 + (int)(nx_test_rng_next(&rng) % 40); n > 0; n--)
+            k += (size_t)utf8proc_encode_char((utf8proc_int32_t)pool[nx_test_rng_next(&rng) % (sizeof pool / sizeof *pool)],
+                                              s + k);
+        s[k] = 0;
+        const char *out;
+        size_t out_n;
+        utf8proc_uint8_t *want = utf8proc_NFC(s);
+        int ok = nx_tok_nfc(&w, (const char *)s, k, &out, &out_n) == NX_OK && want &&
+                 out_n == strlen((const char *)want) && memcmp(out, want, out_n) == 0;
+        if (!ok && bad++ < 3) fprintf(stderr, "  string %d (%zu bytes): NFC differs from utf8proc's\n", iter, k);
+        free(want);   /* utf8proc allocates with malloc */
+    }
+    CHECKF(bad == 0, "%d of 20000 strings", bad);
+    /* "a" then 100,000 x (U+0301 class 230, U+0316 class 220): the U+0316 move
+     * first, and "a" takes the first U+0301 (U+00E1); the others stay */
+    enum { PAIRS = 100000 };
+    char *text = malloc(1 + 4 * PAIRS);
+    size_t n = 0;
+    text[n++] = 'a';
+    for (int i = 0; i < PAIRS; i++) memcpy(text + n, "\xCC\x81\xCC\x96", 4), n += 4;
+    const char *out = NULL;
+    size_t out_n = 0;
+    double t0 = now_s();
+    CHECKF(nx_tok_nfc(&w, text, n, &out, &out_n) == NX_OK, "%s", err);
+    const double dt = now_s() - t0;
+    printf("     NFC of \"a\" and %d marks: %.1f ms\n", 2 * PAIRS, dt * 1e3);
+    CHECKF(dt < 1.0 * SLOWDOWN, "%.1f s: not linear in the run (the gnome sort takes minutes)", dt);
+    int ordered = out && out_n == n - 1 && memcmp(out, "\xC3\xA1", 2) == 0;   /* "a" + U+0301: one byte less */
+    for (int i = 0; ordered && i < PAIRS; i++) ordered = memcmp(out + 2 + 2 * i, "\xCC\x96", 2) == 0;
+    for (int i = 0; ordered && i < PAIRS - 1; i++) ordered = memcmp(out + 2 + 2 * PAIRS + 2 * i, "\xCC\x81", 2) == 0;
+    CHECK(ordered);
+    free(text);
+    nx_tok_work_free(&w);
+}
+
 static const nx_test tests[] = {
     {"parse_mode_matches_hf_on_every_line", "qwen3-special.jsonl: ids, decode, decode skipping specials",
      test_parse_mode_matches_hf_on_every_line},
@@ -932,6 +1002,10 @@ static const nx_test tests[] = {
      test_one_tokenizer_serves_several_threads},
     {"nfc_shortcut_agrees_with_utf8proc", "every code point the NFC fast path trusts is NFC-stable",
      test_nfc_shortcut_agrees_with_utf8proc},
+    {"split_string_patterns_match_their_text", "Split {\"String\": \".\"}: loads, splits at the text, not the regex",
+     test_split_string_patterns_match_their_text},
+    {"nfc_orders_marks_like_utf8proc_on_any_run", "20000 random mark mixes as utf8proc's NFC; 200,000 marks in order",
+     test_nfc_orders_marks_like_utf8proc_on_any_run},
     {"merge_loops_agree", "heap and rank buckets equal the lowest-rank-leftmost scan",
      test_merge_loops_agree},
 };
