@@ -164,10 +164,13 @@ static int parse_body(const json_t *root, oai_request *r, char *err, size_t errl
     for (size_t i = 0; i < sizeof real_fields / sizeof *real_fields; i++) {
         if (!(v = field(root, real_fields[i].key))) continue;
         if (!json_is_number(v)) return fail(err, errlen, "%s must be a number", real_fields[i].key);
-        double x = json_number_value(v);
-        if (x < real_fields[i].lo || x > real_fields[i].hi || (real_fields[i].lo_open && x == real_fields[i].lo))
+        /* the range holds for the value the sampler gets: a float, so that
+         * top_p 1e-50 (0 once rounded) is refused like top_p 0 */
+        const double x = json_number_value(v);
+        const float f = (float)x;
+        if (x < real_fields[i].lo || x > real_fields[i].hi || (real_fields[i].lo_open && f <= real_fields[i].lo))
             return fail(err, errlen, "%s must be %s", real_fields[i].key, real_fields[i].range);
-        *(float *)((char *)&r->sampling + real_fields[i].offset) = (float)x;
+        *(float *)((char *)&r->sampling + real_fields[i].offset) = f;
     }
     if ((got = get_int(root, "top_k", -1, "a non-negative integer (or -1 for no limit)", &n, err, errlen)) < 0)
         return -1;

@@ -110,7 +110,7 @@ typedef struct {
     int index;                /* 0, 1, 2, ... in the order the calls were made */
     char *id;                 /* "call_" + 24 alphanumerics */
     char *name;
-    char *arguments;          /* a JSON object, serialized */
+    char *arguments;          /* a JSON object, serialized; a string the model gave instead, as it was */
 } oai_tool_call;
 
 /* What one push or finish produced. Every pointer is owned by the assembler

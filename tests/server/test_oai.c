@@ -145,6 +145,8 @@ static void invalid_requests_get_400_naming_the_field(void) {
         {0, "{\"prompt\":\"x\",\"temperature\":3}", "temperature must be between 0 and 2"},
         {0, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "temperature must be a number"},
         {0, "{\"prompt\":\"x\",\"top_p\":0}", "top_p"},
+        {0, "{\"prompt\":\"x\",\"top_p\":1e-50}", "top_p"},   /* 0 as a float (found by fuzzing) */
+        {0, "{\"prompt\":\"x\",\"repetition_penalty\":1e-46}", "repetition_penalty"},
         {0, "{\"prompt\":\"x\",\"top_p\":1.01}", "top_p"},
         {0, "{\"prompt\":\"x\",\"top_k\":-2}", "top_k"},
         {0, "{\"prompt\":\"x\",\"min_p\":1.5}", "min_p"},
