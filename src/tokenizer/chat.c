@@ -25,7 +25,8 @@ struct nx_chat_template {
 
 /* ---- Known templates -------------------------------------------------------
  * The canonical form keeps the text of every tag ({{ }}, {% %}, {# #}) except
- * whitespace outside string literals, and drops whitespace between tags only
+ * whitespace outside string literals (a run of it between two word
+ * characters stays, as one space), and drops whitespace between tags only
  * where Jinja drops it too: before a tag that opens with '-' ("{%-", "{{-"),
  * and the newlines that may end the file (trim_blocks / the final newline).
  * Every tag of the known templates opens with '-', so re-indenting, CRLF line
@@ -43,10 +44,10 @@ typedef struct {
 static const chat_known k_known[] = {
     /* tests/data/chat/Qwen-Qwen3-0.6B.jinja: the generation prompt adds nothing unless
      * enable_thinking is false, so the model thinks by default. */
-    {"qwen3", 0xaba2baeb1df45488ULL, 2950, 1, chat_render_qwen3},
+    {"qwen3", 0xb0ecc192d1c41426ULL, 3019, 1, chat_render_qwen3},
     /* tests/data/chat/Qwen3.5-4B.jinja: the generation prompt opens "<think>\n" unless
      * enable_thinking is false. */
-    {"qwen3.5", 0x49a758dac9bc084cULL, 5490, 1, chat_render_qwen35},
+    {"qwen3.5", 0xf1bebfacdbe2f2e4ULL, 5640, 1, chat_render_qwen35},
 };
 
 typedef struct {
@@ -61,6 +62,8 @@ static void ch_put(canon_hash *c, char ch) {
 }
 
 static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+static int is_word(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
 
 static canon_hash canonical_hash(const char *t, size_t n) {
     canon_hash c = {0xcbf29ce484222325ULL, 0};   /* FNV-1a 64 offset basis */
@@ -98,7 +101,8 @@ static canon_hash canonical_hash(const char *t, size_t n) {
         ch_put(&c, t[i]);
         ch_put(&c, t[i + 1]);
         i += 2;
-        char quote = 0;
+        char quote = 0, last = 0;   /* last: the last character kept */
+        int gap = 0;                /* whitespace since then */
         while (i < n) {
             char ch = t[i];
             if (quote) {
@@ -115,7 +119,15 @@ static canon_hash canonical_hash(const char *t, size_t n) {
                 break;
             }
             if (!comment && (ch == '\'' || ch == '"')) quote = ch;
-            if (!is_ws(ch)) ch_put(&c, ch);
+            if (is_ws(ch)) {
+                gap = 1;
+            } else {
+                /* a space between two words is kept as one: "not loop" and
+                 * "notloop" are different templates */
+                if (gap && is_word(last) && is_word(ch)) ch_put(&c, ' ');
+                ch_put(&c, ch);
+                last = ch, gap = 0;
+            }
             i++;
         }
     }
