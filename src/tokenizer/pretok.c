@@ -157,9 +157,13 @@ static int nfc_reserve(nx_tok_work *w, size_t n) {
 
 static int ccc_of(int32_t c) { return utf8proc_get_property(c)->combining_class; }
 
+/* Runs up to this long are sorted by insertion (a letter with two or three
+ * accents is the common case: no counting table to clear). */
+#define NFC_SHORT_RUN 16
+
 /* Sorts every run of non-starters among the n code points of w->nfc by
- * combining class, keeping equal classes in order, with the run's copy in
- * the space after them; -1: no memory. */
+ * combining class, keeping equal classes in order (a long run by counting,
+ * its copy in the space after the n); -1: no memory. */
 static int nfc_order(nx_tok_work *w, size_t n) {
     for (size_t i = 0; i < n;) {
         if (ccc_of(w->nfc[i]) == 0) {
@@ -168,7 +172,15 @@ static int nfc_order(nx_tok_work *w, size_t n) {
         }
         size_t j = i + 1;
         while (j < n && ccc_of(w->nfc[j]) != 0) j++;
-        if (j - i > 1) {
+        if (j - i <= NFC_SHORT_RUN) {
+            for (size_t a = i + 1; a < j; a++) {
+                const int32_t x = w->nfc[a];
+                const int cx = ccc_of(x);
+                size_t b = a;
+                for (; b > i && ccc_of(w->nfc[b - 1]) > cx; b--) w->nfc[b] = w->nfc[b - 1];
+                w->nfc[b] = x;
+            }
+        } else {
             if (nfc_reserve(w, n + (j - i))) return -1;
             int32_t *run = w->nfc + i, *sorted = w->nfc + n;
             size_t at[257] = {0};   /* at[c + 1]: marks of class c, then their first slots */

@@ -921,18 +921,24 @@ static void test_split_string_patterns_match_their_text(void) {
  * limit is the 1 MB test's: a guard against the quadratic sort, not a speed
  * target). */
 static void test_nfc_orders_marks_like_utf8proc_on_any_run(void) {
-    static const uint32_t pool[] = {'a', 'e', 'o', 'A', ' ', 0x00E9, 0x212B, 0x0340, 0x1100, 0x1161, 0x11A8, 0xAC00,
-                                    0x0301, 0x0316, 0x0327, 0x0345, 0x05B0, 0x0B47, 0x0B3E, 0x3099, 0x304B, 0x0308};
+    /* starters (some composing: U+0B47 U+0B3E, Hangul jamo, U+304B U+3099), then the marks */
+    static const uint32_t pool[] = {'a',    'e',    'o',    'A',    ' ',    0x00E9, 0x212B, 0x1100, 0x1161, 0x11A8,
+                                    0xAC00, 0x0B47, 0x0B3E, 0x304B, 0x0301, 0x0316, 0x0327, 0x0345, 0x05B0, 0x3099,
+                                    0x0308, 0x0340};
     char err[256];
     nx_tok_work w = {.err = err, .errlen = sizeof err};
     nx_test_rng rng = {0x5eed};
     int bad = 0;
+    enum { MARKS = 14 };   /* pool[MARKS..]: the marks, classes 8 to 240 (U+0340 is U+0300 once decomposed) */
     for (int iter = 0; iter < 20000; iter++) {
-        utf8proc_uint8_t s[41 * 4 + 1];
+        utf8proc_uint8_t s[64 * 4 + 1];
         size_t k = 0;
-        for (int n = 1 + (int)(nx_test_rng_next(&rng) % 40); n > 0; n--)
-            k += (size_t)utf8proc_encode_char((utf8proc_int32_t)pool[nx_test_rng_next(&rng) % (sizeof pool / sizeof *pool)],
-                                              s + k);
+        const int long_run = iter % 4 == 0;   /* a letter and 17-63 marks */
+        for (int n = long_run ? 18 + (int)(nx_test_rng_next(&rng) % 46) : 1 + (int)(nx_test_rng_next(&rng) % 40); n > 0;
+             n--) {
+            const size_t from = long_run && k > 0 ? MARKS : 0, span = sizeof pool / sizeof *pool - from;
+            k += (size_t)utf8proc_encode_char((utf8proc_int32_t)pool[from + nx_test_rng_next(&rng) % span], s + k);
+        }
         s[k] = 0;
         const char *out;
         size_t out_n;
