@@ -63,7 +63,9 @@ static void ch_put(canon_hash *c, char ch) {
 
 static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
-static int is_word(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'; }
+static int is_word(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
 
 static canon_hash canonical_hash(const char *t, size_t n) {
     canon_hash c = {0xcbf29ce484222325ULL, 0};   /* FNV-1a 64 offset basis */

@@ -141,9 +141,10 @@ static int already_nfc(const uint8_t *s, size_t n) {
  * utf8proc_decompose does the first two at once, but orders the marks by a
  * gnome sort, quadratic in the length of a run: a prompt of "a" and 64 KB of
  * alternating U+0301 U+0316 took 2.5 s, 256 KB 75 s. So we decompose one
- * character at a time into our UTF-32 buffer, sort each run ourselves (a
- * counting sort: linear, and the same order, since both are stable), and let
- * utf8proc recompose and re-encode UTF-8 in place. */
+ * character at a time into our UTF-32 buffer, sort each run ourselves (short
+ * ones by insertion, long ones by counting: linear in a long run, and the same
+ * order, since every one of these sorts is stable), and let utf8proc recompose
+ * and re-encode UTF-8 in place. */
 
 /* Room for n code points in w->nfc (the contents kept); -1: no memory. */
 static int nfc_reserve(nx_tok_work *w, size_t n) {
@@ -205,7 +206,9 @@ nx_status nx_tok_nfc(nx_tok_work *w, const char *s, size_t n, const char **out, 
     for (size_t i = 0; i < n;) {
         utf8proc_int32_t c;
         utf8proc_ssize_t len = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &c);
-        if (len <= 0) return nx_fail(w->err, w->errlen, NX_EINVAL, "NFC: %s", utf8proc_errmsg(len < 0 ? len : UTF8PROC_ERROR_INVALIDUTF8));
+        if (len <= 0)
+            return nx_fail(w->err, w->errlen, NX_EINVAL, "NFC: %s",
+                           utf8proc_errmsg(len < 0 ? len : UTF8PROC_ERROR_INVALIDUTF8));
         utf8proc_ssize_t r = 0;
         for (size_t room = ROOM;; room = (size_t)r) {
             if (nfc_reserve(w, k + room)) return nx_fail(w->err, w->errlen, NX_ENOMEM, "NFC buffer");
