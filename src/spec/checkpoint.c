@@ -2,36 +2,19 @@
  * boundary, in memory (nx_spec_snapshot / nx_spec_restore: the prefix cache)
  * or in a file (nx_spec_save / nx_spec_load: the same bytes).
  *
- * File layout (little endian, this machine's float format):
- *   ckpt_header                    magic, version, identities, sizes, checksum
- *   int32 hist[n + 1]              the sequence, pending token last
- *   per target layer:  attention   K[Nkv][n][hd], V[Nkv][n][hd]
- *                      GDN         conv[Kc-1][CD], recurrent[Hv][Dv][Dk]
- *   drafter (if any):  K[Nkv][rows][hd], V[Nkv][rows][hd], m[H],
- *                      deferred tokens[n_defer], deferred hiddens[n_defer][H]
- * The checksum (xxh64) covers everything after the header. Identities tie the
- * file to the model and drafter artifacts, so a checkpoint never restores
- * into different weights. */
+ * The file layout is in checkpoint.h. Identities tie the file to the model
+ * and drafter artifacts, so a checkpoint never restores into different
+ * weights. */
 #include <stdio.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "spec/checkpoint.h"
 #include "spec/spec.h"
 
-#define CKPT_MAGIC "NXSPEC01"
-#define CKPT_VERSION 2   /* 2: K and V head by head (1: position by position) */
 #define CKPT_MAX_TOKENS (1 << 30) /* far above any context; keeps n + 1 + ... in int */
-
-typedef struct {
-    char magic[8];
-    uint32_t version, header_bytes;
-    uint64_t target_id, drafter_id;
-    int32_t n, rows, n_defer, d1;
-    int32_t n_layers, n_kv_heads, head_dim, conv_floats, rec_floats, hidden, vocab;
-    uint64_t payload_bytes, payload_hash;
-} ckpt_header;
 
 /* A section list shared by save and load so the two cannot disagree. A
  * section is `pieces` runs of `bytes` each, `stride` bytes apart in memory

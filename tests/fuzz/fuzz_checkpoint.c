@@ -26,20 +26,10 @@
 
 #include "fuzz.h"
 #include "nextn.h"
+#include "spec/checkpoint.h"
 
 #define MODEL_DIR NX_TEST_DATA "/golden/torchref-mini-a/hf"
 #define MAX_CTX 64
-
-/* The file header, as src/spec/checkpoint.c (ckpt_header) writes it. */
-typedef struct {
-    char magic[8];
-    uint32_t version, header_bytes;
-    uint64_t target_id, drafter_id;
-    int32_t n, rows, n_defer, d1;
-    int32_t n_layers, n_kv_heads, head_dim, conv_floats, rec_floats, hidden, vocab;
-    uint64_t payload_bytes, payload_hash;
-} ckpt_header;
-_Static_assert(sizeof(ckpt_header) == 96, "ckpt_header is 96 bytes on disk");
 
 static nx_model *g_model;
 static nx_drafter *g_drafter;

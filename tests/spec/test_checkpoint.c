@@ -5,8 +5,10 @@
 #include "test.h"
 
 #include "nextn.h"
+#include "spec/checkpoint.h"
 #include "spec/spec.h"
 
+#include <stddef.h>
 #include <xxhash.h>
 
 #define COPY NX_TEST_DATA "/golden/torchref-mini-copy-s0.05/hf"
@@ -123,7 +125,7 @@ static void foreign_and_damaged_checkpoints_are_refused(void) {
     /* a forged token count (near INT32_MAX) must not size any read */
     if (bytes) {
         int32_t forged = 0x7ffffffe;
-        memcpy(bytes + 32, &forged, 4); /* ckpt_header.n */
+        memcpy(bytes + offsetof(ckpt_header, n), &forged, 4);
         nx_test_write_file(bad, bytes, n);
         CHECK(nx_spec_checkpoint_tokens(bad) == -1);
         s = session(m, d, 2);
@@ -137,13 +139,10 @@ out:
     nx_model_free(m), nx_model_free(other);
 }
 
-/* Where ckpt_header (src/spec/checkpoint.c) keeps the fields a forger edits. */
-enum { CKPT_AT_N_DEFER = 40, CKPT_AT_HIDDEN = 68, CKPT_AT_VOCAB = 72, CKPT_AT_HASH = 88, CKPT_HEADER = 96 };
-
 /* Writes bytes[0..n) to path with the checksum made to match its payload. */
 static void write_forged(const char *path, unsigned char *bytes, size_t n) {
-    uint64_t h = XXH64(bytes + CKPT_HEADER, n - CKPT_HEADER, 0);
-    memcpy(bytes + CKPT_AT_HASH, &h, 8);
+    uint64_t h = XXH64(bytes + sizeof(ckpt_header), n - sizeof(ckpt_header), 0);
+    memcpy(bytes + offsetof(ckpt_header, payload_hash), &h, 8);
     nx_test_write_file(path, bytes, n);
 }
 
@@ -171,15 +170,15 @@ static void forged_checkpoints_with_valid_checksums_are_refused(void) {
     nx_spec_free(s);
     size_t n;
     unsigned char *bytes = nx_test_read_file(path, &n);
-    CHECK(bytes && n > CKPT_HEADER);
+    CHECK(bytes && n > sizeof(ckpt_header));
     if (bytes) {
-        int32_t n_defer, hidden, vocab;
-        memcpy(&n_defer, bytes + CKPT_AT_N_DEFER, 4), memcpy(&hidden, bytes + CKPT_AT_HIDDEN, 4);
-        memcpy(&vocab, bytes + CKPT_AT_VOCAB, 4);
-        CHECK(n_defer > 0 && (size_t)n_defer * (4 + 4 * (size_t)hidden) < n - CKPT_HEADER);
+        ckpt_header h;
+        memcpy(&h, bytes, sizeof h);
+        const size_t tail = (size_t)h.n_defer * (4 + 4 * (size_t)h.hidden);
+        CHECK(h.n_defer > 0 && tail < n - sizeof h);
         /* the deferred tokens sit just before the deferred hiddens, at the end */
-        const size_t at = n - (size_t)n_defer * (4 + 4 * (size_t)hidden);
-        const int32_t forged[2] = {vocab, -1};
+        const size_t at = n - tail;
+        const int32_t forged[2] = {h.vocab, -1};
         for (int i = 0; i < 2; i++) {
             unsigned char *copy = malloc(n);
             memcpy(copy, bytes, n);
@@ -206,10 +205,10 @@ static void forged_checkpoints_with_valid_checksums_are_refused(void) {
     CHECK(nx_spec_save(s, path, err, sizeof err) == NX_OK);
     nx_spec_free(s);
     bytes = nx_test_read_file(path, &n);
-    CHECK(bytes && n > CKPT_HEADER);
+    CHECK(bytes && n > sizeof(ckpt_header));
     if (bytes) {
         const int32_t one = 1;
-        memcpy(bytes + CKPT_AT_N_DEFER, &one, 4);
+        memcpy(bytes + offsetof(ckpt_header, n_defer), &one, 4);
         write_forged(bad, bytes, n);
         s = session(m, NULL, 0);
         CHECKF(nx_spec_load(s, bad, err, sizeof err) == NX_EFORMAT, "%s", err);

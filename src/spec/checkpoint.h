@@ -1,0 +1,31 @@
+/* checkpoint.h — the header of a checkpoint file (checkpoint.c writes and
+ * reads it; nextn.h "Checkpoints" is the API). Here so that tools and tests
+ * that edit a checkpoint on purpose read the same layout as the loader.
+ *
+ * After the header (little endian, this machine's float format):
+ *   int32 hist[n + 1]              the sequence, pending token last
+ *   per target layer:  attention   K[Nkv][n][hd], V[Nkv][n][hd]
+ *                      GDN         conv[Kc-1][CD], recurrent[Hv][Dv][Dk]
+ *   drafter (if any):  K[Nkv][rows][hd], V[Nkv][rows][hd], m[H],
+ *                      deferred tokens[n_defer], deferred hiddens[n_defer][H]
+ * payload_hash (xxh64, seed 0) covers everything after the header: a check
+ * against damage, not forgery, so the loader validates what it reads too. */
+#ifndef NX_SPEC_CHECKPOINT_H
+#define NX_SPEC_CHECKPOINT_H
+
+#include <stdint.h>
+
+#define CKPT_MAGIC "NXSPEC01"
+#define CKPT_VERSION 2   /* 2: K and V head by head (1: position by position) */
+
+typedef struct {
+    char magic[8];                      /* CKPT_MAGIC, no NUL            */
+    uint32_t version, header_bytes;     /* CKPT_VERSION, sizeof itself   */
+    uint64_t target_id, drafter_id;     /* identities (0: no drafter)    */
+    int32_t n, rows, n_defer, d1;       /* tokens, drafter rows, deferred entries, pending draft */
+    int32_t n_layers, n_kv_heads, head_dim, conv_floats, rec_floats, hidden, vocab;
+    uint64_t payload_bytes, payload_hash;
+} ckpt_header;
+_Static_assert(sizeof(ckpt_header) == 96, "the checkpoint header is 96 bytes on disk");
+
+#endif
