@@ -563,8 +563,9 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
     oai_request q;
     int status;
     char err[600];
-    if (oai_parse_request(body, len, chat, &q, &status, err, sizeof err) != 0)
-        return srv_send_error(s, c, (unsigned)status, err, status == 400 ? "invalid_request_error" : "server_error", NULL);
+    const char *param;
+    if (oai_parse_request(body, len, chat, &q, &status, &param, err, sizeof err) != 0)
+        return srv_send_error(s, c, (unsigned)status, err, status == 400 ? "invalid_request_error" : "server_error", param);
     enum MHD_Result sent = MHD_NO;
     int32_t *ids = NULL;
     int n = 0, think_open, cache_at[NX_CACHE_POINTS];

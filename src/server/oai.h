@@ -51,15 +51,19 @@ typedef struct {
 
 /* Parses and validates a request body of len bytes (chat: 1 for chat
  * completions). Returns 0, or -1 with *status the HTTP status (400, or 500
- * when out of memory) and err holding a message that names the field, e.g.
+ * when out of memory), err holding a message that names the field, e.g.
  * "max_tokens must be a non-negative integer" or "invalid JSON at line 1
- * column 5: ...". Unknown fields are ignored, and a field sent as null counts
- * as absent. On failure *out is left zeroed with nothing to free; on success
- * the caller frees it with oai_request_free. */
-int oai_parse_request(const char *body, size_t len, int chat, oai_request *out, int *status, char *err,
-                      size_t errlen);
+ * column 5: ...", and *param (param may be NULL) the top-level field at
+ * fault, OpenAI's "param" (a static string; NULL when the body as a whole is
+ * at fault). Unknown fields are ignored, and a field sent as null counts as
+ * absent; fields that ask for what nextn does not do (logprobs, echo,
+ * best_of > 1, suffix, a response_format other than text, a tool_choice
+ * other than "auto" or "none") are refused. On failure *out is left zeroed
+ * with nothing to free; on success the caller frees it with
+ * oai_request_free. */
+int oai_parse_request(const char *body, size_t len, int chat, oai_request *out, int *status, const char **param,
+                      char *err, size_t errlen);
 
-/* Frees what r holds and zeroes it. NULL-safe and idempotent. */
 void oai_request_free(oai_request *r);
 
 /* {"error":{"message":M,"type":T,"param":P,"code":C}} as OpenAI sends it;

@@ -129,7 +129,7 @@ static void server_route(const nx_chat_template *c, const uint8_t *body, size_t 
     oai_request q;
     int status = 0;
     char err[512] = "";
-    if (oai_parse_request((const char *)body, len, 1, &q, &status, err, sizeof err) != 0) {
+    if (oai_parse_request((const char *)body, len, 1, &q, &status, NULL, err, sizeof err) != 0) {
         CHECKF(status == 400 || status == 500, "status %d", status);
         CHECK(err[0]);
         return;

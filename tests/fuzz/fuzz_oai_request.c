@@ -12,7 +12,8 @@
  *     does not cause), leaves the request all zero, and a message
  *     terminated inside errlen that is printable ASCII (it goes into JSON),
  *     names a field (or says "invalid JSON" / "request body") and comes back
- *     intact from oai_error_json;
+ *     intact from oai_error_json; *param is NULL or the top-level field the
+ *     message begins with (NULL after a success);
  *   - a success echoes chat; a chat request has messages_json, a non-empty
  *     array of objects with a string role equal to the body's "messages"
  *     (re-serializing lost nothing), and tools_json equal to "tools" unless
@@ -46,12 +47,16 @@ static const char *const k_field_words[] = {
     "invalid JSON", "request body", "messages", "model", "prompt", "max_tokens", "max_completion_tokens",
     "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
     "seed", "n must", "stop", "stream", "stream_options", "include_usage", "chat_template_kwargs",
-    "enable_thinking", "tools",
+    "enable_thinking", "tools", "tool_choice", "logprobs", "top_logprobs", "echo", "best_of", "suffix",
+    "response_format",
 };
 
-static void check_failure(const oai_request *r, int status, const char *err, size_t errlen) {
+/* param: NULL (the body) or a top-level field the message names */
+static void check_failure(const oai_request *r, int status, const char *param, const char *err, size_t errlen) {
     CHECKF(status == 400, "status %d", status);
     CHECK(all_zero(r, sizeof *r));
+    CHECK(param == NULL || strcmp(param, "unset") != 0);
+    if (param && err && errlen >= 256) CHECKF(strncmp(err, param, strlen(param)) == 0, "param %s for '%s'", param, err);
     if (!err || !errlen) return;
     CHECK(memchr(err, '\0', errlen) != NULL);
     if (errlen < 16) return;   /* truncated: only the termination can be checked */
@@ -127,10 +132,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     oai_request r;
     memset(&r, 0xa5, sizeof r);   /* garbage in: the parser must set every field */
     int status = -7;
-    int rc = oai_parse_request(body, len, chat, &r, &status, err, errlen);
+    const char *param = "unset";
+    int rc = oai_parse_request(body, len, chat, &r, &status, &param, err, errlen);
     CHECKF(rc == 0 || rc == -1, "oai_parse_request returned %d", rc);
-    if (rc == 0) check_success(&r, chat, body, len);
-    else check_failure(&r, status, err, errlen);
+    if (rc == 0) {
+        CHECK(param == NULL);
+        check_success(&r, chat, body, len);
+    } else {
+        check_failure(&r, status, param, err, errlen);
+    }
     oai_request_free(&r);
     CHECK(all_zero(&r, sizeof r));
     oai_request_free(&r);

@@ -288,28 +288,38 @@ test('a cancelled stream frees its row and the server goes on', async () => {
 test('malformed requests get OpenAI-style 4xx errors', async () => {
   const chat = (body) => raw('POST', '/v1/chat/completions', typeof body === 'string' ? body : JSON.stringify(body));
   const msgs = [user('hi')];
+  // [body, status, message, param]: param is OpenAI's, the top-level field at fault (null: the body)
   const cases = [
-    ['{"messages": [', 400, /JSON/], ['[1,2]', 400, /object/], [{ max_tokens: 5 }, 400, /messages/],
-    [{ messages: [] }, 400, /messages/], [{ messages: msgs, max_tokens: -1 }, 400, /max_tokens/],
-    [{ messages: msgs, temperature: -1 }, 400, /temperature/], [{ messages: msgs, n: 2 }, 400, /\bn\b/],
-    [{ messages: msgs, max_tokens: 100000 }, 400, /context length/], [{ messages: [{ content: 'x' }] }, 400, /role/],
-    [{ messages: msgs, max_tokens: 2147483647 }, 400, /context length/], [{ messages: msgs, max_tokens: 0 }, 400, /max_tokens/],
-    [{ messages: msgs, stop: ['a', 'b', 'c', 'd', 'e'] }, 400, /stop/],
+    ['{"messages": [', 400, /JSON/, null], ['[1,2]', 400, /object/, null], [{ max_tokens: 5 }, 400, /messages/, 'messages'],
+    [{ messages: [] }, 400, /messages/, 'messages'], [{ messages: msgs, max_tokens: -1 }, 400, /max_tokens/, 'max_tokens'],
+    [{ messages: msgs, temperature: -1 }, 400, /temperature/, 'temperature'], [{ messages: msgs, n: 2 }, 400, /\bn\b/, 'n'],
+    [{ messages: msgs, max_tokens: 100000 }, 400, /context length/, 'messages'], [{ messages: [{ content: 'x' }] }, 400, /role/, 'messages'],
+    [{ messages: msgs, max_tokens: 2147483647 }, 400, /context length/, 'messages'], [{ messages: msgs, max_tokens: 0 }, 400, /max_tokens/, 'max_tokens'],
+    [{ messages: msgs, stop: ['a', 'b', 'c', 'd', 'e'] }, 400, /stop/, 'stop'],
+    // what nextn does not do is refused, not ignored
+    [{ messages: msgs, logprobs: true, top_logprobs: 2 }, 400, /logprobs are not supported/, 'logprobs'],
+    [{ messages: msgs, response_format: { type: 'json_object' } }, 400, /only \{"type": "text"\}/, 'response_format'],
+    [{ messages: msgs, tool_choice: 'required' }, 400, /cannot force a tool call/, 'tool_choice'],
   ];
-  for (const [body, status, re] of cases) {
+  for (const [body, status, re, param] of cases) {
     const r = await chat(body);
     assert.equal(r.status, status, `${JSON.stringify(body)} -> ${r.status} ${r.text}`);
     assert.ok(r.json?.error?.message && r.json.error.type, `no error object for ${JSON.stringify(body)}`);
     assert.match(r.json.error.message, re);
+    assert.equal(r.json.error.param, param, `param of ${JSON.stringify(body)}`);
   }
+  // as the client library sees it
+  const refused = await client().chat.completions.create({ model: 'default', messages: msgs, max_tokens: 3, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: {} } } })
+    .then(() => null, (e) => e);
+  assert.ok(refused && refused.status === 400 && refused.param === 'response_format', `got ${refused}`);
   const big = await chat({ messages: [user('x'.repeat(70000))] });
   assert.equal(big.status, 413);
   assert.equal((await raw('GET', '/v1/nothing')).status, 404);
   assert.equal((await raw('GET', '/v1/chat/completions')).status, 405);
   assert.equal((await raw('GET', '/v1/models', undefined, { Authorization: 'Bearer wrong' })).status, 401);
   assert.equal((await raw('GET', '/metrics', undefined, { Authorization: '' })).status, 401);
-  const ok = await chat({ messages: msgs, max_tokens: 3, unknown_field: { deep: [1] } });
-  assert.equal(ok.status, 200, 'unknown fields are ignored');
+  const ok = await chat({ messages: msgs, max_tokens: 3, unknown_field: { deep: [1] }, logprobs: false, response_format: { type: 'text' }, tool_choice: 'auto' });
+  assert.equal(ok.status, 200, 'unknown fields and the off values of refused ones pass');
 });
 
 test('conversations that share a long system prompt share its checkpoint', async () => {

@@ -10,7 +10,7 @@
 /* ---- Requests ------------------------------------------------------------- */
 
 static int parse(const char *body, int chat, oai_request *r, int *status, char *err, size_t errlen) {
-    return oai_parse_request(body, strlen(body), chat, r, status, err, errlen);
+    return oai_parse_request(body, strlen(body), chat, r, status, NULL, err, errlen);
 }
 
 static void chat_request_keeps_messages_and_reads_every_field(void) {
@@ -126,64 +126,97 @@ static void unknown_fields_and_nulls_are_ignored(void) {
     char err[256];
     CHECK(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"bob\"}],\"user\":\"u1\","
                 "\"logit_bias\":{\"1\":2},\"metadata\":{\"a\":[1,2]},\"temperature\":null,\"stop\":null,"
-                "\"frobnicate\":true}",
+                "\"frobnicate\":true,\"logprobs\":false,\"top_logprobs\":0,\"response_format\":{\"type\":\"text\"},"
+                "\"tool_choice\":\"auto\",\"parallel_tool_calls\":true}",
                 1, &r, &status, err, sizeof err) == 0);
     CHECK(r.sampling.temperature == 1.0f && r.n_stop == 0);
     CHECK(r.messages_json && strstr(r.messages_json, "\"name\":\"bob\""));   /* extra message keys kept */
+    oai_request_free(&r);
+    /* the "off" values of fields nextn refuses when they are on */
+    CHECKF(parse("{\"prompt\":\"x\",\"logprobs\":0,\"echo\":false,\"best_of\":1,\"suffix\":\"\",\"user\":\"u\"}", 0,
+                 &r, &status, err, sizeof err) == 0, "%s", err);
+    CHECK(r.prompt && strcmp(r.prompt, "x") == 0);
     oai_request_free(&r);
 }
 
 static void invalid_requests_get_400_naming_the_field(void) {
     static const struct {
         int chat;
-        const char *body, *needle;
+        const char *body, *needle, *param;   /* param: OpenAI's, the top-level field (NULL: the body) */
     } cases[] = {
-        {0, "{\"prompt\":\"x\",\"max_tokens\":-1}", "max_tokens must be a non-negative integer"},
-        {0, "{\"prompt\":\"x\",\"max_tokens\":1.5}", "max_tokens"},
-        {0, "{\"prompt\":\"x\",\"max_completion_tokens\":\"9\"}", "max_completion_tokens"},
-        {0, "{\"prompt\":\"x\",\"temperature\":-1}", "temperature must be between 0 and 2"},
-        {0, "{\"prompt\":\"x\",\"temperature\":3}", "temperature must be between 0 and 2"},
-        {0, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "temperature must be a number"},
-        {0, "{\"prompt\":\"x\",\"top_p\":0}", "top_p"},
-        {0, "{\"prompt\":\"x\",\"top_p\":1e-50}", "top_p"},   /* 0 as a float (found by fuzzing) */
-        {0, "{\"prompt\":\"x\",\"repetition_penalty\":1e-46}", "repetition_penalty"},
-        {0, "{\"prompt\":\"x\",\"top_p\":1.01}", "top_p"},
-        {0, "{\"prompt\":\"x\",\"top_k\":-2}", "top_k"},
-        {0, "{\"prompt\":\"x\",\"min_p\":1.5}", "min_p"},
-        {0, "{\"prompt\":\"x\",\"presence_penalty\":2.5}", "presence_penalty"},
-        {0, "{\"prompt\":\"x\",\"frequency_penalty\":-3}", "frequency_penalty"},
-        {0, "{\"prompt\":\"x\",\"repetition_penalty\":0}", "repetition_penalty"},
-        {0, "{\"prompt\":\"x\",\"seed\":1.5}", "seed"},
-        {0, "{\"prompt\":\"x\",\"stream\":1}", "stream must be a boolean"},
-        {0, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":\"yes\"}}", "include_usage"},
-        {0, "{\"prompt\":\"x\",\"n\":2}", "n must be 1 (only one choice is supported)"},
-        {0, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
-        {0, "{\"prompt\":\"x\",\"stop\":[\"a\",\"\"]}", "stop"},
-        {0, "{\"prompt\":\"x\",\"stop\":5}", "stop"},
-        {0, "{\"prompt\":\"x\",\"model\":3}", "model"},
-        {0, "{\"max_tokens\":3}", "prompt"},
-        {1, "{\"max_tokens\":3}", "messages must be a non-empty array"},
-        {1, "{\"messages\":[]}", "messages must be a non-empty array"},
-        {1, "{\"messages\":{\"role\":\"user\"}}", "messages must be a non-empty array"},
-        {1, "{\"messages\":[{\"content\":\"hi\"}]}", "messages[0].role"},
-        {1, "{\"messages\":[{\"role\":\"user\"},{\"role\":7}]}", "messages[1].role"},
-        {1, "{\"messages\":[\"hi\"]}", "messages[0] must be an object"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"tools\":{}}", "tools"},
+        {0, "{\"prompt\":\"x\",\"max_tokens\":-1}", "max_tokens must be a non-negative integer", "max_tokens"},
+        {0, "{\"prompt\":\"x\",\"max_tokens\":1.5}", "max_tokens", "max_tokens"},
+        {0, "{\"prompt\":\"x\",\"max_completion_tokens\":\"9\"}", "max_completion_tokens", "max_completion_tokens"},
+        {0, "{\"prompt\":\"x\",\"temperature\":-1}", "temperature must be between 0 and 2", "temperature"},
+        {0, "{\"prompt\":\"x\",\"temperature\":3}", "temperature must be between 0 and 2", "temperature"},
+        {0, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "temperature must be a number", "temperature"},
+        {0, "{\"prompt\":\"x\",\"top_p\":0}", "top_p", "top_p"},
+        {0, "{\"prompt\":\"x\",\"top_p\":1e-50}", "top_p", "top_p"},   /* 0 as a float (found by fuzzing) */
+        {0, "{\"prompt\":\"x\",\"repetition_penalty\":1e-46}", "repetition_penalty", "repetition_penalty"},
+        {0, "{\"prompt\":\"x\",\"top_p\":1.01}", "top_p", "top_p"},
+        {0, "{\"prompt\":\"x\",\"top_k\":-2}", "top_k", "top_k"},
+        {0, "{\"prompt\":\"x\",\"min_p\":1.5}", "min_p", "min_p"},
+        {0, "{\"prompt\":\"x\",\"presence_penalty\":2.5}", "presence_penalty", "presence_penalty"},
+        {0, "{\"prompt\":\"x\",\"frequency_penalty\":-3}", "frequency_penalty", "frequency_penalty"},
+        {0, "{\"prompt\":\"x\",\"repetition_penalty\":0}", "repetition_penalty", "repetition_penalty"},
+        {0, "{\"prompt\":\"x\",\"seed\":1.5}", "seed", "seed"},
+        {0, "{\"prompt\":\"x\",\"stream\":1}", "stream must be a boolean", "stream"},
+        {0, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":\"yes\"}}", "include_usage", "stream_options"},
+        {0, "{\"prompt\":\"x\",\"n\":2}", "n must be 1 (only one choice is supported)", "n"},
+        {0, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop", "stop"},
+        {0, "{\"prompt\":\"x\",\"stop\":[\"a\",\"\"]}", "stop", "stop"},
+        {0, "{\"prompt\":\"x\",\"stop\":5}", "stop", "stop"},
+        {0, "{\"prompt\":\"x\",\"model\":3}", "model", "model"},
+        {0, "{\"max_tokens\":3}", "prompt", "prompt"},
+        {1, "{\"max_tokens\":3}", "messages must be a non-empty array", "messages"},
+        {1, "{\"messages\":[]}", "messages must be a non-empty array", "messages"},
+        {1, "{\"messages\":{\"role\":\"user\"}}", "messages must be a non-empty array", "messages"},
+        {1, "{\"messages\":[{\"content\":\"hi\"}]}", "messages[0].role", "messages"},
+        {1, "{\"messages\":[{\"role\":\"user\"},{\"role\":7}]}", "messages[1].role", "messages"},
+        {1, "{\"messages\":[\"hi\"]}", "messages[0] must be an object", "messages"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"tools\":{}}", "tools", "tools"},
         {1, "{\"messages\":[{\"role\":\"user\"}],\"chat_template_kwargs\":{\"enable_thinking\":1}}",
-         "enable_thinking"},
-        {1, "[{\"role\":\"user\"}]", "must be a JSON object"},
-        {1, "\"hello\"", "must be a JSON object"},
-        {1, "{\"messages\": [", "invalid JSON at line 1"},
-        {1, "", "invalid JSON"},
-        {1, "{\"messages\":[{\"role\":\"user\"}]} trailing", "invalid JSON"},
+         "enable_thinking", "chat_template_kwargs"},
+        /* asking for what nextn does not do: refused, not ignored */
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":true}", "logprobs are not supported", "logprobs"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":1}", "logprobs must be a boolean", "logprobs"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"top_logprobs\":2}", "top_logprobs are not supported",
+         "top_logprobs"},
+        {0, "{\"prompt\":\"x\",\"logprobs\":5}", "logprobs are not supported", "logprobs"},
+        {0, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs must be a non-negative integer", "logprobs"},
+        {0, "{\"prompt\":\"x\",\"echo\":true}", "echo is not supported", "echo"},
+        {0, "{\"prompt\":\"x\",\"best_of\":3}", "best_of must be 1", "best_of"},
+        {0, "{\"prompt\":\"x\",\"best_of\":0}", "best_of must be a positive integer", "best_of"},
+        {0, "{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix is not supported", "suffix"},
+        {0, "{\"prompt\":\"x\",\"suffix\":3}", "suffix must be a string", "suffix"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"response_format\":{\"type\":\"json_object\"}}",
+         "only {\"type\": \"text\"} is supported", "response_format"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}",
+         "only {\"type\": \"text\"} is supported", "response_format"},
+        {0, "{\"prompt\":\"x\",\"response_format\":\"json\"}", "response_format must be an object",
+         "response_format"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"tool_choice\":\"required\"}", "cannot force a tool call",
+         "tool_choice"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
+         "cannot force a tool call", "tool_choice"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"tool_choice\":\"always\"}", "tool_choice must be", "tool_choice"},
+        {1, "[{\"role\":\"user\"}]", "must be a JSON object", NULL},
+        {1, "\"hello\"", "must be a JSON object", NULL},
+        {1, "{\"messages\": [", "invalid JSON at line 1", NULL},
+        {1, "", "invalid JSON", NULL},
+        {1, "{\"messages\":[{\"role\":\"user\"}]} trailing", "invalid JSON", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         oai_request r;
         int status = 0;
         char err[256] = "";
-        int rc = parse(cases[i].body, cases[i].chat, &r, &status, err, sizeof err);
+        const char *param = "unset";
+        int rc = oai_parse_request(cases[i].body, strlen(cases[i].body), cases[i].chat, &r, &status, &param, err,
+                                   sizeof err);
         CHECKF(rc == -1 && status == 400 && strstr(err, cases[i].needle), "%s -> rc %d status %d '%s'",
                cases[i].body, rc, status, err);
+        CHECKF(cases[i].param ? param && strcmp(param, cases[i].param) == 0 : param == NULL, "%s -> param %s",
+               cases[i].body, param ? param : "NULL");
         /* left zeroed: nothing to free, and freeing is still safe */
         CHECK(r.model == NULL && r.messages_json == NULL && r.prompt == NULL && r.stop == NULL);
         oai_request_free(&r);
@@ -195,7 +228,7 @@ static void invalid_json_message_is_ascii_and_has_a_position(void) {
     int status;
     char err[256];
     const char body[] = "{\"prompt\": \xff\xfe}";
-    CHECK(oai_parse_request(body, sizeof body - 1, 0, &r, &status, err, sizeof err) == -1 && status == 400);
+    CHECK(oai_parse_request(body, sizeof body - 1, 0, &r, &status, NULL, err, sizeof err) == -1 && status == 400);
     int ascii = 1;
     for (const char *p = err; *p; p++) ascii &= (unsigned char)*p < 0x80;
     CHECKF(ascii && strstr(err, "column"), "%s", err);
