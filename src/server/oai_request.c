@@ -1,0 +1,275 @@
+/* oai_request.c — the OpenAI wire format (see oai.h), part 1: a request
+ * body in, a validated oai_request out, or a 400 whose message and param name
+ * the field at fault. jansson reads the JSON. */
+#include "server/oai.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Where a request's parse reports: the message, and the top-level field it
+ * names (OpenAI's "param"; NULL when the body as a whole is at fault). */
+typedef struct {
+    char *err;
+    size_t errlen;
+    const char *param;
+} parse_err;
+
+static int __attribute__((format(printf, 3, 4))) fail(parse_err *e, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (e->err && e->errlen) vsnprintf(e->err, e->errlen, fmt, ap);
+    va_end(ap);
+    e->param = param;
+    return -1;
+}
+
+/* ---- Request --------------------------------------------------------------
+ *
+ * Validation follows OpenAI's ranges; a field sent as null means "use the
+ * default", as OpenAI's own schema treats it. Every message names the field,
+ * because the client sees nothing else. */
+
+/* The sampling floats: range [lo, hi], lo excluded when lo_open. */
+static const struct {
+    const char *key;
+    size_t offset;            /* of the float in nx_sampling */
+    double lo, hi;
+    int lo_open;
+    const char *range;        /* for the error message */
+} real_fields[] = {
+    {"temperature", offsetof(nx_sampling, temperature), 0, 2, 0, "between 0 and 2"},
+    {"top_p", offsetof(nx_sampling, top_p), 0, 1, 1, "greater than 0 and at most 1"},
+    {"min_p", offsetof(nx_sampling, min_p), 0, 1, 0, "between 0 and 1"},
+    {"presence_penalty", offsetof(nx_sampling, presence_penalty), -2, 2, 0, "between -2 and 2"},
+    {"frequency_penalty", offsetof(nx_sampling, frequency_penalty), -2, 2, 0, "between -2 and 2"},
+    {"repetition_penalty", offsetof(nx_sampling, repetition_penalty), 0, 1e30, 1, "greater than 0"},
+};
+
+static json_t *field(const json_t *obj, const char *key) {
+    json_t *v = json_object_get(obj, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+/* Stores the boolean at key in *out (untouched when absent). name is the
+ * field's full name for the message, e.g. "stream_options.include_usage",
+ * param the top-level field holding it. */
+static int get_bool(const json_t *obj, const char *key, const char *name, const char *param, int *out, parse_err *e) {
+    json_t *v = field(obj, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return fail(e, param, "%s must be a boolean", name);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* The integer at key, which must be >= lo. 1: stored in *out, 0: absent, -1: invalid. */
+static int get_int(const json_t *obj, const char *key, long long lo, const char *what, long long *out, parse_err *e) {
+    json_t *v = field(obj, key);
+    if (!v) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo) return fail(e, key, "%s must be %s", key, what);
+    *out = json_integer_value(v);
+    return 1;
+}
+
+static int clamp_int(long long v) { return v > INT_MAX ? INT_MAX : (int)v; }
+
+/* jansson's messages quote the input near the error, which may be any bytes;
+ * the message goes into JSON, so only ASCII is kept. */
+static void ascii_only(char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s >= 0x80 || (unsigned char)*s < 0x20) *s = '?';
+}
+
+static int parse_messages(const json_t *root, oai_request *r, parse_err *e) {
+    json_t *msgs = field(root, "messages"), *m, *tools, *choice;
+    size_t i;
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0) return fail(e, "messages", "messages must be a non-empty array");
+    json_array_foreach(msgs, i, m) {
+        if (!json_is_object(m)) return fail(e, "messages", "messages[%zu] must be an object", i);
+        if (!json_is_string(json_object_get(m, "role")))
+            return fail(e, "messages", "messages[%zu].role must be a string", i);
+    }
+    tools = field(root, "tools");
+    choice = field(root, "tool_choice");
+    if (tools && !json_is_array(tools)) return fail(e, "tools", "tools must be an array");
+    /* "required" and a named function ask for a tool call whatever the model
+     * says: a guarantee only constrained decoding could give */
+    const char *cs = json_string_value(choice);
+    if (choice && !(cs && (strcmp(cs, "auto") == 0 || strcmp(cs, "none") == 0)))
+        return fail(e, "tool_choice",
+                    json_is_object(choice) || (cs && strcmp(cs, "required") == 0)
+                        ? "tool_choice: only \"auto\" and \"none\" are supported (nextn cannot force a tool call)"
+                        : "tool_choice must be \"auto\" or \"none\"");
+    if (cs && strcmp(cs, "none") == 0) tools = NULL;
+    /* Default real precision (17 digits) reads back to the same doubles; the
+     * chat renderer re-spells them as Python would. */
+    if (!(r->messages_json = json_dumps(msgs, JSON_COMPACT))) return 1;
+    if (tools && !(r->tools_json = json_dumps(tools, JSON_COMPACT))) return 1;
+    return 0;
+}
+
+static int parse_stop(const json_t *root, oai_request *r, parse_err *e) {
+    static const char msg[] = "stop must be a non-empty string or an array of up to 4 non-empty strings";
+    json_t *v = field(root, "stop");
+    if (!v) return 0;
+    size_t n = json_is_string(v) ? 1 : json_array_size(v);
+    if ((!json_is_string(v) && !json_is_array(v)) || n > 4) return fail(e, "stop", "%s", msg);
+    if (n == 0) return 0;
+    if (!(r->stop = calloc(n, sizeof *r->stop))) return 1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_is_string(v) ? v : json_array_get(v, i);
+        if (!json_is_string(s) || json_string_length(s) == 0) return fail(e, "stop", "%s", msg);
+        if (!(r->stop[r->n_stop] = strdup(json_string_value(s)))) return 1;
+        r->n_stop++;
+    }
+    return 0;
+}
+
+/* Fields that ask for output nextn does not produce (log probabilities, the
+ * prompt echoed, several candidates, a suffix) or a guarantee it cannot give
+ * (JSON output): refused rather than ignored, so that a client relying on one
+ * learns it from the first request. Their "off" values pass: false, 0, 1 for
+ * best_of, "" for suffix, {"type": "text"}. */
+static int parse_unsupported(const json_t *root, const oai_request *r, parse_err *e) {
+    json_t *v;
+    long long n = 0;
+    int on = 0, got;
+    if (r->chat) {
+        if (get_bool(root, "logprobs", "logprobs", "logprobs", &on, e)) return -1;
+    } else if ((got = get_int(root, "logprobs", 0, "a non-negative integer", &n, e)) < 0) {
+        return -1;
+    } else {
+        on = got && n > 0;
+    }
+    if (on) return fail(e, "logprobs", "logprobs are not supported");
+    if ((got = get_int(root, "top_logprobs", 0, "a non-negative integer", &n, e)) < 0) return -1;
+    if (got && n > 0) return fail(e, "top_logprobs", "top_logprobs are not supported");
+    if (!r->chat) {
+        on = 0;
+        if (get_bool(root, "echo", "echo", "echo", &on, e)) return -1;
+        if (on) return fail(e, "echo", "echo is not supported");
+        if ((got = get_int(root, "best_of", 1, "a positive integer", &n, e)) < 0) return -1;
+        if (got && n != 1) return fail(e, "best_of", "best_of must be 1 (only one choice is supported)");
+        if ((v = field(root, "suffix")) && !json_is_string(v)) return fail(e, "suffix", "suffix must be a string");
+        if (v && json_string_length(v) > 0) return fail(e, "suffix", "suffix is not supported");
+    }
+    if ((v = field(root, "response_format"))) {
+        const char *type = json_string_value(json_object_get(v, "type"));
+        if (!json_is_object(v) || !type)
+            return fail(e, "response_format", "response_format must be an object with a string \"type\"");
+        if (strcmp(type, "text") != 0)
+            return fail(e, "response_format",
+                        "response_format: only {\"type\": \"text\"} is supported (nextn does not constrain its "
+                        "output to JSON)");
+    }
+    return 0;
+}
+
+/* Fills r from the parsed body. 0: ok, -1: invalid (e set), 1: out of memory. */
+static int parse_body(const json_t *root, oai_request *r, parse_err *e) {
+    json_t *v;
+    long long n = 0;
+    int got, rc;
+    if (!json_is_object(root)) return fail(e, NULL, "the request body must be a JSON object");
+
+    if ((v = field(root, "model"))) {
+        if (!json_is_string(v)) return fail(e, "model", "model must be a string");
+        if (!(r->model = strdup(json_string_value(v)))) return 1;
+    }
+    if (r->chat) {
+        if ((rc = parse_messages(root, r, e))) return rc;
+    } else {
+        v = field(root, "prompt");
+        if (json_is_array(v) && json_array_size(v) == 1) v = json_array_get(v, 0);
+        if (!json_is_string(v)) return fail(e, "prompt", "prompt must be a string or an array holding one string");
+        if (!(r->prompt = strdup(json_string_value(v)))) return 1;
+    }
+
+    const char *nonneg = "a non-negative integer";
+    if ((got = get_int(root, "max_tokens", 0, nonneg, &n, e)) < 0) return -1;
+    if (got) r->max_tokens = clamp_int(n);
+    if ((got = get_int(root, "max_completion_tokens", 0, nonneg, &n, e)) < 0) return -1;
+    if (got) r->max_tokens = clamp_int(n);   /* the newer name wins */
+
+    for (size_t i = 0; i < sizeof real_fields / sizeof *real_fields; i++) {
+        const char *key = real_fields[i].key;
+        if (!(v = field(root, key))) continue;
+        if (!json_is_number(v)) return fail(e, key, "%s must be a number", key);
+        /* the range holds for the value the sampler gets: a float, so that
+         * top_p 1e-50 (0 once rounded) is refused like top_p 0 */
+        const double x = json_number_value(v);
+        const float f = (float)x;
+        if (x < real_fields[i].lo || x > real_fields[i].hi || (real_fields[i].lo_open && f <= real_fields[i].lo))
+            return fail(e, key, "%s must be %s", key, real_fields[i].range);
+        *(float *)((char *)&r->sampling + real_fields[i].offset) = f;
+    }
+    if ((got = get_int(root, "top_k", -1, "a non-negative integer (or -1 for no limit)", &n, e)) < 0) return -1;
+    if (got) r->sampling.top_k = n < 0 ? 0 : clamp_int(n);
+    if ((got = get_int(root, "seed", LLONG_MIN, "an integer", &n, e)) < 0) return -1;
+    if (got) {
+        r->sampling.seed = (uint64_t)n;   /* negative seeds are valid: the same 64 bits */
+        r->seed_given = 1;
+    }
+    if ((v = field(root, "n")) && (!json_is_integer(v) || json_integer_value(v) != 1))
+        return fail(e, "n", "n must be 1 (only one choice is supported)");
+
+    if ((rc = parse_stop(root, r, e))) return rc;
+    if (get_bool(root, "stream", "stream", "stream", &r->stream, e)) return -1;
+    if ((v = field(root, "stream_options"))) {
+        if (!json_is_object(v)) return fail(e, "stream_options", "stream_options must be an object");
+        if (get_bool(v, "include_usage", "stream_options.include_usage", "stream_options", &r->include_usage, e))
+            return -1;
+    }
+    if ((v = field(root, "chat_template_kwargs"))) {
+        if (!json_is_object(v)) return fail(e, "chat_template_kwargs", "chat_template_kwargs must be an object");
+        if (get_bool(v, "enable_thinking", "chat_template_kwargs.enable_thinking", "chat_template_kwargs",
+                     &r->enable_thinking, e))
+            return -1;
+    }
+    return parse_unsupported(root, r, e);
+}
+
+int oai_parse_request(const char *body, size_t len, int chat, oai_request *out, int *status, const char **param,
+                      char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    out->chat = chat;
+    out->max_tokens = -1;
+    out->enable_thinking = -1;
+    out->sampling = nx_sampling_default();
+    out->sampling.temperature = 1.0f;   /* OpenAI's default; nextn's own default is greedy */
+    *status = 400;
+    parse_err e = {err, errlen, NULL};
+
+    json_error_t je;
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_DECODE_ANY, &je);
+    int rc;
+    if (!root) {
+        rc = fail(&e, NULL, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+        if (err && errlen) ascii_only(err);
+    } else {
+        rc = parse_body(root, out, &e);
+        json_decref(root);
+    }
+    if (rc > 0) {
+        *status = 500;
+        fail(&e, NULL, "out of memory");
+    }
+    if (param) *param = rc ? e.param : NULL;
+    if (rc == 0) return 0;
+    oai_request_free(out);
+    return -1;
+}
+
+void oai_request_free(oai_request *r) {
+    if (!r) return;
+    free(r->model);
+    free(r->messages_json);
+    free(r->tools_json);
+    free(r->prompt);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->stop);
+    memset(r, 0, sizeof *r);
+}
