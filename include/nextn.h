@@ -191,10 +191,26 @@ nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize
 
 /* ---- Sampling ---------------------------------------------------------- */
 
+/* A logit bias entry: bias is added to token id's logit before any other
+ * processing, greedy included (OpenAI's logit_bias: -100 all but bans the
+ * token, +100 all but forces it). */
+typedef struct {
+    int32_t id;
+    float bias;
+} nx_logit_bias;
+
+#define NX_MAX_LOGIT_BIAS 1024   /* entries a sampling may carry */
+
 /* Logit processing and sampling parameters. temperature <= 0 means greedy
  * (argmax, ties to the lowest id). top_k <= 0, top_p >= 1 and min_p <= 0
  * disable those filters; penalties of 1 (repetition) and 0 (presence,
- * frequency) disable those. */
+ * frequency) disable those.
+ *
+ * logit_bias[0..n_logit_bias) is borrowed: it must stay valid while a call
+ * given this nx_sampling runs. nx_spec_new and nx_engine_submit keep copies,
+ * and refuse (NX_EINVAL) more than NX_MAX_LOGIT_BIAS entries, ids outside
+ * the vocabulary and biases that are not finite; nx_sample, which cannot
+ * fail, skips ids outside the vocabulary. */
 typedef struct {
     float temperature;
     int top_k;
@@ -204,10 +220,16 @@ typedef struct {
     float presence_penalty;
     float frequency_penalty;
     uint64_t seed;
+    const nx_logit_bias *logit_bias;
+    int n_logit_bias;
 } nx_sampling;
 
-/* Greedy defaults (temperature 0, every filter off, seed 0). */
+/* Greedy defaults (temperature 0, every filter off, seed 0, no bias). */
 nx_sampling nx_sampling_default(void);
+
+/* NX_EINVAL, with a message naming the entry, unless p's logit bias is one
+ * nx_spec_new would take for a vocabulary of vocab_size tokens. */
+nx_status nx_sampling_check(const nx_sampling *p, int vocab_size, char *err, size_t errlen);
 
 /* A sampler owns the scratch for one vocabulary size; one per sequence. */
 typedef struct nx_sampler nx_sampler;

@@ -24,6 +24,8 @@ static const char *generate_help =
     "  --repeat-penalty R repetition penalty (default 1 = off)\n"
     "  --presence-penalty P, --frequency-penalty F   (default 0 = off)\n"
     "  --seed S           sampling seed (default 0); draws are keyed by (seed, position)\n"
+    "  --logit-bias ID:B[,ID:B...]  add B (-100..100) to token ID's logit before anything\n"
+    "                     else (-100 all but bans it); may be given again to add more\n"
     "  --ignore-eos       keep going past end-of-sequence tokens\n"
     "  --mtp on|off|DIR   speculative decoding with the MTP head: the checkpoint's own (on,\n"
     "                     the default when it has one), none (off), or a drafter directory\n"
@@ -63,8 +65,27 @@ typedef struct {
     nx_accept_mode accept;
     long max_tokens;
     nx_sampling sp;
+    nx_logit_bias bias[NX_MAX_LOGIT_BIAS];   /* sp.logit_bias */
     int json, stats, ignore_eos, chat, parse_special, echo;
 } gen_opts;
+
+/* Appends "ID:B[,ID:B...]" to g's logit bias. 0, or -1 if malformed or full. */
+static int parse_logit_bias(const char *v, gen_opts *g) {
+    char *copy = strdup(v), *save = NULL;
+    int bad = !copy;
+    for (char *tok = copy ? strtok_r(copy, ",", &save) : NULL; tok && !bad; tok = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(tok, ':');
+        long id;
+        double b;
+        if (!colon || g->sp.n_logit_bias == NX_MAX_LOGIT_BIAS) bad = 1;
+        else *colon = '\0';
+        bad = bad || cli_parse_int(tok, 0, INT32_MAX, &id) || cli_parse_float(colon + 1, -100, 100, &b);
+        if (!bad) g->bias[g->sp.n_logit_bias++] = (nx_logit_bias){(int32_t)id, (float)b};
+    }
+    free(copy);
+    g->sp.logit_bias = g->bias;
+    return bad ? -1 : 0;
+}
 
 static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
     for (int i = 1; i < argc; i++) {
@@ -119,6 +140,10 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
         } else if (strcmp(a, "--top-k") == 0) {
             if (cli_parse_int(v, 0, 1 << 24, &k)) return cli_usage_error("--top-k wants an integer >= 0, got '%s'", v);
             g->sp.top_k = (int)k;
+        } else if (strcmp(a, "--logit-bias") == 0) {
+            if (parse_logit_bias(v, g))
+                return cli_usage_error("--logit-bias wants ID:BIAS[,ID:BIAS...] with BIAS in [-100, 100] (at most %d), got '%s'",
+                                       NX_MAX_LOGIT_BIAS, v);
         } else if (strcmp(a, "--seed") == 0) {
             if (cli_parse_u64(v, &g->sp.seed)) return cli_usage_error("--seed wants an unsigned integer, got '%s'", v);
         } else {

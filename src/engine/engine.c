@@ -56,6 +56,7 @@ struct nx_request {
     int cache_at[NX_CACHE_POINTS];  /* checkpoint boundaries, ascending; 0: none */
     nx_spec_opts so;
     int32_t stop[ENG_MAX_STOP];
+    nx_logit_bias *bias;          /* so.sampling's, until the row's session copies it */
     double t_submit;
 
     /* the engine thread's own */
@@ -117,6 +118,7 @@ static double now_s(void) {
 
 static void request_destroy(nx_request *r) {
     nx_spec_free(r->spec);
+    nx_free(r->bias);
     nx_free(r->prompt);
     nx_free(r->out);
     pthread_mutex_destroy(&r->mu);
@@ -234,8 +236,16 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
         if (o->prompt[i] < 0 || o->prompt[i] >= V)
             return nx_fail(err, errlen, NX_EINVAL, "request: prompt token %d at index %d is outside the vocabulary [0, %d)",
                            o->prompt[i], i, V);
+    nx_status st = nx_sampling_check(&o->sampling, V, err, errlen);
+    if (st) {
+        nx_err_prefix(err, errlen, "request");
+        return st;
+    }
+    size_t nb = (size_t)o->sampling.n_logit_bias;
     nx_request *r = nx_calloc(1, sizeof *r);
-    if (!r || !(r->prompt = nx_alloc((size_t)o->n_prompt * sizeof *r->prompt))) {
+    if (!r || !(r->prompt = nx_alloc((size_t)o->n_prompt * sizeof *r->prompt)) ||
+        (nb && !(r->bias = nx_alloc(nb * sizeof *r->bias)))) {
+        if (r) nx_free(r->prompt);
         nx_free(r);
         return nx_fail(err, errlen, NX_ENOMEM, "request: out of memory");
     }
@@ -252,6 +262,8 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
     r->max_tokens = o->max_tokens;
     if (o->n_stop) memcpy(r->stop, o->stop_ids, (size_t)o->n_stop * sizeof *r->stop);
     r->so = (nx_spec_opts){e->d ? e->o.draft : 0, o->accept, o->sampling, r->stop, o->n_stop};
+    if (nb) memcpy(r->bias, o->sampling.logit_bias, nb * sizeof *r->bias);
+    r->so.sampling.logit_bias = r->bias;
     r->stop_tok = -1;
     r->owners = 2;
     r->notify = o->notify;

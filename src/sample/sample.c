@@ -1,10 +1,11 @@
 /* sample.c — logit processing and sampling (contract in sample.h).
  *
- * The file follows one call: the counter-based RNG, penalties, greedy, then
- * the candidate selection that keeps sampling cheap on a 248320-token vocab,
- * then the filters and the draw. Every path that builds a candidate list
- * produces the same list a full sort of the vocabulary would: the fast paths
- * only avoid sorting tokens that cannot survive. */
+ * The file follows one call: the counter-based RNG, logit bias and
+ * penalties, greedy, then the candidate selection that keeps sampling cheap
+ * on a 248320-token vocab, then the filters and the draw. Every path that
+ * builds a candidate list produces the same list a full sort of the
+ * vocabulary would: the fast paths only avoid sorting tokens that cannot
+ * survive. */
 #include "sample/sample.h"
 
 #include <assert.h>
@@ -64,7 +65,26 @@ nx_sampling nx_sampling_default(void) {
     p.presence_penalty = 0.0f;
     p.frequency_penalty = 0.0f;
     p.seed = 0;
+    p.logit_bias = NULL;
+    p.n_logit_bias = 0;
     return p;
+}
+
+nx_status nx_sampling_check(const nx_sampling *p, int vocab_size, char *err, size_t errlen) {
+    if (p->n_logit_bias < 0 || p->n_logit_bias > NX_MAX_LOGIT_BIAS)
+        return nx_fail(err, errlen, NX_EINVAL, "logit_bias: %d entries (at most %d)", p->n_logit_bias,
+                       NX_MAX_LOGIT_BIAS);
+    if (p->n_logit_bias && !p->logit_bias)
+        return nx_fail(err, errlen, NX_EINVAL, "logit_bias: %d entries but no array", p->n_logit_bias);
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        const nx_logit_bias *b = &p->logit_bias[i];
+        if (b->id < 0 || b->id >= vocab_size)
+            return nx_fail(err, errlen, NX_EINVAL, "logit_bias: token %d is outside the vocabulary [0, %d)", b->id,
+                           vocab_size);
+        if (!isfinite(b->bias))
+            return nx_fail(err, errlen, NX_EINVAL, "logit_bias: the bias of token %d is not finite", b->id);
+    }
+    return NX_OK;
 }
 
 void nx_sampler_free(nx_sampler *s) {
@@ -110,6 +130,15 @@ int smp_vocab_size(const nx_sampler *s) { return s->vocab; }
  * counts[] is all zero on entry and on exit, so the work is O(n_history),
  * not O(vocab): the first pass counts, the second applies each distinct
  * token's penalty once and zeroes its count, which also marks it done. */
+
+/* ---- Logit bias ---------------------------------------------------------- */
+
+static void apply_logit_bias(const nx_sampler *s, const nx_sampling *p, float *logits) {
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        const nx_logit_bias *b = &p->logit_bias[i];
+        if (b->id >= 0 && b->id < s->vocab) logits[b->id] += b->bias;
+    }
+}
 
 static void apply_penalties(nx_sampler *s, const nx_sampling *p, float *logits,
                             const int32_t *history, int n_history) {
@@ -288,7 +317,8 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
     *ids = s->ids;
     *probs = s->probs;
 
-    /* a. penalties; b. greedy. */
+    /* a. logit bias, then penalties; b. greedy. */
+    apply_logit_bias(s, p, logits);
     apply_penalties(s, p, logits, history, n_history);
     float temp = p->temperature;
     if (!(temp > 0.0f)) {

@@ -9,7 +9,9 @@
  *   2. Processing is a pure function of (logits, history, nx_sampling). It runs
  *      in this order (the Hugging Face warper order; llama.cpp differs by
  *      applying temperature last):
- *        a. penalties over the history, once per distinct token t with count c:
+ *        a. the logit bias: l[id] += bias for each entry (ids outside the
+ *           vocabulary skipped; an id listed twice gets both);
+ *           then penalties over the history, once per distinct token t with count c:
  *             repetition: l = l > 0 ? l / r : l * r            (r == 1: off)
  *             then        l -= c * frequency + presence
  *           (llama.cpp's penalties sampler; r <= 0 is treated as off);

@@ -619,7 +619,8 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
         gen_free(g);
         if (closing) return srv_send_error(s, c, 503, "the server is shutting down", "server_error", NULL);
         if (st == NX_EBUSY) return srv_send_error(s, c, 503, "the server is busy: too many requests are waiting", "server_error", NULL);
-        if (st == NX_ERANGE || st == NX_EINVAL) return srv_send_error(s, c, 400, err, "invalid_request_error", NULL);
+        if (st == NX_ERANGE || st == NX_EINVAL) /* nx_sampling_check names the logit bias */
+            return srv_send_error(s, c, 400, err, "invalid_request_error", strstr(err, "logit_bias") ? "logit_bias" : NULL);
         return srv_send_error(s, c, 500, "out of memory", "server_error", NULL);
     }
     gen_list(g);

@@ -42,7 +42,10 @@ typedef struct {
     char *prompt;             /* completions: "prompt" (a string, or an array of one string) */
     int max_tokens;           /* max_completion_tokens, else max_tokens; -1 when absent */
     nx_sampling sampling;     /* OpenAI's defaults: temperature 1, top_p 1, top_k 0 (off),
-                                 min_p 0, presence/frequency_penalty 0, repetition_penalty 1 */
+                                 min_p 0, presence/frequency_penalty 0, repetition_penalty 1;
+                                 logit_bias points into bias */
+    nx_logit_bias *bias;      /* "logit_bias" {"id": -100..100}, NULL when absent or empty
+                                 (ids are checked against the vocabulary by the engine) */
     int seed_given;           /* "seed" was sent (sampling.seed is then (uint64_t)seed) */
     char **stop; int n_stop;  /* "stop": a string or an array of up to 4 non-empty strings */
     int stream, include_usage;/* "stream", stream_options.include_usage */

@@ -128,6 +128,32 @@ static int parse_stop(const json_t *root, oai_request *r, parse_err *e) {
     return 0;
 }
 
+/* "logit_bias": {"token id": bias, ...}, OpenAI's map; the bias between -100
+ * and 100. Whether each id is in the vocabulary is the engine's check. */
+static int parse_logit_bias(const json_t *root, oai_request *r, parse_err *e) {
+    json_t *v = field(root, "logit_bias"), *b;
+    const char *key;
+    if (!v) return 0;
+    if (!json_is_object(v)) return fail(e, "logit_bias", "logit_bias must be an object of token ids and biases");
+    size_t n = json_object_size(v);
+    if (n == 0) return 0;
+    if (n > NX_MAX_LOGIT_BIAS)
+        return fail(e, "logit_bias", "logit_bias has %zu entries (at most %d)", n, NX_MAX_LOGIT_BIAS);
+    if (!(r->bias = calloc(n, sizeof *r->bias))) return 1;
+    json_object_foreach(v, key, b) {
+        /* a decimal token id: digits only, below 2^31 */
+        size_t len = strspn(key, "0123456789");
+        long long id = len && len <= 10 && key[len] == '\0' ? strtoll(key, NULL, 10) : -1;
+        if (id < 0 || id > INT32_MAX)
+            return fail(e, "logit_bias", "logit_bias keys must be token ids (decimal integers)");
+        if (!json_is_number(b) || json_number_value(b) < -100 || json_number_value(b) > 100)
+            return fail(e, "logit_bias", "logit_bias[%lld] must be a number between -100 and 100", id);
+        r->bias[r->sampling.n_logit_bias++] = (nx_logit_bias){(int32_t)id, (float)json_number_value(b)};
+    }
+    r->sampling.logit_bias = r->bias;
+    return 0;
+}
+
 /* Fields that ask for output nextn does not produce (log probabilities, the
  * prompt echoed, several candidates, a suffix) or a guarantee it cannot give
  * (JSON output): refused rather than ignored, so that a client relying on one
@@ -217,6 +243,7 @@ static int parse_body(const json_t *root, oai_request *r, parse_err *e) {
         return fail(e, "n", "n must be 1 (only one choice is supported)");
 
     if ((rc = parse_stop(root, r, e))) return rc;
+    if ((rc = parse_logit_bias(root, r, e))) return rc;
     if (get_bool(root, "stream", "stream", "stream", &r->stream, e)) return -1;
     if ((v = field(root, "stream_options"))) {
         if (!json_is_object(v)) return fail(e, "stream_options", "stream_options must be an object");
@@ -271,5 +298,6 @@ void oai_request_free(oai_request *r) {
     free(r->prompt);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
+    free(r->bias);
     memset(r, 0, sizeof *r);
 }

@@ -94,13 +94,24 @@ nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const
     if (o.n_stop < 0 || o.n_stop > SPEC_MAX_STOP)
         return nx_fail(err, errlen, NX_EINVAL, "spec: %d stop ids (at most %d)", o.n_stop, SPEC_MAX_STOP);
     if (max_ctx < 2) return nx_fail(err, errlen, NX_EINVAL, "spec: context size %d is too small", max_ctx);
+    nx_status st = nx_sampling_check(&o.sampling, m->cfg.vocab_size, err, errlen);
+    if (st) {
+        nx_err_prefix(err, errlen, "spec");
+        return st;
+    }
     nx_spec *s = nx_calloc(1, sizeof *s);
-    if (!s) return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the speculative session");
+    size_t nb = (size_t)o.sampling.n_logit_bias;
+    if (!s || (nb && !(s->bias = nx_alloc(nb * sizeof *s->bias)))) {
+        nx_free(s);
+        return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the speculative session");
+    }
     s->m = m;
     s->d = d;
     s->opts = o;
     if (o.n_stop) memcpy(s->stop, o.stop_ids, (size_t)o.n_stop * sizeof *s->stop);
     s->opts.stop_ids = s->stop;
+    if (nb) memcpy(s->bias, o.sampling.logit_bias, nb * sizeof *s->bias);
+    s->opts.sampling.logit_bias = s->bias;
     s->auto_k = o.draft == NX_DRAFT_AUTO;
     s->k_max = !d ? 0 : s->auto_k ? (d->block_size - 1 > 4 ? d->block_size - 1 : 4) : k;
     if (s->k_max > NX_SPEC_MAX_DRAFT) s->k_max = NX_SPEC_MAX_DRAFT; /* stats and drafts are sized by it */
@@ -109,7 +120,7 @@ nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const
     s->opts.accept = resolve_accept(s->opts.accept, &s->opts.sampling);
     const cfg_model *c = &m->cfg;
     size_t V = (size_t)c->vocab_size, H = (size_t)c->hidden_size, B = (size_t)s->k_max + 1;
-    nx_status st = nx_state_new(m, max_ctx, &s->target, err, errlen);
+    st = nx_state_new(m, max_ctx, &s->target, err, errlen);
     if (!st) st = mdl_state_enable_rollback(s->target, (int)B, err, errlen);
     if (!st) st = nx_sampler_new(c->vocab_size, &s->smp, err, errlen);
     if (!st && d) st = mtp_rows_init(&s->rows, d, max_ctx, err, errlen);
@@ -143,6 +154,10 @@ void nx_spec_close(nx_spec *s) {
     nx_free_aligned(s->hbuf);
     nx_free_aligned(s->defer_h);
     nx_free(s->resid);
+    nx_free(s->bias);
+    s->bias = NULL;
+    s->opts.sampling.logit_bias = NULL;
+    s->opts.sampling.n_logit_bias = 0;
     s->target = NULL;
     s->smp = NULL;
     s->hist = NULL;

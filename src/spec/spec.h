@@ -30,6 +30,7 @@ struct nx_spec {
     const nx_drafter *d;          /* NULL: plain decoding                       */
     nx_spec_opts opts;
     int32_t stop[SPEC_MAX_STOP];
+    nx_logit_bias *bias;          /* the session's copy of opts.sampling's      */
     int max_ctx;
     int k_max;                    /* drafts per round at most                   */
     int k_fixed;                  /* drafts per round when not adaptive         */

@@ -124,6 +124,20 @@ static void seeded_sampling_is_reproducible(void) {
     for (int i = 0; i < 3; i++) free(runs[i]);
 }
 
+/* --logit-bias: +100 on one token makes greedy output that token only; the
+ * flag may be repeated. */
+static void logit_bias_forces_a_token(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-bias"));
+    CHECK(nextn("generate -m '" GOLDEN "/hf' --prompt-ids 8129,872,198 -n 6 --json --logit-bias 5:-3 --logit-bias 777:100") == 0);
+    char *out = captured("stdout");
+    CHECKF(strstr(out, "\"ids\":[777,777,777,777,777,777]") != NULL, "'%s'", out);
+    free(out);
+    CHECK(nextn("generate -m '" GOLDEN "/hf' --prompt-ids 8129,872,198 -n 6 --json") == 0);
+    out = captured("stdout");
+    CHECKF(strstr(out, "\"ids\":[777,777,777,777,777,777]") == NULL, "'%s'", out);   /* not the output anyway */
+    free(out);
+}
+
 static void bad_use_exits_2_with_one_line(void) {
     snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-usage"));
     static const struct { const char *args; int code; const char *needle; } cases[] = {
@@ -157,6 +171,10 @@ static void bad_use_exits_2_with_one_line(void) {
         {"inspect --kernels avx512 -m x", 2, "--kernels"},
         {"inspect -m /nonexistent/model", 1, "/nonexistent/model"},
         {"generate -m '" GOLDEN "/hf' --prompt-ids 1,99999", 1, "99999"},
+        {"generate -m x --prompt-ids 1 --logit-bias 5=2", 2, "--logit-bias"},
+        {"generate -m x --prompt-ids 1 --logit-bias 5:101", 2, "--logit-bias"},
+        {"generate -m x --prompt-ids 1 --logit-bias -5:1", 2, "--logit-bias"},
+        {"generate -m '" GOLDEN "/hf' --prompt-ids 1 --logit-bias 99999999:1", 1, "logit_bias: token 99999999"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int rc = nextn(cases[i].args);
@@ -473,6 +491,8 @@ static const nx_test tests[] = {
     {"generate_with_mtp_reports_acceptance", "MTP on (every draft option) gives plain greedy ids and reports acceptance", generate_with_mtp_reports_acceptance},
     {"state_saved_in_one_process_continues_in_another", "--save-state then --load-state in a new process equals one run", state_saved_in_one_process_continues_in_another},
     {"logits_mtp_out_matches_llamacpp", "logits --mtp-out writes the head's teacher-forced logits, matching llama.cpp", logits_mtp_out_matches_llamacpp},
+    {"logit_bias_forces_a_token", "--logit-bias ID:100 makes greedy output that id, the flag repeated",
+     logit_bias_forces_a_token},
     {"bad_use_exits_2_with_one_line", "bad options exit 2, runtime errors exit 1, each with one stderr line", bad_use_exits_2_with_one_line},
 };
 

@@ -110,6 +110,53 @@ static void rows_in_company_with(nx_draft_policy pol) {
     nx_model_free(m);
 }
 
+/* A request with a logit bias queued behind one without: each equals its
+ * request alone; the caller's bias array may go once nx_engine_submit
+ * returns (one row, so the biased request's session starts after that). */
+static void a_logit_bias_reaches_its_request_only(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    enum { GEN = 24 };
+    int32_t prompt[12], plain[64], biased[64], ref[64];
+    prompt_of(prompt, 12, 5);
+    int nr = reference(m, d, prompt, 12, GEN, 0.0f, 1, ref);
+    nx_engine *e = engine(m, d, 1, 0, NULL, 64);
+    nx_request_opts o = {0};
+    o.prompt = prompt;
+    o.n_prompt = 12;
+    o.max_tokens = GEN;
+    o.sampling = nx_sampling_default();
+    o.accept = NX_ACCEPT_GREEDY;
+    nx_logit_bias *ban = malloc(2 * sizeof *ban);
+    ban[0] = (nx_logit_bias){ref[0], -100.0f};
+    ban[1] = (nx_logit_bias){ref[1], -100.0f};
+    o.sampling.logit_bias = ban;
+    o.sampling.n_logit_bias = 2;
+    char err[512];
+    nx_request *rb = NULL, *rp = submit(e, prompt, 12, 0, GEN, 0.0f, 1);
+    CHECKF(nx_engine_submit(e, &o, &rb, err, sizeof err) == NX_OK, "%s", err);
+    const nx_logit_bias keep[2] = {ban[0], ban[1]};
+    memset(ban, 0, 2 * sizeof *ban);   /* gone: the engine holds its own copy */
+    free(ban);
+    nx_spec_opts so = {2, NX_ACCEPT_GREEDY, o.sampling, NULL, 0};
+    so.sampling.logit_bias = keep;
+    int32_t want[64];
+    int nw = nx_test_generate(m, d, &so, prompt, 12, GEN, want, NULL);
+    nx_finish fin;
+    int np = drain(rp, plain, 64, &fin), nb = drain(rb, biased, 64, &fin);
+    CHECK(np == nr && memcmp(plain, ref, (size_t)np * sizeof *ref) == 0);
+    CHECKF(nb > 0 && (nb == nw || nb == nw - 1) && memcmp(biased, want, (size_t)nb * sizeof *want) == 0,
+           "the biased row differs from the same request alone (%d / %d tokens)", nb, nw);
+    CHECK(biased[0] != ref[0]);
+    for (int i = 0; i < nb; i++) CHECKF(biased[i] != ref[0] && biased[i] != ref[1], "a banned token at %d", i);
+    nx_request_free(rp);
+    nx_request_free(rb);
+    nx_engine_free(e);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 static void rows_in_company_equal_rows_alone(void) {
     rows_in_company_with(NX_DRAFTS_ALWAYS);
     rows_in_company_with(NX_DRAFTS_ADAPTIVE);
@@ -175,6 +222,12 @@ static void bad_submissions_are_refused(void) {
     int32_t bad[2] = {1, 1 << 30};
     o.prompt = bad, o.n_prompt = 2;
     CHECK(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_EINVAL && strstr(err, "vocabulary"));
+    nx_logit_bias far = {1 << 30, -1.0f};
+    o.prompt = p, o.n_prompt = 8;
+    o.sampling.logit_bias = &far;
+    o.sampling.n_logit_bias = 1;
+    CHECK(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_EINVAL && !r && strstr(err, "request: logit_bias: token"));
+    o.sampling = nx_sampling_default();
     /* the queue holds 16: the 18th waiting request is refused (one row runs) */
     o.prompt = p, o.n_prompt = 8;
     nx_request *many[20] = {0};
@@ -426,6 +479,9 @@ static const nx_test tests[] = {
     {"rows_in_company_equal_rows_alone",
      "6 requests on 4 rows (greedy and matched sampling), drafts always or adaptive: each equals the request alone",
      rows_in_company_equal_rows_alone},
+    {"a_logit_bias_reaches_its_request_only",
+     "two banned tokens in a queued request: it equals the request alone, the one before it is unchanged",
+     a_logit_bias_reaches_its_request_only},
     {"cancelling_frees_the_row_and_others_go_on", "cancel or free mid-stream, shut down with a row running: cancelled, others exact",
      cancelling_frees_the_row_and_others_go_on},
     {"a_long_prefill_does_not_stall_running_streams", "a 200-token prompt read in 8-token pieces: a running stream goes on meanwhile",

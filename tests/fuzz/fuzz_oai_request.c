@@ -22,7 +22,8 @@
  *     sampler gets: top_p in (0, 1] and repetition_penalty > 0 with open
  *     lower bounds (fixed in cd374a4: 1e-50 passed as a double and became
  *     0.0f), temperature in [0, 2], min_p in [0, 1], the penalties in
- *     [-2, 2], top_k >= 0; 0 to 4 non-empty stop strings, stop NULL when
+ *     [-2, 2], top_k >= 0; logit bias entries with ids >= 0 and biases in
+ *     [-100, 100], held in bias (NULL when none); 0 to 4 non-empty stop strings, stop NULL when
  *     there are none; flags 0 or 1; enable_thinking -1, 0 or 1;
  *   - oai_request_free zeroes the request and may be called twice; ASan and
  *     LeakSanitizer see no bad access and no leak. */
@@ -48,7 +49,7 @@ static const char *const k_field_words[] = {
     "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
     "seed", "n must", "stop", "stream", "stream_options", "include_usage", "chat_template_kwargs",
     "enable_thinking", "tools", "tool_choice", "logprobs", "top_logprobs", "echo", "best_of", "suffix",
-    "response_format",
+    "response_format", "logit_bias",
 };
 
 /* param: NULL (the body) or a top-level field the message names */
@@ -113,6 +114,11 @@ static void check_success(const oai_request *r, int chat, const char *body, size
     CHECKF(s->frequency_penalty >= -2 && s->frequency_penalty <= 2, "frequency_penalty %g", s->frequency_penalty);
     CHECKF(s->repetition_penalty > 0, "repetition_penalty %g", s->repetition_penalty);
     CHECK(s->top_k >= 0);
+    CHECK(s->n_logit_bias >= 0 && s->n_logit_bias <= NX_MAX_LOGIT_BIAS && s->logit_bias == r->bias);
+    CHECK((s->n_logit_bias == 0) == (r->bias == NULL));
+    for (int i = 0; i < s->n_logit_bias; i++)
+        CHECKF(s->logit_bias[i].id >= 0 && s->logit_bias[i].bias >= -100 && s->logit_bias[i].bias <= 100, "bias %d: %d %g",
+               i, s->logit_bias[i].id, s->logit_bias[i].bias);
     CHECK(r->n_stop >= 0 && r->n_stop <= 4);
     CHECK((r->n_stop == 0) == (r->stop == NULL));
     for (int i = 0; i < r->n_stop; i++) CHECK(r->stop[i] && r->stop[i][0]);

@@ -346,6 +346,73 @@ static void test_penalties_apply_once_per_distinct_token_in_the_history(void) {
     nx_sampler_free(s);
 }
 
+static void test_logit_bias_comes_first_and_decides_greedy_and_sampling(void) {
+    const float logits[6] = {2.0f, -2.0f, 1.0f, 0.5f, 3.0f, 0.0f};
+    const int32_t hist[2] = {2, 2};
+    nx_sampler *s = new_sampler(6);
+    nx_sampling p = nx_sampling_default();
+    float w[6];
+    const int32_t *ids;
+    const float *probs;
+
+    /* added to the logit, before the penalties: 1 + 2 = 3, then / 2 for the
+     * repetition; an id listed twice gets both; ids outside the vocabulary
+     * are skipped (nx_sample cannot fail) */
+    const nx_logit_bias bias[5] = {{2, 2.0f}, {1, 0.5f}, {1, 0.25f}, {6, 50.0f}, {-1, 50.0f}};
+    p.logit_bias = bias;
+    p.n_logit_bias = 5;
+    p.repetition_penalty = 2.0f;
+    memcpy(w, logits, sizeof w);
+    int n = smp_distribution(s, &p, w, hist, 2, &ids, &probs);
+    CHECKF(w[2] == 1.5f && w[1] == -1.25f && w[0] == 2.0f && w[4] == 3.0f && w[5] == 0.0f, "%g %g", w[2], w[1]);
+    CHECK(n == 1 && ids[0] == 4);
+
+    /* -100 bans the argmax from greedy, +100 forces a token */
+    const nx_logit_bias ban = {4, -100.0f}, force = {1, 100.0f};
+    p = nx_sampling_default();
+    p.logit_bias = &ban;
+    p.n_logit_bias = 1;
+    memcpy(w, logits, sizeof w);
+    CHECK(nx_sample(s, &p, w, NULL, 0, 0) == 0);
+    p.logit_bias = &force;
+    memcpy(w, logits, sizeof w);
+    CHECK(nx_sample(s, &p, w, NULL, 0, 0) == 1);
+
+    /* sampling at temperature 1: the banned token is never drawn, and the
+     * distribution is softmax(logits + bias) */
+    p = nx_sampling_default();
+    p.temperature = 1.0f;
+    p.logit_bias = &ban;
+    p.n_logit_bias = 1;
+    for (int64_t pos = 0; pos < 2000; pos++) {
+        memcpy(w, logits, sizeof w);
+        CHECK(nx_sample(s, &p, w, NULL, 0, pos) != 4);
+    }
+    memcpy(w, logits, sizeof w);
+    n = smp_distribution(s, &p, w, NULL, 0, &ids, &probs);
+    double z = 0;
+    for (int i = 0; i < 6; i++) z += exp(logits[i] + (i == 4 ? -100.0 : 0.0));
+    for (int j = 0; j < n; j++) {
+        double want = exp(logits[ids[j]] + (ids[j] == 4 ? -100.0 : 0.0)) / z;
+        CHECKF(fabs(probs[j] - want) < 1e-6 * want + 1e-30, "id %d: %g vs %g", ids[j], probs[j], want);
+    }
+
+    /* nx_sampling_check: what nx_spec_new and nx_engine_submit refuse */
+    char err[256];
+    CHECK(nx_sampling_check(&p, 6, err, sizeof err) == NX_OK);
+    const nx_logit_bias out_of_vocab = {6, 1.0f}, not_finite = {0, NAN};
+    p.logit_bias = &out_of_vocab;
+    CHECK(nx_sampling_check(&p, 6, err, sizeof err) == NX_EINVAL && strstr(err, "logit_bias: token 6"));
+    p.logit_bias = &not_finite;
+    CHECK(nx_sampling_check(&p, 6, err, sizeof err) == NX_EINVAL && strstr(err, "not finite"));
+    p.logit_bias = NULL;
+    CHECK(nx_sampling_check(&p, 6, err, sizeof err) == NX_EINVAL && strstr(err, "no array"));
+    p.logit_bias = &ban;
+    p.n_logit_bias = NX_MAX_LOGIT_BIAS + 1;
+    CHECK(nx_sampling_check(&p, 6, err, sizeof err) == NX_EINVAL && strstr(err, "entries"));
+    nx_sampler_free(s);
+}
+
 static void test_temperature_divides_the_logits_before_softmax(void) {
     const float logits[3] = {2.0f, 1.0f, 0.0f};
     const float temps[3] = {0.5f, 1.0f, 2.0f};
@@ -516,6 +583,9 @@ static const nx_test tests[] = {
     {"penalties_apply_once_per_distinct_token_in_the_history",
      "repetition, presence and frequency penalties on hand-made logits",
      test_penalties_apply_once_per_distinct_token_in_the_history},
+    {"logit_bias_comes_first_and_decides_greedy_and_sampling",
+     "bias before penalties; -100 bans, +100 forces; softmax(logits + bias); the checks nx_spec_new makes",
+     test_logit_bias_comes_first_and_decides_greedy_and_sampling},
     {"temperature_divides_the_logits_before_softmax", "probabilities equal softmax(logits / T)",
      test_temperature_divides_the_logits_before_softmax},
     {"draw_walks_the_candidates_in_the_given_order", "smp_draw's cumulative walk and its end",

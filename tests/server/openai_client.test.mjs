@@ -9,7 +9,7 @@
 //
 // Prints one line per test and the figures it measured (TTFT by turn, RSS);
 // exits 1 if any test failed.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -221,6 +221,25 @@ test('a seed makes sampling repeatable', async () => {
     differs ||= JSON.stringify(c.choices[0].message) !== JSON.stringify(a.choices[0].message);
   }
   assert.ok(differs, 'three other seeds all gave the same text');
+});
+
+test('logit_bias forces or bans a token', async () => {
+  const c = client();
+  const [id] = JSON.parse(spawnSync(nextn, ['tokenize', '-m', modelDir, '--text', ' Moses']).stdout);
+  const piece = spawnSync(nextn, ['detokenize', '-m', modelDir, '--ids', String(id)]).stdout.toString();
+  const ask = (extra) => c.completions.create({ model: 'default', prompt: 'And God said', max_tokens: 3, temperature: 0, ...extra });
+  const forced = await ask({ logit_bias: { [id]: 100 } });
+  assert.equal(forced.choices[0].text, piece.repeat(3));
+  const sampled = await ask({ logit_bias: { [id]: 100 }, temperature: 1, seed: 3 });
+  assert.equal(sampled.choices[0].text, piece.repeat(3));
+  const base = await ask({ max_tokens: 8 });
+  const [first] = JSON.parse(spawnSync(nextn, ['tokenize', '-m', modelDir, '--text', base.choices[0].text]).stdout);
+  const banned = await ask({ max_tokens: 8, logit_bias: { [first]: -100 } });
+  assert.notEqual(banned.choices[0].text, base.choices[0].text);
+  const far = await raw('POST', '/v1/completions', JSON.stringify({ prompt: 'x', logit_bias: { 99999999: 1 } }));
+  assert.equal(far.status, 400);
+  assert.equal(far.json.error.param, 'logit_bias');
+  assert.match(far.json.error.message, /outside the vocabulary/);
 });
 
 test('8 concurrent streams equal the same requests alone', async () => {

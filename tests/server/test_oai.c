@@ -120,12 +120,45 @@ static void tool_choice_none_drops_the_tools(void) {
     oai_request_free(&r);
 }
 
+static void logit_bias_becomes_the_sampling_entries(void) {
+    oai_request r;
+    int status;
+    char err[256];
+    CHECKF(parse("{\"prompt\":\"x\",\"logit_bias\":{\"15\":-100,\"0\":2.5,\"2147483647\":100}}", 0, &r, &status,
+                 err, sizeof err) == 0, "%s", err);
+    CHECK(r.sampling.n_logit_bias == 3 && r.sampling.logit_bias == r.bias);
+    float sum = 0;
+    int seen = 0;
+    for (int i = 0; i < r.sampling.n_logit_bias; i++) {
+        const nx_logit_bias *b = &r.sampling.logit_bias[i];
+        seen |= (b->id == 15 && b->bias == -100.0f) << 0 | (b->id == 0 && b->bias == 2.5f) << 1 |
+                (b->id == INT32_MAX && b->bias == 100.0f) << 2;
+        sum += b->bias;
+    }
+    CHECKF(seen == 7 && sum == 2.5f, "entries %d", seen);
+    oai_request_free(&r);
+    CHECK(parse("{\"prompt\":\"x\",\"logit_bias\":{}}", 0, &r, &status, err, sizeof err) == 0);
+    CHECK(r.sampling.n_logit_bias == 0 && r.sampling.logit_bias == NULL && r.bias == NULL);
+    oai_request_free(&r);
+    /* NX_MAX_LOGIT_BIAS entries pass, one more is refused */
+    for (int extra = 0; extra < 2; extra++) {
+        static char body[32 * (NX_MAX_LOGIT_BIAS + 2)];
+        int k = snprintf(body, sizeof body, "{\"prompt\":\"x\",\"logit_bias\":{");
+        for (int i = 0; i < NX_MAX_LOGIT_BIAS + extra; i++) k += snprintf(body + k, sizeof body - (size_t)k, "%s\"%d\":1", i ? "," : "", i);
+        snprintf(body + k, sizeof body - (size_t)k, "}}");
+        int rc = parse(body, 0, &r, &status, err, sizeof err);
+        CHECKF(extra ? rc == -1 && strstr(err, "at most") : rc == 0 && r.sampling.n_logit_bias == NX_MAX_LOGIT_BIAS, "%d: %s",
+               extra, err);
+        oai_request_free(&r);
+    }
+}
+
 static void unknown_fields_and_nulls_are_ignored(void) {
     oai_request r;
     int status;
     char err[256];
     CHECK(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"bob\"}],\"user\":\"u1\","
-                "\"logit_bias\":{\"1\":2},\"metadata\":{\"a\":[1,2]},\"temperature\":null,\"stop\":null,"
+                "\"logit_bias\":{},\"metadata\":{\"a\":[1,2]},\"temperature\":null,\"stop\":null,"
                 "\"frobnicate\":true,\"logprobs\":false,\"top_logprobs\":0,\"response_format\":{\"type\":\"text\"},"
                 "\"tool_choice\":\"auto\",\"parallel_tool_calls\":true}",
                 1, &r, &status, err, sizeof err) == 0);
@@ -177,6 +210,14 @@ static void invalid_requests_get_400_naming_the_field(void) {
         {1, "{\"messages\":[{\"role\":\"user\"}],\"tools\":{}}", "tools", "tools"},
         {1, "{\"messages\":[{\"role\":\"user\"}],\"chat_template_kwargs\":{\"enable_thinking\":1}}",
          "enable_thinking", "chat_template_kwargs"},
+        {0, "{\"prompt\":\"x\",\"logit_bias\":[1]}", "logit_bias must be an object", "logit_bias"},
+        {0, "{\"prompt\":\"x\",\"logit_bias\":{\"a\":1}}", "logit_bias keys must be token ids", "logit_bias"},
+        {0, "{\"prompt\":\"x\",\"logit_bias\":{\"-1\":1}}", "logit_bias keys must be token ids", "logit_bias"},
+        {0, "{\"prompt\":\"x\",\"logit_bias\":{\"\":1}}", "logit_bias keys must be token ids", "logit_bias"},
+        {0, "{\"prompt\":\"x\",\"logit_bias\":{\"2147483648\":1}}", "logit_bias keys must be token ids", "logit_bias"},
+        {0, "{\"prompt\":\"x\",\"logit_bias\":{\"7\":1,\"8\":100.5}}", "logit_bias[8] must be a number between -100 and 100",
+         "logit_bias"},
+        {0, "{\"prompt\":\"x\",\"logit_bias\":{\"7\":\"1\"}}", "logit_bias[7] must be a number", "logit_bias"},
         /* asking for what nextn does not do: refused, not ignored */
         {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":true}", "logprobs are not supported", "logprobs"},
         {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":1}", "logprobs must be a boolean", "logprobs"},
@@ -718,6 +759,8 @@ static const nx_test tests[] = {
      tool_choice_none_drops_the_tools},
     {"unknown_fields_and_nulls_are_ignored", "extra keys and null values change nothing",
      unknown_fields_and_nulls_are_ignored},
+    {"logit_bias_becomes_the_sampling_entries", "logit_bias {\"id\": bias} parsed into nx_sampling; {} is none",
+     logit_bias_becomes_the_sampling_entries},
     {"invalid_requests_get_400_naming_the_field", "every range, type and shape error; *out left zeroed",
      invalid_requests_get_400_naming_the_field},
     {"invalid_json_message_is_ascii_and_has_a_position", "jansson's message quotes bytes: kept ASCII for JSON",

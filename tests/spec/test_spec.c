@@ -359,6 +359,65 @@ static void rejection_sampling_keeps_the_target_distribution(void) {
     nx_model_free(m);
 }
 
+/* A logit bias is part of the target's processing: speculative output with
+ * one equals plain output with it (greedy and matched sampling), a banned
+ * token never comes, and the session keeps its own copy of the entries. */
+static void logit_bias_shapes_the_output_and_drafts_keep_it_exact(void) {
+    nx_model *m = nx_test_model(TORCH("torchref-mini-copy-s0.05") "/hf", 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    const int V = nx_model_get_info(m)->vocab_size;
+    int32_t prompt[8] = {5, 17, 300, 42, 9, 77, 600, 3}, base[48], plain[48], spec[48];
+    run_cfg rc = {0, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    int n = generate(m, NULL, prompt, 8, 48, &rc, base, NULL);
+    CHECK(n == 48);
+    /* ban the first greedy token and the one after it; favour another */
+    nx_logit_bias bias[3] = {{base[0], -100.0f}, {base[1], -100.0f}, {(base[0] + 7) % V, 1.5f}};
+    rc.sp.logit_bias = bias;
+    rc.sp.n_logit_bias = 3;
+    for (int pass = 0; pass < 2; pass++) {   /* greedy, then matched sampling */
+        if (pass) {
+            rc.accept = NX_ACCEPT_MATCH;
+            rc.sp.temperature = 0.9f;
+            rc.sp.seed = 11;
+        }
+        rc.draft = 0;
+        int n0 = generate(m, NULL, prompt, 8, 48, &rc, plain, NULL);
+        for (int K = 1; K <= 3; K++) {
+            rc.draft = K;
+            nx_spec_stats st;
+            int n1 = generate(m, d, prompt, 8, 48, &rc, spec, &st);
+            CHECKF(n0 == n1 && memcmp(plain, spec, (size_t)n0 * sizeof *spec) == 0, "pass %d K=%d differs", pass, K);
+            CHECKF(st.accepted > 0, "pass %d K=%d: no draft accepted", pass, K);
+        }
+        for (int i = 0; i < n0; i++) CHECKF(plain[i] != bias[0].id && plain[i] != bias[1].id, "banned token at %d", i);
+        if (!pass) CHECK(plain[0] != base[0]);
+    }
+    /* refused: an id outside the vocabulary, a bias that is not finite */
+    char err[512];
+    nx_spec *s = (nx_spec *)&err;
+    nx_logit_bias bad = {V, 1.0f};
+    nx_spec_opts o = {2, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    o.sampling.logit_bias = &bad;
+    o.sampling.n_logit_bias = 1;
+    CHECK(nx_spec_new(m, d, 64, &o, &s, err, sizeof err) == NX_EINVAL && s == NULL);
+    CHECKF(strstr(err, "spec: logit_bias: token") != NULL, "%s", err);
+    bad = (nx_logit_bias){3, INFINITY};
+    CHECK(nx_spec_new(m, d, 64, &o, &s, err, sizeof err) == NX_EINVAL && strstr(err, "not finite"));
+    /* the session copies the entries: the caller's array may go at once */
+    nx_logit_bias *heap = malloc(sizeof *heap);
+    *heap = (nx_logit_bias){base[0], -100.0f};
+    o.sampling.logit_bias = heap;
+    CHECK(nx_spec_new(m, d, 64, &o, &s, err, sizeof err) == NX_OK);
+    heap->bias = 100.0f;   /* would force the banned token if it were read */
+    free(heap);
+    int32_t first;
+    CHECK(nx_spec_prefill(s, prompt, 8, &first, err, sizeof err) == NX_OK && first != base[0]);
+    nx_spec_free(s);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 static void protocol_misuse_is_an_error(void) {
     nx_model *m = nx_test_model(TORCH("torchref-mini-a") "/hf", 2);
     nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
@@ -461,6 +520,9 @@ static const nx_test tests[] = {
     {"match_mode_equals_plain_sampling", "match acceptance: sampled output identical to plain sampling for 20 seeds", match_mode_equals_plain_sampling},
     {"rejection_sampling_keeps_the_target_distribution", "rejection sampling: emitted tokens follow the target distribution (chi-square)",
      rejection_sampling_keeps_the_target_distribution},
+    {"logit_bias_shapes_the_output_and_drafts_keep_it_exact",
+     "with a logit bias, K = 1..3 greedy and matched output equal plain; banned ids never come; bad entries refused",
+     logit_bias_shapes_the_output_and_drafts_keep_it_exact},
     {"protocol_misuse_is_an_error", "draft before prefill, twice, commit without verify, after close: NX_ESTATE", protocol_misuse_is_an_error},
     {"drafter_errors_name_the_problem", "no MTP head, wrong model_type, hidden size mismatch: clear errors", drafter_errors_name_the_problem},
 };
