@@ -1,6 +1,10 @@
 /* oai_request.c — the OpenAI wire format (see oai.h), part 1: a request
  * body in, a validated oai_request out, or a 400 whose message and param name
- * the field at fault. jansson reads the JSON. */
+ * the field at fault. jansson reads the JSON.
+ *
+ * Validation follows OpenAI's ranges; a field sent as null means "use the
+ * default", as OpenAI's own schema treats it. Every message names the field,
+ * because the client sees nothing else. */
 #include "server/oai.h"
 
 #include <jansson.h>
@@ -26,12 +30,6 @@ static int __attribute__((format(printf, 3, 4))) fail(parse_err *e, const char *
     e->param = param;
     return -1;
 }
-
-/* ---- Request --------------------------------------------------------------
- *
- * Validation follows OpenAI's ranges; a field sent as null means "use the
- * default", as OpenAI's own schema treats it. Every message names the field,
- * because the client sees nothing else. */
 
 /* The sampling floats: range [lo, hi], lo excluded when lo_open. */
 static const struct {
@@ -163,18 +161,15 @@ static int parse_unsupported(const json_t *root, const oai_request *r, parse_err
     json_t *v;
     long long n = 0;
     int on = 0, got;
-    if (r->chat) {
-        if (get_bool(root, "logprobs", "logprobs", "logprobs", &on, e)) return -1;
-    } else if ((got = get_int(root, "logprobs", 0, "a non-negative integer", &n, e)) < 0) {
-        return -1;
-    } else {
-        on = got && n > 0;
+    /* chat sends a boolean, completions a count: either spelling is taken */
+    if ((v = field(root, "logprobs"))) {
+        if (!json_is_boolean(v) && !(json_is_integer(v) && json_integer_value(v) >= 0))
+            return fail(e, "logprobs", "logprobs must be a boolean or a non-negative integer");
+        if (json_is_true(v) || json_integer_value(v) > 0) return fail(e, "logprobs", "logprobs are not supported");
     }
-    if (on) return fail(e, "logprobs", "logprobs are not supported");
     if ((got = get_int(root, "top_logprobs", 0, "a non-negative integer", &n, e)) < 0) return -1;
     if (got && n > 0) return fail(e, "top_logprobs", "top_logprobs are not supported");
     if (!r->chat) {
-        on = 0;
         if (get_bool(root, "echo", "echo", "echo", &on, e)) return -1;
         if (on) return fail(e, "echo", "echo is not supported");
         if ((got = get_int(root, "best_of", 1, "a positive integer", &n, e)) < 0) return -1;

@@ -166,7 +166,7 @@ static void unknown_fields_and_nulls_are_ignored(void) {
     CHECK(r.messages_json && strstr(r.messages_json, "\"name\":\"bob\""));   /* extra message keys kept */
     oai_request_free(&r);
     /* the "off" values of fields nextn refuses when they are on */
-    CHECKF(parse("{\"prompt\":\"x\",\"logprobs\":0,\"echo\":false,\"best_of\":1,\"suffix\":\"\",\"user\":\"u\"}", 0,
+    CHECKF(parse("{\"prompt\":\"x\",\"logprobs\":false,\"echo\":false,\"best_of\":1,\"suffix\":\"\",\"user\":\"u\"}", 0,
                  &r, &status, err, sizeof err) == 0, "%s", err);
     CHECK(r.prompt && strcmp(r.prompt, "x") == 0);
     oai_request_free(&r);
@@ -220,11 +220,13 @@ static void invalid_requests_get_400_naming_the_field(void) {
         {0, "{\"prompt\":\"x\",\"logit_bias\":{\"7\":\"1\"}}", "logit_bias[7] must be a number", "logit_bias"},
         /* asking for what nextn does not do: refused, not ignored */
         {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":true}", "logprobs are not supported", "logprobs"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":1}", "logprobs must be a boolean", "logprobs"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":1}", "logprobs are not supported", "logprobs"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":\"yes\"}", "logprobs must be a boolean or", "logprobs"},
         {1, "{\"messages\":[{\"role\":\"user\"}],\"top_logprobs\":2}", "top_logprobs are not supported",
          "top_logprobs"},
         {0, "{\"prompt\":\"x\",\"logprobs\":5}", "logprobs are not supported", "logprobs"},
-        {0, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs must be a non-negative integer", "logprobs"},
+        {0, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs are not supported", "logprobs"},
+        {0, "{\"prompt\":\"x\",\"logprobs\":-1}", "logprobs must be a boolean or a non-negative integer", "logprobs"},
         {0, "{\"prompt\":\"x\",\"echo\":true}", "echo is not supported", "echo"},
         {0, "{\"prompt\":\"x\",\"best_of\":3}", "best_of must be 1", "best_of"},
         {0, "{\"prompt\":\"x\",\"best_of\":0}", "best_of must be a positive integer", "best_of"},
