@@ -34,6 +34,7 @@
 
 #include <jansson.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "server/http.h"
 #include "server/oai.h"
@@ -514,7 +515,14 @@ static int build_prompt(nx_server *s, struct MHD_Connection *c, const oai_reques
         size_t tl = strlen(text);
         *think_open = tl >= 8 && strcmp(text + tl - 8, "<think>\n") == 0;
     }
-    int bad = tokenize(s, q->chat ? text : q->prompt, ids, n, err, sizeof err);
+    int bad;
+    if (q->prompt_ids) { /* already tokens: the engine checks them against the vocabulary */
+        bad = !(*ids = nx_alloc((size_t)q->n_prompt_ids * sizeof **ids));
+        if (bad) snprintf(err, sizeof err, "out of memory");
+        else memcpy(*ids, q->prompt_ids, (size_t)q->n_prompt_ids * sizeof **ids), *n = q->n_prompt_ids;
+    } else {
+        bad = tokenize(s, q->chat ? text : q->prompt, ids, n, err, sizeof err);
+    }
     nx_free(text);
     if (bad || *n == 0) {
         *sent = srv_send_error(s, c, 400, bad ? err : "the prompt is empty", "invalid_request_error", q->chat ? "messages" : "prompt");
@@ -619,8 +627,10 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
         gen_free(g);
         if (closing) return srv_send_error(s, c, 503, "the server is shutting down", "server_error", NULL);
         if (st == NX_EBUSY) return srv_send_error(s, c, 503, "the server is busy: too many requests are waiting", "server_error", NULL);
-        if (st == NX_ERANGE || st == NX_EINVAL) /* nx_sampling_check names the logit bias */
-            return srv_send_error(s, c, 400, err, "invalid_request_error", strstr(err, "logit_bias") ? "logit_bias" : NULL);
+        if (st == NX_ERANGE || st == NX_EINVAL) { /* the engine's messages name the logit bias or a prompt token */
+            const char *param = strstr(err, "logit_bias") ? "logit_bias" : strstr(err, "prompt token") ? "prompt" : NULL;
+            return srv_send_error(s, c, 400, err, "invalid_request_error", param);
+        }
         return srv_send_error(s, c, 500, "out of memory", "server_error", NULL);
     }
     gen_list(g);

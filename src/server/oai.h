@@ -40,6 +40,9 @@ typedef struct {
     char *tools_json;         /* the "tools" array serialized; NULL when absent or null, and
                                  NULL too when tool_choice is "none" */
     char *prompt;             /* completions: "prompt" (a string, or an array of one string) */
+    int32_t *prompt_ids;      /* completions: "prompt" as token ids (an array of integers, or an
+                                 array of one such array); prompt is then NULL */
+    int n_prompt_ids;
     int max_tokens;           /* max_completion_tokens, else max_tokens; -1 when absent */
     nx_sampling sampling;     /* OpenAI's defaults: temperature 1, top_p 1, top_k 0 (off),
                                  min_p 0, presence/frequency_penalty 0, repetition_penalty 1;

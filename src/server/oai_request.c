@@ -126,6 +126,25 @@ static int parse_stop(const json_t *root, oai_request *r, parse_err *e) {
     return 0;
 }
 
+/* "prompt": a string, or token ids (an array of integers), or an array
+ * holding one of those (OpenAI's batch form, of one prompt). Whether each id
+ * is in the vocabulary is the engine's check. */
+static int parse_prompt(const json_t *root, oai_request *r, parse_err *e) {
+    static const char msg[] = "prompt must be a string, an array of token ids, or an array holding one of them";
+    json_t *v = field(root, "prompt"), *t;
+    size_t i;
+    if (json_is_array(v) && json_array_size(v) == 1 && !json_is_integer(json_array_get(v, 0))) v = json_array_get(v, 0);
+    if (json_is_string(v)) return (r->prompt = strdup(json_string_value(v))) ? 0 : 1;
+    if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > INT_MAX) return fail(e, "prompt", "%s", msg);
+    if (!(r->prompt_ids = malloc(json_array_size(v) * sizeof *r->prompt_ids))) return 1;
+    json_array_foreach(v, i, t) {
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+            return fail(e, "prompt", "prompt[%zu] must be a token id (an integer >= 0)", i);
+        r->prompt_ids[r->n_prompt_ids++] = (int32_t)json_integer_value(t);
+    }
+    return 0;
+}
+
 /* "logit_bias": {"token id": bias, ...}, OpenAI's map; the bias between -100
  * and 100. Whether each id is in the vocabulary is the engine's check. */
 static int parse_logit_bias(const json_t *root, oai_request *r, parse_err *e) {
@@ -203,10 +222,7 @@ static int parse_body(const json_t *root, oai_request *r, parse_err *e) {
     if (r->chat) {
         if ((rc = parse_messages(root, r, e))) return rc;
     } else {
-        v = field(root, "prompt");
-        if (json_is_array(v) && json_array_size(v) == 1) v = json_array_get(v, 0);
-        if (!json_is_string(v)) return fail(e, "prompt", "prompt must be a string or an array holding one string");
-        if (!(r->prompt = strdup(json_string_value(v)))) return 1;
+        if ((rc = parse_prompt(root, r, e))) return rc;
     }
 
     const char *nonneg = "a non-negative integer";
@@ -291,6 +307,7 @@ void oai_request_free(oai_request *r) {
     free(r->messages_json);
     free(r->tools_json);
     free(r->prompt);
+    free(r->prompt_ids);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->bias);

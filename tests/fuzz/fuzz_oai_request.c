@@ -17,7 +17,8 @@
  *   - a success echoes chat; a chat request has messages_json, a non-empty
  *     array of objects with a string role equal to the body's "messages"
  *     (re-serializing lost nothing), and tools_json equal to "tools" unless
- *     tool_choice is "none"; a completion has a prompt and neither; every
+ *     tool_choice is "none"; a completion has a prompt or prompt ids (ids
+ *     >= 0) and neither; every
  *     sampling parameter is inside its documented range as the float the
  *     sampler gets: top_p in (0, 1] and repetition_penalty > 0 with open
  *     lower bounds (fixed in cd374a4: 1e-50 passed as a double and became
@@ -77,7 +78,7 @@ static void check_failure(const oai_request *r, int status, const char *param, c
 }
 
 static void check_chat(const oai_request *r, const json_t *root) {
-    CHECK(r->messages_json != NULL && r->prompt == NULL);
+    CHECK(r->messages_json != NULL && r->prompt == NULL && r->prompt_ids == NULL);
     json_t *m = json_loads(r->messages_json, 0, NULL);
     CHECK(json_is_array(m) && json_array_size(m) > 0);
     size_t i;
@@ -103,7 +104,9 @@ static void check_success(const oai_request *r, int chat, const char *body, size
     if (!model || json_is_null(model)) CHECK(r->model == NULL);
     else CHECK(r->model && strcmp(r->model, json_string_value(model)) == 0);
     if (chat) check_chat(r, root);
-    else CHECK(r->prompt != NULL && r->messages_json == NULL && r->tools_json == NULL);
+    else CHECK((r->prompt != NULL) != (r->prompt_ids != NULL) && r->messages_json == NULL && r->tools_json == NULL);
+    CHECK((r->prompt_ids != NULL) == (r->n_prompt_ids > 0));
+    for (int i = 0; i < r->n_prompt_ids; i++) CHECK(r->prompt_ids[i] >= 0);
     json_decref(root);
     CHECK(r->max_tokens >= -1);
     const nx_sampling *s = &r->sampling;

@@ -223,6 +223,21 @@ test('a seed makes sampling repeatable', async () => {
   assert.ok(differs, 'three other seeds all gave the same text');
 });
 
+test('a prompt of token ids reads as its text does', async () => {
+  const c = client();
+  const ids = JSON.parse(spawnSync(nextn, ['tokenize', '-m', modelDir, '--text', 'And God said unto Moses,']).stdout);
+  const ask = (prompt) => c.completions.create({ model: 'default', prompt, max_tokens: 16, temperature: 0 });
+  const text = await ask('And God said unto Moses,');
+  assert.equal((await ask(ids)).choices[0].text, text.choices[0].text);
+  const batchOfOne = await ask([ids]);
+  assert.equal(batchOfOne.choices[0].text, text.choices[0].text);
+  assert.equal(batchOfOne.usage.prompt_tokens, ids.length);
+  const far = await raw('POST', '/v1/completions', JSON.stringify({ prompt: [1, 99999999] }));
+  assert.equal(far.status, 400);
+  assert.equal(far.json.error.param, 'prompt');
+  assert.match(far.json.error.message, /outside the vocabulary/);
+});
+
 test('logit_bias forces or bans a token', async () => {
   const c = client();
   const [id] = JSON.parse(spawnSync(nextn, ['tokenize', '-m', modelDir, '--text', ' Moses']).stdout);

@@ -63,7 +63,7 @@ static void absent_fields_take_openai_defaults(void) {
     oai_request_free(&r);
 }
 
-static void completion_prompt_is_a_string_or_an_array_of_one_string(void) {
+static void completion_prompt_is_a_string_or_token_ids(void) {
     oai_request r;
     int status;
     char err[256];
@@ -76,6 +76,16 @@ static void completion_prompt_is_a_string_or_an_array_of_one_string(void) {
     oai_request_free(&r);
     CHECK(parse("{\"prompt\":[\"a\",\"b\"]}", 0, &r, &status, err, sizeof err) == -1 && status == 400);
     CHECK(strstr(err, "prompt") != NULL);
+    /* token ids: an array of integers, or an array holding one */
+    static const char *const as_ids[] = {"{\"prompt\":[9707,0,2147483647]}", "{\"prompt\":[[9707,0,2147483647]]}"};
+    for (int i = 0; i < 2; i++) {
+        CHECKF(parse(as_ids[i], 0, &r, &status, err, sizeof err) == 0, "%s", err);
+        CHECK(r.prompt == NULL && r.n_prompt_ids == 3 && r.prompt_ids[0] == 9707 && r.prompt_ids[1] == 0 &&
+              r.prompt_ids[2] == INT32_MAX);
+        oai_request_free(&r);
+    }
+    CHECK(parse("{\"prompt\":[7]}", 0, &r, &status, err, sizeof err) == 0 && r.n_prompt_ids == 1 && r.prompt_ids[0] == 7);
+    oai_request_free(&r);
 }
 
 static void stop_is_a_string_or_a_list(void) {
@@ -201,6 +211,12 @@ static void invalid_requests_get_400_naming_the_field(void) {
         {0, "{\"prompt\":\"x\",\"stop\":5}", "stop", "stop"},
         {0, "{\"prompt\":\"x\",\"model\":3}", "model", "model"},
         {0, "{\"max_tokens\":3}", "prompt", "prompt"},
+        {0, "{\"prompt\":[]}", "prompt must be a string, an array of token ids", "prompt"},
+        {0, "{\"prompt\":[[]]}", "prompt must be a string, an array of token ids", "prompt"},
+        {0, "{\"prompt\":[1,\"a\"]}", "prompt[1] must be a token id", "prompt"},
+        {0, "{\"prompt\":[1,-2]}", "prompt[1] must be a token id", "prompt"},
+        {0, "{\"prompt\":[2147483648]}", "prompt[0] must be a token id", "prompt"},
+        {0, "{\"prompt\":[[1],[2]]}", "prompt[0] must be a token id", "prompt"},
         {1, "{\"max_tokens\":3}", "messages must be a non-empty array", "messages"},
         {1, "{\"messages\":[]}", "messages must be a non-empty array", "messages"},
         {1, "{\"messages\":{\"role\":\"user\"}}", "messages must be a non-empty array", "messages"},
@@ -261,7 +277,7 @@ static void invalid_requests_get_400_naming_the_field(void) {
         CHECKF(cases[i].param ? param && strcmp(param, cases[i].param) == 0 : param == NULL, "%s -> param %s",
                cases[i].body, param ? param : "NULL");
         /* left zeroed: nothing to free, and freeing is still safe */
-        CHECK(r.model == NULL && r.messages_json == NULL && r.prompt == NULL && r.stop == NULL);
+        CHECK(r.model == NULL && r.messages_json == NULL && r.prompt == NULL && r.prompt_ids == NULL && r.stop == NULL);
         oai_request_free(&r);
     }
 }
@@ -752,8 +768,8 @@ static const nx_test tests[] = {
      chat_request_keeps_messages_and_reads_every_field},
     {"absent_fields_take_openai_defaults", "temperature 1, top_p 1, max_tokens -1, enable_thinking -1; top_k -1 is off",
      absent_fields_take_openai_defaults},
-    {"completion_prompt_is_a_string_or_an_array_of_one_string", "prompt forms; two strings refused",
-     completion_prompt_is_a_string_or_an_array_of_one_string},
+    {"completion_prompt_is_a_string_or_token_ids", "a string or token ids, alone or in an array of one; two refused",
+     completion_prompt_is_a_string_or_token_ids},
     {"stop_is_a_string_or_a_list", "one string, four strings, empty list", stop_is_a_string_or_a_list},
     {"max_completion_tokens_wins_over_max_tokens", "both sent: the newer name",
      max_completion_tokens_wins_over_max_tokens},
