@@ -178,7 +178,11 @@ static void put_delta(gen *g, const oai_delta *d) {
     put_event(g, g->chat ? oai_chat_chunk_json(&g->meta, d, 0, NULL) : oai_text_chunk_json(&g->meta, d, NULL));
 }
 
-static oai_usage usage_of(const gen *g) { return (oai_usage){g->n_prompt, g->n_completion}; }
+static oai_usage usage_of(const gen *g) {
+    nx_request_info info = {0};
+    if (g->rq) nx_request_get_info(g->rq, &info);
+    return (oai_usage){g->n_prompt, g->n_completion, info.cached_tokens};
+}
 
 /* A row cut short (the context, max_tokens, or the server shutting down)
  * reports "length": the client must not take a truncated answer as whole. */

@@ -528,6 +528,9 @@ static json_t *usage_json(oai_usage u, int *ok) {
     put(r, "prompt_tokens", json_integer(u.prompt_tokens), ok);
     put(r, "completion_tokens", json_integer(u.completion_tokens), ok);
     put(r, "total_tokens", json_integer((json_int_t)u.prompt_tokens + u.completion_tokens), ok);
+    json_t *details = json_object();
+    put(details, "cached_tokens", json_integer(u.cached_tokens), ok);
+    put(r, "prompt_tokens_details", details, ok);
     return r;
 }
 

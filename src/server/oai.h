@@ -186,6 +186,8 @@ typedef struct {
 
 typedef struct {
     int prompt_tokens, completion_tokens;   /* total_tokens is their sum */
+    int cached_tokens;        /* of the prompt's, read from the prefix cache: sent as
+                                 prompt_tokens_details.cached_tokens, as OpenAI does */
 } oai_usage;
 
 /* Writes prefix + 24 alphanumerics drawn from seed into out (NUL-terminated,

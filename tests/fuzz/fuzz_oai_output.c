@@ -293,7 +293,7 @@ static void run(run_result *r, char *const *stop, int n_stop, const run_config *
         json_decref(j);
         free(tc);
     }
-    oai_usage u = {3, 4};
+    oai_usage u = {3, 4, 2};
     char *s = oai_chat_completion_json(&m, o, fr1, u);
     if (input_ok) CHECK(s != NULL);
     if (s) {

@@ -162,7 +162,10 @@ test('streams the same text the whole response has', async () => {
     assert.equal(s.content, whole.choices[0].message.content || '');
     assert.equal(s.reasoning, whole.choices[0].message.reasoning_content || '');
     assert.equal(s.finish, whole.choices[0].finish_reason);
-    assert.deepEqual(s.usage, whole.usage);
+    // the same prompt again: its conversation part now comes from the prefix cache
+    assert.deepEqual({ ...s.usage, prompt_tokens_details: null }, { ...whole.usage, prompt_tokens_details: null });
+    const cached = s.usage.prompt_tokens_details.cached_tokens;
+    assert.ok(cached > 0 && cached >= whole.usage.prompt_tokens_details.cached_tokens && cached < s.usage.prompt_tokens, `cached ${cached}`);
     assert.equal(s.chunks.at(-1).choices.length, 0, 'the usage chunk has no choices');
     if (!thinking) assert.equal(s.reasoning, '', 'enable_thinking false: no reasoning');
   }
@@ -365,6 +368,7 @@ test('conversations that share a long system prompt share its checkpoint', async
   assert.equal(after.nextn_cache_hits_total, before.nextn_cache_hits_total + 1, 'the second conversation missed');
   const reused = after.nextn_cache_hit_tokens_total - before.nextn_cache_hit_tokens_total;
   assert.ok(reused >= 64 && reused < second.usage.prompt_tokens, `reused ${reused} of ${second.usage.prompt_tokens}`);
+  assert.equal(second.usage.prompt_tokens_details.cached_tokens, reused, 'usage reports what the cache gave');
   assert.ok(first.usage.prompt_tokens > 64);
 });
 

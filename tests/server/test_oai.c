@@ -648,7 +648,7 @@ static oai_output *sample_output(void) {
 
 static void chat_completion_json_has_openai_fields(void) {
     oai_meta m = {"chatcmpl-abc", 1700000000, "qwen", 0};
-    oai_usage u = {10, 5};
+    oai_usage u = {10, 5, 4};
     oai_output *o = sample_output();
     json_t *j = load(oai_chat_completion_json(&m, o, oai_finish_reason(o, 0), u));
     CHECK(strcmp(str(j, "id"), "chatcmpl-abc") == 0 && strcmp(str(j, "object"), "chat.completion") == 0);
@@ -667,6 +667,7 @@ static void chat_completion_json_has_openai_fields(void) {
     CHECK(json_integer_value(json_object_get(us, "prompt_tokens")) == 10);
     CHECK(json_integer_value(json_object_get(us, "completion_tokens")) == 5);
     CHECK(json_integer_value(json_object_get(us, "total_tokens")) == 15);
+    CHECK(json_integer_value(json_object_get(json_object_get(us, "prompt_tokens_details"), "cached_tokens")) == 4);
     json_decref(j);
     oai_output_free(o);
 
@@ -717,7 +718,7 @@ static void chat_chunks_carry_role_first_deltas_then_finish_and_usage(void) {
     CHECK(json_object_size(json_object_get(c, "delta")) == 0 && strcmp(str(c, "finish_reason"), "tool_calls") == 0);
     json_decref(j);
 
-    j = load(oai_usage_chunk_json(&m, 1, (oai_usage){3, 4}));
+    j = load(oai_usage_chunk_json(&m, 1, (oai_usage){3, 4, 0}));
     CHECK(json_is_array(json_object_get(j, "choices")) && json_array_size(json_object_get(j, "choices")) == 0);
     CHECK(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")) == 7);
     CHECK(strcmp(str(j, "object"), "chat.completion.chunk") == 0);
@@ -740,14 +741,14 @@ static void text_completion_json_and_chunks_use_text(void) {
     CHECK(json_is_null(json_object_get(c, "finish_reason")) && json_object_get(j, "usage") == NULL);
     json_decref(j);
     oai_output_finish(o, &d);
-    j = load(oai_text_completion_json(&m, o, "length", (oai_usage){2, 3}));
+    j = load(oai_text_completion_json(&m, o, "length", (oai_usage){2, 3, 0}));
     c = choice0(j);
     CHECK(strcmp(str(j, "id"), "cmpl-t") == 0 && strcmp(str(j, "object"), "text_completion") == 0);
     CHECK(strcmp(str(c, "text"), "and the earth") == 0 && strcmp(str(c, "finish_reason"), "length") == 0);
     CHECK(json_is_null(json_object_get(c, "logprobs")) && json_object_get(c, "logprobs"));
     CHECK(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")) == 5);
     json_decref(j);
-    j = load(oai_usage_chunk_json(&m, 0, (oai_usage){2, 3}));
+    j = load(oai_usage_chunk_json(&m, 0, (oai_usage){2, 3, 0}));
     CHECK(strcmp(str(j, "object"), "text_completion") == 0 && json_array_size(json_object_get(j, "choices")) == 0);
     json_decref(j);
     oai_output_free(o);
