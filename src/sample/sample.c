@@ -126,11 +126,6 @@ nx_status nx_sampler_new(int vocab_size, nx_sampler **out, char *err, size_t err
 
 int smp_vocab_size(const nx_sampler *s) { return s->vocab; }
 
-/* ---- Penalties ----------------------------------------------------------
- * counts[] is all zero on entry and on exit, so the work is O(n_history),
- * not O(vocab): the first pass counts, the second applies each distinct
- * token's penalty once and zeroes its count, which also marks it done. */
-
 /* ---- Logit bias ---------------------------------------------------------- */
 
 static void apply_logit_bias(const nx_sampler *s, const nx_sampling *p, float *logits) {
@@ -139,6 +134,11 @@ static void apply_logit_bias(const nx_sampler *s, const nx_sampling *p, float *l
         if (b->id >= 0 && b->id < s->vocab) logits[b->id] += b->bias;
     }
 }
+
+/* ---- Penalties ----------------------------------------------------------
+ * counts[] is all zero on entry and on exit, so the work is O(n_history),
+ * not O(vocab): the first pass counts, the second applies each distinct
+ * token's penalty once and zeroes its count, which also marks it done. */
 
 static void apply_penalties(nx_sampler *s, const nx_sampling *p, float *logits,
                             const int32_t *history, int n_history) {
