@@ -72,7 +72,7 @@ typedef struct {
 /* Appends "ID:B[,ID:B...]" to g's logit bias. 0, or -1 if malformed or full. */
 static int parse_logit_bias(const char *v, gen_opts *g) {
     char *copy = strdup(v), *save = NULL;
-    int bad = !copy;
+    int bad = !copy, before = g->sp.n_logit_bias;
     for (char *tok = copy ? strtok_r(copy, ",", &save) : NULL; tok && !bad; tok = strtok_r(NULL, ",", &save)) {
         char *colon = strchr(tok, ':');
         long id;
@@ -84,7 +84,7 @@ static int parse_logit_bias(const char *v, gen_opts *g) {
     }
     free(copy);
     g->sp.logit_bias = g->bias;
-    return bad ? -1 : 0;
+    return bad || g->sp.n_logit_bias == before ? -1 : 0;
 }
 
 static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {

@@ -519,11 +519,14 @@ static int build_prompt(nx_server *s, struct MHD_Connection *c, const oai_reques
         size_t tl = strlen(text);
         *think_open = tl >= 8 && strcmp(text + tl - 8, "<think>\n") == 0;
     }
-    int bad;
+    int bad = 0;
     if (q->prompt_ids) { /* already tokens: the engine checks them against the vocabulary */
-        bad = !(*ids = nx_alloc((size_t)q->n_prompt_ids * sizeof **ids));
-        if (bad) snprintf(err, sizeof err, "out of memory");
-        else memcpy(*ids, q->prompt_ids, (size_t)q->n_prompt_ids * sizeof **ids), *n = q->n_prompt_ids;
+        if (!(*ids = nx_alloc((size_t)q->n_prompt_ids * sizeof **ids))) {
+            *sent = srv_send_error(s, c, 500, "out of memory", "server_error", NULL);
+            return -1;
+        }
+        memcpy(*ids, q->prompt_ids, (size_t)q->n_prompt_ids * sizeof **ids);
+        *n = q->n_prompt_ids;
     } else {
         bad = tokenize(s, q->chat ? text : q->prompt, ids, n, err, sizeof err);
     }
@@ -622,6 +625,7 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
         g->meta = (oai_meta){g->id, (long long)time(NULL), g->model, q.stream && q.include_usage};
         g->out = oai_output_new(q.stop, q.n_stop, chat ? think_open : -1, chat && q.tools_json != NULL);
         if (g->out) oai_output_seed_ids(g->out, idnum);
+        if (g->out && q.one_call) oai_output_one_call(g->out);
         if (g->model && g->out && nx_detok_stream_new(s->o.tokenizer, 1, &g->detok, err, sizeof err) == NX_OK)
             st = nx_engine_submit(s->o.engine, &ro, &g->rq, err, sizeof err);
     }

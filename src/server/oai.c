@@ -112,6 +112,7 @@ struct oai_output {
     sbuf content, reasoning;          /* totals */
     oai_tool_call *calls;
     int n_calls, cap_calls;
+    int one_call;             /* parallel_tool_calls false: later calls dropped */
     sbuf step_content, step_reasoning; /* this push; the delta points here */
     int step_first_call;
 };
@@ -219,6 +220,11 @@ static int add_call(oai_output *o, const char *body, size_t n) {
     char *name = NULL, *args = NULL;
     int rc = p < end && *p == '{' ? parse_json_call(p, end, &name, &args) : parse_xml_call(p, end, &name, &args);
     if (rc) return -1;
+    if (o->one_call && o->n_calls == 1) { /* a well-formed call, dropped */
+        free(name);
+        free(args);
+        return 0;
+    }
     if (o->n_calls == o->cap_calls) {
         int cap = o->cap_calls ? 2 * o->cap_calls : 4;
         oai_tool_call *c = realloc(o->calls, (size_t)cap * sizeof *c);
@@ -449,6 +455,8 @@ void oai_output_free(oai_output *o) {
 }
 
 void oai_output_seed_ids(oai_output *o, uint64_t seed) { o->id_seed = seed; }
+
+void oai_output_one_call(oai_output *o) { o->one_call = 1; }
 
 static void begin_step(oai_output *o) {
     sb_clear(&o->step_content);

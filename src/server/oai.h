@@ -53,6 +53,7 @@ typedef struct {
     char **stop; int n_stop;  /* "stop": a string or an array of up to 4 non-empty strings */
     int stream, include_usage;/* "stream", stream_options.include_usage */
     int enable_thinking;      /* chat_template_kwargs.enable_thinking: -1 absent, 0, 1 */
+    int one_call;             /* "parallel_tool_calls": false: at most one tool call */
 } oai_request;
 
 /* Parses and validates a request body of len bytes (chat: 1 for chat
@@ -64,12 +65,14 @@ typedef struct {
  * at fault). Unknown fields are ignored, and a field sent as null counts as
  * absent; fields that ask for what nextn does not do (logprobs, echo,
  * best_of > 1, suffix, a response_format other than text, a tool_choice
- * other than "auto" or "none") are refused. On failure *out is left zeroed
+ * other than "auto" or "none", the legacy functions / function_call) are
+ * refused. On failure *out is left zeroed
  * with nothing to free; on success the caller frees it with
  * oai_request_free. */
 int oai_parse_request(const char *body, size_t len, int chat, oai_request *out, int *status, const char **param,
                       char *err, size_t errlen);
 
+/* Frees what r holds and zeroes it. NULL-safe and idempotent. */
 void oai_request_free(oai_request *r);
 
 /* {"error":{"message":M,"type":T,"param":P,"code":C}} as OpenAI sends it;
@@ -145,6 +148,10 @@ void oai_output_free(oai_output *o);
 /* Tool call ids are "call_" + 24 alphanumerics drawn from (seed, call index):
  * deterministic, so give each request its own seed. The default seed is 0. */
 void oai_output_seed_ids(oai_output *o, uint64_t seed);
+
+/* At most one tool call (OpenAI's parallel_tool_calls: false): the text of
+ * later <tool_call> blocks is dropped, not turned into calls or content. */
+void oai_output_one_call(oai_output *o);
 
 /* Feeds len bytes of generated text and fills *d with what can be sent now.
  * After a stop string (d->stopped) further pushes are ignored. Returns 0, or

@@ -102,6 +102,17 @@ static int parse_messages(const json_t *root, oai_request *r, parse_err *e) {
                         ? "tool_choice: only \"auto\" and \"none\" are supported (nextn cannot force a tool call)"
                         : "tool_choice must be \"auto\" or \"none\"");
     if (cs && strcmp(cs, "none") == 0) tools = NULL;
+    /* the deprecated spelling of tools: refused, or its functions would
+     * silently never reach the prompt */
+    json_t *fns = field(root, "functions"), *fc = field(root, "function_call");
+    const char *fcs = json_string_value(fc);
+    if (fns && !(json_is_array(fns) && json_array_size(fns) == 0))
+        return fail(e, "functions", "functions (deprecated) is not supported: send tools");
+    if (fc && !(fcs && (strcmp(fcs, "auto") == 0 || strcmp(fcs, "none") == 0)))
+        return fail(e, "function_call", "function_call (deprecated) is not supported: send tool_choice");
+    int parallel = 1;
+    if (get_bool(root, "parallel_tool_calls", "parallel_tool_calls", "parallel_tool_calls", &parallel, e)) return -1;
+    r->one_call = !parallel;
     /* Default real precision (17 digits) reads back to the same doubles; the
      * chat renderer re-spells them as Python would. */
     if (!(r->messages_json = json_dumps(msgs, JSON_COMPACT))) return 1;
@@ -158,9 +169,10 @@ static int parse_logit_bias(const json_t *root, oai_request *r, parse_err *e) {
         return fail(e, "logit_bias", "logit_bias has %zu entries (at most %d)", n, NX_MAX_LOGIT_BIAS);
     if (!(r->bias = calloc(n, sizeof *r->bias))) return 1;
     json_object_foreach(v, key, b) {
-        /* a decimal token id: digits only, below 2^31 */
+        /* a decimal token id: digits only, no leading zero (else "7" and
+         * "07" would be two entries for one token), below 2^31 */
         size_t len = strspn(key, "0123456789");
-        long long id = len && len <= 10 && key[len] == '\0' ? strtoll(key, NULL, 10) : -1;
+        long long id = len && len <= 10 && key[len] == '\0' && (key[0] != '0' || len == 1) ? strtoll(key, NULL, 10) : -1;
         if (id < 0 || id > INT32_MAX)
             return fail(e, "logit_bias", "logit_bias keys must be token ids (decimal integers)");
         if (!json_is_number(b) || json_number_value(b) < -100 || json_number_value(b) > 100)
@@ -174,17 +186,20 @@ static int parse_logit_bias(const json_t *root, oai_request *r, parse_err *e) {
 /* Fields that ask for output nextn does not produce (log probabilities, the
  * prompt echoed, several candidates, a suffix) or a guarantee it cannot give
  * (JSON output): refused rather than ignored, so that a client relying on one
- * learns it from the first request. Their "off" values pass: false, 0, 1 for
- * best_of, "" for suffix, {"type": "text"}. */
+ * learns it from the first request. Their "off" values pass: false (0 for
+ * chat's logprobs), 1 for best_of, "" for suffix, {"type": "text"}. */
 static int parse_unsupported(const json_t *root, const oai_request *r, parse_err *e) {
     json_t *v;
     long long n = 0;
     int on = 0, got;
-    /* chat sends a boolean, completions a count: either spelling is taken */
+    /* chat sends a boolean; completions a count of alternatives, where 0
+     * still asks for the chosen tokens' own: either spelling is taken, and
+     * only false (or, for chat, 0) is off */
     if ((v = field(root, "logprobs"))) {
         if (!json_is_boolean(v) && !(json_is_integer(v) && json_integer_value(v) >= 0))
             return fail(e, "logprobs", "logprobs must be a boolean or a non-negative integer");
-        if (json_is_true(v) || json_integer_value(v) > 0) return fail(e, "logprobs", "logprobs are not supported");
+        if (json_is_true(v) || (json_is_integer(v) && (!r->chat || json_integer_value(v) > 0)))
+            return fail(e, "logprobs", "logprobs are not supported");
     }
     if ((got = get_int(root, "top_logprobs", 0, "a non-negative integer", &n, e)) < 0) return -1;
     if (got && n > 0) return fail(e, "top_logprobs", "top_logprobs are not supported");

@@ -174,6 +174,7 @@ static void bad_use_exits_2_with_one_line(void) {
         {"generate -m x --prompt-ids 1 --logit-bias 5=2", 2, "--logit-bias"},
         {"generate -m x --prompt-ids 1 --logit-bias 5:101", 2, "--logit-bias"},
         {"generate -m x --prompt-ids 1 --logit-bias -5:1", 2, "--logit-bias"},
+        {"generate -m x --prompt-ids 1 --logit-bias ,", 2, "--logit-bias"},
         {"generate -m '" GOLDEN "/hf' --prompt-ids 1 --logit-bias 99999999:1", 1, "logit_bias: token 99999999"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

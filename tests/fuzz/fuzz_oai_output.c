@@ -3,10 +3,11 @@
  * generated text into OpenAI deltas and bodies.
  *
  * Input:
- *   byte 0  flags: bits 0-1 think_open (0: -1, 1: 0, 2: 1, 3: 0), bit 2
- *           parse_tools, bits 3-5 the number of stop strings (0 to 7: the API
- *           copies any count and ignores empty strings), bit 6 cut pushes only
- *           at UTF-8 character boundaries (as nx_detok_stream does), bit 7
+ *   byte 0  flags: bits 0-1 think_open (0: -1, 1: 0, 2: 1, 3: 0 and at
+ *           most one tool call, oai_output_one_call), bit 2 parse_tools,
+ *           bits 3-5 the number of stop strings (0 to 7: the API copies any
+ *           count and ignores empty strings), bit 6 cut pushes only at UTF-8
+ *           character boundaries (as nx_detok_stream does), bit 7
  *           meta.include_usage
  *   byte 1  seed of the push sizes; byte 2: the largest push (1 to 64
  *           bytes; 0-byte pushes happen too)
@@ -222,9 +223,10 @@ static void run(run_result *r, char *const *stop, int n_stop, const run_config *
     memset(r, 0, sizeof *r);
     buf_add(&r->content, "", 0);
     buf_add(&r->reasoning, "", 0);
-    oai_output *o = oai_output_new(stop, n_stop, think_open, parse_tools);
+    oai_output *o = oai_output_new(stop, n_stop, think_open, parse_tools != 0);
     CHECK(o != NULL);
     oai_output_seed_ids(o, 12345);
+    if (parse_tools == 2) oai_output_one_call(o);
     oai_meta m = k_meta;
     m.include_usage = include_usage;
     oai_delta d;
@@ -360,7 +362,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const int thinks[4] = {-1, 0, 1, 0};
     run_config cfg;
     cfg.think_open = thinks[data[0] & 3];
-    cfg.parse_tools = (data[0] >> 2) & 1;
+    cfg.parse_tools = (data[0] >> 2) & 1 ? ((data[0] & 3) == 3 ? 2 : 1) : 0;   /* 2: one call at most */
     int n_stop = (data[0] >> 3) & 7;
     cfg.utf8_cuts = (data[0] >> 6) & 1;
     cfg.include_usage = data[0] >> 7;

@@ -50,7 +50,7 @@ static const char *const k_field_words[] = {
     "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
     "seed", "n must", "stop", "stream", "stream_options", "include_usage", "chat_template_kwargs",
     "enable_thinking", "tools", "tool_choice", "logprobs", "top_logprobs", "echo", "best_of", "suffix",
-    "response_format", "logit_bias",
+    "response_format", "logit_bias", "parallel_tool_calls", "functions", "function_call",
 };
 
 /* param: NULL (the body) or a top-level field the message names */

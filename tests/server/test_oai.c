@@ -170,15 +170,19 @@ static void unknown_fields_and_nulls_are_ignored(void) {
     CHECK(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"bob\"}],\"user\":\"u1\","
                 "\"logit_bias\":{},\"metadata\":{\"a\":[1,2]},\"temperature\":null,\"stop\":null,"
                 "\"frobnicate\":true,\"logprobs\":false,\"top_logprobs\":0,\"response_format\":{\"type\":\"text\"},"
-                "\"tool_choice\":\"auto\",\"parallel_tool_calls\":true}",
+                "\"tool_choice\":\"auto\",\"parallel_tool_calls\":true,\"functions\":[],\"function_call\":\"auto\"}",
                 1, &r, &status, err, sizeof err) == 0);
-    CHECK(r.sampling.temperature == 1.0f && r.n_stop == 0);
+    CHECK(r.sampling.temperature == 1.0f && r.n_stop == 0 && r.one_call == 0);
     CHECK(r.messages_json && strstr(r.messages_json, "\"name\":\"bob\""));   /* extra message keys kept */
     oai_request_free(&r);
     /* the "off" values of fields nextn refuses when they are on */
     CHECKF(parse("{\"prompt\":\"x\",\"logprobs\":false,\"echo\":false,\"best_of\":1,\"suffix\":\"\",\"user\":\"u\"}", 0,
                  &r, &status, err, sizeof err) == 0, "%s", err);
     CHECK(r.prompt && strcmp(r.prompt, "x") == 0);
+    oai_request_free(&r);
+    CHECKF(parse("{\"messages\":[{\"role\":\"user\"}],\"logprobs\":0,\"parallel_tool_calls\":false}", 1, &r, &status, err,
+                 sizeof err) == 0, "%s", err);
+    CHECK(r.one_call == 1);   /* at most one tool call */
     oai_request_free(&r);
 }
 
@@ -234,6 +238,13 @@ static void invalid_requests_get_400_naming_the_field(void) {
         {0, "{\"prompt\":\"x\",\"logit_bias\":{\"7\":1,\"8\":100.5}}", "logit_bias[8] must be a number between -100 and 100",
          "logit_bias"},
         {0, "{\"prompt\":\"x\",\"logit_bias\":{\"7\":\"1\"}}", "logit_bias[7] must be a number", "logit_bias"},
+        {0, "{\"prompt\":\"x\",\"logit_bias\":{\"07\":1}}", "logit_bias keys must be token ids", "logit_bias"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"parallel_tool_calls\":\"no\"}", "parallel_tool_calls must be a boolean",
+         "parallel_tool_calls"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"functions\":[{\"name\":\"f\"}]}", "functions (deprecated)", "functions"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"function_call\":{\"name\":\"f\"}}", "function_call (deprecated)",
+         "function_call"},
+        {0, "{\"prompt\":\"x\",\"logprobs\":0}", "logprobs are not supported", "logprobs"},
         /* asking for what nextn does not do: refused, not ignored */
         {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":true}", "logprobs are not supported", "logprobs"},
         {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":1}", "logprobs are not supported", "logprobs"},
@@ -330,13 +341,14 @@ static void collect(result *res, const oai_delta *d) {
 }
 
 /* Pushes text[0..n) in pieces: cut > 0 splits once at cut, step > 0 pushes
- * step bytes at a time, both 0 pushes it whole. */
-static result run(const scenario *sc, size_t cut, size_t step) {
+ * step bytes at a time, both 0 pushes it whole; one_call: oai_output_one_call. */
+static result run_calls(const scenario *sc, size_t cut, size_t step, int one_call) {
     result res;
     memset(&res, 0, sizeof res);
     oai_output *o = oai_output_new((char *const *)sc->stop, sc->n_stop, sc->think_open, sc->parse_tools);
     CHECK(o != NULL);
     if (!o) return res;
+    if (one_call) oai_output_one_call(o);
     oai_delta d;
     size_t n = strlen(sc->text);
     for (size_t at = 0; at < n;) {
@@ -357,6 +369,7 @@ static result run(const scenario *sc, size_t cut, size_t step) {
     return res;
 }
 
+static result run(const scenario *sc, size_t cut, size_t step) { return run_calls(sc, cut, step, 0); }
 static result run_whole(const scenario *sc) { return run(sc, 0, 0); }
 
 static void think_open_sends_text_to_reasoning_until_the_close_tag(void) {
@@ -531,6 +544,15 @@ static void two_tool_calls_get_indexes_and_distinct_ids(void) {
     CHECK(strcmp(name, "b") == 0 && json_is_object(a) && strcmp(id0, id) != 0);
     json_decref(a);
     free(r.calls);
+    /* parallel_tool_calls false: the first call only, the second's text gone */
+    for (size_t step = 0; step <= 7; step += 7) {
+        r = run_calls(&sc, 0, step, 1);
+        CHECK(r.n_calls == 1 && r.content[0] == '\0' && r.totals_match);
+        a = call_args(r.calls, 0, &name, &id);
+        CHECK(strcmp(name, "a") == 0 && strcmp(id0, id) == 0);
+        json_decref(a);
+        free(r.calls);
+    }
 }
 
 static void malformed_or_unterminated_tool_calls_become_content(void) {
@@ -797,7 +819,8 @@ static const nx_test tests[] = {
     {"xml_tool_call_becomes_a_call_with_typed_arguments", "Qwen3.5 form: JSON-typed values, multi-line strings",
      xml_tool_call_becomes_a_call_with_typed_arguments},
     {"json_tool_call_form_is_parsed", "Qwen3 form: arguments re-serialized compactly", json_tool_call_form_is_parsed},
-    {"two_tool_calls_get_indexes_and_distinct_ids", "after reasoning, both forms, whitespace between dropped",
+    {"two_tool_calls_get_indexes_and_distinct_ids",
+     "after reasoning, both forms, whitespace between dropped; one_call keeps the first",
      two_tool_calls_get_indexes_and_distinct_ids},
     {"malformed_or_unterminated_tool_calls_become_content", "open at finish, bad body, parse_tools off",
      malformed_or_unterminated_tool_calls_become_content},
