@@ -71,12 +71,26 @@ enum MHD_Result srv_send_error(nx_server *s, struct MHD_Connection *c, unsigned 
 
 /* ---- GET endpoints ------------------------------------------------------------ */
 
-static enum MHD_Result send_models(nx_server *s, struct MHD_Connection *c) {
+/* GET /v1/models: the list of the one model; GET /v1/models/ID: that model,
+ * or OpenAI's 404 when ID is not its name. */
+static enum MHD_Result send_models(nx_server *s, struct MHD_Connection *c, const char *id) {
+    if (id && strcmp(id, s->model_name) != 0) {
+        char shown[201], msg[300];   /* the id as printable ASCII: it goes into JSON */
+        size_t k = 0;
+        for (; id[k] && k < sizeof shown - 1; k++) shown[k] = (unsigned char)id[k] < 0x20 || (unsigned char)id[k] >= 0x7f ? '?' : id[k];
+        shown[k] = '\0';
+        snprintf(msg, sizeof msg, "The model '%s' does not exist", shown);
+        char *e = oai_error_json(msg, "invalid_request_error", "model", "model_not_found");
+        if (!e) return srv_send_error(s, c, 500, "out of memory", "server_error", NULL);
+        enum MHD_Result r = srv_send_json(s, c, 404, e);
+        free(e);
+        return r;
+    }
     json_t *model = json_pack("{s:s, s:s, s:I, s:s}", "id", s->model_name, "object", "model", "created",
                               (json_int_t)time(NULL), "owned_by", "nextn");
-    json_t *list = json_pack("{s:s, s:[o]}", "object", "list", "data", model);
-    char *text = list ? json_dumps(list, JSON_COMPACT) : NULL;
-    json_decref(list);
+    json_t *body = id ? model : json_pack("{s:s, s:[o]}", "object", "list", "data", model);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
     if (!text) return srv_send_error(s, c, 500, "out of memory", "server_error", NULL);
     enum MHD_Result r = srv_send_json(s, c, 200, text);
     free(text);
@@ -245,7 +259,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (strcmp(url, "/health") == 0 && get) return srv_send_json(s, c, 200, "{\"status\":\"ok\"}");
     int metrics = strcmp(url, "/metrics") == 0; /* (the key was checked on the headers) */
     if (metrics && get) return send_metrics(s, c);
-    if (strcmp(url, "/v1/models") == 0 && get) return send_models(s, c);
+    if (strcmp(url, "/v1/models") == 0 && get) return send_models(s, c, NULL);
+    int one_model = strncmp(url, "/v1/models/", 11) == 0 && url[11];
+    if (one_model && get) return send_models(s, c, url + 11);
     int chat = strcmp(url, "/v1/chat/completions") == 0, text = strcmp(url, "/v1/completions") == 0;
     if ((chat || text) && post) {
         if (conn->too_big) {
@@ -255,7 +271,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         }
         return srv_complete(s, c, conn, chat, conn->body ? conn->body : "", conn->len);
     }
-    if (chat || text || metrics || strcmp(url, "/v1/models") == 0 || strcmp(url, "/health") == 0) {
+    if (chat || text || metrics || one_model || strcmp(url, "/v1/models") == 0 || strcmp(url, "/health") == 0) {
         char msg[160];
         snprintf(msg, sizeof msg, "method %s is not allowed on %s", method, url);
         return srv_send_error(s, c, 405, msg, "invalid_request_error", NULL);

@@ -134,6 +134,15 @@ test('lists the model and reports health', async () => {
   const models = await client().models.list();
   assert.equal(models.data.length, 1);
   assert.equal(models.data[0].object, 'model');
+  const one = await client().models.retrieve(models.data[0].id);
+  assert.equal(one.id, models.data[0].id);
+  assert.equal(one.object, 'model');
+  const missing = await client().models.retrieve('no-such-model').then(() => null, (e) => e);
+  assert.ok(missing && missing.status === 404 && missing.code === 'model_not_found' && missing.param === 'model', `got ${missing}`);
+  const odd = await raw('GET', '/v1/models/%ff%01x');
+  assert.equal(odd.status, 404);
+  assert.match(odd.json.error.message, /The model '\?\?x' does not exist/);
+  assert.equal((await raw('POST', `/v1/models/${models.data[0].id}`, '{}')).status, 405);
   const h = await raw('GET', '/health', undefined, { Authorization: '' });
   assert.equal(h.status, 200);
   assert.equal(h.json.status, 'ok');
