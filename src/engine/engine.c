@@ -611,6 +611,7 @@ static void *engine_main(void *arg) {
             e->st.cached_tokens += r->info.cached_tokens;
             pthread_mutex_unlock(&r->mu);
             e->st.finished++;
+            e->st.active--;   /* at once, with finished: a reader never sees a request in both */
             e->st.cancelled += f == NX_FINISH_CANCELLED;
             e->st.errors += f == NX_FINISH_ERROR;
             if (f == NX_FINISH_ERROR) nx_logf(e->o.log, e->o.log_ctx, "request failed: %s", r->info.error);

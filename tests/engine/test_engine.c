@@ -194,7 +194,7 @@ static void cancelling_frees_the_row_and_others_go_on(void) {
         if (st.cancelled == 2) break;
         usleep(10000);
     }
-    CHECK(st.cancelled == 2 && st.active == 0);
+    CHECKF(st.cancelled == 2 && st.active == 0, "cancelled %lld, active %d", (long long)st.cancelled, st.active);
     /* requests left running when the engine goes end cancelled and stay readable */
     nx_request *left = submit(e, p1, 12, 0, 0, 0, 0);
     nx_engine_free(e);
