@@ -77,7 +77,10 @@ static enum MHD_Result send_models(nx_server *s, struct MHD_Connection *c, const
     if (id && strcmp(id, s->model_name) != 0) {
         char shown[201], msg[300];   /* the id as printable ASCII: it goes into JSON */
         size_t k = 0;
-        for (; id[k] && k < sizeof shown - 1; k++) shown[k] = (unsigned char)id[k] < 0x20 || (unsigned char)id[k] >= 0x7f ? '?' : id[k];
+        for (; id[k] && k < sizeof shown - 1; k++) {
+            const unsigned char b = (unsigned char)id[k];
+            shown[k] = b < 0x20 || b >= 0x7f ? '?' : (char)b;
+        }
         shown[k] = '\0';
         snprintf(msg, sizeof msg, "The model '%s' does not exist", shown);
         char *e = oai_error_json(msg, "invalid_request_error", "model", "model_not_found");
