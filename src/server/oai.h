@@ -79,6 +79,11 @@ void oai_request_free(oai_request *r);
  * param and code are null when NULL. type is e.g. "invalid_request_error". */
 char *oai_error_json(const char *message, const char *type, const char *param, const char *code);
 
+/* Replaces every byte of s outside printable ASCII (0x20-0x7f) with '?': for
+ * messages that quote what a client sent, which may be any bytes, before
+ * they go into JSON. */
+void oai_ascii_only(char *s);
+
 /* ---- Output assembly ----------------------------------------------------
  *
  * Text flows through three stages, each of which holds back only what it

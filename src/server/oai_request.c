@@ -74,12 +74,6 @@ static int get_int(const json_t *obj, const char *key, long long lo, const char 
 
 static int clamp_int(long long v) { return v > INT_MAX ? INT_MAX : (int)v; }
 
-/* jansson's messages quote the input near the error, which may be any bytes;
- * the message goes into JSON, so only ASCII is kept. */
-static void ascii_only(char *s) {
-    for (; *s; s++)
-        if ((unsigned char)*s >= 0x80 || (unsigned char)*s < 0x20) *s = '?';
-}
 
 static int parse_messages(const json_t *root, oai_request *r, parse_err *e) {
     json_t *msgs = field(root, "messages"), *m, *tools, *choice;
@@ -301,7 +295,7 @@ int oai_parse_request(const char *body, size_t len, int chat, oai_request *out, 
     int rc;
     if (!root) {
         rc = fail(&e, NULL, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
-        if (err && errlen) ascii_only(err);
+        if (err && errlen) oai_ascii_only(err);   /* jansson quotes the input near the error */
     } else {
         rc = parse_body(root, out, &e);
         json_decref(root);
@@ -314,6 +308,11 @@ int oai_parse_request(const char *body, size_t len, int chat, oai_request *out, 
     if (rc == 0) return 0;
     oai_request_free(out);
     return -1;
+}
+
+void oai_ascii_only(char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s >= 0x80 || (unsigned char)*s < 0x20) *s = '?';
 }
 
 void oai_request_free(oai_request *r) {

@@ -75,14 +75,9 @@ enum MHD_Result srv_send_error(nx_server *s, struct MHD_Connection *c, unsigned 
  * or OpenAI's 404 when ID is not its name. */
 static enum MHD_Result send_models(nx_server *s, struct MHD_Connection *c, const char *id) {
     if (id && strcmp(id, s->model_name) != 0) {
-        char shown[201], msg[300];   /* the id as printable ASCII: it goes into JSON */
-        size_t k = 0;
-        for (; id[k] && k < sizeof shown - 1; k++) {
-            const unsigned char b = (unsigned char)id[k];
-            shown[k] = b < 0x20 || b >= 0x7f ? '?' : (char)b;
-        }
-        shown[k] = '\0';
-        snprintf(msg, sizeof msg, "The model '%s' does not exist", shown);
+        char msg[300];
+        snprintf(msg, sizeof msg, "The model '%.200s' does not exist", id);
+        oai_ascii_only(msg);   /* the id may be any bytes; it goes into JSON */
         char *e = oai_error_json(msg, "invalid_request_error", "model", "model_not_found");
         if (!e) return srv_send_error(s, c, 500, "out of memory", "server_error", NULL);
         enum MHD_Result r = srv_send_json(s, c, 404, e);
