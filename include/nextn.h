@@ -231,6 +231,22 @@ nx_sampling nx_sampling_default(void);
  * nx_spec_new would take for a vocabulary of vocab_size tokens. */
 nx_status nx_sampling_check(const nx_sampling *p, int vocab_size, char *err, size_t errlen);
 
+/* One emitted token's log-probability, and the n_top likeliest tokens at its
+ * position (OpenAI's logprobs / top_logprobs). The distribution is the
+ * model's own: log_softmax of the logits as the forward gives them, before
+ * any processing -- logit bias, penalties, temperature and filters do not
+ * change it (vLLM's default, raw logprobs). top: most likely first, ties to
+ * the lower id; the emitted token need not be among them. */
+#define NX_MAX_TOP_LOGPROBS 20
+
+typedef struct {
+    int32_t id;                               /* the emitted token             */
+    float logprob;
+    int n_top;                                /* 0 .. NX_MAX_TOP_LOGPROBS      */
+    int32_t top_id[NX_MAX_TOP_LOGPROBS];
+    float top_logprob[NX_MAX_TOP_LOGPROBS];
+} nx_token_logprob;
+
 /* A sampler owns the scratch for one vocabulary size; one per sequence. */
 typedef struct nx_sampler nx_sampler;
 
@@ -353,6 +369,10 @@ typedef struct {
     nx_sampling sampling;
     const int32_t *stop_ids;    /* tokens that end generation (copied)          */
     int n_stop;
+    int logprobs;               /* 1: keep each emitted token's nx_token_logprob
+                                   (nx_spec_logprobs); 0: off, nothing computed */
+    int top_logprobs;           /* with logprobs: 0..NX_MAX_TOP_LOGPROBS likeliest
+                                   tokens per position                          */
 } nx_spec_opts;
 
 typedef struct {
@@ -448,6 +468,13 @@ int nx_spec_max_draft(const nx_spec *s);
 int nx_spec_drafts_shape_output(nx_accept_mode accept, const nx_sampling *sp);
 /* Tokens of the sequence so far (prompt + emitted). */
 int nx_spec_length(const nx_spec *s);
+/* With opts.logprobs: the entries of the tokens the last call that emitted
+ * (prefill, extend, commit, step, step_batch) emitted, in order, *n of them
+ * -- the same count that call reported (a stop id it emitted included). 0
+ * and NULL when logprobs are off or that call emitted nothing. Valid until
+ * the session's next call. Computing them costs a pass over the vocabulary
+ * for each emitted token, and a copy of its logits row. */
+const nx_token_logprob *nx_spec_logprobs(const nx_spec *s, int *n);
 
 /* ---- Engine: many requests, one model ---------------------------------- */
 

@@ -185,7 +185,7 @@ static double paired_median(const double *num, const double *den, int n, double 
  * 0, or 1 after printing the error. */
 static int run_session(const nx_model *m, const nx_drafter *d, int draft, const int32_t *prompt, int n_prompt, long gen,
                        int ctx, int32_t *out, double *prefill_s, double *decode_s, nx_spec_stats *sum, int *k_max) {
-    nx_spec_opts so = {d ? draft : 0, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    nx_spec_opts so = {.draft = d ? draft : 0, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
     nx_spec *s = NULL;
     char err[1024];
     if (nx_spec_new(m, d, ctx, &so, &s, err, sizeof err)) return cli_fail("%s", err);

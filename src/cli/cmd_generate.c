@@ -321,7 +321,7 @@ int cmd_generate(int argc, char **argv) {
     d = load_drafter(&g, m, &r);
     if (r) { rc = r; goto done; }
     const nx_model_info *in = nx_model_get_info(m);
-    nx_spec_opts so = {g.draft, g.accept, g.sp, stop, n_stop};
+    nx_spec_opts so = {.draft = g.draft, .accept = g.accept, .sampling = g.sp, .stop_ids = stop, .n_stop = n_stop};
     if (!(out = malloc((size_t)(g.max_tokens + NX_SPEC_MAX_DRAFT + 1) * sizeof *out))) { cli_fail("out of memory"); goto done; }
     int held = 0;
     if (g.load_state && (held = nx_spec_checkpoint_tokens(g.load_state)) < 0) {

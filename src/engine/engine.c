@@ -261,7 +261,7 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
     }
     r->max_tokens = o->max_tokens;
     if (o->n_stop) memcpy(r->stop, o->stop_ids, (size_t)o->n_stop * sizeof *r->stop);
-    r->so = (nx_spec_opts){e->d ? e->o.draft : 0, o->accept, o->sampling, r->stop, o->n_stop};
+    r->so = (nx_spec_opts){.draft = e->d ? e->o.draft : 0, .accept = o->accept, .sampling = o->sampling, .stop_ids = r->stop, .n_stop = o->n_stop};
     if (nb) memcpy(r->bias, o->sampling.logit_bias, nb * sizeof *r->bias);
     r->so.sampling.logit_bias = r->bias;
     r->stop_tok = -1;
@@ -677,7 +677,7 @@ nx_status nx_engine_new(const nx_model *m, const nx_drafter *d, const nx_engine_
     /* one session made and dropped: a context or draft length this model
      * cannot take is refused here, naming the option, not at every request */
     nx_spec *probe = NULL;
-    nx_spec_opts po = {d ? o.draft : 0, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    nx_spec_opts po = {.draft = d ? o.draft : 0, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
     nx_status st = nx_spec_new(m, d, o.max_ctx, &po, &probe, err, errlen);
     nx_spec_free(probe);
     if (st) nx_err_prefix(err, errlen, "engine: context %d, draft %d", o.max_ctx, o.draft);

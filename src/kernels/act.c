@@ -104,6 +104,16 @@ void kn_softmax_f32_ref(float *p, int64_t n, float scale) {
     for (int64_t i = 0; i < n; i++) p[i] *= inv;
 }
 
+double kn_sum_exp_f32_ref(const float *x, int64_t n, float mx) {
+    assert(n >= 1 && x != NULL);
+    const int64_t n8 = n & ~(int64_t)7;
+    double lane[8] = {0};
+    for (int64_t i = 0; i < n8; i++) lane[i % 8] += kn_exp(x[i] - mx);
+    double sum = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+    for (int64_t i = n8; i < n; i++) sum += kn_exp(x[i] - mx);
+    return sum;
+}
+
 #if KN_HAVE_X86
 /* kn_exp on 8 lanes, operation for operation. */
 KN_AVX2_INLINE __m256 exp8_avx2(__m256 x) {
@@ -190,5 +200,22 @@ KN_AVX2 void kn_softmax_f32_avx2(float *p, int64_t n, float scale) {
     const __m256 invv = _mm256_set1_ps(inv);
     for (int64_t i = 0; i < n8; i += 8) _mm256_storeu_ps(p + i, _mm256_mul_ps(_mm256_loadu_ps(p + i), invv));
     for (int64_t i = n8; i < n; i++) p[i] *= inv;
+}
+
+KN_AVX2 double kn_sum_exp_f32_avx2(const float *x, int64_t n, float mx) {
+    assert(n >= 1 && x != NULL);
+    const int64_t n8 = n & ~(int64_t)7;
+    const __m256 mxv = _mm256_set1_ps(mx);
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();   /* lanes 0-3 and 4-7 */
+    for (int64_t i = 0; i < n8; i += 8) {
+        const __m256 e = exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), mxv));
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double l4[4];
+    _mm256_storeu_pd(l4, _mm256_add_pd(lo, hi));
+    double sum = (l4[0] + l4[1]) + (l4[2] + l4[3]);
+    for (int64_t i = n8; i < n; i++) sum += kn_exp(x[i] - mx);
+    return sum;
 }
 #endif

@@ -788,6 +788,7 @@ typedef struct {
     void (*silu_mul_f32)(float *y, const float *x, const float *u, int64_t n);
     void (*sigmoid_gate_f32)(float *y, const float *g, int64_t n);
     void (*softmax_f32)(float *p, int64_t n, float scale);
+    double (*sum_exp_f32)(const float *x, int64_t n, float mx);
     void (*attn_values_f32)(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
                             const float *v, int64_t kv_stride, int64_t hd);
     void (*quantize_x)(kn_qx *qx, const float *x, int64_t ldx);
@@ -808,6 +809,7 @@ static const kn_impl kn_impl_scalar = {
     .dot_f32 = kn_dot_f32_ref, .axpy_f32 = kn_axpy_f32_ref, .scale_f32 = kn_scale_f32_ref, .argmax_f32 = kn_argmax_f32_ref,
     .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .silu_mul_f32 = kn_silu_mul_f32_ref,
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_ref, .softmax_f32 = kn_softmax_f32_ref,
+    .sum_exp_f32 = kn_sum_exp_f32_ref,
     .attn_values_f32 = kn_attn_values_f32_ref, .quantize_x = kn_quantize_x_ref,
     .matmul_qx_rows = kn_matmul_qx_rows_ref, .affine_quantize_row = kn_affine_quantize_row_ref,
     .affine_row_f32 = kn_affine_row_f32_ref, .sketch_scores = kn_sketch_scores_ref,
@@ -819,6 +821,7 @@ static const kn_impl kn_impl_avx2 = {
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2,
     .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2, .softmax_f32 = kn_softmax_f32_avx2,
+    .sum_exp_f32 = kn_sum_exp_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,
@@ -832,6 +835,7 @@ static const kn_impl kn_impl_avx512vnni = {
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2,
     .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2, .softmax_f32 = kn_softmax_f32_avx2,
+    .sum_exp_f32 = kn_sum_exp_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx512, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx512vnni,
@@ -927,6 +931,8 @@ void kn_silu_mul_f32(float *y, const float *x, const float *u, int64_t n) { acti
 void kn_sigmoid_gate_f32(float *y, const float *g, int64_t n) { active()->sigmoid_gate_f32(y, g, n); }
 
 void kn_softmax_f32(float *p, int64_t n, float scale) { active()->softmax_f32(p, n, scale); }
+
+double kn_sum_exp_f32(const float *x, int64_t n, float mx) { return active()->sum_exp_f32(x, n, mx); }
 
 void kn_attn_values_f32(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
                         const float *v, int64_t kv_stride, int64_t hd) {

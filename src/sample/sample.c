@@ -14,6 +14,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "kernels/act.h"
 #include "kernels/matmul.h"
 
 /* Top-p without top-k first selects this many tokens by partial selection.
@@ -403,6 +404,25 @@ int32_t smp_draw(const int32_t *ids, const float *probs, int n, double u) {
         if (u < cum) return ids[j];
     }
     return ids[n - 1];
+}
+
+/* ---- Log-probabilities ------------------------------------------------------ */
+
+void smp_logprobs(nx_sampler *s, const float *logits, int32_t id, int n_top, nx_token_logprob *out) {
+    assert(s && logits && out && id >= 0 && id < s->vocab);
+    const int V = s->vocab;
+    const float mx = logits[kn_argmax_f32(logits, V)];   /* NaNs skipped */
+    /* log p_i = x_i - (mx + log sum_j e^(x_j - mx)); an infinite max leaves
+     * no distribution: NaN */
+    const double lse = isfinite(mx) ? (double)mx + log(kn_sum_exp_f32(logits, V, mx)) : NAN;
+    out->id = id;
+    out->logprob = (float)((double)logits[id] - lse);
+    if (n_top > NX_MAX_TOP_LOGPROBS) n_top = NX_MAX_TOP_LOGPROBS;
+    out->n_top = n_top > 0 ? select_top(logits, V, n_top, mx, s->cand, NULL) : 0;
+    for (int j = 0; j < out->n_top; j++) {
+        out->top_id[j] = rank_id(s->cand[j]);
+        out->top_logprob[j] = (float)((double)logits[out->top_id[j]] - lse);
+    }
 }
 
 int32_t nx_sample(nx_sampler *s, const nx_sampling *p, float *logits,

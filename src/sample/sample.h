@@ -70,6 +70,13 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
  * at or below u, the last id. n >= 1. Pure. */
 int32_t smp_draw(const int32_t *ids, const float *probs, int n, double u);
 
+/* out = the nx_token_logprob of token id under logits ([vocab] as the model
+ * gave them; only read): log p(id) = logits[id] - logsumexp(logits), with
+ * the normalizer's sum in double (kn_sum_exp_f32), and the n_top
+ * (0..NX_MAX_TOP_LOGPROBS) likeliest tokens in the fixed order. Overwrites
+ * the arrays smp_distribution returned. */
+void smp_logprobs(nx_sampler *s, const float *logits, int32_t id, int n_top, nx_token_logprob *out);
+
 /* The vocabulary size the sampler was created for. */
 int smp_vocab_size(const nx_sampler *s);
 

@@ -94,6 +94,8 @@ nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const
     if (o.n_stop < 0 || o.n_stop > SPEC_MAX_STOP)
         return nx_fail(err, errlen, NX_EINVAL, "spec: %d stop ids (at most %d)", o.n_stop, SPEC_MAX_STOP);
     if (max_ctx < 2) return nx_fail(err, errlen, NX_EINVAL, "spec: context size %d is too small", max_ctx);
+    if (o.logprobs && (o.top_logprobs < 0 || o.top_logprobs > NX_MAX_TOP_LOGPROBS))
+        return nx_fail(err, errlen, NX_EINVAL, "spec: top_logprobs %d must be 0..%d", o.top_logprobs, NX_MAX_TOP_LOGPROBS);
     nx_status st = nx_sampling_check(&o.sampling, m->cfg.vocab_size, err, errlen);
     if (st) {
         nx_err_prefix(err, errlen, "spec");
@@ -130,7 +132,8 @@ nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const
                  (s->vhidden = nx_alloc_aligned(B * H * sizeof(float))) &&
                  (s->hbuf = nx_alloc_aligned((size_t)SPEC_PREFILL_PIECE * H * sizeof(float))) &&
                  (s->defer_h = nx_alloc_aligned((size_t)SPEC_MAX_DEFER * H * sizeof(float))) &&
-                 (s->resid = nx_alloc(V * sizeof(float)));
+                 (s->resid = nx_alloc(V * sizeof(float))) &&
+                 (!o.logprobs || ((s->lp_row = nx_alloc(V * sizeof(float))) && (s->lp = nx_alloc(B * sizeof *s->lp))));
         if (!ok) st = nx_fail(err, errlen, NX_ENOMEM, "out of memory for the speculative session");
     }
     if (st) {
@@ -154,6 +157,8 @@ void nx_spec_close(nx_spec *s) {
     nx_free_aligned(s->hbuf);
     nx_free_aligned(s->defer_h);
     nx_free(s->resid);
+    nx_free(s->lp_row);
+    nx_free(s->lp);
     nx_free(s->bias);
     s->bias = NULL;
     s->opts.sampling.logit_bias = NULL;
@@ -161,7 +166,9 @@ void nx_spec_close(nx_spec *s) {
     s->target = NULL;
     s->smp = NULL;
     s->hist = NULL;
-    s->vlogits = s->vhidden = s->hbuf = s->defer_h = s->resid = NULL;
+    s->vlogits = s->vhidden = s->hbuf = s->defer_h = s->resid = s->lp_row = NULL;
+    s->lp = NULL;
+    s->n_lp = 0;
     s->state = SPEC_CLOSED;
 }
 
@@ -179,6 +186,11 @@ int nx_spec_drafts_shape_output(nx_accept_mode accept, const nx_sampling *sp) {
 }
 int nx_spec_length(const nx_spec *s) { return s->state == SPEC_FRESH || s->state == SPEC_CLOSED ? 0 : s->n + 1; }
 
+const nx_token_logprob *nx_spec_logprobs(const nx_spec *s, int *n) {
+    *n = s->lp && s->state != SPEC_CLOSED ? s->n_lp : 0;
+    return *n ? s->lp : NULL;
+}
+
 int spec_is_stop(const nx_spec *s, int32_t t) {
     for (int i = 0; i < s->opts.n_stop; i++)
         if (s->stop[i] == t) return 1;
@@ -188,6 +200,19 @@ int spec_is_stop(const nx_spec *s, int32_t t) {
 }
 
 /* The target rows the head reads: post-final-norm (default) or pre-norm. */
+/* ---- log-probabilities ------------------------------------------------------
+ * The sampler processes a logits row in place (bias, penalties, temperature),
+ * and the token is known only after it ran: with logprobs on, lp_keep copies
+ * the raw row first and lp_take reads the copy once the token is chosen. */
+
+static void lp_keep(nx_spec *s, const float *row) {
+    if (s->lp_row) memcpy(s->lp_row, row, (size_t)s->m->cfg.vocab_size * sizeof *row);
+}
+
+static void lp_take(nx_spec *s, int slot, int32_t tok) {
+    if (s->lp_row) smp_logprobs(s->smp, s->lp_row, tok, s->opts.top_logprobs, &s->lp[slot]);
+}
+
 static void hidden_out(const nx_spec *s, nx_forward_out *fo, float *rows) {
     if (s->d && s->d->hidden_prenorm) fo->prenorm = rows;
     else fo->hidden = rows;
@@ -266,7 +291,10 @@ static nx_status feed(nx_spec *s, int count, int32_t next, int32_t *first, char 
     if (s->d) s->mtp_committed = s->rows.n;
     int n = start + count;
     s->n = n;
+    if (next < 0) lp_keep(s, s->vlogits);
     int32_t b = next >= 0 ? next : nx_sample(s->smp, &s->opts.sampling, s->vlogits, s->hist, n, n);
+    if (next < 0) lp_take(s, 0, b);
+    s->n_lp = next < 0;
     s->hist[n] = b;
     if (s->d) add_entries(s, &b, s->hbuf + (int64_t)((count - 1) % SPEC_PREFILL_PIECE) * H, 1, 0, 0);
     s->stats.emitted += next < 0;
@@ -439,8 +467,15 @@ static nx_status verify_begin(nx_spec *s, char *err, size_t errlen) {
  * processed in place) once the forward has run. */
 static void verify_decide(nx_spec *s, float *vlogits) {
     int K = s->k, a = 0;
+    int64_t V = s->m->cfg.vocab_size;
     int32_t c = 0;
-    while (accept_at(s, vlogits, a, &c)) a++; /* stops at the first rejection, or at index K */
+    s->n_lp = 0;                              /* nothing emitted until the commit */
+    for (;; a++) {                            /* to the first rejection, or to index K */
+        lp_keep(s, vlogits + a * V);
+        int ok = accept_at(s, vlogits, a, &c);
+        lp_take(s, a, ok ? s->drafts[a] : c);
+        if (!ok) break;
+    }
     for (int i = 0; i < K && i <= a; i++) {   /* draft i was checked; accepted if i < a */
         s->stats.tried[i]++;
         s->stats.hits[i] += i < a;
@@ -501,6 +536,7 @@ static nx_status commit(nx_spec *s, int32_t *emitted, int *n_emitted, int head_l
     }
     memcpy(emitted, out, (size_t)(a + 1) * sizeof *emitted);
     *n_emitted = a + 1;
+    s->n_lp = a + 1;  /* verify_decide kept entries 0..a (a stop cut at i keeps i's)  */
     s->n += a + 1;
     s->stats.emitted += a + 1;
     s->state = SPEC_READY;

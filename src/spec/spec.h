@@ -61,6 +61,10 @@ struct nx_spec {
     float *resid;                 /* [V] residual distribution scratch          */
     int accepted;                 /* a: drafts accepted by the last verify      */
     int32_t bonus;                /* c: the target's token after them           */
+    float *lp_row;                /* [V] the raw logits row being sampled (logprobs
+                                     on), or NULL: the sampler processes in place */
+    nx_token_logprob *lp;         /* [K+1] the round's entries (logprobs on)    */
+    int n_lp;                     /* entries the last emitting call emitted     */
     nx_spec_stats stats;
 };
 

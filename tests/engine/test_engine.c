@@ -63,7 +63,7 @@ static int drain(nx_request *r, int32_t *out, int cap, nx_finish *fin) {
 /* The output the same request gives through a plain speculative session. */
 static int reference(nx_model *m, nx_drafter *d, const int32_t *prompt, int n, int max_tokens, float temp, uint64_t seed,
                      int32_t *out) {
-    nx_spec_opts o = {2, temp > 0 ? NX_ACCEPT_MATCH : NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    nx_spec_opts o = {.draft = 2, .accept = temp > 0 ? NX_ACCEPT_MATCH : NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
     o.sampling.temperature = temp;
     o.sampling.seed = seed;
     return nx_test_generate(m, d, &o, prompt, n, max_tokens, out, NULL);
@@ -139,7 +139,7 @@ static void a_logit_bias_reaches_its_request_only(void) {
     const nx_logit_bias keep[2] = {ban[0], ban[1]};
     memset(ban, 0, 2 * sizeof *ban);   /* gone: the engine holds its own copy */
     free(ban);
-    nx_spec_opts so = {2, NX_ACCEPT_GREEDY, o.sampling, NULL, 0};
+    nx_spec_opts so = {.draft = 2, .accept = NX_ACCEPT_GREEDY, .sampling = o.sampling};
     so.sampling.logit_bias = keep;
     int32_t want[64];
     int nw = nx_test_generate(m, d, &so, prompt, 12, GEN, want, NULL);

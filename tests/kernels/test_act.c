@@ -173,6 +173,31 @@ static void test_softmax_twins_agree_and_follow_softmax(void) {
     kn_init(0);
 }
 
+/* kn_sum_exp_f32's twins at lengths 1-40 and longer rows (one the size of
+ * the Qwen3.5 vocabulary), scores spread past kn_exp's clamp, reading the
+ * row without writing it: the same bits, and within 1e-6 (relative) of
+ * sum exp(x - max) in double -- so a log-probability x_i - max - log(sum)
+ * is within 1e-6 of the exact one. */
+static void test_sum_exp_twins_agree_and_follow_the_sum(void) {
+    static const int64_t longer[] = {255, 1023, 248320};
+    nx_test_rng r = {0x5E1AULL};
+    for (int64_t li = -40; li < (int64_t)(sizeof longer / sizeof *longer); li++) {
+        const int64_t n = li < 0 ? li + 41 : longer[li];
+        float *x = malloc((size_t)n * sizeof *x), *copy = malloc((size_t)n * sizeof *copy);
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < n; i++) x[i] = nx_test_rng_normal(&r, i % 5 ? 3.0f : 60.0f), mx = fmaxf(mx, x[i]);
+        memcpy(copy, x, (size_t)n * sizeof *x);
+        double exact = 0;
+        for (int64_t i = 0; i < n; i++) exact += exp((double)x[i] - mx);
+        const double a = kn_sum_exp_f32(x, n, mx), b = kn_sum_exp_f32_ref(x, n, mx);
+        CHECKF(memcmp(&a, &b, sizeof a) == 0, "%s n=%lld: the twins differ (%.17g, %.17g)", kn_impl_name(), (long long)n, a,
+               b);
+        CHECKF(fabs(a - exact) <= 1e-6 * exact, "n=%lld: %.17g against %.17g in double", (long long)n, a, exact);
+        CHECKF(memcmp(x, copy, (size_t)n * sizeof *x) == 0, "n=%lld: the row was written", (long long)n);
+        free(x), free(copy);
+    }
+}
+
 static const nx_test tests[] = {
     {"silu_twins_agree_bit_for_bit_at_every_length",
      "kn_silu_mul_f32 (AVX2) == the scalar twin, with and without u, every tail length, in place",
@@ -187,6 +212,10 @@ static const nx_test tests[] = {
      "kn_softmax_f32 == its scalar twin at lengths 1-40, 255, 699, 1023; within 1e-6 of softmax in double; NaN or +inf "
      "anywhere -> NaN row, -inf -> ~0",
      test_softmax_twins_agree_and_follow_softmax},
+    {"sum_exp_twins_agree_and_follow_the_sum",
+     "kn_sum_exp_f32 == its scalar twin at lengths 1-40, 255, 1023, 248320; within 1e-6 (relative) of the sum in double; "
+     "the row is not written",
+     test_sum_exp_twins_agree_and_follow_the_sum},
 };
 
 NX_TEST_MAIN(tests)

@@ -15,7 +15,7 @@ enum { N = 36, GEN = 40, W = NX_SPEC_MAX_DRAFT + 1 };
  * matched sampling and rejection sampling. */
 static nx_spec_opts opts_of(int i) {
     static const int drafts[] = {1, 2, 3, NX_DRAFT_AUTO, 3, 2};
-    nx_spec_opts o = {drafts[i % 6], NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    nx_spec_opts o = {.draft = drafts[i % 6], .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
     if (i % 3 == 1) o.accept = NX_ACCEPT_MATCH, o.sampling.temperature = 0.9f, o.sampling.seed = 5 + i;
     if (i % 3 == 2) o.accept = NX_ACCEPT_REJECTION, o.sampling.temperature = 0.7f, o.sampling.top_p = 0.9f, o.sampling.seed = 9 + i;
     return o;

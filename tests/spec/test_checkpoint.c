@@ -16,7 +16,7 @@
 static nx_spec *session_ctx(nx_model *m, nx_drafter *d, int K, int ctx) {
     char err[512];
     nx_spec *s = NULL;
-    nx_spec_opts o = {K, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    nx_spec_opts o = {.draft = K, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
     CHECKF(nx_spec_new(m, d, ctx, &o, &s, err, sizeof err) == NX_OK, "%s", err);
     return s;
 }

@@ -249,7 +249,7 @@ static int generate(const nx_model *m, const nx_drafter *d, const int32_t *promp
                     int32_t *out, nx_spec_stats *stats) {
     char err[512];
     nx_spec *s = NULL;
-    nx_spec_opts o = {K, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    nx_spec_opts o = {.draft = K, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
     nx_status st = nx_spec_new(m, d, n_prompt + n_gen + 1, &o, &s, err, sizeof err);
     CHECKF(st == NX_OK, "%s", err);
     if (st) return 0;

@@ -118,7 +118,7 @@ typedef struct {
  * returns how many (stops after a stop id). d NULL: plain decoding. */
 static int generate(nx_model *m, nx_drafter *d, const int32_t *prompt, int n_prompt, int n_gen, const run_cfg *rc,
                     int32_t *out, nx_spec_stats *stats) {
-    nx_spec_opts o = {rc->draft, rc->accept, rc->sp, rc->stop, rc->n_stop};
+    nx_spec_opts o = {.draft = rc->draft, .accept = rc->accept, .sampling = rc->sp, .stop_ids = rc->stop, .n_stop = rc->n_stop};
     return nx_test_generate(m, d, &o, prompt, n_prompt, n_gen, out, stats);
 }
 
@@ -146,7 +146,7 @@ static void golden_speculative_runs_match(void) {
                     int32_t prompt[64], out[64];
                     for (int i = 0; i < n; i++) prompt[i] = tok[i];
                     nx_spec *s = NULL;
-                    nx_spec_opts o = {K, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+                    nx_spec_opts o = {.draft = K, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
                     CHECK(nx_spec_new(m, d, 128, &o, &s, err, sizeof err) == NX_OK);
                     int got = 0, e;
                     CHECK(nx_spec_prefill(s, prompt, n, &out[0], err, sizeof err) == NX_OK);
@@ -317,7 +317,7 @@ static void rejection_sampling_keeps_the_target_distribution(void) {
     for (uint64_t seed = 0; seed < SEEDS; seed++) {
         sp.seed = seed;
         nx_spec *s = NULL;
-        nx_spec_opts o = {2, NX_ACCEPT_REJECTION, sp, NULL, 0};
+        nx_spec_opts o = {.draft = 2, .accept = NX_ACCEPT_REJECTION, .sampling = sp};
         CHECK(nx_spec_new(m, d, 16, &o, &s, err, sizeof err) == NX_OK);
         int32_t b, dr[4], em[4];
         int nd, ne;
@@ -397,7 +397,7 @@ static void logit_bias_shapes_the_output_and_drafts_keep_it_exact(void) {
     char err[512];
     nx_spec *s = (nx_spec *)&err;
     nx_logit_bias bad = {V, 1.0f};
-    nx_spec_opts o = {2, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    nx_spec_opts o = {.draft = 2, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
     o.sampling.logit_bias = &bad;
     o.sampling.n_logit_bias = 1;
     CHECK(nx_spec_new(m, d, 64, &o, &s, err, sizeof err) == NX_EINVAL && s == NULL);
@@ -414,6 +414,129 @@ static void logit_bias_shapes_the_output_and_drafts_keep_it_exact(void) {
     int32_t first;
     CHECK(nx_spec_prefill(s, prompt, 8, &first, err, sizeof err) == NX_OK && first != base[0]);
     nx_spec_free(s);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+/* 1 if the entries a[0..n) and b[0..n) hold the same values, bit for bit
+ * (the top slots past n_top are not part of an entry). */
+static int same_logprobs(const nx_token_logprob *a, const nx_token_logprob *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (a[i].id != b[i].id || memcmp(&a[i].logprob, &b[i].logprob, sizeof(float)) || a[i].n_top != b[i].n_top ||
+            memcmp(a[i].top_id, b[i].top_id, (size_t)a[i].n_top * sizeof(int32_t)) ||
+            memcmp(a[i].top_logprob, b[i].top_logprob, (size_t)a[i].n_top * sizeof(float)))
+            return 0;
+    return 1;
+}
+
+/* Runs a session of o to n_gen tokens, collecting each emitting call's
+ * logprob entries; returns the count (0 on an error). */
+static int generate_logprobs(nx_model *m, nx_drafter *d, const nx_spec_opts *o, const int32_t *prompt, int n_prompt,
+                             int n_gen, int32_t *out, nx_token_logprob *lp, nx_spec_stats *stats) {
+    char err[512];
+    nx_spec *s = NULL;
+    int n = 0, nl;
+    CHECKF(nx_spec_new(m, d, n_prompt + n_gen + 1, o, &s, err, sizeof err) == NX_OK, "%s", err);
+    if (!s) return 0;
+    int got = 1;
+    nx_status st = nx_spec_prefill(s, prompt, n_prompt, &out[0], err, sizeof err);
+    while (!st) {
+        const nx_token_logprob *e = nx_spec_logprobs(s, &nl);
+        CHECKF(nl == got && e, "a call emitted %d tokens and kept %d entries", got, nl);
+        if (nl == got && e) memcpy(lp + n, e, (size_t)got * sizeof *e);
+        if ((n += got) >= n_gen) break;
+        st = nx_spec_step(s, n_gen - n, out + n, &got, err, sizeof err);
+    }
+    CHECKF(st == NX_OK, "%s", err);
+    *stats = *nx_spec_get_stats(s);
+    nx_spec_free(s);
+    return st ? 0 : n;
+}
+
+/* Log-probabilities are the target's raw distribution at each emitted
+ * position: against log_softmax in double of the logits a plain forward over
+ * the same sequence gives (within 2e-5; the likeliest 5 in order), whatever
+ * the sampling does to the logits (a bias here); speculative sessions (K =
+ * 1..3, greedy and matched sampling) report the same bits as plain decoding,
+ * one entry per emitted token; off, nothing; a bad top_logprobs refused. */
+static void logprobs_follow_the_target_and_drafts_keep_them_exact(void) {
+    nx_model *m = nx_test_model(TORCH("torchref-mini-copy-s0.05") "/hf", 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    enum { NP = 8, NG = 40 };
+    const int V = nx_model_get_info(m)->vocab_size;
+    int32_t prompt[NP] = {5, 17, 300, 42, 9, 77, 600, 3}, plain[NG], spec[NG];
+    nx_token_logprob lp0[NG], lp1[NG];
+    nx_logit_bias bias = {17, 4.0f};
+    nx_spec_opts o = {.accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default(), .logprobs = 1, .top_logprobs = 5};
+    o.sampling.logit_bias = &bias;
+    o.sampling.n_logit_bias = 1;
+    for (int pass = 0; pass < 2; pass++) {   /* greedy, then matched sampling */
+        if (pass) {
+            o.accept = NX_ACCEPT_MATCH;
+            o.sampling.temperature = 0.8f;
+            o.sampling.seed = 5;
+        }
+        o.draft = 0;
+        memset(lp0, 0, sizeof lp0);
+        nx_spec_stats stats;
+        int n0 = generate_logprobs(m, NULL, &o, prompt, NP, NG, plain, lp0, &stats);
+        CHECK(n0 == NG);
+        /* the reference: every row's logits of one forward over prompt + output */
+        int32_t seq[NP + NG];
+        memcpy(seq, prompt, sizeof prompt);
+        memcpy(seq + NP, plain, (size_t)(NG - 1) * sizeof *plain);
+        float *logits = malloc((size_t)(NP + NG - 1) * (size_t)V * sizeof *logits);
+        nx_state *st = NULL;
+        char err[512];
+        CHECK(nx_state_new(m, NP + NG, &st, err, sizeof err) == NX_OK);
+        nx_forward_out fo = {.logits = logits, .all_rows = 1};
+        CHECK(st && nx_forward(m, st, seq, NP + NG - 1, &fo, err, sizeof err) == NX_OK);
+        double worst = 0;
+        for (int i = 0; i < n0 && st; i++) {
+            const float *row = logits + (size_t)(NP - 1 + i) * (size_t)V;
+            double mx = -INFINITY, sum = 0;
+            for (int v = 0; v < V; v++) mx = fmax(mx, row[v]);
+            for (int v = 0; v < V; v++) sum += exp(row[v] - mx);
+            const double lse = mx + log(sum);
+            CHECKF(lp0[i].id == plain[i] && lp0[i].n_top == 5, "entry %d: id %d for token %d, %d top", i, lp0[i].id, plain[i],
+                   lp0[i].n_top);
+            worst = fmax(worst, fabs(lp0[i].logprob - (row[plain[i]] - lse)));
+            for (int j = 0; j < lp0[i].n_top; j++) {
+                int32_t t = lp0[i].top_id[j];
+                worst = fmax(worst, fabs(lp0[i].top_logprob[j] - (row[t] - lse)));
+                if (j) CHECKF(lp0[i].top_logprob[j] <= lp0[i].top_logprob[j - 1], "entry %d: top %d out of order", i, j);
+                int above = 0;   /* tokens likelier than the j-th: exactly the j before it */
+                for (int v = 0; v < V; v++) above += row[v] > row[t] || (row[v] == row[t] && v < t);
+                CHECKF(above == j, "entry %d: top %d (token %d) has %d above it", i, j, t, above);
+            }
+        }
+        CHECKF(worst < 2e-5, "pass %d: logprobs off log_softmax by %g", pass, worst);
+        nx_state_free(st);
+        free(logits);
+        for (int K = 1; K <= 3; K++) {
+            o.draft = K;
+            memset(lp1, 0, sizeof lp1);
+            int n1 = generate_logprobs(m, d, &o, prompt, NP, NG, spec, lp1, &stats);
+            CHECKF(stats.accepted > 0, "pass %d K=%d: no draft accepted", pass, K);
+            CHECKF(n1 == n0 && memcmp(plain, spec, sizeof plain) == 0, "pass %d K=%d: other tokens", pass, K);
+            CHECKF(same_logprobs(lp0, lp1, n0), "pass %d K=%d: other logprobs", pass, K);
+        }
+    }
+    /* off: no entries; top_logprobs out of range refused */
+    char err[512];
+    nx_spec *s = NULL;
+    int32_t first;
+    int nl = -1;
+    o.logprobs = 0;
+    CHECK(nx_spec_new(m, d, 64, &o, &s, err, sizeof err) == NX_OK);
+    CHECK(s && nx_spec_prefill(s, prompt, NP, &first, err, sizeof err) == NX_OK);
+    CHECK(nx_spec_logprobs(s, &nl) == NULL && nl == 0);
+    nx_spec_free(s);
+    s = NULL;
+    o.logprobs = 1;
+    o.top_logprobs = NX_MAX_TOP_LOGPROBS + 1;
+    CHECK(nx_spec_new(m, d, 64, &o, &s, err, sizeof err) == NX_EINVAL && s == NULL && strstr(err, "top_logprobs 21"));
     nx_drafter_free(d);
     nx_model_free(m);
 }
@@ -457,7 +580,7 @@ static void protocol_misuse_is_an_error(void) {
     nx_model *other = nx_test_model(TORCH("torchref-mini-copy-s0") "/hf", 2);
     CHECK(other && nx_spec_new(other, d, 64, NULL, &s, err, sizeof err) == NX_EINVAL);
     {
-        nx_spec_opts o = {NX_SPEC_MAX_DRAFT + 1, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+        nx_spec_opts o = {.draft = NX_SPEC_MAX_DRAFT + 1, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
         CHECK(nx_spec_new(m, d, 64, &o, &s, err, sizeof err) == NX_EINVAL);
     }
     nx_model_free(other);
@@ -523,6 +646,10 @@ static const nx_test tests[] = {
     {"logit_bias_shapes_the_output_and_drafts_keep_it_exact",
      "with a logit bias, K = 1..3 greedy and matched output equal plain; banned ids never come; bad entries refused",
      logit_bias_shapes_the_output_and_drafts_keep_it_exact},
+    {"logprobs_follow_the_target_and_drafts_keep_them_exact",
+     "logprobs = log_softmax (double) of a plain forward's logits within 2e-5, top 5 in order, bias ignored; K = 1..3 "
+     "greedy and matched: the same bits as plain; off: none; top_logprobs 21 refused",
+     logprobs_follow_the_target_and_drafts_keep_them_exact},
     {"protocol_misuse_is_an_error", "draft before prefill, twice, commit without verify, after close: NX_ESTATE", protocol_misuse_is_an_error},
     {"drafter_errors_name_the_problem", "no MTP head, wrong model_type, hidden size mismatch: clear errors", drafter_errors_name_the_problem},
 };
