@@ -555,6 +555,9 @@ typedef struct {
      * nx_request_free has returned. */
     void (*notify)(void *ctx);
     void *notify_ctx;
+    int logprobs;              /* 1: keep each output token's nx_token_logprob
+                                  (nx_request_read_logprobs)                    */
+    int top_logprobs;          /* with logprobs: 0..NX_MAX_TOP_LOGPROBS          */
 } nx_request_opts;
 
 typedef enum {
@@ -575,6 +578,11 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
  * set to the finish reason once the request ended and every token was read
  * (NX_FINISH_NONE before). */
 int nx_request_read(nx_request *r, int32_t *ids, int cap, int timeout_ms, nx_finish *finish);
+/* nx_request_read, plus the tokens' log-probabilities: lp[i] for ids[i]
+ * when the request was submitted with logprobs (lp may be NULL; without
+ * logprobs it is not written). */
+int nx_request_read_logprobs(nx_request *r, int32_t *ids, nx_token_logprob *lp, int cap, int timeout_ms,
+                             nx_finish *finish);
 /* Asks the engine to stop the request; its row is freed at the next round. */
 void nx_request_cancel(nx_request *r);
 /* Cancels the request if it still runs and releases the caller's hold. */

@@ -233,6 +233,15 @@ int nx_test_generate(nx_model *m, nx_drafter *d, const nx_spec_opts *o, const in
     return n;
 }
 
+int nx_test_same_logprobs(const nx_token_logprob *a, const nx_token_logprob *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (a[i].id != b[i].id || memcmp(&a[i].logprob, &b[i].logprob, sizeof(float)) || a[i].n_top != b[i].n_top ||
+            memcmp(a[i].top_id, b[i].top_id, (size_t)a[i].n_top * sizeof(int32_t)) ||
+            memcmp(a[i].top_logprob, b[i].top_logprob, (size_t)a[i].n_top * sizeof(float)))
+            return 0;
+    return 1;
+}
+
 void nx_test_tokens(int32_t *t, int n, int vocab, unsigned seed) {
     for (int i = 0; i < n; i++) {
         seed = seed * 1664525u + 1013904223u;

@@ -99,6 +99,9 @@ float *nx_test_logits(nx_model *m, const int32_t *seq, int n);
  * session's statistics. Errors are failed CHECKs. */
 int nx_test_generate(nx_model *m, nx_drafter *d, const nx_spec_opts *o, const int32_t *prompt, int n_prompt, int n_gen,
                      int32_t *out, nx_spec_stats *stats);
+/* 1 if the logprob entries a[0..n) and b[0..n) hold the same values, bit
+ * for bit (the top slots past n_top are not part of an entry). */
+int nx_test_same_logprobs(const nx_token_logprob *a, const nx_token_logprob *b, int n);
 /* n deterministic pseudo-random token ids below vocab. */
 void nx_test_tokens(int32_t *t, int n, int vocab, unsigned seed);
 

@@ -27,6 +27,7 @@
  * a forward, so submit, cancel and metrics never wait for the model. A
  * request has two owners, its caller and the engine; the last one to let go
  * frees it (owners under r->mu). */
+#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -73,6 +74,7 @@ struct nx_request {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int32_t *out;
+    nx_token_logprob *lp;         /* [cap_out] with logprobs, else NULL          */
     int n_out, cap_out, n_read;
     nx_finish finish;
     int cancel;
@@ -121,6 +123,7 @@ static void request_destroy(nx_request *r) {
     nx_free(r->bias);
     nx_free(r->prompt);
     nx_free(r->out);
+    nx_free(r->lp);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     nx_free(r);
@@ -134,19 +137,24 @@ static void request_release(nx_request *r) {
     if (left == 0) request_destroy(r);
 }
 
-/* Appends output for the reader. Returns 0, or -1 when out of memory. */
-static int request_push(nx_request *r, const int32_t *ids, int n) {
+/* Appends output for the reader, with its logprob entries lp when the
+ * request keeps them. Returns 0, or -1 when out of memory. */
+static int request_push(nx_request *r, const int32_t *ids, const nx_token_logprob *lp, int n) {
     pthread_mutex_lock(&r->mu);
     int ok = 1;
     if (r->n_out + n > r->cap_out) {
         int cap = r->cap_out ? r->cap_out : 64;
         while (cap < r->n_out + n) cap *= 2;
         int32_t *p = nx_realloc(r->out, (size_t)cap * sizeof *p);
-        if (p) r->out = p, r->cap_out = cap;
-        else ok = 0;
+        if (p) r->out = p;
+        nx_token_logprob *q = p && r->so.logprobs ? nx_realloc(r->lp, (size_t)cap * sizeof *q) : NULL;
+        if (q) r->lp = q;
+        ok = p && (q || !r->so.logprobs);
+        if (ok) r->cap_out = cap;   /* each buffer holds at least the old capacity */
     }
     if (ok) {
         memcpy(r->out + r->n_out, ids, (size_t)n * sizeof *ids);
+        if (r->so.logprobs) memcpy(r->lp + r->n_out, lp, (size_t)n * sizeof *lp);
         r->n_out += n;
         r->info.completion_tokens = r->n_out;
         if (r->info.ttft_s == 0 && n) r->info.ttft_s = now_s() - r->t_submit;
@@ -172,6 +180,11 @@ static void request_finish(nx_request *r, nx_finish f, const char *error) {
 }
 
 int nx_request_read(nx_request *r, int32_t *ids, int cap, int timeout_ms, nx_finish *finish) {
+    return nx_request_read_logprobs(r, ids, NULL, cap, timeout_ms, finish);
+}
+
+int nx_request_read_logprobs(nx_request *r, int32_t *ids, nx_token_logprob *lp, int cap, int timeout_ms,
+                             nx_finish *finish) {
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
     if (timeout_ms > 0) {
@@ -187,6 +200,7 @@ int nx_request_read(nx_request *r, int32_t *ids, int cap, int timeout_ms, nx_fin
     int n = r->n_out - r->n_read;
     if (n > cap) n = cap;
     if (n > 0) memcpy(ids, r->out + r->n_read, (size_t)n * sizeof *ids);
+    if (n > 0 && lp && r->lp) memcpy(lp, r->lp + r->n_read, (size_t)n * sizeof *lp);
     r->n_read += n;
     *finish = r->n_read == r->n_out ? r->finish : NX_FINISH_NONE;
     pthread_mutex_unlock(&r->mu);
@@ -241,6 +255,8 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
         nx_err_prefix(err, errlen, "request");
         return st;
     }
+    if (o->logprobs && (o->top_logprobs < 0 || o->top_logprobs > NX_MAX_TOP_LOGPROBS))
+        return nx_fail(err, errlen, NX_EINVAL, "request: top_logprobs %d must be 0..%d", o->top_logprobs, NX_MAX_TOP_LOGPROBS);
     size_t nb = (size_t)o->sampling.n_logit_bias;
     nx_request *r = nx_calloc(1, sizeof *r);
     if (!r || !(r->prompt = nx_alloc((size_t)o->n_prompt * sizeof *r->prompt)) ||
@@ -261,7 +277,8 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
     }
     r->max_tokens = o->max_tokens;
     if (o->n_stop) memcpy(r->stop, o->stop_ids, (size_t)o->n_stop * sizeof *r->stop);
-    r->so = (nx_spec_opts){.draft = e->d ? e->o.draft : 0, .accept = o->accept, .sampling = o->sampling, .stop_ids = r->stop, .n_stop = o->n_stop};
+    r->so = (nx_spec_opts){.draft = e->d ? e->o.draft : 0, .accept = o->accept, .sampling = o->sampling, .stop_ids = r->stop, .n_stop = o->n_stop,
+                           .logprobs = o->logprobs != 0, .top_logprobs = o->logprobs ? o->top_logprobs : 0};
     if (nb) memcpy(r->bias, o->sampling.logit_bias, nb * sizeof *r->bias);
     r->so.sampling.logit_bias = r->bias;
     r->stop_tok = -1;
@@ -346,8 +363,12 @@ static nx_status row_start(nx_engine *e, nx_request *r, char *err, size_t errlen
     return NX_OK;
 }
 
-/* Emits ids (ending the row at a stop id or the length limit). */
+/* Emits ids, the tokens the row's session has just emitted (ending the row
+ * at a stop id or the length limit). */
 static void row_emit(nx_engine *e, nx_request *r, const int32_t *ids, int n) {
+    int n_lp;
+    const nx_token_logprob *lp = nx_spec_logprobs(r->spec, &n_lp);
+    assert(!r->so.logprobs || n_lp == n);
     int keep = 0;
     nx_finish f = NX_FINISH_NONE;
     for (; keep < n; keep++) {
@@ -362,7 +383,7 @@ static void row_emit(nx_engine *e, nx_request *r, const int32_t *ids, int n) {
             break;
         }
     }
-    if (keep && request_push(r, ids, keep) != 0) {
+    if (keep && request_push(r, ids, lp, keep) != 0) {
         request_finish(r, NX_FINISH_ERROR, "out of memory for the output");
         return;
     }

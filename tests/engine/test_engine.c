@@ -475,10 +475,80 @@ static void a_shared_system_prompt_is_reused(void) {
     nx_model_free(m);
 }
 
+/* Logprob entries travel with their tokens: two requests with logprobs
+ * (greedy, and matched sampling with top 3) in company with one without,
+ * read a few tokens at a time, carry the entries a speculative session
+ * alone gives the same request (bit for bit, the prefill's first token
+ * included); the request without logprobs leaves lp untouched; a
+ * top_logprobs over the limit is refused at submit. */
+static void logprobs_travel_with_their_tokens(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    enum { R = 3, GEN = 20 };
+    int32_t prompts[R][16], out[R][GEN], ref[GEN + 1];
+    nx_token_logprob lp[R][GEN], ref_lp[GEN + 1];
+    nx_engine *e = engine(m, d, 2, 0, NULL, 5);
+    nx_request *rq[R];
+    char err[512];
+    for (int i = 0; i < R; i++) {
+        prompt_of(prompts[i], 16, 40 + i);
+        nx_request_opts o = {.prompt = prompts[i], .n_prompt = 16, .max_tokens = GEN, .sampling = nx_sampling_default()};
+        o.accept = i == 1 ? NX_ACCEPT_MATCH : NX_ACCEPT_GREEDY;
+        o.sampling.temperature = i == 1 ? 0.8f : 0.0f;
+        o.sampling.seed = 3;
+        o.logprobs = i < 2;
+        o.top_logprobs = i == 1 ? 3 : 0;
+        rq[i] = NULL;
+        CHECKF(nx_engine_submit(e, &o, &rq[i], err, sizeof err) == NX_OK, "%s", err);
+    }
+    for (int i = 0; i < R; i++) {
+        nx_finish fin = NX_FINISH_NONE;
+        int n = 0;
+        memset(lp[i], 0xA5, sizeof lp[i]);
+        while (rq[i] && fin == NX_FINISH_NONE) n += nx_request_read_logprobs(rq[i], out[i] + n, lp[i] + n, 3, 1000, &fin);
+        /* alone: a session with the same options, its entries call by call */
+        nx_spec_opts so = {.draft = 2, .accept = i == 1 ? NX_ACCEPT_MATCH : NX_ACCEPT_GREEDY,
+                           .sampling = nx_sampling_default(), .logprobs = 1, .top_logprobs = i == 1 ? 3 : 0};
+        so.sampling.temperature = i == 1 ? 0.8f : 0.0f;
+        so.sampling.seed = 3;
+        nx_spec *s = NULL;
+        int nr = 0, got = 1, nl;
+        CHECK(nx_spec_new(m, d, 64, &so, &s, err, sizeof err) == NX_OK);
+        nx_status st = s ? nx_spec_prefill(s, prompts[i], 16, ref, err, sizeof err) : NX_EINVAL;
+        while (!st) {
+            const nx_token_logprob *e1 = nx_spec_logprobs(s, &nl);
+            CHECK(nl == got);
+            memcpy(ref_lp + nr, e1, (size_t)got * sizeof *e1);
+            if ((nr += got) >= GEN) break;
+            st = nx_spec_step(s, GEN - nr, ref + nr, &got, err, sizeof err);
+        }
+        nx_spec_free(s);
+        CHECKF(fin == NX_FINISH_LENGTH && n == GEN && nr == GEN, "request %d: %d tokens (finish %d), alone %d", i, n, fin, nr);
+        CHECKF(memcmp(out[i], ref, sizeof out[i]) == 0, "request %d: other tokens than alone", i);
+        if (i < 2) CHECKF(nx_test_same_logprobs(lp[i], ref_lp, GEN), "request %d: other logprobs than alone", i);
+        else
+            for (size_t b = 0; b < sizeof lp[i]; b++) CHECKF(((unsigned char *)lp[i])[b] == 0xA5, "byte %zu of lp written", b);
+        nx_request_free(rq[i]);
+    }
+    CHECK(lp[1][0].n_top == 3 && lp[0][0].n_top == 0);
+    nx_request_opts o = {.prompt = prompts[0], .n_prompt = 16, .sampling = nx_sampling_default(), .logprobs = 1,
+                         .top_logprobs = NX_MAX_TOP_LOGPROBS + 1};
+    nx_request *r = NULL;
+    CHECK(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_EINVAL && r == NULL && strstr(err, "top_logprobs 21"));
+    nx_engine_free(e);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 static const nx_test tests[] = {
     {"rows_in_company_equal_rows_alone",
      "6 requests on 4 rows (greedy and matched sampling), drafts always or adaptive: each equals the request alone",
      rows_in_company_equal_rows_alone},
+    {"logprobs_travel_with_their_tokens",
+     "greedy and matched requests with logprobs beside one without, read 3 tokens at a time: the entries of the request "
+     "alone; lp untouched without logprobs; top_logprobs 21 refused",
+     logprobs_travel_with_their_tokens},
     {"a_logit_bias_reaches_its_request_only",
      "two banned tokens in a queued request: it equals the request alone, the one before it is unchanged",
      a_logit_bias_reaches_its_request_only},

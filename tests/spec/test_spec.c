@@ -418,17 +418,6 @@ static void logit_bias_shapes_the_output_and_drafts_keep_it_exact(void) {
     nx_model_free(m);
 }
 
-/* 1 if the entries a[0..n) and b[0..n) hold the same values, bit for bit
- * (the top slots past n_top are not part of an entry). */
-static int same_logprobs(const nx_token_logprob *a, const nx_token_logprob *b, int n) {
-    for (int i = 0; i < n; i++)
-        if (a[i].id != b[i].id || memcmp(&a[i].logprob, &b[i].logprob, sizeof(float)) || a[i].n_top != b[i].n_top ||
-            memcmp(a[i].top_id, b[i].top_id, (size_t)a[i].n_top * sizeof(int32_t)) ||
-            memcmp(a[i].top_logprob, b[i].top_logprob, (size_t)a[i].n_top * sizeof(float)))
-            return 0;
-    return 1;
-}
-
 /* Runs a session of o to n_gen tokens, collecting each emitting call's
  * logprob entries; returns the count (0 on an error). */
 static int generate_logprobs(nx_model *m, nx_drafter *d, const nx_spec_opts *o, const int32_t *prompt, int n_prompt,
@@ -520,7 +509,7 @@ static void logprobs_follow_the_target_and_drafts_keep_them_exact(void) {
             int n1 = generate_logprobs(m, d, &o, prompt, NP, NG, spec, lp1, &stats);
             CHECKF(stats.accepted > 0, "pass %d K=%d: no draft accepted", pass, K);
             CHECKF(n1 == n0 && memcmp(plain, spec, sizeof plain) == 0, "pass %d K=%d: other tokens", pass, K);
-            CHECKF(same_logprobs(lp0, lp1, n0), "pass %d K=%d: other logprobs", pass, K);
+            CHECKF(nx_test_same_logprobs(lp0, lp1, n0), "pass %d K=%d: other logprobs", pass, K);
         }
     }
     /* off: no entries; top_logprobs out of range refused */
