@@ -667,6 +667,10 @@ void nx_detok_stream_free(nx_detok_stream *s);
 const char *nx_detok_stream_push(nx_detok_stream *s, int32_t id, size_t *len);
 const char *nx_detok_stream_flush(nx_detok_stream *s, size_t *len);
 
+/* The bytes token id decodes to on its own (not NUL-terminated; a piece of
+ * a UTF-8 character for some tokens), *len of them, pointing into the
+ * tokenizer; NULL for an id outside the vocabulary or unused. */
+const char *nx_tokenizer_token_bytes(const nx_tokenizer *t, int32_t id, size_t *len);
 /* Vocabulary size (largest id + 1, added tokens included). */
 int nx_tokenizer_vocab_size(const nx_tokenizer *t);
 /* The id of a token string (vocabulary or added token), or -1. */

@@ -109,6 +109,13 @@ static inline int kept(const nx_tokenizer *t, int32_t id, int skip_special) {
     return (f & NX_TOK_DEFINED) && !(skip_special && (f & NX_TOK_SPECIAL));
 }
 
+const char *nx_tokenizer_token_bytes(const nx_tokenizer *t, int32_t id, size_t *len) {
+    *len = 0;
+    if (!kept(t, id, 0)) return NULL;
+    *len = t->dec_len[id];
+    return t->dec_bytes + t->dec_off[id];
+}
+
 nx_status nx_detokenize(const nx_tokenizer *t, const int32_t *ids, int n, int skip_special, char **text,
                         size_t *len, char *err, size_t errlen) {
     if (!t || !text || n < 0 || (n > 0 && !ids))

@@ -662,6 +662,17 @@ static void test_lookups_and_stop_ids_follow_the_files(void) {
     CHECKF(ns == 2 && stop[0] == 151645 && stop[1] == 151643, "%d stop ids", ns);   /* eos is <|im_end|> */
     const char *tmpl = nx_tokenizer_chat_template(t);
     CHECK(tmpl && strncmp(tmpl, "{%- if tools %}", 15) == 0);
+    /* a token's own bytes: " world", <|im_end|>'s text, a lone byte of a
+     * UTF-8 character (byte-level 0xE4); nothing for ids it does not have */
+    size_t len = 99;
+    const char *b = nx_tokenizer_token_bytes(t, 1879, &len);
+    CHECK(b && len == 6 && memcmp(b, " world", 6) == 0);
+    b = nx_tokenizer_token_bytes(t, 151645, &len);
+    CHECK(b && len == 10 && memcmp(b, "<|im_end|>", 10) == 0);
+    b = nx_tokenizer_token_bytes(t, t->byte_sym[0xE4], &len);
+    CHECK(b && len == 1 && (unsigned char)b[0] == 0xE4);
+    CHECK(nx_tokenizer_token_bytes(t, -1, &len) == NULL && len == 0);
+    CHECK(nx_tokenizer_token_bytes(t, 151669, &len) == NULL && len == 0);
 }
 
 static void test_chat_template_list_form_and_jinja_file(void) {
@@ -996,7 +1007,7 @@ static const nx_test tests[] = {
      test_malformed_files_fail_with_the_field_named},
     {"allocation_failures_are_clean", "load and encode with the Nth allocation failing",
      test_allocation_failures_are_clean},
-    {"lookups_and_stop_ids_follow_the_files", "vocab size, token ids, special flags, stop ids, template",
+    {"lookups_and_stop_ids_follow_the_files", "vocab size, token ids, special flags, stop ids, template, a token's own bytes",
      test_lookups_and_stop_ids_follow_the_files},
     {"chat_template_list_form_and_jinja_file", "template \"default\" from a list; chat_template.jinja wins",
      test_chat_template_list_form_and_jinja_file},
