@@ -62,6 +62,13 @@ struct srv_gen {
     char id[64];
     char *model;
     int n_prompt, n_completion;
+    /* logprobs on: the entries of tokens read but not yet sent, each with its
+     * offset in the output text (characters) */
+    int logprobs;
+    nx_token_logprob *lp;
+    int *lp_off;
+    int n_lp, cap_lp;
+    long chars;                   /* characters the decoder has given so far  */
     int done;                     /* generation over (engine finished, or a stop string) */
     nx_finish fin;
     int error;                    /* the engine failed                          */
@@ -138,6 +145,8 @@ static void gen_free(gen *g) {
     pthread_mutex_destroy(&g->mu);
     nx_detok_stream_free(g->detok);
     oai_output_free(g->out);
+    free(g->lp);
+    free(g->lp_off);
     free(g->model);
     free(g->buf);
     free(g);
@@ -173,9 +182,38 @@ static void put_event(gen *g, char *json) {
     free(json);
 }
 
+/* The entries waiting to be sent, for a builder (NULL without logprobs). */
+static const oai_logprobs *pending(const gen *g, oai_logprobs *l) {
+    if (!g->logprobs) return NULL;
+    *l = (oai_logprobs){g->s->o.tokenizer, g->lp, g->n_lp, g->lp_off};
+    return l;
+}
+
+/* Queues token entry x, at offset `at` of the output text. */
+static void pend(gen *g, const nx_token_logprob *x, long at) {
+    if (g->n_lp == g->cap_lp) {
+        int cap = g->cap_lp ? 2 * g->cap_lp : GEN_READ;
+        nx_token_logprob *lp = realloc(g->lp, (size_t)cap * sizeof *lp);
+        if (lp) g->lp = lp;
+        int *off = lp ? realloc(g->lp_off, (size_t)cap * sizeof *off) : NULL;
+        if (off) g->lp_off = off;
+        if (!off) {
+            g->oom = 1;
+            return;
+        }
+        g->cap_lp = cap;
+    }
+    g->lp[g->n_lp] = *x;
+    g->lp_off[g->n_lp++] = at > INT32_MAX ? INT32_MAX : (int)at;
+}
+
+/* A chunk carries the entries of the tokens read since the last one. */
 static void put_delta(gen *g, const oai_delta *d) {
     if (!g->stream || oai_delta_empty(d)) return;
-    put_event(g, g->chat ? oai_chat_chunk_json(&g->meta, d, 0, NULL) : oai_text_chunk_json(&g->meta, d, NULL));
+    oai_logprobs l;
+    const oai_logprobs *lp = pending(g, &l);
+    put_event(g, g->chat ? oai_chat_chunk_json(&g->meta, d, 0, NULL, lp) : oai_text_chunk_json(&g->meta, d, NULL, lp));
+    g->n_lp = 0;
 }
 
 static oai_usage usage_of(const gen *g) {
@@ -197,7 +235,10 @@ static void put_end(gen *g) {
         put_event(g, e);
     } else {
         const char *why = finish_reason(g);
-        put_event(g, g->chat ? oai_chat_chunk_json(&g->meta, NULL, 0, why) : oai_text_chunk_json(&g->meta, NULL, why));
+        oai_logprobs l;   /* the last chunk takes the entries no text has carried */
+        const oai_logprobs *lp = g->n_lp ? pending(g, &l) : NULL;
+        put_event(g, g->chat ? oai_chat_chunk_json(&g->meta, NULL, 0, why, lp) : oai_text_chunk_json(&g->meta, NULL, why, lp));
+        g->n_lp = 0;
         if (g->meta.include_usage) put_event(g, oai_usage_chunk_json(&g->meta, g->chat, usage_of(g)));
     }
     put(g, "data: [DONE]\n\n", 14);
@@ -373,12 +414,15 @@ static void gen_cut(gen *g) {
  * through the decoder and the assembler. */
 static void gen_pump(gen *g) {
     int32_t ids[GEN_READ];
+    nx_token_logprob lps[GEN_READ];
     nx_finish fin;
-    int n = nx_request_read(g->rq, ids, GEN_READ, 0, &fin);
+    int n = nx_request_read_logprobs(g->rq, ids, g->logprobs ? lps : NULL, GEN_READ, 0, &fin);
     for (int i = 0; i < n && !g->done; i++) {
         size_t len;
         const char *text = nx_detok_stream_push(g->detok, ids[i], &len);
         g->n_completion++;
+        if (g->logprobs) pend(g, &lps[i], g->chars);   /* before its text: a delta it completes carries it */
+        for (size_t k = 0; k < len; k++) g->chars += ((unsigned char)text[k] & 0xC0) != 0x80;
         push_text(g, text, len);
     }
     if (g->done) return;
@@ -558,9 +602,11 @@ enum MHD_Result srv_complete_whole(nx_server *s, struct MHD_Connection *c, srv_c
     conn->gen = NULL;
     char *json = NULL;
     enum MHD_Result r;
+    oai_logprobs l;
+    const oai_logprobs *lp = pending(g, &l);
     if (g->error) r = srv_send_error(s, c, 500, g->errmsg, "server_error", NULL);
-    else if (g->oom || !(json = g->chat ? oai_chat_completion_json(&g->meta, g->out, finish_reason(g), usage_of(g))
-                                        : oai_text_completion_json(&g->meta, g->out, finish_reason(g), usage_of(g))))
+    else if (g->oom || !(json = g->chat ? oai_chat_completion_json(&g->meta, g->out, finish_reason(g), usage_of(g), lp)
+                                        : oai_text_completion_json(&g->meta, g->out, finish_reason(g), usage_of(g), lp)))
         r = srv_send_error(s, c, 500, "out of memory", "server_error", NULL);
     else r = srv_send_json(s, c, 200, json);
     free(json);
@@ -614,12 +660,15 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
      * exactly plain sampling's, whatever the drafting -- so a seed gives the
      * same text under any load and any draft policy */
     nx_accept_mode accept = q.sampling.temperature > 0 ? NX_ACCEPT_MATCH : NX_ACCEPT_GREEDY;
-    nx_request_opts ro = {ids, n, {cache_at[0], cache_at[1]}, q.max_tokens > 0 ? q.max_tokens : 0, q.sampling, accept,
-                          stop_ids, n_stop, wake, g};
+    nx_request_opts ro = {.prompt = ids, .n_prompt = n, .cache_at = {cache_at[0], cache_at[1]},
+                          .max_tokens = q.max_tokens > 0 ? q.max_tokens : 0, .sampling = q.sampling, .accept = accept,
+                          .stop_ids = stop_ids, .n_stop = n_stop, .notify = wake, .notify_ctx = g,
+                          .logprobs = q.logprobs, .top_logprobs = q.top_logprobs};
     if (!q.seed_given) ro.sampling.seed = idnum;
     nx_status st = NX_ENOMEM;
     if (g) {
         g->n_prompt = n;
+        g->logprobs = q.logprobs;
         g->model = strdup(q.model ? q.model : s->model_name);
         oai_make_id(g->id, sizeof g->id, chat ? "chatcmpl-" : "cmpl-", idnum);
         g->meta = (oai_meta){g->id, (long long)time(NULL), g->model, q.stream && q.include_usage};
@@ -647,7 +696,7 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
         return srv_complete_whole(s, c, conn);
     }
     /* the first chunk goes out at once: the client sees the stream open */
-    if (chat) put_event(g, oai_chat_chunk_json(&g->meta, NULL, 1, NULL));
+    if (chat) put_event(g, oai_chat_chunk_json(&g->meta, NULL, 1, NULL, NULL));
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, g, stream_free);
     if (!r) {
         gen_free(g);

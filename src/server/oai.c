@@ -5,6 +5,7 @@
 #include "server/oai.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -542,12 +543,92 @@ static json_t *usage_json(oai_usage u, int *ok) {
     return r;
 }
 
-/* [{"index":0, key: value, "logprobs":null, "finish_reason":F}] */
-static json_t *choices(const char *key, json_t *value, const char *finish_reason, int *ok) {
+/* ---- log-probabilities (oai_logprobs) ---- */
+
+static json_t *logprob_value(float x) { return json_real(isfinite(x) ? x : -9999.0); }
+
+/* A token's text: its bytes decoded as nx_detokenize does (valid UTF-8). */
+static json_t *token_text(const nx_tokenizer *t, int32_t id, int *ok) {
+    char *s = NULL;
+    size_t n = 0;
+    json_t *v = nx_detokenize(t, &id, 1, 0, &s, &n, NULL, 0) == NX_OK ? json_stringn(s, n) : NULL;
+    nx_free(s);
+    if (!v) *ok = 0;
+    return v ? v : json_null();
+}
+
+/* {"token":T,"logprob":L,"bytes":[...]} */
+static json_t *chat_token(const nx_tokenizer *t, int32_t id, float logprob, int *ok) {
+    json_t *e = json_object(), *bytes = json_array();
+    size_t n;
+    const char *b = nx_tokenizer_token_bytes(t, id, &n);
+    for (size_t i = 0; i < n; i++)
+        if (json_array_append_new(bytes, json_integer((unsigned char)b[i]))) *ok = 0;
+    put(e, "token", token_text(t, id, ok), ok);
+    put(e, "logprob", logprob_value(logprob), ok);
+    put(e, "bytes", bytes, ok);
+    return e;
+}
+
+static json_t *chat_logprobs(const oai_logprobs *l, int *ok) {
+    json_t *r = json_object(), *content = json_array();
+    for (int i = 0; i < l->n; i++) {
+        const nx_token_logprob *x = &l->lp[i];
+        json_t *e = chat_token(l->tok, x->id, x->logprob, ok), *top = json_array();
+        for (int j = 0; j < x->n_top; j++)
+            if (json_array_append_new(top, chat_token(l->tok, x->top_id[j], x->top_logprob[j], ok))) *ok = 0;
+        put(e, "top_logprobs", top, ok);
+        if (json_array_append_new(content, e)) *ok = 0;
+    }
+    put(r, "content", content, ok);
+    put(r, "refusal", json_null(), ok);
+    return r;
+}
+
+/* {text: logprob} with the token's text as the key (two tokens of one text
+ * keep the first). */
+static void text_top_put(json_t *obj, const nx_tokenizer *t, int32_t id, float logprob, int *ok) {
+    json_t *key = token_text(t, id, ok);
+    const char *k = json_string_value(key);
+    if (k && !json_object_getn(obj, k, json_string_length(key)) &&
+        json_object_setn_new(obj, k, json_string_length(key), logprob_value(logprob)))
+        *ok = 0;
+    json_decref(key);
+}
+
+static json_t *text_logprobs(const oai_logprobs *l, int *ok) {
+    json_t *r = json_object(), *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    for (int i = 0; i < l->n; i++) {
+        const nx_token_logprob *x = &l->lp[i];
+        json_t *top = json_object();
+        int chosen_listed = 0;
+        for (int j = 0; j < x->n_top; j++) {
+            text_top_put(top, l->tok, x->top_id[j], x->top_logprob[j], ok);
+            chosen_listed |= x->top_id[j] == x->id;
+        }
+        if (!chosen_listed) text_top_put(top, l->tok, x->id, x->logprob, ok);
+        if (json_array_append_new(tokens, token_text(l->tok, x->id, ok)) || json_array_append_new(lps, logprob_value(x->logprob)) ||
+            json_array_append_new(tops, top) || json_array_append_new(offs, json_integer(l->text_offset ? l->text_offset[i] : 0)))
+            *ok = 0;
+    }
+    put(r, "tokens", tokens, ok);
+    put(r, "token_logprobs", lps, ok);
+    put(r, "top_logprobs", tops, ok);
+    put(r, "text_offset", offs, ok);
+    return r;
+}
+
+static json_t *logprobs_json(const oai_logprobs *l, int chat, int *ok) {
+    if (!l || !l->tok) return json_null();
+    return chat ? chat_logprobs(l, ok) : text_logprobs(l, ok);
+}
+
+/* [{"index":0, key: value, "logprobs":L, "finish_reason":F}] */
+static json_t *choices(const char *key, json_t *value, json_t *logprobs, const char *finish_reason, int *ok) {
     json_t *c = json_object(), *arr = json_array();
     put(c, "index", json_integer(0), ok);
     put(c, key, value, ok);
-    put(c, "logprobs", json_null(), ok);
+    put(c, "logprobs", logprobs, ok);
     put(c, "finish_reason", nullable(finish_reason), ok);
     if (json_array_append_new(arr, c)) *ok = 0;
     return arr;
@@ -578,43 +659,47 @@ char *oai_output_tool_calls_json(const oai_output *o) {
     return s;
 }
 
-char *oai_chat_completion_json(const oai_meta *m, const oai_output *o, const char *finish_reason, oai_usage u) {
+char *oai_chat_completion_json(const oai_meta *m, const oai_output *o, const char *finish_reason, oai_usage u,
+                               const oai_logprobs *lp) {
     int ok = 1;
     json_t *root = envelope(m, "chat.completion", &ok), *msg = json_object();
     put(msg, "role", json_string("assistant"), &ok);
     put(msg, "content", o->n_calls && !o->content.n ? json_null() : text(o->content.p, o->content.n), &ok);
     if (o->reasoning.n) put(msg, "reasoning_content", text(o->reasoning.p, o->reasoning.n), &ok);
     if (o->n_calls) put(msg, "tool_calls", calls_json(o->calls, o->n_calls, 0, &ok), &ok);
-    put(root, "choices", choices("message", msg, finish_reason, &ok), &ok);
+    put(root, "choices", choices("message", msg, logprobs_json(lp, 1, &ok), finish_reason, &ok), &ok);
     put(root, "usage", usage_json(u, &ok), &ok);
     return dump(root, ok);
 }
 
-char *oai_chat_chunk_json(const oai_meta *m, const oai_delta *d, int first, const char *finish_reason) {
+char *oai_chat_chunk_json(const oai_meta *m, const oai_delta *d, int first, const char *finish_reason,
+                          const oai_logprobs *lp) {
     int ok = 1;
     json_t *root = envelope(m, "chat.completion.chunk", &ok), *delta = json_object();
     if (first) put(delta, "role", json_string("assistant"), &ok);
     if (first || (d && d->content_len)) put(delta, "content", text(d ? d->content : NULL, d ? d->content_len : 0), &ok);
     if (d && d->reasoning_len) put(delta, "reasoning_content", text(d->reasoning, d->reasoning_len), &ok);
     if (d && d->n_calls) put(delta, "tool_calls", calls_json(d->calls, d->n_calls, 1, &ok), &ok);
-    put(root, "choices", choices("delta", delta, finish_reason, &ok), &ok);
+    put(root, "choices", choices("delta", delta, logprobs_json(lp, 1, &ok), finish_reason, &ok), &ok);
     if (m->include_usage) put(root, "usage", json_null(), &ok);
     return dump(root, ok);
 }
 
-char *oai_text_completion_json(const oai_meta *m, const oai_output *o, const char *finish_reason, oai_usage u) {
+char *oai_text_completion_json(const oai_meta *m, const oai_output *o, const char *finish_reason, oai_usage u,
+                               const oai_logprobs *lp) {
     int ok = 1;
     json_t *root = envelope(m, "text_completion", &ok);
-    put(root, "choices", choices("text", text(o->content.p, o->content.n), finish_reason, &ok), &ok);
+    json_t *t = text(o->content.p, o->content.n);
+    put(root, "choices", choices("text", t, logprobs_json(lp, 0, &ok), finish_reason, &ok), &ok);
     put(root, "usage", usage_json(u, &ok), &ok);
     return dump(root, ok);
 }
 
-char *oai_text_chunk_json(const oai_meta *m, const oai_delta *d, const char *finish_reason) {
+char *oai_text_chunk_json(const oai_meta *m, const oai_delta *d, const char *finish_reason, const oai_logprobs *lp) {
     int ok = 1;
     json_t *root = envelope(m, "text_completion", &ok);
     json_t *t = text(d ? d->content : NULL, d ? d->content_len : 0);
-    put(root, "choices", choices("text", t, finish_reason, &ok), &ok);
+    put(root, "choices", choices("text", t, logprobs_json(lp, 0, &ok), finish_reason, &ok), &ok);
     if (m->include_usage) put(root, "usage", json_null(), &ok);
     return dump(root, ok);
 }

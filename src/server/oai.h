@@ -54,6 +54,9 @@ typedef struct {
     int stream, include_usage;/* "stream", stream_options.include_usage */
     int enable_thinking;      /* chat_template_kwargs.enable_thinking: -1 absent, 0, 1 */
     int one_call;             /* "parallel_tool_calls": false: at most one tool call */
+    int logprobs;             /* chat "logprobs": true, or completions "logprobs": N */
+    int top_logprobs;         /* alternatives a token, 0..NX_MAX_TOP_LOGPROBS: chat's
+                                 "top_logprobs", completions' N */
 } oai_request;
 
 /* Parses and validates a request body of len bytes (chat: 1 for chat
@@ -63,8 +66,7 @@ typedef struct {
  * column 5: ...", and *param (param may be NULL) the top-level field at
  * fault, OpenAI's "param" (a static string; NULL when the body as a whole is
  * at fault). Unknown fields are ignored, and a field sent as null counts as
- * absent; fields that ask for what nextn does not do (logprobs, echo,
- * best_of > 1, suffix, a response_format other than text, a tool_choice
+ * absent; fields that ask for what nextn does not do (echo, best_of > 1, suffix, a response_format other than text, a tool_choice
  * other than "auto" or "none", the legacy functions / function_call) are
  * refused. On failure *out is left zeroed
  * with nothing to free; on success the caller frees it with
@@ -72,6 +74,10 @@ typedef struct {
 int oai_parse_request(const char *body, size_t len, int chat, oai_request *out, int *status, const char **param,
                       char *err, size_t errlen);
 
+/* (oai_parse_request: "logprobs" is a boolean for chat and a count for
+ * completions; either endpoint takes either spelling, true being a count of
+ * 0, and false -- or chat's 0 -- off. "top_logprobs" (0..20) sets the count
+ * too and needs logprobs on.) */
 /* Frees what r holds and zeroes it. NULL-safe and idempotent. */
 void oai_request_free(oai_request *r);
 
@@ -202,6 +208,23 @@ typedef struct {
                                  prompt_tokens_details.cached_tokens, as OpenAI does */
 } oai_usage;
 
+/* The log-probabilities of a run of output tokens: choices[0].logprobs of a
+ * response or a chunk. Chat: {"content":[{"token","logprob","bytes",
+ * "top_logprobs":[{"token","logprob","bytes"}, ...]}, ...],"refusal":null};
+ * completions: {"tokens","token_logprobs","top_logprobs" (an object per
+ * token: the n_top alternatives and the chosen token),"text_offset"}. A
+ * token's text is its bytes as UTF-8 (a piece of a character becomes
+ * U+FFFD; "bytes" has the exact bytes); a logprob that is not finite is sent
+ * as -9999.0, as OpenAI does for tokens it rates impossible. A builder
+ * given NULL (or no tokenizer) sends "logprobs": null. */
+typedef struct {
+    const nx_tokenizer *tok;
+    const nx_token_logprob *lp;   /* [n] */
+    int n;
+    const int *text_offset;       /* completions: [n] each token's offset in the
+                                     output text, in characters */
+} oai_logprobs;
+
 /* Writes prefix + 24 alphanumerics drawn from seed into out (NUL-terminated,
  * truncated to outlen). E.g. oai_make_id(id, sizeof id, "chatcmpl-", seed). */
 void oai_make_id(char *out, size_t outlen, const char *prefix, uint64_t seed);
@@ -210,7 +233,8 @@ void oai_make_id(char *out, size_t outlen, const char *prefix, uint64_t seed);
  * message {"role":"assistant","content":C,"reasoning_content":R (only when
  * there is reasoning),"tool_calls":[...] (only when there are calls)};
  * content is null when there are tool calls and no content. */
-char *oai_chat_completion_json(const oai_meta *m, const oai_output *o, const char *finish_reason, oai_usage u);
+char *oai_chat_completion_json(const oai_meta *m, const oai_output *o, const char *finish_reason, oai_usage u,
+                               const oai_logprobs *lp);
 
 /* One stream chunk ("object":"chat.completion.chunk"). first = 1 marks the
  * first chunk: its delta has "role":"assistant" and "content" ("" unless d has
@@ -218,15 +242,17 @@ char *oai_chat_completion_json(const oai_meta *m, const oai_output *o, const cha
  * "tool_calls" ([{"index","id","type":"function","function":{"name","arguments"}}])
  * for what it holds. finish_reason NULL gives null; the last chunk is
  * oai_chat_chunk_json(m, NULL, 0, reason), an empty delta {}. */
-char *oai_chat_chunk_json(const oai_meta *m, const oai_delta *d, int first, const char *finish_reason);
+char *oai_chat_chunk_json(const oai_meta *m, const oai_delta *d, int first, const char *finish_reason,
+                          const oai_logprobs *lp);
 
 /* Non-stream text completion ("object":"text_completion"), choices[0].text
  * from oai_output_content(o). */
-char *oai_text_completion_json(const oai_meta *m, const oai_output *o, const char *finish_reason, oai_usage u);
+char *oai_text_completion_json(const oai_meta *m, const oai_output *o, const char *finish_reason, oai_usage u,
+                               const oai_logprobs *lp);
 
 /* One text-completion stream chunk: choices[0].text is d's content ("" when
  * d is NULL). */
-char *oai_text_chunk_json(const oai_meta *m, const oai_delta *d, const char *finish_reason);
+char *oai_text_chunk_json(const oai_meta *m, const oai_delta *d, const char *finish_reason, const oai_logprobs *lp);
 
 /* The extra last chunk of a stream with include_usage: "choices":[] and
  * "usage":{...}. chat selects the object name ("chat.completion.chunk" or

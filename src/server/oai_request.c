@@ -177,26 +177,40 @@ static int parse_logit_bias(const json_t *root, oai_request *r, parse_err *e) {
     return 0;
 }
 
-/* Fields that ask for output nextn does not produce (log probabilities, the
- * prompt echoed, several candidates, a suffix) or a guarantee it cannot give
- * (JSON output): refused rather than ignored, so that a client relying on one
- * learns it from the first request. Their "off" values pass: false (0 for
- * chat's logprobs), 1 for best_of, "" for suffix, {"type": "text"}. */
+/* Log-probabilities. Chat sends "logprobs" as a boolean and the
+ * alternatives as "top_logprobs"; completions send a count of alternatives
+ * as "logprobs", where 0 still asks for the chosen tokens' own. Either
+ * spelling is taken for either endpoint: true is a count of 0, and false
+ * (or, for chat, 0) is off. */
+static int parse_logprobs(const json_t *root, oai_request *r, parse_err *e) {
+    json_t *v;
+    long long n = 0;
+    int got;
+    if ((v = field(root, "logprobs"))) {
+        if (!json_is_boolean(v) && !(json_is_integer(v) && json_integer_value(v) >= 0))
+            return fail(e, "logprobs", "logprobs must be a boolean or a non-negative integer");
+        long long count = json_is_integer(v) ? json_integer_value(v) : 0;
+        if (count > NX_MAX_TOP_LOGPROBS)
+            return fail(e, "logprobs", "logprobs must be at most %d (alternatives a token)", NX_MAX_TOP_LOGPROBS);
+        r->logprobs = json_is_true(v) || (json_is_integer(v) && (!r->chat || count > 0));
+        r->top_logprobs = (int)count;
+    }
+    if ((got = get_int(root, "top_logprobs", 0, "a non-negative integer", &n, e)) < 0) return -1;
+    if (got && n > NX_MAX_TOP_LOGPROBS) return fail(e, "top_logprobs", "top_logprobs must be at most %d", NX_MAX_TOP_LOGPROBS);
+    if (got && n > 0 && !r->logprobs) return fail(e, "top_logprobs", "top_logprobs needs logprobs to be true");
+    if (got) r->top_logprobs = (int)n;
+    return 0;
+}
+
+/* Fields that ask for output nextn does not produce (the prompt echoed,
+ * several candidates, a suffix) or a guarantee it cannot give (JSON output):
+ * refused rather than ignored, so that a client relying on one learns it
+ * from the first request. Their "off" values pass: false, 1 for best_of, ""
+ * for suffix, {"type": "text"}. */
 static int parse_unsupported(const json_t *root, const oai_request *r, parse_err *e) {
     json_t *v;
     long long n = 0;
     int on = 0, got;
-    /* chat sends a boolean; completions a count of alternatives, where 0
-     * still asks for the chosen tokens' own: either spelling is taken, and
-     * only false (or, for chat, 0) is off */
-    if ((v = field(root, "logprobs"))) {
-        if (!json_is_boolean(v) && !(json_is_integer(v) && json_integer_value(v) >= 0))
-            return fail(e, "logprobs", "logprobs must be a boolean or a non-negative integer");
-        if (json_is_true(v) || (json_is_integer(v) && (!r->chat || json_integer_value(v) > 0)))
-            return fail(e, "logprobs", "logprobs are not supported");
-    }
-    if ((got = get_int(root, "top_logprobs", 0, "a non-negative integer", &n, e)) < 0) return -1;
-    if (got && n > 0) return fail(e, "top_logprobs", "top_logprobs are not supported");
     if (!r->chat) {
         if (get_bool(root, "echo", "echo", "echo", &on, e)) return -1;
         if (on) return fail(e, "echo", "echo is not supported");
@@ -276,6 +290,7 @@ static int parse_body(const json_t *root, oai_request *r, parse_err *e) {
                      &r->enable_thinking, e))
             return -1;
     }
+    if (parse_logprobs(root, r, e)) return -1;
     return parse_unsupported(root, r, e);
 }
 

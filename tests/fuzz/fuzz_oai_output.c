@@ -156,7 +156,7 @@ static const oai_meta k_meta = {"chatcmpl-fuzz", 1700000000, "m", 0};
 static void check_delta_json(const oai_meta *m, const oai_delta *d, int first, int input_ok) {
     int ok = utf8_valid((const unsigned char *)d->content, d->content_len) &&
              utf8_valid((const unsigned char *)d->reasoning, d->reasoning_len) && calls_utf8(d->calls, d->n_calls);
-    char *s = oai_chat_chunk_json(m, d, first, NULL);
+    char *s = oai_chat_chunk_json(m, d, first, NULL, NULL);
     if (ok && input_ok) CHECK(s != NULL);
     if (s) {
         json_t *j = load(s);
@@ -180,7 +180,7 @@ static void check_delta_json(const oai_meta *m, const oai_delta *d, int first, i
         json_decref(j);
         free(s);
     }
-    s = oai_text_chunk_json(m, d, NULL);
+    s = oai_text_chunk_json(m, d, NULL, NULL);
     if (utf8_valid((const unsigned char *)d->content, d->content_len) && input_ok) CHECK(s != NULL);
     if (s) {
         json_t *j = load(s);
@@ -296,7 +296,7 @@ static void run(run_result *r, char *const *stop, int n_stop, const run_config *
         free(tc);
     }
     oai_usage u = {3, 4, 2};
-    char *s = oai_chat_completion_json(&m, o, fr1, u);
+    char *s = oai_chat_completion_json(&m, o, fr1, u, NULL);
     if (input_ok) CHECK(s != NULL);
     if (s) {
         json_t *j = load(s);
@@ -315,7 +315,7 @@ static void run(run_result *r, char *const *stop, int n_stop, const run_config *
     } else {
         CHECK(!text_ok || !calls_ok);
     }
-    s = oai_text_completion_json(&m, o, fr1, u);
+    s = oai_text_completion_json(&m, o, fr1, u, NULL);
     if (input_ok) CHECK(s != NULL);
     if (s) {
         json_t *j = load(s);
@@ -326,11 +326,11 @@ static void run(run_result *r, char *const *stop, int n_stop, const run_config *
     } else {
         CHECK(!utf8_valid((const unsigned char *)r->content.p, r->content.n));
     }
-    s = oai_chat_chunk_json(&m, NULL, 0, fr1);
+    s = oai_chat_chunk_json(&m, NULL, 0, fr1, NULL);
     CHECK(s != NULL);
     json_decref(load(s));
     free(s);
-    s = oai_text_chunk_json(&m, NULL, fr1);
+    s = oai_text_chunk_json(&m, NULL, fr1, NULL);
     CHECK(s != NULL);
     json_decref(load(s));
     free(s);

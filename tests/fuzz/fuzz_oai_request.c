@@ -129,6 +129,8 @@ static void check_success(const oai_request *r, int chat, const char *body, size
     CHECK(r->include_usage == 0 || r->include_usage == 1);
     CHECK(r->seed_given == 0 || r->seed_given == 1);
     CHECK(r->enable_thinking >= -1 && r->enable_thinking <= 1);
+    CHECK(r->logprobs == 0 || r->logprobs == 1);
+    CHECKF(r->top_logprobs >= 0 && r->top_logprobs <= NX_MAX_TOP_LOGPROBS, "top_logprobs %d", r->top_logprobs);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,6 +1,6 @@
 // openai_client.test.mjs — `nextn serve` through the official `openai` npm
 // client (pinned in package.json) and raw HTTP: chat, streaming, usage, stop
-// strings, tools, seeds, 8 concurrent streams equal to the same requests
+// strings, tools, seeds, logprobs, 8 concurrent streams equal to the same requests
 // alone, cancellation, malformed requests, the prefix cache (multi-turn hits,
 // the disk tier across a restart, damaged files), a bounded load test and a
 // graceful shutdown. Loopback only.
@@ -269,6 +269,55 @@ test('logit_bias forces or bans a token', async () => {
   assert.match(far.json.error.message, /outside the vocabulary/);
 });
 
+test('logprobs come with every token, whole and streamed', async () => {
+  const c = client();
+  const prompt = 'And God said unto Moses,';
+  // completions: the tokens spell the text, offsets count its characters
+  const whole = await c.completions.create({ model: 'default', prompt, max_tokens: 12, temperature: 0, logprobs: 3 });
+  const ch = whole.choices[0], lp = ch.logprobs;
+  assert.equal(lp.tokens.length, whole.usage.completion_tokens);
+  assert.equal(lp.tokens.join(''), ch.text);
+  let at = 0;
+  lp.tokens.forEach((t, i) => {
+    assert.equal(lp.text_offset[i], at, `offset of token ${i}`);
+    at += [...t].length;
+    const top = Object.entries(lp.top_logprobs[i]);
+    assert.ok(top.length >= 3 && top.length <= 4, `${top.length} alternatives`);
+    assert.ok(lp.token_logprobs[i] <= 0);
+    // greedy without penalties: the chosen token is the likeliest
+    const best = Math.max(...top.map(([, v]) => v));
+    assert.equal(lp.token_logprobs[i], best, `token ${i} is not the likeliest`);
+    assert.ok(top.reduce((a, [, v]) => a + Math.exp(v), 0) <= 1 + 1e-5, 'probabilities above 1');
+  });
+  let streamed = [];
+  const stream = await c.completions.create({ model: 'default', prompt, max_tokens: 12, temperature: 0, logprobs: 3, stream: true });
+  for await (const k of stream) if (k.choices[0]?.logprobs) streamed.push(...k.choices[0].logprobs.token_logprobs);
+  assert.deepEqual(streamed, lp.token_logprobs, 'the stream carries the same entries');
+  // chat: content entries with bytes and top_logprobs; a stream carries the same
+  const msgs = [user('Who was Moses?')];
+  const kw = { logprobs: true, top_logprobs: 2, max_tokens: 16, chat_template_kwargs: { enable_thinking: false } };
+  const r = await chatWhole(msgs, kw);
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, r.usage.completion_tokens);
+  assert.equal(r.choices[0].logprobs.refusal, null);
+  for (const e of content) {
+    assert.equal(Buffer.from(e.bytes).toString('utf8'), e.token);
+    assert.equal(e.top_logprobs.length, 2);
+    assert.equal(e.top_logprobs[0].token, e.token);
+    assert.equal(e.top_logprobs[0].logprob, e.logprob);
+    assert.ok(e.top_logprobs[1].logprob <= e.logprob);
+  }
+  const s = await chatStream(msgs, kw);
+  const entries = s.chunks.flatMap((k) => k.choices[0]?.logprobs?.content || []);
+  assert.deepEqual(entries, content);
+  // sampled: the chosen token need not be the likeliest, the entries still match the text
+  const hot = await c.completions.create({ model: 'default', prompt, max_tokens: 12, temperature: 1.2, seed: 9, logprobs: 0 });
+  assert.equal(hot.choices[0].logprobs.tokens.join(''), hot.choices[0].text);
+  assert.ok(hot.choices[0].logprobs.top_logprobs.every((t) => Object.keys(t).length === 1), 'logprobs 0: the chosen token only');
+  // without logprobs: null
+  assert.equal((await chatWhole(msgs, { max_tokens: 2 })).choices[0].logprobs, null);
+});
+
 test('8 concurrent streams equal the same requests alone', async () => {
   const prompts = ['Who was Noah?', 'Tell me of Jacob.', 'What is the law?', 'Sing a psalm.', 'Who was David?',
     'Where is Egypt?', 'What did Moses say?', 'Who built the ark?'];
@@ -343,7 +392,8 @@ test('malformed requests get OpenAI-style 4xx errors', async () => {
     [{ messages: msgs, max_tokens: 2147483647 }, 400, /context length/, 'messages'], [{ messages: msgs, max_tokens: 0 }, 400, /max_tokens/, 'max_tokens'],
     [{ messages: msgs, stop: ['a', 'b', 'c', 'd', 'e'] }, 400, /stop/, 'stop'],
     // what nextn does not do is refused, not ignored
-    [{ messages: msgs, logprobs: true, top_logprobs: 2 }, 400, /logprobs are not supported/, 'logprobs'],
+    [{ messages: msgs, logprobs: false, top_logprobs: 2 }, 400, /top_logprobs needs logprobs/, 'top_logprobs'],
+    [{ messages: msgs, logprobs: true, top_logprobs: 21 }, 400, /at most 20/, 'top_logprobs'],
     [{ messages: msgs, response_format: { type: 'json_object' } }, 400, /only \{"type": "text"\}/, 'response_format'],
     [{ messages: msgs, tool_choice: 'required' }, 400, /cannot force a tool call/, 'tool_choice'],
   ];

@@ -186,6 +186,36 @@ static void unknown_fields_and_nulls_are_ignored(void) {
     oai_request_free(&r);
 }
 
+/* logprobs in either endpoint's spelling: chat's boolean + top_logprobs,
+ * completions' count; off values leave them off. */
+static void logprobs_are_read_in_either_spelling(void) {
+    static const struct {
+        int chat;
+        const char *body;
+        int on, top;
+    } cases[] = {
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":true}", 1, 0},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":true,\"top_logprobs\":20}", 1, 20},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":3}", 1, 3},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":0,\"top_logprobs\":0}", 0, 0},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":null,\"top_logprobs\":null}", 0, 0},
+        {0, "{\"prompt\":\"x\",\"logprobs\":0}", 1, 0},
+        {0, "{\"prompt\":\"x\",\"logprobs\":5}", 1, 5},
+        {0, "{\"prompt\":\"x\",\"logprobs\":true,\"top_logprobs\":2}", 1, 2},
+        {0, "{\"prompt\":\"x\",\"logprobs\":false}", 0, 0},
+        {0, "{\"prompt\":\"x\"}", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        oai_request r;
+        int status;
+        char err[256] = "";
+        int rc = parse(cases[i].body, cases[i].chat, &r, &status, err, sizeof err);
+        CHECKF(rc == 0 && r.logprobs == cases[i].on && (!r.logprobs || r.top_logprobs == cases[i].top),
+               "%s -> rc %d (%s), logprobs %d top %d", cases[i].body, rc, err, r.logprobs, r.top_logprobs);
+        oai_request_free(&r);
+    }
+}
+
 static void invalid_requests_get_400_naming_the_field(void) {
     static const struct {
         int chat;
@@ -244,16 +274,20 @@ static void invalid_requests_get_400_naming_the_field(void) {
         {1, "{\"messages\":[{\"role\":\"user\"}],\"functions\":[{\"name\":\"f\"}]}", "functions (deprecated)", "functions"},
         {1, "{\"messages\":[{\"role\":\"user\"}],\"function_call\":{\"name\":\"f\"}}", "function_call (deprecated)",
          "function_call"},
-        {0, "{\"prompt\":\"x\",\"logprobs\":0}", "logprobs are not supported", "logprobs"},
-        /* asking for what nextn does not do: refused, not ignored */
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":true}", "logprobs are not supported", "logprobs"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":1}", "logprobs are not supported", "logprobs"},
+        /* logprobs: a boolean or a count up to 20; top_logprobs needs them on */
         {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":\"yes\"}", "logprobs must be a boolean or", "logprobs"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"top_logprobs\":2}", "top_logprobs are not supported",
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"top_logprobs\":2}", "top_logprobs needs logprobs to be true",
          "top_logprobs"},
-        {0, "{\"prompt\":\"x\",\"logprobs\":5}", "logprobs are not supported", "logprobs"},
-        {0, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs are not supported", "logprobs"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":false,\"top_logprobs\":1}",
+         "top_logprobs needs logprobs to be true", "top_logprobs"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs must be at most 20",
+         "top_logprobs"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":true,\"top_logprobs\":-1}",
+         "top_logprobs must be a non-negative integer", "top_logprobs"},
+        {0, "{\"prompt\":\"x\",\"logprobs\":21}", "logprobs must be at most 20", "logprobs"},
         {0, "{\"prompt\":\"x\",\"logprobs\":-1}", "logprobs must be a boolean or a non-negative integer", "logprobs"},
+        {0, "{\"prompt\":\"x\",\"logprobs\":1.5}", "logprobs must be a boolean or a non-negative integer", "logprobs"},
+        /* asking for what nextn does not do: refused, not ignored */
         {0, "{\"prompt\":\"x\",\"echo\":true}", "echo is not supported", "echo"},
         {0, "{\"prompt\":\"x\",\"best_of\":3}", "best_of must be 1", "best_of"},
         {0, "{\"prompt\":\"x\",\"best_of\":0}", "best_of must be a positive integer", "best_of"},
@@ -672,7 +706,7 @@ static void chat_completion_json_has_openai_fields(void) {
     oai_meta m = {"chatcmpl-abc", 1700000000, "qwen", 0};
     oai_usage u = {10, 5, 4};
     oai_output *o = sample_output();
-    json_t *j = load(oai_chat_completion_json(&m, o, oai_finish_reason(o, 0), u));
+    json_t *j = load(oai_chat_completion_json(&m, o, oai_finish_reason(o, 0), u, NULL));
     CHECK(strcmp(str(j, "id"), "chatcmpl-abc") == 0 && strcmp(str(j, "object"), "chat.completion") == 0);
     CHECK(json_integer_value(json_object_get(j, "created")) == 1700000000 && strcmp(str(j, "model"), "qwen") == 0);
     json_t *c = choice0(j), *msg = json_object_get(c, "message");
@@ -699,7 +733,7 @@ static void chat_completion_json_has_openai_fields(void) {
     oai_output_push(o, "Hello \"you\"", 11, &d);
     oai_output_finish(o, &d);
     m.model = NULL;
-    j = load(oai_chat_completion_json(&m, o, "stop", u));
+    j = load(oai_chat_completion_json(&m, o, "stop", u, NULL));
     msg = json_object_get(choice0(j), "message");
     CHECK(strcmp(str(msg, "content"), "Hello \"you\"") == 0 && json_is_null(json_object_get(j, "model")));
     CHECK(!json_object_get(msg, "reasoning_content") && !json_object_get(msg, "tool_calls"));
@@ -709,7 +743,7 @@ static void chat_completion_json_has_openai_fields(void) {
 
 static void chat_chunks_carry_role_first_deltas_then_finish_and_usage(void) {
     oai_meta m = {"chatcmpl-s", 1, "qwen", 1};
-    json_t *j = load(oai_chat_chunk_json(&m, NULL, 1, NULL));
+    json_t *j = load(oai_chat_chunk_json(&m, NULL, 1, NULL, NULL));
     json_t *c = choice0(j), *delta = json_object_get(c, "delta");
     CHECK(strcmp(str(j, "object"), "chat.completion.chunk") == 0 && strcmp(str(j, "id"), "chatcmpl-s") == 0);
     CHECK(strcmp(str(delta, "role"), "assistant") == 0);
@@ -724,7 +758,7 @@ static void chat_chunks_carry_role_first_deltas_then_finish_and_usage(void) {
     oai_delta d;
     const char *t = "r</think>ans<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>";
     oai_output_push(o, t, strlen(t), &d);
-    j = load(oai_chat_chunk_json(&m, &d, 0, NULL));
+    j = load(oai_chat_chunk_json(&m, &d, 0, NULL, NULL));
     delta = json_object_get(choice0(j), "delta");
     CHECK(!json_object_get(delta, "role"));
     CHECK(strcmp(str(delta, "reasoning_content"), "r") == 0 && strcmp(str(delta, "content"), "ans") == 0);
@@ -735,7 +769,7 @@ static void chat_chunks_carry_role_first_deltas_then_finish_and_usage(void) {
     json_decref(j);
     oai_output_free(o);
 
-    j = load(oai_chat_chunk_json(&m, NULL, 0, "tool_calls"));
+    j = load(oai_chat_chunk_json(&m, NULL, 0, "tool_calls", NULL));
     c = choice0(j);
     CHECK(json_object_size(json_object_get(c, "delta")) == 0 && strcmp(str(c, "finish_reason"), "tool_calls") == 0);
     json_decref(j);
@@ -747,9 +781,85 @@ static void chat_chunks_carry_role_first_deltas_then_finish_and_usage(void) {
     json_decref(j);
 
     m.include_usage = 0;   /* without include_usage chunks have no "usage" key */
-    j = load(oai_chat_chunk_json(&m, NULL, 0, "stop"));
+    j = load(oai_chat_chunk_json(&m, NULL, 0, "stop", NULL));
     CHECK(json_object_get(j, "usage") == NULL);
     json_decref(j);
+}
+
+/* Logprob entries as OpenAI spells them, with the bundled model's
+ * tokenizer: chat {"content":[{token, logprob, bytes, top_logprobs}],
+ * "refusal":null}, a token that is a piece of a UTF-8 character as U+FFFD
+ * with its exact byte, -inf as -9999; completions' parallel arrays, the top
+ * object holding the chosen token when it is not among the alternatives. */
+static void logprobs_json_follows_openai(void) {
+    char err[512];
+    nx_tokenizer *t = NULL;
+    CHECKF(nx_tokenizer_load(NX_MODELS_DIR "/default", &t, err, sizeof err) == NX_OK, "%s", err);
+    if (!t) return;
+    int32_t *ids = NULL, piece = -1;
+    int n = 0;
+    CHECK(nx_tokenize(t, " the earth", 10, NX_SPECIAL_PARSE, &ids, &n, err, sizeof err) == NX_OK && n >= 2);
+    for (int32_t id = 0; id < nx_tokenizer_vocab_size(t) && piece < 0; id++) {   /* a lone byte >= 0x80 */
+        size_t len;
+        const char *b = nx_tokenizer_token_bytes(t, id, &len);
+        if (b && len == 1 && (unsigned char)b[0] >= 0x80) piece = id;
+    }
+    CHECK(piece >= 0);
+    nx_token_logprob lp[3] = {{ids[0], -0.25f, 2, {ids[1], ids[0]}, {-0.125f, -0.25f}},
+                              {ids[1], -INFINITY, 1, {ids[0]}, {-0.5f}},
+                              {piece, -3.0f, 0, {0}, {0}}};
+    int off[3] = {0, 4, 10};
+    oai_logprobs l = {t, lp, 3, off};
+    oai_meta m = {"chatcmpl-lp", 1, "qwen", 0};
+    json_t *j = load(oai_chat_chunk_json(&m, NULL, 0, NULL, &l)), *c = json_object_get(choice0(j), "logprobs");
+    json_t *content = json_object_get(c, "content");
+    CHECK(json_is_null(json_object_get(c, "refusal")) && json_object_get(c, "refusal") && json_array_size(content) == 3);
+    for (int i = 0; i < 3; i++) {
+        json_t *e = json_array_get(content, (size_t)i), *bytes = json_object_get(e, "bytes");
+        size_t len;
+        const char *b = nx_tokenizer_token_bytes(t, lp[i].id, &len);
+        CHECKF(json_array_size(bytes) == len, "entry %d: %zu bytes, want %zu", i, json_array_size(bytes), len);
+        for (size_t k = 0; k < len && k < json_array_size(bytes); k++)
+            CHECK(json_integer_value(json_array_get(bytes, k)) == (unsigned char)b[k]);
+        CHECK((int)json_array_size(json_object_get(e, "top_logprobs")) == lp[i].n_top);
+    }
+    json_t *e0 = json_array_get(content, 0), *top0 = json_array_get(json_object_get(e0, "top_logprobs"), 0);
+    CHECK(strcmp(str(e0, "token"), " the") == 0 && json_real_value(json_object_get(e0, "logprob")) == -0.25);
+    char *second = NULL;
+    CHECK(nx_detokenize(t, &ids[1], 1, 0, &second, NULL, err, sizeof err) == NX_OK && strcmp(str(top0, "token"), second) == 0);
+    nx_free(second);
+    CHECK(json_real_value(json_object_get(top0, "logprob")) == -0.125 && json_object_get(top0, "bytes"));
+    CHECK(json_real_value(json_object_get(json_array_get(content, 1), "logprob")) == -9999.0);
+    CHECK(strcmp(str(json_array_get(content, 2), "token"), "\xEF\xBF\xBD") == 0);
+    json_decref(j);
+    /* the whole chat response carries the same object; no tokenizer: null */
+    oai_output *o = sample_output();
+    j = load(oai_chat_completion_json(&m, o, "stop", (oai_usage){1, 3, 0}, &l));
+    CHECK(json_array_size(json_object_get(json_object_get(choice0(j), "logprobs"), "content")) == 3);
+    json_decref(j);
+    oai_logprobs none = {NULL, lp, 3, off};
+    j = load(oai_chat_completion_json(&m, o, "stop", (oai_usage){1, 3, 0}, &none));
+    CHECK(json_is_null(json_object_get(choice0(j), "logprobs")));
+    json_decref(j);
+    oai_output_free(o);
+    /* completions */
+    o = oai_output_new(NULL, 0, -1, 0);
+    j = load(oai_text_completion_json(&m, o, "length", (oai_usage){1, 3, 0}, &l));
+    c = json_object_get(choice0(j), "logprobs");
+    json_t *toks = json_object_get(c, "tokens"), *lps = json_object_get(c, "token_logprobs");
+    json_t *tops = json_object_get(c, "top_logprobs"), *offs = json_object_get(c, "text_offset");
+    CHECK(json_array_size(toks) == 3 && json_array_size(lps) == 3 && json_array_size(tops) == 3 && json_array_size(offs) == 3);
+    CHECK(strcmp(sv(json_array_get(toks, 0)), " the") == 0 && json_real_value(json_array_get(lps, 0)) == -0.25);
+    CHECK(json_real_value(json_array_get(lps, 1)) == -9999.0);
+    for (int i = 0; i < 3; i++) CHECK(json_integer_value(json_array_get(offs, (size_t)i)) == off[i]);
+    json_t *t0 = json_array_get(tops, 0), *t1 = json_array_get(tops, 1), *t2 = json_array_get(tops, 2);
+    CHECK(json_object_size(t0) == 2 && json_real_value(json_object_get(t0, " the")) == -0.25);   /* chosen among them */
+    CHECK(json_object_size(t1) == 2 && json_real_value(json_object_get(t1, " the")) == -0.5);    /* + the chosen one */
+    CHECK(json_object_size(t2) == 1 && json_real_value(json_object_get(t2, "\xEF\xBF\xBD")) == -3.0);
+    json_decref(j);
+    oai_output_free(o);
+    nx_free(ids);
+    nx_tokenizer_free(t);
 }
 
 static void text_completion_json_and_chunks_use_text(void) {
@@ -757,13 +867,13 @@ static void text_completion_json_and_chunks_use_text(void) {
     oai_output *o = oai_output_new(NULL, 0, -1, 0);
     oai_delta d;
     oai_output_push(o, "and the earth", 13, &d);
-    json_t *j = load(oai_text_chunk_json(&m, &d, NULL));
+    json_t *j = load(oai_text_chunk_json(&m, &d, NULL, NULL));
     json_t *c = choice0(j);
     CHECK(strcmp(str(j, "object"), "text_completion") == 0 && strcmp(str(c, "text"), "and the earth") == 0);
     CHECK(json_is_null(json_object_get(c, "finish_reason")) && json_object_get(j, "usage") == NULL);
     json_decref(j);
     oai_output_finish(o, &d);
-    j = load(oai_text_completion_json(&m, o, "length", (oai_usage){2, 3, 0}));
+    j = load(oai_text_completion_json(&m, o, "length", (oai_usage){2, 3, 0}, NULL));
     c = choice0(j);
     CHECK(strcmp(str(j, "id"), "cmpl-t") == 0 && strcmp(str(j, "object"), "text_completion") == 0);
     CHECK(strcmp(str(c, "text"), "and the earth") == 0 && strcmp(str(c, "finish_reason"), "length") == 0);
@@ -802,6 +912,12 @@ static const nx_test tests[] = {
      unknown_fields_and_nulls_are_ignored},
     {"logit_bias_becomes_the_sampling_entries", "logit_bias {\"id\": bias} parsed into nx_sampling; {} is none",
      logit_bias_becomes_the_sampling_entries},
+    {"logprobs_are_read_in_either_spelling", "chat's boolean + top_logprobs, completions' count; off values leave them off",
+     logprobs_are_read_in_either_spelling},
+    {"logprobs_json_follows_openai",
+     "chat content entries (token, logprob, bytes, top_logprobs; U+FFFD for a byte piece; -inf as -9999), refusal null; "
+     "completions' tokens / token_logprobs / top_logprobs objects with the chosen token / text_offset",
+     logprobs_json_follows_openai},
     {"invalid_requests_get_400_naming_the_field", "every range, type and shape error; *out left zeroed",
      invalid_requests_get_400_naming_the_field},
     {"invalid_json_message_is_ascii_and_has_a_position", "jansson's message quotes bytes: kept ASCII for JSON",
