@@ -371,8 +371,12 @@ typedef struct {
     int n_stop;
     int logprobs;               /* 1: keep each emitted token's nx_token_logprob
                                    (nx_spec_logprobs); 0: off, nothing computed */
-    int top_logprobs;           /* with logprobs: 0..NX_MAX_TOP_LOGPROBS likeliest
-                                   tokens per position                          */
+    int top_logprobs;           /* with logprobs or input_logprobs: 0..NX_MAX_TOP_LOGPROBS
+                                   likeliest tokens per position                */
+    int input_logprobs;         /* 1: keep the nx_token_logprob of every input token
+                                   (nx_spec_input_logprobs): prompts are then read
+                                   in pieces of SPEC_INPUT_LP_PIECE rows with every
+                                   row's logits -- scoring, slower than a prefill */
 } nx_spec_opts;
 
 typedef struct {
@@ -475,6 +479,13 @@ int nx_spec_length(const nx_spec *s);
  * the session's next call. Computing them costs a pass over the vocabulary
  * for each emitted token, and a copy of its logits row. */
 const nx_token_logprob *nx_spec_logprobs(const nx_spec *s, int *n);
+/* With opts.input_logprobs: the entries of the input tokens the last
+ * prefill, extend or absorb read, in order, *n of them: every token given
+ * except the first of a fresh session (no row precedes it) -- a prefill of N
+ * tokens has N - 1, an extend or absorb from READY of n tokens n, an absorb
+ * from FRESH of n tokens n - 1. 0 and NULL when off or after other calls.
+ * Valid until the session's next call. */
+const nx_token_logprob *nx_spec_input_logprobs(const nx_spec *s, int *n);
 
 /* ---- Engine: many requests, one model ---------------------------------- */
 

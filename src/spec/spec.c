@@ -94,7 +94,7 @@ nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const
     if (o.n_stop < 0 || o.n_stop > SPEC_MAX_STOP)
         return nx_fail(err, errlen, NX_EINVAL, "spec: %d stop ids (at most %d)", o.n_stop, SPEC_MAX_STOP);
     if (max_ctx < 2) return nx_fail(err, errlen, NX_EINVAL, "spec: context size %d is too small", max_ctx);
-    if (o.logprobs && (o.top_logprobs < 0 || o.top_logprobs > NX_MAX_TOP_LOGPROBS))
+    if ((o.logprobs || o.input_logprobs) && (o.top_logprobs < 0 || o.top_logprobs > NX_MAX_TOP_LOGPROBS))
         return nx_fail(err, errlen, NX_EINVAL, "spec: top_logprobs %d must be 0..%d", o.top_logprobs, NX_MAX_TOP_LOGPROBS);
     nx_status st = nx_sampling_check(&o.sampling, m->cfg.vocab_size, err, errlen);
     if (st) {
@@ -133,7 +133,8 @@ nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const
                  (s->hbuf = nx_alloc_aligned((size_t)SPEC_PREFILL_PIECE * H * sizeof(float))) &&
                  (s->defer_h = nx_alloc_aligned((size_t)SPEC_MAX_DEFER * H * sizeof(float))) &&
                  (s->resid = nx_alloc(V * sizeof(float))) &&
-                 (!o.logprobs || ((s->lp_row = nx_alloc(V * sizeof(float))) && (s->lp = nx_alloc(B * sizeof *s->lp))));
+                 (!o.logprobs || ((s->lp_row = nx_alloc(V * sizeof(float))) && (s->lp = nx_alloc(B * sizeof *s->lp)))) &&
+                 (!o.input_logprobs || (s->ilp_logits = nx_alloc_aligned(SPEC_INPUT_LP_PIECE * V * sizeof(float))));
         if (!ok) st = nx_fail(err, errlen, NX_ENOMEM, "out of memory for the speculative session");
     }
     if (st) {
@@ -159,6 +160,8 @@ void nx_spec_close(nx_spec *s) {
     nx_free(s->resid);
     nx_free(s->lp_row);
     nx_free(s->lp);
+    nx_free_aligned(s->ilp_logits);
+    nx_free(s->ilp);
     nx_free(s->bias);
     s->bias = NULL;
     s->opts.sampling.logit_bias = NULL;
@@ -167,8 +170,9 @@ void nx_spec_close(nx_spec *s) {
     s->smp = NULL;
     s->hist = NULL;
     s->vlogits = s->vhidden = s->hbuf = s->defer_h = s->resid = s->lp_row = NULL;
-    s->lp = NULL;
-    s->n_lp = 0;
+    s->lp = s->ilp = NULL;
+    s->ilp_logits = NULL;
+    s->n_lp = s->n_ilp = s->cap_ilp = 0;
     s->state = SPEC_CLOSED;
 }
 
@@ -189,6 +193,11 @@ int nx_spec_length(const nx_spec *s) { return s->state == SPEC_FRESH || s->state
 const nx_token_logprob *nx_spec_logprobs(const nx_spec *s, int *n) {
     *n = s->lp && s->state != SPEC_CLOSED ? s->n_lp : 0;
     return *n ? s->lp : NULL;
+}
+
+const nx_token_logprob *nx_spec_input_logprobs(const nx_spec *s, int *n) {
+    *n = s->ilp && s->state != SPEC_CLOSED ? s->n_ilp : 0;
+    return *n ? s->ilp : NULL;
 }
 
 int spec_is_stop(const nx_spec *s, int32_t t) {
@@ -268,16 +277,28 @@ static void add_entries(nx_spec *s, const int32_t *toks, const float *h, int n, 
  * `next` when the caller knows it (>= 0), else sampled and emitted -- and
  * completes the last entry with it (spec §6.2). On failure nothing changed. */
 static nx_status feed(nx_spec *s, int count, int32_t next, int32_t *first, char *err, size_t errlen) {
-    int64_t H = s->m->cfg.hidden_size;
+    int64_t H = s->m->cfg.hidden_size, V = s->m->cfg.vocab_size;
     int start = s->n, rows_before = s->d ? s->rows.n : 0;
     const int32_t *seq = s->hist + start;
-    for (int a = 0; a < count; a += SPEC_PREFILL_PIECE) {
-        int T = count - a < SPEC_PREFILL_PIECE ? count - a : SPEC_PREFILL_PIECE;
+    /* with input logprobs, every row's logits: smaller pieces, and an entry
+     * for each row's next token -- seq[1..count), then `next` if known */
+    const int piece = s->ilp_logits ? SPEC_INPUT_LP_PIECE : SPEC_PREFILL_PIECE;
+    s->n_ilp = 0;
+    if (s->ilp_logits && count > s->cap_ilp) {
+        nx_token_logprob *p = nx_realloc(s->ilp, (size_t)count * sizeof *p);
+        if (!p) return nx_fail(err, errlen, NX_ENOMEM, "out of memory for %d input logprobs", count);
+        s->ilp = p, s->cap_ilp = count;
+    }
+    int T = 0;
+    for (int a = 0; a < count; a += T) {
+        T = count - a < piece ? count - a : piece;
         nx_forward_out fo = {.logits = s->vlogits, .all_hidden = 1};
+        if (s->ilp_logits) fo = (nx_forward_out){.logits = s->ilp_logits, .all_rows = 1};
         hidden_out(s, &fo, s->hbuf);
         char msg[512];
         nx_status st = nx_forward(s->m, s->target, seq + a, T, &fo, msg, sizeof msg);
         if (st) {
+            s->n_ilp = 0;
             if (s->d) s->rows.n = s->mtp_committed = rows_before;
             if (start > 0) return fail_sticky(s, st, msg, err, errlen); /* earlier pieces cannot be undone */
             nx_state_reset(s->target);                                  /* a prefill simply starts over */
@@ -287,6 +308,11 @@ static nx_status feed(nx_spec *s, int count, int32_t next, int32_t *first, char 
          * for the next piece, or for the sampled token */
         int rows = a + T == count ? T - 1 : T;
         if (s->d && rows > 0) mtp_rows_append(&s->rows, seq + a + 1, s->hbuf, rows, NULL);
+        for (int r = 0; s->ilp_logits && r < T; r++) {
+            int32_t tok = a + r + 1 < count ? seq[a + r + 1] : next;
+            if (tok >= 0) smp_logprobs(s->smp, s->ilp_logits + r * V, tok, s->opts.top_logprobs, &s->ilp[s->n_ilp++]);
+            else memcpy(s->vlogits, s->ilp_logits + r * V, (size_t)V * sizeof(float)); /* the row to sample from */
+        }
     }
     if (s->d) s->mtp_committed = s->rows.n;
     int n = start + count;
@@ -296,7 +322,7 @@ static nx_status feed(nx_spec *s, int count, int32_t next, int32_t *first, char 
     if (next < 0) lp_take(s, 0, b);
     s->n_lp = next < 0;
     s->hist[n] = b;
-    if (s->d) add_entries(s, &b, s->hbuf + (int64_t)((count - 1) % SPEC_PREFILL_PIECE) * H, 1, 0, 0);
+    if (s->d) add_entries(s, &b, s->hbuf + (int64_t)(T - 1) * H, 1, 0, 0);   /* the last piece's last row */
     s->stats.emitted += next < 0;
     s->stats.target_forwards++;
     if (first) *first = b;
@@ -469,7 +495,7 @@ static void verify_decide(nx_spec *s, float *vlogits) {
     int K = s->k, a = 0;
     int64_t V = s->m->cfg.vocab_size;
     int32_t c = 0;
-    s->n_lp = 0;                              /* nothing emitted until the commit */
+    s->n_lp = s->n_ilp = 0;                   /* nothing emitted until the commit */
     for (;; a++) {                            /* to the first rejection, or to index K */
         lp_keep(s, vlogits + a * V);
         int ok = accept_at(s, vlogits, a, &c);

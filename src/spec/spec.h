@@ -8,6 +8,8 @@
 #define SPEC_MAX_STOP 16
 #define SPEC_PREFILL_PIECE 256   /* prompt rows per target call during prefill     */
 #define SPEC_MAX_DEFER 64        /* drafter entries held back while plain decoding */
+#define SPEC_INPUT_LP_PIECE 16   /* prompt rows per target call with input logprobs
+                                    (each row's logits: 16 MB at a 248k vocab)    */
 
 typedef enum { SPEC_FRESH, SPEC_READY, SPEC_DRAFTED, SPEC_VERIFIED, SPEC_ERROR, SPEC_CLOSED } spec_state;
 
@@ -65,6 +67,9 @@ struct nx_spec {
                                      on), or NULL: the sampler processes in place */
     nx_token_logprob *lp;         /* [K+1] the round's entries (logprobs on)    */
     int n_lp;                     /* entries the last emitting call emitted     */
+    float *ilp_logits;            /* [SPEC_INPUT_LP_PIECE][V] with input logprobs */
+    nx_token_logprob *ilp;        /* [cap_ilp] the last input call's entries     */
+    int n_ilp, cap_ilp;
     nx_spec_stats stats;
 };
 

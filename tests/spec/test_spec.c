@@ -418,6 +418,30 @@ static void logit_bias_shapes_the_output_and_drafts_keep_it_exact(void) {
     nx_model_free(m);
 }
 
+/* The largest difference between entries e[0..n) for the tokens seq[p0 ..
+ * p0+n) and log_softmax in double of rows p0-1 .. of logits ([..][V]); the
+ * top alternatives must be the likeliest in order. */
+static double logprob_error(const nx_token_logprob *e, int n, const int32_t *seq, int p0, const float *logits, int V) {
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        const float *row = logits + (size_t)(p0 + i - 1) * (size_t)V;
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < V; v++) mx = fmax(mx, row[v]);
+        for (int v = 0; v < V; v++) sum += exp(row[v] - mx);
+        const double lse = mx + log(sum);
+        CHECKF(e[i].id == seq[p0 + i], "entry %d: token %d, want %d", i, e[i].id, seq[p0 + i]);
+        worst = fmax(worst, fabs(e[i].logprob - (row[seq[p0 + i]] - lse)));
+        for (int j = 0; j < e[i].n_top; j++) {
+            int32_t t = e[i].top_id[j];
+            int above = 0;
+            for (int v = 0; v < V; v++) above += row[v] > row[t] || (row[v] == row[t] && v < t);
+            CHECKF(above == j, "entry %d: top %d has %d above it", i, j, above);
+            worst = fmax(worst, fabs(e[i].top_logprob[j] - (row[t] - lse)));
+        }
+    }
+    return worst;
+}
+
 /* Runs a session of o to n_gen tokens, collecting each emitting call's
  * logprob entries; returns the count (0 on an error). */
 static int generate_logprobs(nx_model *m, nx_drafter *d, const nx_spec_opts *o, const int32_t *prompt, int n_prompt,
@@ -474,32 +498,15 @@ static void logprobs_follow_the_target_and_drafts_keep_them_exact(void) {
         /* the reference: every row's logits of one forward over prompt + output */
         int32_t seq[NP + NG];
         memcpy(seq, prompt, sizeof prompt);
-        memcpy(seq + NP, plain, (size_t)(NG - 1) * sizeof *plain);
+        memcpy(seq + NP, plain, sizeof plain);
         float *logits = malloc((size_t)(NP + NG - 1) * (size_t)V * sizeof *logits);
         nx_state *st = NULL;
         char err[512];
         CHECK(nx_state_new(m, NP + NG, &st, err, sizeof err) == NX_OK);
         nx_forward_out fo = {.logits = logits, .all_rows = 1};
         CHECK(st && nx_forward(m, st, seq, NP + NG - 1, &fo, err, sizeof err) == NX_OK);
-        double worst = 0;
-        for (int i = 0; i < n0 && st; i++) {
-            const float *row = logits + (size_t)(NP - 1 + i) * (size_t)V;
-            double mx = -INFINITY, sum = 0;
-            for (int v = 0; v < V; v++) mx = fmax(mx, row[v]);
-            for (int v = 0; v < V; v++) sum += exp(row[v] - mx);
-            const double lse = mx + log(sum);
-            CHECKF(lp0[i].id == plain[i] && lp0[i].n_top == 5, "entry %d: id %d for token %d, %d top", i, lp0[i].id, plain[i],
-                   lp0[i].n_top);
-            worst = fmax(worst, fabs(lp0[i].logprob - (row[plain[i]] - lse)));
-            for (int j = 0; j < lp0[i].n_top; j++) {
-                int32_t t = lp0[i].top_id[j];
-                worst = fmax(worst, fabs(lp0[i].top_logprob[j] - (row[t] - lse)));
-                if (j) CHECKF(lp0[i].top_logprob[j] <= lp0[i].top_logprob[j - 1], "entry %d: top %d out of order", i, j);
-                int above = 0;   /* tokens likelier than the j-th: exactly the j before it */
-                for (int v = 0; v < V; v++) above += row[v] > row[t] || (row[v] == row[t] && v < t);
-                CHECKF(above == j, "entry %d: top %d (token %d) has %d above it", i, j, t, above);
-            }
-        }
+        for (int i = 0; i < n0; i++) CHECKF(lp0[i].n_top == 5, "entry %d: %d top", i, lp0[i].n_top);
+        double worst = st ? logprob_error(lp0, n0, seq, NP, logits, V) : 1;
         CHECKF(worst < 2e-5, "pass %d: logprobs off log_softmax by %g", pass, worst);
         nx_state_free(st);
         free(logits);
@@ -526,6 +533,80 @@ static void logprobs_follow_the_target_and_drafts_keep_them_exact(void) {
     o.logprobs = 1;
     o.top_logprobs = NX_MAX_TOP_LOGPROBS + 1;
     CHECK(nx_spec_new(m, d, 64, &o, &s, err, sizeof err) == NX_EINVAL && s == NULL && strstr(err, "top_logprobs 21"));
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+/* Input logprobs: a 40-token prefill (three pieces), an extend and an
+ * absorb from READY, and an absorb from FRESH each report one entry per
+ * input token (none for a fresh session's first), equal to log_softmax of
+ * the rows a plain forward over the whole sequence gives; the output stays
+ * what it is without them. */
+static void input_logprobs_score_every_input_token(void) {
+    nx_model *m = nx_test_model(TORCH("torchref-mini-copy-s0.05") "/hf", 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    const int V = nx_model_get_info(m)->vocab_size;
+    enum { NP = 40, NX = 5, NA = 4, CAP = 80 };
+    int32_t seq[CAP], ref[CAP], ext[NX] = {7, 70, 700, 17, 170}, abs_[NA] = {9, 99, 19, 190}, got[16];
+    nx_test_tokens(seq, NP, V, 77);
+    nx_token_logprob all[CAP];
+    int have[CAP] = {0};   /* 1 where all[p] holds the entry of seq[p] */
+    char err[512];
+    nx_spec_opts o = {.draft = 2, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default(), .top_logprobs = 2};
+    for (int pass = 0; pass < 2; pass++) {   /* without, then with input logprobs: the same tokens */
+        o.input_logprobs = pass;
+        nx_spec *s = NULL;
+        int n = NP, ng, nl;
+        CHECK(nx_spec_new(m, d, CAP, &o, &s, err, sizeof err) == NX_OK);
+        if (!s) break;
+        CHECK(nx_spec_prefill(s, seq, NP, &seq[n], err, sizeof err) == NX_OK);
+        const nx_token_logprob *e = nx_spec_input_logprobs(s, &nl);
+        CHECKF(nl == (pass ? NP - 1 : 0), "prefill: %d entries", nl);
+        for (int i = 0; i < nl; i++) all[1 + i] = e[i], have[1 + i] = 1;
+        n++;
+        CHECK(nx_spec_step(s, 6, got, &ng, err, sizeof err) == NX_OK && ng >= 1);
+        nx_spec_input_logprobs(s, &nl);
+        CHECK(nl == 0);
+        memcpy(seq + n, got, (size_t)ng * sizeof *got);
+        n += ng;
+        /* the pending token (seq[n-1]) is emitted; extend reads NX tokens */
+        memcpy(seq + n, ext, sizeof ext);
+        CHECK(nx_spec_extend(s, ext, NX, &seq[n + NX], err, sizeof err) == NX_OK);
+        e = nx_spec_input_logprobs(s, &nl);
+        CHECKF(nl == (pass ? NX : 0), "extend: %d entries", nl);
+        for (int i = 0; i < nl; i++) all[n + i] = e[i], have[n + i] = 1;
+        n += NX + 1;
+        memcpy(seq + n, abs_, sizeof abs_);
+        CHECK(nx_spec_absorb(s, abs_, NA, err, sizeof err) == NX_OK);
+        e = nx_spec_input_logprobs(s, &nl);
+        CHECKF(nl == (pass ? NA : 0), "absorb: %d entries", nl);
+        for (int i = 0; i < nl; i++) all[n + i] = e[i], have[n + i] = 1;
+        n += NA;
+        if (!pass) memcpy(ref, seq, (size_t)n * sizeof *seq);
+        else CHECKF(memcmp(ref, seq, (size_t)n * sizeof *seq) == 0, "input logprobs changed the output");
+        nx_spec_free(s);
+        if (!pass) continue;
+        /* the reference: one forward over the whole sequence */
+        float *logits = malloc((size_t)n * (size_t)V * sizeof *logits);
+        nx_state *st = NULL;
+        CHECK(nx_state_new(m, n + 1, &st, err, sizeof err) == NX_OK);
+        nx_forward_out fo = {.logits = logits, .all_rows = 1};
+        CHECK(st && nx_forward(m, st, seq, n, &fo, err, sizeof err) == NX_OK);
+        double worst = 0;
+        for (int p = 1; p < n && st; p++)
+            if (have[p]) worst = fmax(worst, logprob_error(&all[p], 1, seq, p, logits, V));
+        CHECKF(worst < 2e-5, "input logprobs off log_softmax by %g", worst);
+        CHECK(!have[0] && have[1] && have[NP - 1]);
+        nx_state_free(st);
+        free(logits);
+        /* a fresh absorb: every token but the first */
+        CHECK(nx_spec_new(m, d, CAP, &o, &s, err, sizeof err) == NX_OK);
+        CHECK(s && nx_spec_absorb(s, seq, 20, err, sizeof err) == NX_OK);
+        e = s ? nx_spec_input_logprobs(s, &nl) : NULL;
+        CHECKF(nl == 19 && e && nx_test_same_logprobs(e, &all[1], 19), "fresh absorb: %d entries", nl);
+        nx_spec_free(s);
+    }
     nx_drafter_free(d);
     nx_model_free(m);
 }
@@ -639,6 +720,10 @@ static const nx_test tests[] = {
      "logprobs = log_softmax (double) of a plain forward's logits within 2e-5, top 5 in order, bias ignored; K = 1..3 "
      "greedy and matched: the same bits as plain; off: none; top_logprobs 21 refused",
      logprobs_follow_the_target_and_drafts_keep_them_exact},
+    {"input_logprobs_score_every_input_token",
+     "prefill (3 pieces), extend, absorb from READY and FRESH: an entry per input token but a fresh first, = log_softmax "
+     "of a plain forward's rows (2e-5); the output unchanged",
+     input_logprobs_score_every_input_token},
     {"protocol_misuse_is_an_error", "draft before prefill, twice, commit without verify, after close: NX_ESTATE", protocol_misuse_is_an_error},
     {"drafter_errors_name_the_problem", "no MTP head, wrong model_type, hidden size mismatch: clear errors", drafter_errors_name_the_problem},
 };
