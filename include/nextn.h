@@ -568,7 +568,12 @@ typedef struct {
     void *notify_ctx;
     int logprobs;              /* 1: keep each output token's nx_token_logprob
                                   (nx_request_read_logprobs)                    */
-    int top_logprobs;          /* with logprobs: 0..NX_MAX_TOP_LOGPROBS          */
+    int top_logprobs;          /* with logprobs or prompt_logprobs: 0..NX_MAX_TOP_LOGPROBS */
+    int prompt_logprobs;       /* 1: score the prompt too: the entries of its
+                                  tokens after the first
+                                  (nx_request_read_prompt_logprobs). The prompt
+                                  is read without the prefix cache, every row's
+                                  logits computed (nx_spec_opts.input_logprobs) */
 } nx_request_opts;
 
 typedef enum {
@@ -594,6 +599,12 @@ int nx_request_read(nx_request *r, int32_t *ids, int cap, int timeout_ms, nx_fin
  * logprobs it is not written). */
 int nx_request_read_logprobs(nx_request *r, int32_t *ids, nx_token_logprob *lp, int cap, int timeout_ms,
                              nx_finish *finish);
+/* With prompt_logprobs: copies up to cap of the prompt's entries computed so
+ * far (for its tokens 1 .. n_prompt-1, in order) into lp and returns how
+ * many. All n_prompt - 1 are there once the first output token or the finish
+ * has been read (fewer only if the request failed or was cancelled before
+ * its prompt was read). */
+int nx_request_read_prompt_logprobs(nx_request *r, nx_token_logprob *lp, int cap);
 /* Asks the engine to stop the request; its row is freed at the next round. */
 void nx_request_cancel(nx_request *r);
 /* Cancels the request if it still runs and releases the caller's hold. */

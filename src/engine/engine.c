@@ -75,6 +75,8 @@ struct nx_request {
     pthread_cond_t cv;
     int32_t *out;
     nx_token_logprob *lp;         /* [cap_out] with logprobs, else NULL          */
+    nx_token_logprob *plp;        /* [n_prompt - 1] with prompt_logprobs, else NULL */
+    int n_plp;                    /* of those, computed                          */
     int n_out, cap_out, n_read;
     nx_finish finish;
     int cancel;
@@ -124,6 +126,7 @@ static void request_destroy(nx_request *r) {
     nx_free(r->prompt);
     nx_free(r->out);
     nx_free(r->lp);
+    nx_free(r->plp);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     nx_free(r);
@@ -181,6 +184,14 @@ static void request_finish(nx_request *r, nx_finish f, const char *error) {
 
 int nx_request_read(nx_request *r, int32_t *ids, int cap, int timeout_ms, nx_finish *finish) {
     return nx_request_read_logprobs(r, ids, NULL, cap, timeout_ms, finish);
+}
+
+int nx_request_read_prompt_logprobs(nx_request *r, nx_token_logprob *lp, int cap) {
+    pthread_mutex_lock(&r->mu);
+    int n = r->n_plp < cap ? r->n_plp : cap;
+    if (n > 0) memcpy(lp, r->plp, (size_t)n * sizeof *lp);
+    pthread_mutex_unlock(&r->mu);
+    return n > 0 ? n : 0;
 }
 
 int nx_request_read_logprobs(nx_request *r, int32_t *ids, nx_token_logprob *lp, int cap, int timeout_ms,
@@ -255,13 +266,14 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
         nx_err_prefix(err, errlen, "request");
         return st;
     }
-    if (o->logprobs && (o->top_logprobs < 0 || o->top_logprobs > NX_MAX_TOP_LOGPROBS))
+    if ((o->logprobs || o->prompt_logprobs) && (o->top_logprobs < 0 || o->top_logprobs > NX_MAX_TOP_LOGPROBS))
         return nx_fail(err, errlen, NX_EINVAL, "request: top_logprobs %d must be 0..%d", o->top_logprobs, NX_MAX_TOP_LOGPROBS);
     size_t nb = (size_t)o->sampling.n_logit_bias;
     nx_request *r = nx_calloc(1, sizeof *r);
+    size_t np = o->prompt_logprobs ? (size_t)o->n_prompt - 1 : 0;
     if (!r || !(r->prompt = nx_alloc((size_t)o->n_prompt * sizeof *r->prompt)) ||
-        (nb && !(r->bias = nx_alloc(nb * sizeof *r->bias)))) {
-        if (r) nx_free(r->prompt);
+        (nb && !(r->bias = nx_alloc(nb * sizeof *r->bias))) || (np && !(r->plp = nx_alloc(np * sizeof *r->plp)))) {
+        if (r) nx_free(r->prompt), nx_free(r->bias);
         nx_free(r);
         return nx_fail(err, errlen, NX_ENOMEM, "request: out of memory");
     }
@@ -278,7 +290,8 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
     r->max_tokens = o->max_tokens;
     if (o->n_stop) memcpy(r->stop, o->stop_ids, (size_t)o->n_stop * sizeof *r->stop);
     r->so = (nx_spec_opts){.draft = e->d ? e->o.draft : 0, .accept = o->accept, .sampling = o->sampling, .stop_ids = r->stop, .n_stop = o->n_stop,
-                           .logprobs = o->logprobs != 0, .top_logprobs = o->logprobs ? o->top_logprobs : 0};
+                           .logprobs = o->logprobs != 0, .input_logprobs = o->prompt_logprobs != 0,
+                           .top_logprobs = o->logprobs || o->prompt_logprobs ? o->top_logprobs : 0};
     if (nb) memcpy(r->bias, o->sampling.logit_bias, nb * sizeof *r->bias);
     r->so.sampling.logit_bias = r->bias;
     r->stop_tok = -1;
@@ -334,7 +347,7 @@ static void checkpoint(nx_engine *e, nx_request *r, const int32_t *tokens, int n
 /* The session, resumed from the cache when a checkpoint begins the prompt. */
 static nx_status row_start(nx_engine *e, nx_request *r, char *err, size_t errlen) {
     nx_status st = nx_spec_new(e->m, e->d, e->o.max_ctx, &r->so, &r->spec, err, errlen);
-    if (st || !e->cache) return st;
+    if (st || !e->cache || r->so.input_logprobs) return st;   /* scoring needs every prompt row run */
     void *blob;
     size_t len;
     int got = pcache_lookup(e->cache, r->prompt, r->n_prompt, 2, &blob, &len);
@@ -392,6 +405,16 @@ static void row_emit(nx_engine *e, nx_request *r, const int32_t *ids, int n) {
     if (f != NX_FINISH_NONE) request_finish(r, f, NULL);
 }
 
+/* Keeps the prompt entries the row's session computed in its last call. */
+static void row_prompt_logprobs(nx_request *r) {
+    int n;
+    const nx_token_logprob *lp = nx_spec_input_logprobs(r->spec, &n);
+    pthread_mutex_lock(&r->mu);
+    if (n > r->n_prompt - 1 - r->n_plp) n = r->n_prompt - 1 - r->n_plp;
+    if (n > 0) memcpy(r->plp + r->n_plp, lp, (size_t)n * sizeof *lp), r->n_plp += n;
+    pthread_mutex_unlock(&r->mu);
+}
+
 static void row_prefill(nx_engine *e, nx_request *r) {
     char err[512];
     nx_status st = NX_OK;
@@ -413,6 +436,7 @@ static void row_prefill(nx_engine *e, nx_request *r) {
             request_finish(r, NX_FINISH_ERROR, err);
             return;
         }
+        if (r->plp) row_prompt_logprobs(r);
         r->fed = end;
         if (want_ckpt && end == ca) checkpoint(e, r, r->prompt, ca);
         return;
@@ -424,6 +448,7 @@ static void row_prefill(nx_engine *e, nx_request *r) {
         request_finish(r, st == NX_ERANGE ? NX_FINISH_LENGTH : NX_FINISH_ERROR, err);
         return;
     }
+    if (r->plp) row_prompt_logprobs(r);
     r->fed = n;
     r->phase = RQ_DECODE;
     row_emit(e, r, &first, 1);

@@ -541,6 +541,49 @@ static void logprobs_travel_with_their_tokens(void) {
     nx_model_free(m);
 }
 
+/* A scoring request (prompt_logprobs) read in prompt pieces of 7 tokens,
+ * after the same prompt left a checkpoint: it does not resume from the
+ * cache, and its entries are a session's input logprobs for the whole
+ * prompt, bit for bit; its output is the same as without scoring. */
+static void prompt_logprobs_score_the_whole_prompt(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    enum { NP = 40, GEN = 6 };
+    int32_t prompt[NP], out[2][GEN + 1], first;
+    nx_token_logprob lp[NP];
+    prompt_of(prompt, NP, 99);
+    nx_engine *e = engine(m, d, 2, 64u << 20, NULL, 7);
+    char err[512];
+    for (int i = 0; i < 2; i++) {   /* plain (leaves a checkpoint), then scoring */
+        nx_request_opts o = {.prompt = prompt, .n_prompt = NP, .max_tokens = GEN, .sampling = nx_sampling_default(),
+                             .accept = NX_ACCEPT_GREEDY, .prompt_logprobs = i, .top_logprobs = 3};
+        o.cache_at[0] = NP;
+        nx_request *r = NULL;
+        CHECKF(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_OK, "%s", err);
+        nx_finish fin;
+        CHECK(drain(r, out[i], GEN + 1, &fin) == GEN && fin == NX_FINISH_LENGTH);
+        nx_request_info info;
+        nx_request_get_info(r, &info);
+        int n = nx_request_read_prompt_logprobs(r, lp, NP);
+        if (i) CHECKF(n == NP - 1 && info.cached_tokens == 0, "%d entries, %d tokens from the cache", n, info.cached_tokens);
+        else CHECK(n == 0);
+        nx_request_free(r);
+    }
+    CHECK(memcmp(out[0], out[1], GEN * sizeof **out) == 0);
+    nx_spec_opts so = {.sampling = nx_sampling_default(), .accept = NX_ACCEPT_GREEDY, .input_logprobs = 1, .top_logprobs = 3};
+    nx_spec *s = NULL;
+    int nl = 0;
+    CHECK(nx_spec_new(m, NULL, 64, &so, &s, err, sizeof err) == NX_OK);
+    const nx_token_logprob *ref = s && nx_spec_prefill(s, prompt, NP, &first, err, sizeof err) == NX_OK
+                                      ? nx_spec_input_logprobs(s, &nl) : NULL;
+    CHECK(nl == NP - 1 && ref && nx_test_same_logprobs(lp, ref, NP - 1) && lp[0].n_top == 3);
+    nx_spec_free(s);
+    nx_engine_free(e);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 static const nx_test tests[] = {
     {"rows_in_company_equal_rows_alone",
      "6 requests on 4 rows (greedy and matched sampling), drafts always or adaptive: each equals the request alone",
@@ -549,6 +592,10 @@ static const nx_test tests[] = {
      "greedy and matched requests with logprobs beside one without, read 3 tokens at a time: the entries of the request "
      "alone; lp untouched without logprobs; top_logprobs 21 refused",
      logprobs_travel_with_their_tokens},
+    {"prompt_logprobs_score_the_whole_prompt",
+     "a scoring request read in 7-token pieces after a checkpoint of its prompt: no cache resume, the entries of a "
+     "session's prefill, the same output",
+     prompt_logprobs_score_the_whole_prompt},
     {"a_logit_bias_reaches_its_request_only",
      "two banned tokens in a queued request: it equals the request alone, the one before it is unchanged",
      a_logit_bias_reaches_its_request_only},
