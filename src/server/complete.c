@@ -25,6 +25,7 @@
  *   handler/reader: pump (non-blocking read) -> data? send : park()
  *   engine:         new output -> wake(): flag, and queue for resume if parked
  *   watch thread:   resume queued; cancel on hang-up or shutdown */
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,11 @@ struct srv_gen {
     int *lp_off;
     int n_lp, cap_lp;
     long chars;                   /* characters the decoder has given so far  */
+    /* completions' echo: the prompt's text (and entries) go first, once the
+     * engine has read the prompt; score_only: the one token generated for a
+     * max_tokens 0 request is not part of the answer */
+    int echo, echoed, score_only;
+    int32_t *prompt;              /* [n_prompt] with echo                      */
     int done;                     /* generation over (engine finished, or a stop string) */
     nx_finish fin;
     int error;                    /* the engine failed                          */
@@ -147,6 +153,7 @@ static void gen_free(gen *g) {
     oai_output_free(g->out);
     free(g->lp);
     free(g->lp_off);
+    nx_free(g->prompt);
     free(g->model);
     free(g->buf);
     free(g);
@@ -410,6 +417,50 @@ static void gen_cut(gen *g) {
     gen_close(g);
 }
 
+/* The echoed prompt: its text as its tokens decode (special tokens written
+ * out), and with logprobs an entry a token -- the first has none (n_top -1),
+ * nor has any the engine did not score (a request ended early). Runs once
+ * the engine has read the whole prompt (an output token or the finish came). */
+static void echo_prompt(gen *g) {
+    g->echoed = 1;
+    nx_detok_stream *ds = NULL;
+    size_t cap = 64, len = 0;
+    char *text = malloc(cap);
+    nx_token_logprob *scored = g->logprobs ? malloc((size_t)g->n_prompt * sizeof *scored) : NULL;
+    int n_scored = scored ? nx_request_read_prompt_logprobs(g->rq, scored, g->n_prompt - 1) : 0;
+    if (!text || (g->logprobs && !scored) || nx_detok_stream_new(g->s->o.tokenizer, 0, &ds, NULL, 0) != NX_OK) {
+        g->oom = 1;
+        goto done;
+    }
+    for (int i = 0; i <= g->n_prompt; i++) {
+        size_t n;
+        const char *t = i < g->n_prompt ? nx_detok_stream_push(ds, g->prompt[i], &n) : nx_detok_stream_flush(ds, &n);
+        if (i < g->n_prompt && g->logprobs) {
+            nx_token_logprob none = {.id = g->prompt[i], .logprob = NAN, .n_top = -1};
+            pend(g, i >= 1 && i <= n_scored ? &scored[i - 1] : &none, g->chars);
+        }
+        if (len + n + 1 > cap) {
+            while (len + n + 1 > cap) cap *= 2;
+            char *p = realloc(text, cap);
+            if (!p) {
+                g->oom = 1;
+                goto done;
+            }
+            text = p;
+        }
+        memcpy(text + len, t, n);
+        len += n;
+        for (size_t k = 0; k < n; k++) g->chars += ((unsigned char)t[k] & 0xC0) != 0x80;
+    }
+    oai_delta d;
+    if (oai_output_echo(g->out, text, len, &d) != 0) g->oom = 1;
+    else put_delta(g, &d);
+done:
+    nx_detok_stream_free(ds);
+    free(scored);
+    free(text);
+}
+
 /* Takes what the engine has produced so far (never waits) and runs it
  * through the decoder and the assembler. */
 static void gen_pump(gen *g) {
@@ -417,7 +468,8 @@ static void gen_pump(gen *g) {
     nx_token_logprob lps[GEN_READ];
     nx_finish fin;
     int n = nx_request_read_logprobs(g->rq, ids, g->logprobs ? lps : NULL, GEN_READ, 0, &fin);
-    for (int i = 0; i < n && !g->done; i++) {
+    if (g->echo && !g->echoed && (n > 0 || fin != NX_FINISH_NONE)) echo_prompt(g);
+    for (int i = 0; i < n && !g->done && !g->score_only; i++) {
         size_t len;
         const char *text = nx_detok_stream_push(g->detok, ids[i], &len);
         g->n_completion++;
@@ -635,8 +687,12 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
         return sent;
     }
     int ctx = s->o.max_ctx;
+    /* echo with max_tokens 0 scores the prompt only: the engine makes one
+     * token, which the answer leaves out */
+    int score_only = q.echo && q.max_tokens == 0;
+    if (score_only) q.max_tokens = 1;
     if (q.max_tokens == 0 || q.max_tokens > ctx - n || n > ctx - 2) {
-        if (q.max_tokens == 0) snprintf(err, sizeof err, "max_tokens must be at least 1");
+        if (q.max_tokens == 0) snprintf(err, sizeof err, "max_tokens must be at least 1 (or 0 with echo)");
         else
             snprintf(err, sizeof err,
                      "This model's maximum context length is %d tokens. However, you requested %lld tokens (%d in the %s, %d in the "
@@ -663,12 +719,16 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
     nx_request_opts ro = {.prompt = ids, .n_prompt = n, .cache_at = {cache_at[0], cache_at[1]},
                           .max_tokens = q.max_tokens > 0 ? q.max_tokens : 0, .sampling = q.sampling, .accept = accept,
                           .stop_ids = stop_ids, .n_stop = n_stop, .notify = wake, .notify_ctx = g,
-                          .logprobs = q.logprobs, .top_logprobs = q.top_logprobs};
+                          .logprobs = q.logprobs, .top_logprobs = q.top_logprobs,
+                          .prompt_logprobs = q.echo && q.logprobs};
     if (!q.seed_given) ro.sampling.seed = idnum;
     nx_status st = NX_ENOMEM;
     if (g) {
         g->n_prompt = n;
         g->logprobs = q.logprobs;
+        g->echo = q.echo;
+        g->score_only = score_only;
+        if (q.echo) g->prompt = ids, ids = NULL;   /* the echo's */
         g->model = strdup(q.model ? q.model : s->model_name);
         oai_make_id(g->id, sizeof g->id, chat ? "chatcmpl-" : "cmpl-", idnum);
         g->meta = (oai_meta){g->id, (long long)time(NULL), g->model, q.stream && q.include_usage};

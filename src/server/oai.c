@@ -477,6 +477,12 @@ static int end_step(oai_output *o, oai_delta *d) {
     return o->failed ? -1 : 0;
 }
 
+int oai_output_echo(oai_output *o, const char *text, size_t len, oai_delta *d) {
+    begin_step(o);
+    if (!o->finished && !o->failed) emit_content(o, text, len);
+    return end_step(o, d);
+}
+
 int oai_output_push(oai_output *o, const char *text, size_t len, oai_delta *d) {
     begin_step(o);
     if (!o->finished && !o->failed) {
@@ -600,14 +606,15 @@ static json_t *text_logprobs(const oai_logprobs *l, int *ok) {
     json_t *r = json_object(), *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     for (int i = 0; i < l->n; i++) {
         const nx_token_logprob *x = &l->lp[i];
-        json_t *top = json_object();
+        json_t *top = x->n_top < 0 ? json_null() : json_object();
         int chosen_listed = 0;
         for (int j = 0; j < x->n_top; j++) {
             text_top_put(top, l->tok, x->top_id[j], x->top_logprob[j], ok);
             chosen_listed |= x->top_id[j] == x->id;
         }
-        if (!chosen_listed) text_top_put(top, l->tok, x->id, x->logprob, ok);
-        if (json_array_append_new(tokens, token_text(l->tok, x->id, ok)) || json_array_append_new(lps, logprob_value(x->logprob)) ||
+        if (!chosen_listed && x->n_top >= 0) text_top_put(top, l->tok, x->id, x->logprob, ok);
+        json_t *lp = x->n_top < 0 ? json_null() : logprob_value(x->logprob);
+        if (json_array_append_new(tokens, token_text(l->tok, x->id, ok)) || json_array_append_new(lps, lp) ||
             json_array_append_new(tops, top) || json_array_append_new(offs, json_integer(l->text_offset ? l->text_offset[i] : 0)))
             *ok = 0;
     }

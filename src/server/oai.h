@@ -57,6 +57,9 @@ typedef struct {
     int logprobs;             /* chat "logprobs": true, or completions "logprobs": N */
     int top_logprobs;         /* alternatives a token, 0..NX_MAX_TOP_LOGPROBS: chat's
                                  "top_logprobs", completions' N */
+    int echo;                 /* completions: "echo": the prompt's text (and with
+                                 logprobs its tokens' entries) before the output;
+                                 max_tokens may then be 0 (scoring only) */
 } oai_request;
 
 /* Parses and validates a request body of len bytes (chat: 1 for chat
@@ -66,7 +69,7 @@ typedef struct {
  * column 5: ...", and *param (param may be NULL) the top-level field at
  * fault, OpenAI's "param" (a static string; NULL when the body as a whole is
  * at fault). Unknown fields are ignored, and a field sent as null counts as
- * absent; fields that ask for what nextn does not do (echo, best_of > 1, suffix, a response_format other than text, a tool_choice
+ * absent; fields that ask for what nextn does not do (best_of > 1, suffix, a response_format other than text, a tool_choice
  * other than "auto" or "none", the legacy functions / function_call) are
  * refused. On failure *out is left zeroed
  * with nothing to free; on success the caller frees it with
@@ -164,6 +167,11 @@ void oai_output_seed_ids(oai_output *o, uint64_t seed);
  * later <tool_call> blocks is dropped, not turned into calls or content. */
 void oai_output_one_call(oai_output *o);
 
+/* Text that precedes the output as it is (an echoed prompt): added to the
+ * content and to *d without passing the stages -- no stop string, reasoning
+ * or tool call is looked for in it. Call it before the first push. Returns 0,
+ * or -1 when out of memory. */
+int oai_output_echo(oai_output *o, const char *text, size_t len, oai_delta *d);
 /* Feeds len bytes of generated text and fills *d with what can be sent now.
  * After a stop string (d->stopped) further pushes are ignored. Returns 0, or
  * -1 when out of memory (sticky: the output is then incomplete and *d empty). */
@@ -215,8 +223,10 @@ typedef struct {
  * token: the n_top alternatives and the chosen token),"text_offset"}. A
  * token's text is its bytes as UTF-8 (a piece of a character becomes
  * U+FFFD; "bytes" has the exact bytes); a logprob that is not finite is sent
- * as -9999.0, as OpenAI does for tokens it rates impossible. A builder
- * given NULL (or no tokenizer) sends "logprobs": null. */
+ * as -9999.0, as OpenAI does for tokens it rates impossible. An entry with
+ * n_top < 0 has no logprob -- an echoed prompt's first token, which nothing
+ * precedes -- and completions send null for its logprob and its top. A
+ * builder given NULL (or no tokenizer) sends "logprobs": null. */
 typedef struct {
     const nx_tokenizer *tok;
     const nx_token_logprob *lp;   /* [n] */

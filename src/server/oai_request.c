@@ -202,18 +202,16 @@ static int parse_logprobs(const json_t *root, oai_request *r, parse_err *e) {
     return 0;
 }
 
-/* Fields that ask for output nextn does not produce (the prompt echoed,
- * several candidates, a suffix) or a guarantee it cannot give (JSON output):
- * refused rather than ignored, so that a client relying on one learns it
- * from the first request. Their "off" values pass: false, 1 for best_of, ""
- * for suffix, {"type": "text"}. */
+/* Fields that ask for output nextn does not produce (several candidates, a
+ * suffix) or a guarantee it cannot give (JSON output): refused rather than
+ * ignored, so that a client relying on one learns it from the first
+ * request. Their "off" values pass: 1 for best_of, "" for suffix, {"type":
+ * "text"}. */
 static int parse_unsupported(const json_t *root, const oai_request *r, parse_err *e) {
     json_t *v;
     long long n = 0;
-    int on = 0, got;
+    int got;
     if (!r->chat) {
-        if (get_bool(root, "echo", "echo", "echo", &on, e)) return -1;
-        if (on) return fail(e, "echo", "echo is not supported");
         if ((got = get_int(root, "best_of", 1, "a positive integer", &n, e)) < 0) return -1;
         if (got && n != 1) return fail(e, "best_of", "best_of must be 1 (only one choice is supported)");
         if ((v = field(root, "suffix")) && !json_is_string(v)) return fail(e, "suffix", "suffix must be a string");
@@ -291,6 +289,7 @@ static int parse_body(const json_t *root, oai_request *r, parse_err *e) {
             return -1;
     }
     if (parse_logprobs(root, r, e)) return -1;
+    if (!r->chat && get_bool(root, "echo", "echo", "echo", &r->echo, e)) return -1;
     return parse_unsupported(root, r, e);
 }
 

@@ -1,6 +1,6 @@
 // openai_client.test.mjs — `nextn serve` through the official `openai` npm
 // client (pinned in package.json) and raw HTTP: chat, streaming, usage, stop
-// strings, tools, seeds, logprobs, 8 concurrent streams equal to the same requests
+// strings, tools, seeds, logprobs and echo, 8 concurrent streams equal to the same requests
 // alone, cancellation, malformed requests, the prefix cache (multi-turn hits,
 // the disk tier across a restart, damaged files), a bounded load test and a
 // graceful shutdown. Loopback only.
@@ -316,6 +316,52 @@ test('logprobs come with every token, whole and streamed', async () => {
   assert.ok(hot.choices[0].logprobs.top_logprobs.every((t) => Object.keys(t).length === 1), 'logprobs 0: the chosen token only');
   // without logprobs: null
   assert.equal((await chatWhole(msgs, { max_tokens: 2 })).choices[0].logprobs, null);
+});
+
+test('echo scores a prompt as generation scored its tokens', async () => {
+  const c = client();
+  const prompt = 'And God said unto Moses,';
+  const ids = JSON.parse(spawnSync(nextn, ['tokenize', '-m', modelDir, '--text', prompt]).stdout);
+  // scoring only: the prompt's text, an entry a token, the first null
+  const s = await c.completions.create({ model: 'default', prompt, max_tokens: 0, echo: true, logprobs: 2, temperature: 0 });
+  const lp = s.choices[0].logprobs;
+  assert.equal(s.choices[0].text, prompt);
+  assert.equal(s.usage.completion_tokens, 0);
+  assert.equal(s.choices[0].finish_reason, 'length');
+  assert.equal(lp.tokens.length, ids.length);
+  assert.equal(lp.tokens.join(''), prompt);
+  assert.equal(lp.token_logprobs[0], null);
+  assert.equal(lp.top_logprobs[0], null);
+  assert.ok(lp.token_logprobs.slice(1).every((x) => x <= 0), 'a logprob above 0');
+  // generate, then score prompt + output: the output's entries come back the same
+  const gen = await c.completions.create({ model: 'default', prompt, max_tokens: 8, temperature: 0, logprobs: 2 });
+  const gl = gen.choices[0].logprobs;
+  const full = JSON.parse(spawnSync(nextn, ['tokenize', '-m', modelDir, '--text', prompt + gen.choices[0].text]).stdout);
+  const both = await c.completions.create({ model: 'default', prompt: full, max_tokens: 0, echo: true, logprobs: 2 });
+  const bl = both.choices[0].logprobs;
+  assert.deepEqual(bl.tokens, [...lp.tokens, ...gl.tokens], 'prompt + output tokenize as they were generated');
+  for (let i = 0; i < gl.tokens.length; i++) {
+    const j = ids.length + i;
+    assert.ok(Math.abs(bl.token_logprobs[j] - gl.token_logprobs[i]) < 1e-5, `token ${i}: ${bl.token_logprobs[j]} vs ${gl.token_logprobs[i]}`);
+  }
+  assert.ok(Math.abs(bl.token_logprobs[ids.length - 1] - lp.token_logprobs[ids.length - 1]) < 1e-5);
+  // echo with output, streamed: the prompt's chunk first, then the output; offsets run on
+  const stream = await c.completions.create({ model: 'default', prompt, max_tokens: 8, temperature: 0, logprobs: 1, echo: true, stream: true });
+  let text = '';
+  const offs = [];
+  for await (const k of stream) {
+    text += k.choices[0]?.text || '';
+    offs.push(...(k.choices[0]?.logprobs?.text_offset || []));
+  }
+  assert.equal(text, prompt + gen.choices[0].text);
+  assert.deepEqual(offs, [...lp.text_offset, ...gl.text_offset.map((o) => o + prompt.length)]);
+  // echo without logprobs: the text only; max_tokens 0 without echo is still refused
+  const plain = await c.completions.create({ model: 'default', prompt, max_tokens: 8, temperature: 0, echo: true });
+  assert.equal(plain.choices[0].text, prompt + gen.choices[0].text);
+  assert.equal(plain.choices[0].logprobs, null);
+  const zero = await raw('POST', '/v1/completions', JSON.stringify({ prompt, max_tokens: 0 }));
+  assert.equal(zero.status, 400);
+  assert.equal(zero.json.error.param, 'max_tokens');
 });
 
 test('8 concurrent streams equal the same requests alone', async () => {

@@ -205,10 +205,16 @@ static void logprobs_are_read_in_either_spelling(void) {
         {0, "{\"prompt\":\"x\",\"logprobs\":false}", 0, 0},
         {0, "{\"prompt\":\"x\"}", 0, 0},
     };
+    oai_request r;
+    int status;
+    char err[256] = "";
+    CHECKF(parse("{\"prompt\":\"x\",\"echo\":true,\"logprobs\":1,\"max_tokens\":0}", 0, &r, &status, err, sizeof err) == 0 &&
+               r.echo == 1 && r.logprobs == 1 && r.max_tokens == 0,
+           "%s", err);
+    oai_request_free(&r);
+    CHECK(parse("{\"messages\":[{\"role\":\"user\"}],\"echo\":true}", 1, &r, &status, err, sizeof err) == 0 && r.echo == 0);
+    oai_request_free(&r);
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        oai_request r;
-        int status;
-        char err[256] = "";
         int rc = parse(cases[i].body, cases[i].chat, &r, &status, err, sizeof err);
         CHECKF(rc == 0 && r.logprobs == cases[i].on && (!r.logprobs || r.top_logprobs == cases[i].top),
                "%s -> rc %d (%s), logprobs %d top %d", cases[i].body, rc, err, r.logprobs, r.top_logprobs);
@@ -288,7 +294,7 @@ static void invalid_requests_get_400_naming_the_field(void) {
         {0, "{\"prompt\":\"x\",\"logprobs\":-1}", "logprobs must be a boolean or a non-negative integer", "logprobs"},
         {0, "{\"prompt\":\"x\",\"logprobs\":1.5}", "logprobs must be a boolean or a non-negative integer", "logprobs"},
         /* asking for what nextn does not do: refused, not ignored */
-        {0, "{\"prompt\":\"x\",\"echo\":true}", "echo is not supported", "echo"},
+        {0, "{\"prompt\":\"x\",\"echo\":1}", "echo must be a boolean", "echo"},
         {0, "{\"prompt\":\"x\",\"best_of\":3}", "best_of must be 1", "best_of"},
         {0, "{\"prompt\":\"x\",\"best_of\":0}", "best_of must be a positive integer", "best_of"},
         {0, "{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix is not supported", "suffix"},
@@ -452,6 +458,19 @@ static void stop_string_spanning_pushes_ends_the_output(void) {
     CHECK(oai_delta_empty(&d) && d.stopped == 1);
     CHECK(strcmp(oai_output_content(o), "Answer: 42 ") == 0);
     CHECK(strcmp(oai_finish_reason(o, 1), "stop") == 0);
+    oai_output_free(o);
+}
+
+/* An echoed prompt goes out as it is: a stop string inside it does not end
+ * the output, and the output after it is cut as usual. */
+static void an_echo_is_not_searched_for_stop_strings(void) {
+    const char *stop[] = {"###"};
+    oai_output *o = oai_output_new((char *const *)stop, 1, -1, 0);
+    oai_delta d;
+    CHECK(oai_output_echo(o, "Q: ### A:", 9, &d) == 0 && strcmp(d.content, "Q: ### A:") == 0 && !d.stopped);
+    oai_output_push(o, " 42 ### no", 10, &d);
+    CHECK(strcmp(d.content, " 42 ") == 0 && d.stopped);
+    CHECK(strcmp(oai_output_content(o), "Q: ### A: 42 ") == 0);
     oai_output_free(o);
 }
 
@@ -857,6 +876,15 @@ static void logprobs_json_follows_openai(void) {
     CHECK(json_object_size(t1) == 2 && json_real_value(json_object_get(t1, " the")) == -0.5);    /* + the chosen one */
     CHECK(json_object_size(t2) == 1 && json_real_value(json_object_get(t2, "\xEF\xBF\xBD")) == -3.0);
     json_decref(j);
+    /* an entry without a logprob (an echoed prompt's first token): null */
+    lp[0].n_top = -1;
+    j = load(oai_text_chunk_json(&m, NULL, NULL, &l));
+    c = json_object_get(choice0(j), "logprobs");
+    CHECK(strcmp(sv(json_array_get(json_object_get(c, "tokens"), 0)), " the") == 0);
+    CHECK(json_is_null(json_array_get(json_object_get(c, "token_logprobs"), 0)));
+    CHECK(json_is_null(json_array_get(json_object_get(c, "top_logprobs"), 0)));
+    CHECK(json_real_value(json_array_get(json_object_get(c, "token_logprobs"), 2)) == -3.0);
+    json_decref(j);
     oai_output_free(o);
     nx_free(ids);
     nx_tokenizer_free(t);
@@ -912,12 +940,15 @@ static const nx_test tests[] = {
      unknown_fields_and_nulls_are_ignored},
     {"logit_bias_becomes_the_sampling_entries", "logit_bias {\"id\": bias} parsed into nx_sampling; {} is none",
      logit_bias_becomes_the_sampling_entries},
-    {"logprobs_are_read_in_either_spelling", "chat's boolean + top_logprobs, completions' count; off values leave them off",
+    {"logprobs_are_read_in_either_spelling",
+     "chat's boolean + top_logprobs, completions' count; off values leave them off; echo with max_tokens 0 (completions)",
      logprobs_are_read_in_either_spelling},
     {"logprobs_json_follows_openai",
      "chat content entries (token, logprob, bytes, top_logprobs; U+FFFD for a byte piece; -inf as -9999), refusal null; "
      "completions' tokens / token_logprobs / top_logprobs objects with the chosen token / text_offset",
      logprobs_json_follows_openai},
+    {"an_echo_is_not_searched_for_stop_strings", "oai_output_echo: a stop string inside the prompt is sent; after it, cut",
+     an_echo_is_not_searched_for_stop_strings},
     {"invalid_requests_get_400_naming_the_field", "every range, type and shape error; *out left zeroed",
      invalid_requests_get_400_naming_the_field},
     {"invalid_json_message_is_ascii_and_has_a_position", "jansson's message quotes bytes: kept ASCII for JSON",
