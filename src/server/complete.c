@@ -232,6 +232,8 @@ static oai_usage usage_of(const gen *g) {
 /* A row cut short (the context, max_tokens, or the server shutting down)
  * reports "length": the client must not take a truncated answer as whole. */
 static const char *finish_reason(const gen *g) {
+    /* scoring only: the token the engine made (a stop id or not) is not output */
+    if (g->score_only) return "length";
     return oai_finish_reason(g->out, g->fin == NX_FINISH_LENGTH || g->fin == NX_FINISH_CANCELLED);
 }
 
@@ -692,7 +694,7 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
     int score_only = q.echo && q.max_tokens == 0;
     if (score_only) q.max_tokens = 1;
     if (q.max_tokens == 0 || q.max_tokens > ctx - n || n > ctx - 2) {
-        if (q.max_tokens == 0) snprintf(err, sizeof err, "max_tokens must be at least 1 (or 0 with echo)");
+        if (q.max_tokens == 0) snprintf(err, sizeof err, "max_tokens must be at least 1%s", chat ? "" : " (or 0 with echo)");
         else
             snprintf(err, sizeof err,
                      "This model's maximum context length is %d tokens. However, you requested %lld tokens (%d in the %s, %d in the "

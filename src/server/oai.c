@@ -591,10 +591,30 @@ static json_t *chat_logprobs(const oai_logprobs *l, int *ok) {
     return r;
 }
 
+/* Completions spell a token that is not whole UTF-8 (a piece of a
+ * character) as "bytes:\xNN..." of its bytes, as OpenAI does: distinct
+ * pieces stay distinct keys in top_logprobs, where U+FFFD would merge them. */
+static json_t *text_token(const nx_tokenizer *t, int32_t id, int *ok) {
+    size_t n;
+    const char *b = nx_tokenizer_token_bytes(t, id, &n);
+    json_t *v = token_text(t, id, ok);
+    if (!b || (json_string_length(v) == n && memcmp(json_string_value(v), b, n) == 0)) return v;
+    char *s = malloc(6 + 4 * n + 1);
+    if (s) {
+        size_t k = (size_t)sprintf(s, "bytes:");
+        for (size_t i = 0; i < n; i++) k += (size_t)sprintf(s + k, "\\x%02x", (unsigned char)b[i]);
+        json_decref(v);
+        v = json_stringn(s, k);
+        free(s);
+    }
+    if (!s || !v) *ok = 0;
+    return v ? v : json_null();
+}
+
 /* {text: logprob} with the token's text as the key (two tokens of one text
  * keep the first). */
 static void text_top_put(json_t *obj, const nx_tokenizer *t, int32_t id, float logprob, int *ok) {
-    json_t *key = token_text(t, id, ok);
+    json_t *key = text_token(t, id, ok);
     const char *k = json_string_value(key);
     if (k && !json_object_getn(obj, k, json_string_length(key)) &&
         json_object_setn_new(obj, k, json_string_length(key), logprob_value(logprob)))
@@ -614,7 +634,7 @@ static json_t *text_logprobs(const oai_logprobs *l, int *ok) {
         }
         if (!chosen_listed && x->n_top >= 0) text_top_put(top, l->tok, x->id, x->logprob, ok);
         json_t *lp = x->n_top < 0 ? json_null() : logprob_value(x->logprob);
-        if (json_array_append_new(tokens, token_text(l->tok, x->id, ok)) || json_array_append_new(lps, lp) ||
+        if (json_array_append_new(tokens, text_token(l->tok, x->id, ok)) || json_array_append_new(lps, lp) ||
             json_array_append_new(tops, top) || json_array_append_new(offs, json_integer(l->text_offset ? l->text_offset[i] : 0)))
             *ok = 0;
     }

@@ -63,24 +63,23 @@ typedef struct {
 } oai_request;
 
 /* Parses and validates a request body of len bytes (chat: 1 for chat
- * completions). Returns 0, or -1 with *status the HTTP status (400, or 500
+ * completions). "logprobs" is a boolean for chat and a count for
+ * completions; either endpoint takes either spelling, true being a count of
+ * 0, and false -- or chat's 0 -- off; "top_logprobs" (0..20) sets the count
+ * too and needs logprobs on. Returns 0, or -1 with *status the HTTP status (400, or 500
  * when out of memory), err holding a message that names the field, e.g.
  * "max_tokens must be a non-negative integer" or "invalid JSON at line 1
  * column 5: ...", and *param (param may be NULL) the top-level field at
  * fault, OpenAI's "param" (a static string; NULL when the body as a whole is
  * at fault). Unknown fields are ignored, and a field sent as null counts as
- * absent; fields that ask for what nextn does not do (best_of > 1, suffix, a response_format other than text, a tool_choice
- * other than "auto" or "none", the legacy functions / function_call) are
- * refused. On failure *out is left zeroed
- * with nothing to free; on success the caller frees it with
- * oai_request_free. */
+ * absent; fields that ask for what nextn does not do (best_of > 1, a
+ * suffix, a response_format other than text, a tool_choice other than
+ * "auto" or "none", the legacy functions / function_call) are refused. On
+ * failure *out is left zeroed with nothing to free; on success the caller
+ * frees it with oai_request_free. */
 int oai_parse_request(const char *body, size_t len, int chat, oai_request *out, int *status, const char **param,
                       char *err, size_t errlen);
 
-/* (oai_parse_request: "logprobs" is a boolean for chat and a count for
- * completions; either endpoint takes either spelling, true being a count of
- * 0, and false -- or chat's 0 -- off. "top_logprobs" (0..20) sets the count
- * too and needs logprobs on.) */
 /* Frees what r holds and zeroes it. NULL-safe and idempotent. */
 void oai_request_free(oai_request *r);
 
@@ -222,7 +221,8 @@ typedef struct {
  * completions: {"tokens","token_logprobs","top_logprobs" (an object per
  * token: the n_top alternatives and the chosen token),"text_offset"}. A
  * token's text is its bytes as UTF-8 (a piece of a character becomes
- * U+FFFD; "bytes" has the exact bytes); a logprob that is not finite is sent
+ * U+FFFD in chat, where "bytes" has the exact bytes, and "bytes:\xNN..." in
+ * completions, as OpenAI spells it); a logprob that is not finite is sent
  * as -9999.0, as OpenAI does for tokens it rates impossible. An entry with
  * n_top < 0 has no logprob -- an echoed prompt's first token, which nothing
  * precedes -- and completions send null for its logprob and its top. A

@@ -208,11 +208,14 @@ int spec_is_stop(const nx_spec *s, int32_t t) {
     return 0;
 }
 
-/* The target rows the head reads: post-final-norm (default) or pre-norm. */
 /* ---- log-probabilities ------------------------------------------------------
  * The sampler processes a logits row in place (bias, penalties, temperature),
  * and the token is known only after it ran: with logprobs on, lp_keep copies
- * the raw row first and lp_take reads the copy once the token is chosen. */
+ * the raw row first and lp_take reads the copy once the token is chosen.
+ * Every public call starts with lp_clear: the entries a getter returns are
+ * always the last call's. */
+
+static void lp_clear(nx_spec *s) { s->n_lp = s->n_ilp = 0; }
 
 static void lp_keep(nx_spec *s, const float *row) {
     if (s->lp_row) memcpy(s->lp_row, row, (size_t)s->m->cfg.vocab_size * sizeof *row);
@@ -222,6 +225,7 @@ static void lp_take(nx_spec *s, int slot, int32_t tok) {
     if (s->lp_row) smp_logprobs(s->smp, s->lp_row, tok, s->opts.top_logprobs, &s->lp[slot]);
 }
 
+/* The target rows the head reads: post-final-norm (default) or pre-norm. */
 static void hidden_out(const nx_spec *s, nx_forward_out *fo, float *rows) {
     if (s->d && s->d->hidden_prenorm) fo->prenorm = rows;
     else fo->hidden = rows;
@@ -340,6 +344,7 @@ static nx_status check_tokens(const nx_spec *s, const char *call, const int32_t 
 }
 
 nx_status nx_spec_prefill(nx_spec *s, const int32_t *prompt, int n, int32_t *first, char *err, size_t errlen) {
+    lp_clear(s);
     if (s->state != SPEC_FRESH) return wrong_state(s, "prefill", err, errlen);
     if (n < 1) return nx_fail(err, errlen, NX_EINVAL, "prefill: empty prompt");
     if (n + 1 > s->max_ctx)
@@ -359,6 +364,7 @@ nx_status nx_spec_prefill(nx_spec *s, const int32_t *prompt, int n, int32_t *fir
  * the last of them held back as the new pending token when next_known. */
 static nx_status extend(nx_spec *s, const char *call, const int32_t *tokens, int n, int next_known, int32_t *first,
                         char *err, size_t errlen) {
+    lp_clear(s);
     if (s->state != SPEC_READY) return wrong_state(s, call, err, errlen);
     if (n < (next_known ? 1 : 0)) return nx_fail(err, errlen, NX_EINVAL, "%s: %d tokens", call, n);
     if (n > s->max_ctx - s->n - 2)
@@ -381,6 +387,7 @@ nx_status nx_spec_extend(nx_spec *s, const int32_t *tokens, int n, int32_t *firs
 }
 
 nx_status nx_spec_absorb(nx_spec *s, const int32_t *tokens, int n, char *err, size_t errlen) {
+    lp_clear(s);
     if (s->state != SPEC_FRESH) return extend(s, "absorb", tokens, n, 1, NULL, err, errlen);
     if (n < 2) return nx_fail(err, errlen, NX_EINVAL, "absorb: a fresh session needs at least 2 tokens (got %d)", n);
     if (n + 1 > s->max_ctx)
@@ -422,6 +429,7 @@ static void draft_done(nx_spec *s, double t0) {
 
 nx_status nx_spec_draft(nx_spec *s, int k, int32_t *drafts, int *n_drafts, char *err, size_t errlen) {
     *n_drafts = 0;
+    lp_clear(s);
     if (s->state != SPEC_READY) return wrong_state(s, "draft", err, errlen);
     if (k <= 0) return NX_OK;
     if (!s->d) return nx_fail(err, errlen, NX_ESTATE, "draft: this session has no drafter");
@@ -477,6 +485,7 @@ static int accept_at(nx_spec *s, float *vlogits, int j, int32_t *c) {
  * On a full context the provisional drafts are dropped and the session is
  * READY again (a plain error, not a broken session). */
 static nx_status verify_begin(nx_spec *s, char *err, size_t errlen) {
+    lp_clear(s);
     if (s->state == SPEC_READY) s->k = 0;
     else if (s->state != SPEC_DRAFTED) return wrong_state(s, "verify", err, errlen);
     int K = s->k;
@@ -495,7 +504,7 @@ static void verify_decide(nx_spec *s, float *vlogits) {
     int K = s->k, a = 0;
     int64_t V = s->m->cfg.vocab_size;
     int32_t c = 0;
-    s->n_lp = s->n_ilp = 0;                   /* nothing emitted until the commit */
+    lp_clear(s);                              /* nothing emitted until the commit */
     for (;; a++) {                            /* to the first rejection, or to index K */
         lp_keep(s, vlogits + a * V);
         int ok = accept_at(s, vlogits, a, &c);
@@ -545,6 +554,7 @@ nx_status nx_spec_verify(nx_spec *s, char *err, size_t errlen) {
  * for the caller to score (d1 = -1). */
 static nx_status commit(nx_spec *s, int32_t *emitted, int *n_emitted, int head_later, char *err, size_t errlen) {
     *n_emitted = 0;
+    lp_clear(s);   /* verify_decide's entries stay in s->lp; counted once the commit succeeds */
     if (s->state != SPEC_VERIFIED) return wrong_state(s, "commit", err, errlen);
     double t0 = now_s();
     int a = s->accepted, K = s->k;
@@ -562,7 +572,7 @@ static nx_status commit(nx_spec *s, int32_t *emitted, int *n_emitted, int head_l
     }
     memcpy(emitted, out, (size_t)(a + 1) * sizeof *emitted);
     *n_emitted = a + 1;
-    s->n_lp = a + 1;  /* verify_decide kept entries 0..a (a stop cut at i keeps i's)  */
+    s->n_lp = s->lp ? a + 1 : 0;  /* verify_decide kept entries 0..a (a stop cut at i keeps i's) */
     s->n += a + 1;
     s->stats.emitted += a + 1;
     s->state = SPEC_READY;
@@ -597,6 +607,7 @@ static int round_k(nx_spec *s, int max_emit) {
 
 nx_status nx_spec_step(nx_spec *s, int max_emit, int32_t *emitted, int *n_emitted, char *err, size_t errlen) {
     *n_emitted = 0;
+    lp_clear(s);
     if (s->state != SPEC_READY) return wrong_state(s, "step", err, errlen);
     if (max_emit < 1) return nx_fail(err, errlen, NX_EINVAL, "step: max_emit %d must be >= 1", max_emit);
     int k = round_k(s, max_emit);
@@ -761,6 +772,7 @@ nx_status nx_spec_step_batch(nx_spec_batch *b, nx_spec *const *ss, int n, const 
         nx_spec *s = ss[i];
         char *msg = msgs + (size_t)i * msglen;
         n_emitted[i] = 0;
+        lp_clear(s);
         st[i] = NX_OK;
         for (int k = 0; k < i && !st[i]; k++) /* first: the earlier entry has moved its state on */
             if (ss[k] == s) st[i] = nx_fail(msg, msglen, NX_EINVAL, "step: session %d is also session %d of the batch", i, k);

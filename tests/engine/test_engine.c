@@ -561,8 +561,12 @@ static void prompt_logprobs_score_the_whole_prompt(void) {
         o.cache_at[0] = NP;
         nx_request *r = NULL;
         CHECKF(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_OK, "%s", err);
-        nx_finish fin;
-        CHECK(drain(r, out[i], GEN + 1, &fin) == GEN && fin == NX_FINISH_LENGTH);
+        nx_finish fin = NX_FINISH_NONE;
+        int got = 0;
+        while (r && got == 0 && fin == NX_FINISH_NONE) got = nx_request_read(r, out[i], 1, 1000, &fin);
+        /* the prompt's entries are all there with the first output token */
+        CHECK(got == 1 && nx_request_read_prompt_logprobs(r, lp, NP) == (i ? NP - 1 : 0));
+        CHECK(drain(r, out[i] + 1, GEN, &fin) == GEN - 1 && fin == NX_FINISH_LENGTH);
         nx_request_info info;
         nx_request_get_info(r, &info);
         int n = nx_request_read_prompt_logprobs(r, lp, NP);

@@ -874,7 +874,13 @@ static void logprobs_json_follows_openai(void) {
     json_t *t0 = json_array_get(tops, 0), *t1 = json_array_get(tops, 1), *t2 = json_array_get(tops, 2);
     CHECK(json_object_size(t0) == 2 && json_real_value(json_object_get(t0, " the")) == -0.25);   /* chosen among them */
     CHECK(json_object_size(t1) == 2 && json_real_value(json_object_get(t1, " the")) == -0.5);    /* + the chosen one */
-    CHECK(json_object_size(t2) == 1 && json_real_value(json_object_get(t2, "\xEF\xBF\xBD")) == -3.0);
+    /* completions spell the byte piece as OpenAI does: bytes:\xNN */
+    char spelled[16];
+    size_t plen;
+    const char *pb = nx_tokenizer_token_bytes(t, piece, &plen);
+    snprintf(spelled, sizeof spelled, "bytes:\\x%02x", pb ? (unsigned char)pb[0] : 0);
+    CHECKF(strcmp(sv(json_array_get(toks, 2)), spelled) == 0, "'%s'", sv(json_array_get(toks, 2)));
+    CHECK(json_object_size(t2) == 1 && json_real_value(json_object_get(t2, spelled)) == -3.0);
     json_decref(j);
     /* an entry without a logprob (an echoed prompt's first token): null */
     lp[0].n_top = -1;
@@ -945,7 +951,8 @@ static const nx_test tests[] = {
      logprobs_are_read_in_either_spelling},
     {"logprobs_json_follows_openai",
      "chat content entries (token, logprob, bytes, top_logprobs; U+FFFD for a byte piece; -inf as -9999), refusal null; "
-     "completions' tokens / token_logprobs / top_logprobs objects with the chosen token / text_offset",
+     "completions' tokens / token_logprobs / top_logprobs objects with the chosen token / text_offset, a byte piece as "
+     "bytes:\\xNN",
      logprobs_json_follows_openai},
     {"an_echo_is_not_searched_for_stop_strings", "oai_output_echo: a stop string inside the prompt is sent; after it, cut",
      an_echo_is_not_searched_for_stop_strings},

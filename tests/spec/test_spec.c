@@ -442,8 +442,9 @@ static double logprob_error(const nx_token_logprob *e, int n, const int32_t *seq
     return worst;
 }
 
-/* Runs a session of o to n_gen tokens, collecting each emitting call's
- * logprob entries; returns the count (0 on an error). */
+/* Runs a session of o to n_gen tokens (or to one of o's stop ids),
+ * collecting each emitting call's logprob entries; returns the count (0 on
+ * an error). */
 static int generate_logprobs(nx_model *m, nx_drafter *d, const nx_spec_opts *o, const int32_t *prompt, int n_prompt,
                              int n_gen, int32_t *out, nx_token_logprob *lp, nx_spec_stats *stats) {
     char err[512];
@@ -457,7 +458,10 @@ static int generate_logprobs(nx_model *m, nx_drafter *d, const nx_spec_opts *o, 
         const nx_token_logprob *e = nx_spec_logprobs(s, &nl);
         CHECKF(nl == got && e, "a call emitted %d tokens and kept %d entries", got, nl);
         if (nl == got && e) memcpy(lp + n, e, (size_t)got * sizeof *e);
-        if ((n += got) >= n_gen) break;
+        int stopped = 0;
+        for (int i = n; i < n + got; i++)
+            for (int k = 0; k < o->n_stop; k++) stopped |= out[i] == o->stop_ids[k];
+        if ((n += got) >= n_gen || stopped) break;
         st = nx_spec_step(s, n_gen - n, out + n, &got, err, sizeof err);
     }
     CHECKF(st == NX_OK, "%s", err);
@@ -480,8 +484,13 @@ static void logprobs_follow_the_target_and_drafts_keep_them_exact(void) {
     const int V = nx_model_get_info(m)->vocab_size;
     int32_t prompt[NP] = {5, 17, 300, 42, 9, 77, 600, 3}, plain[NG], spec[NG];
     nx_token_logprob lp0[NG], lp1[NG];
-    nx_logit_bias bias = {17, 4.0f};
+    nx_spec_stats stats;
     nx_spec_opts o = {.accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default(), .logprobs = 1, .top_logprobs = 5};
+    /* a bias that just tips the first token to the runner-up: the output
+     * changes, the reported distribution does not */
+    CHECK(generate_logprobs(m, NULL, &o, prompt, NP, 1, plain, lp0, &stats) == 1);
+    const nx_token_logprob unbiased = lp0[0];
+    nx_logit_bias bias = {unbiased.top_id[1], unbiased.top_logprob[0] - unbiased.top_logprob[1] + 0.5f};
     o.sampling.logit_bias = &bias;
     o.sampling.n_logit_bias = 1;
     for (int pass = 0; pass < 2; pass++) {   /* greedy, then matched sampling */
@@ -492,9 +501,14 @@ static void logprobs_follow_the_target_and_drafts_keep_them_exact(void) {
         }
         o.draft = 0;
         memset(lp0, 0, sizeof lp0);
-        nx_spec_stats stats;
         int n0 = generate_logprobs(m, NULL, &o, prompt, NP, NG, plain, lp0, &stats);
         CHECK(n0 == NG);
+        if (!pass) {
+            nx_token_logprob tipped = unbiased;
+            tipped.id = bias.id, tipped.logprob = unbiased.top_logprob[1];
+            CHECKF(nx_test_same_logprobs(&lp0[0], &tipped, 1), "the bias reached the logprobs (token %d, %g)", lp0[0].id,
+                   lp0[0].logprob);
+        }
         /* the reference: every row's logits of one forward over prompt + output */
         int32_t seq[NP + NG];
         memcpy(seq, prompt, sizeof prompt);
@@ -518,6 +532,25 @@ static void logprobs_follow_the_target_and_drafts_keep_them_exact(void) {
             CHECKF(n1 == n0 && memcmp(plain, spec, sizeof plain) == 0, "pass %d K=%d: other tokens", pass, K);
             CHECKF(nx_test_same_logprobs(lp0, lp1, n0), "pass %d K=%d: other logprobs", pass, K);
         }
+        /* a stop id inside a run of accepted drafts cuts the round there:
+         * the entries end with the stop's. Which output token is such a
+         * draft shows in the statistics (accepted counts past the cut). */
+        o.draft = 3;
+        o.n_stop = 1;
+        int cuts = 0;
+        for (int at = 1; at < NG && !cuts; at++) {
+            o.stop_ids = &plain[at];
+            memset(lp1, 0, sizeof lp1);
+            int n1 = generate_logprobs(m, d, &o, prompt, NP, NG, spec, lp1, &stats);
+            int want = 0;
+            while (plain[want] != plain[at]) want++;
+            CHECKF(n1 == want + 1 && memcmp(plain, spec, (size_t)n1 * sizeof *spec) == 0 && nx_test_same_logprobs(lp0, lp1, n1),
+                   "pass %d: stop id %d: %d tokens (want %d) or other entries", pass, plain[at], n1, want + 1);
+            cuts = stats.emitted < 1 + stats.rounds + stats.accepted;
+        }
+        CHECKF(cuts, "pass %d: no stop id fell inside accepted drafts", pass);
+        o.stop_ids = NULL;
+        o.n_stop = 0;
     }
     /* off: no entries; top_logprobs out of range refused */
     char err[512];
@@ -717,8 +750,9 @@ static const nx_test tests[] = {
      "with a logit bias, K = 1..3 greedy and matched output equal plain; banned ids never come; bad entries refused",
      logit_bias_shapes_the_output_and_drafts_keep_it_exact},
     {"logprobs_follow_the_target_and_drafts_keep_them_exact",
-     "logprobs = log_softmax (double) of a plain forward's logits within 2e-5, top 5 in order, bias ignored; K = 1..3 "
-     "greedy and matched: the same bits as plain; off: none; top_logprobs 21 refused",
+     "logprobs = log_softmax (double) of a plain forward's logits within 2e-5, top 5 in order, a bias that changes the "
+     "output ignored; K = 1..3 greedy and matched, and K = 3 cut at a stop id: the same bits as plain; off: none; "
+     "top_logprobs 21 refused",
      logprobs_follow_the_target_and_drafts_keep_them_exact},
     {"input_logprobs_score_every_input_token",
      "prefill (3 pieces), extend, absorb from READY and FRESH: an entry per input token but a fresh first, = log_softmax "
