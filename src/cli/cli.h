@@ -20,6 +20,7 @@ int cmd_chat_template(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 
 /* Prints "nextn: <message>" to stderr and returns 2 (usage) — for option errors. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

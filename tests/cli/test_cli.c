@@ -126,6 +126,55 @@ static void seeded_sampling_is_reproducible(void) {
 
 /* --logit-bias: +100 on one token makes greedy output that token only; the
  * flag may be repeated. */
+/* nextn perplexity over the golden prompt in one window equals the
+ * perplexity llama.cpp's logits for it give (within 1e-3, the logits' own
+ * agreement); in windows of 10 it scores 9 + 9 + 9 + 6 tokens. */
+static void perplexity_matches_llamacpp_logits(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-ppl"));
+    char *prompt = golden_prompt(), args[4096];
+    size_t n;
+    float *ref = nx_test_read_file(GOLDEN "/prompt_logits.f32", &n);
+    int ids[37], k = 0;
+    for (char *p = prompt; p && *p && k < 37; k++) {
+        ids[k] = (int)strtol(p, &p, 10);
+        if (*p == ',') p++;
+    }
+    CHECK(k == 37 && ref && n == 37 * 8192 * 4);
+    double nll = 0;
+    for (int r = 0; r < 36 && ref && k == 37; r++) {   /* row r predicts token r + 1 */
+        const float *row = ref + (size_t)r * 8192;
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < 8192; v++) mx = fmax(mx, row[v]);
+        for (int v = 0; v < 8192; v++) sum += exp(row[v] - mx);
+        nll += mx + log(sum) - row[ids[r + 1]];
+    }
+    const double want = exp(nll / 36);
+    snprintf(args, sizeof args, "perplexity -m '%s/hf' --ids %s --ctx 37 --json", GOLDEN, prompt);
+    CHECK(nextn(args) == 0);
+    char *out = captured("stdout");
+    json_t *j = json_loads(out, 0, NULL);
+    double got = json_number_value(json_object_get(j, "perplexity"));
+    CHECKF(fabs(got - want) <= 1e-3 * want, "perplexity %.6f, llama.cpp's logits give %.6f", got, want);
+    CHECK(json_integer_value(json_object_get(j, "tokens")) == 36 && json_integer_value(json_object_get(j, "windows")) == 1);
+    CHECK(json_number_value(json_object_get(j, "perplexity_se")) > 0);
+    json_decref(j);
+    free(out);
+    snprintf(args, sizeof args, "perplexity -m '%s/hf' --ids %s --ctx 10 --json", GOLDEN, prompt);
+    CHECK(nextn(args) == 0);
+    out = captured("stdout");
+    j = json_loads(out, 0, NULL);
+    CHECKF(json_integer_value(json_object_get(j, "tokens")) == 33 && json_integer_value(json_object_get(j, "windows")) == 4,
+           "'%s'", out);
+    json_decref(j);
+    free(out);
+    /* text through the bundled model's tokenizer */
+    CHECK(nextn("perplexity --text 'In the beginning God created the heaven and the earth.'") == 0);
+    out = captured("stdout");
+    CHECKF(strncmp(out, "perplexity ", 11) == 0 && strstr(out, " tokens in 1 window"), "'%s'", out);
+    free(out);
+    free(ref), free(prompt);
+}
+
 static void logit_bias_forces_a_token(void) {
     snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-bias"));
     CHECK(nextn("generate -m '" GOLDEN "/hf' --prompt-ids 8129,872,198 -n 6 --json --logit-bias 5:-3 --logit-bias 777:100") == 0);
@@ -176,6 +225,12 @@ static void bad_use_exits_2_with_one_line(void) {
         {"generate -m x --prompt-ids 1 --logit-bias -5:1", 2, "--logit-bias"},
         {"generate -m x --prompt-ids 1 --logit-bias ,", 2, "--logit-bias"},
         {"generate -m '" GOLDEN "/hf' --prompt-ids 1 --logit-bias 99999999:1", 1, "logit_bias: token 99999999"},
+        {"perplexity -m x", 2, "give one of -f FILE, --text TEXT, --ids IDS"},
+        {"perplexity -m x --ids 1,2 --text y", 2, "give one of"},
+        {"perplexity -m x --ids 1,2 --ctx 1", 2, "--ctx"},
+        {"perplexity -m x -f /nonexistent.txt", 1, "/nonexistent.txt"},
+        {"perplexity -m '" GOLDEN "/hf' --ids 5", 1, "at least 2"},
+        {"perplexity -m '" GOLDEN "/hf' --ids 5,99999", 1, "99999"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int rc = nextn(cases[i].args);
@@ -187,7 +242,7 @@ static void bad_use_exits_2_with_one_line(void) {
         free(err);
     }
     for (const char *const *c = (const char *const[]){"--help", "generate --help", "logits --help", "inspect --help", "tokenize --help",
-                                                       "detokenize --help", "chat-template --help", NULL};
+                                                       "detokenize --help", "chat-template --help", "perplexity --help", NULL};
          *c; c++) {
         char args[64];
         snprintf(args, sizeof args, "%s", *c);
@@ -482,6 +537,8 @@ static void generate_defaults_to_the_bundled_model(void) {
 static const nx_test tests[] = {
     {"generate_defaults_to_the_bundled_model", "no -m: models/default, text in, readable text out, MTP stats",
      generate_defaults_to_the_bundled_model},
+    {"perplexity_matches_llamacpp_logits", "nextn perplexity in one window = exp(mean NLL) of llama.cpp's logits (1e-3); "
+     "windows of 10 score 33 tokens; --text through the tokenizer", perplexity_matches_llamacpp_logits},
     {"logits_command_writes_golden_npy", "nextn logits writes [L,V] and [L,H] .npy files matching llama.cpp", logits_command_writes_golden_npy},
     {"inspect_json_describes_the_checkpoint", "nextn inspect --json reports dims, pattern, dtype, MTP, layout", inspect_json_describes_the_checkpoint},
     {"generate_greedy_matches_llamacpp", "nextn generate greedy ids equal llama.cpp's; --json and --stats", generate_greedy_matches_llamacpp},
