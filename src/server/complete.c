@@ -594,8 +594,7 @@ static char *tool_arguments_as_objects(const char *messages_json) {
     return out;
 }
 
-/* The prompt's ids (caller frees with nx_free); on failure a 400 was sent. */
-static int build_prompt(nx_server *s, struct MHD_Connection *c, const oai_request *q, int32_t **ids, int *n, int *think_open,
+int srv_build_prompt(nx_server *s, struct MHD_Connection *c, const oai_request *q, int32_t **ids, int *n, int *think_open,
                         int cache_at[NX_CACHE_POINTS], enum MHD_Result *sent) {
     char err[600];
     char *text = NULL, *fixed = NULL;
@@ -684,7 +683,7 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
     enum MHD_Result sent = MHD_NO;
     int32_t *ids = NULL;
     int n = 0, think_open, cache_at[NX_CACHE_POINTS];
-    if (build_prompt(s, c, &q, &ids, &n, &think_open, cache_at, &sent) != 0) {
+    if (srv_build_prompt(s, c, &q, &ids, &n, &think_open, cache_at, &sent) != 0) {
         oai_request_free(&q);
         return sent;
     }

@@ -1,10 +1,11 @@
-/* http.h — what the server's two files share (internal): the server object,
+/* http.h — what the server's files share (internal): the server object,
  * one connection's state, and the helpers that send a whole response.
  *
  *   server.c    the daemon: binding, routing, auth, request bodies, the small
  *               GET endpoints (/health, /v1/models, /metrics)
  *   complete.c  the completion endpoints: prompt -> engine request -> text
- *               assembly -> one JSON body or a stream of SSE chunks */
+ *               assembly -> one JSON body or a stream of SSE chunks
+ *   tokenize.c  token counts and ids for clients: /tokenize, /detokenize */
 #ifndef NX_SERVER_HTTP_H
 #define NX_SERVER_HTTP_H
 
@@ -13,6 +14,7 @@
 #include <stdatomic.h>
 
 #include "nextn.h"
+#include "server/oai.h"
 
 struct nx_server {
     nx_server_opts o;
@@ -58,6 +60,17 @@ uint64_t srv_next_id(nx_server *s);
 
 /* complete.c: POST /v1/chat/completions (chat = 1) and /v1/completions. */
 enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *conn, int chat, const char *body, size_t len);
+/* The prompt of a parsed request q as token ids (*ids: the caller frees
+ * with nx_free): a chat rendered with the template (and a generation
+ * prompt), a text tokenized, ids copied. *think_open: 1 when the rendering
+ * ends in an open <think> block (-1 for text); cache_at: the prefix
+ * boundaries worth a checkpoint. Returns 0, or -1 with the 400 (or 500) sent
+ * and *sent its result. */
+int srv_build_prompt(nx_server *s, struct MHD_Connection *c, const oai_request *q, int32_t **ids, int *n, int *think_open,
+                     int cache_at[NX_CACHE_POINTS], enum MHD_Result *sent);
+/* tokenize.c: POST /tokenize and /detokenize. */
+enum MHD_Result srv_tokenize(nx_server *s, struct MHD_Connection *c, const char *body, size_t len);
+enum MHD_Result srv_detokenize(nx_server *s, struct MHD_Connection *c, const char *body, size_t len);
 /* The handler called again for a connection with conn->gen: a whole
  * response still being generated (parked and resumed). */
 enum MHD_Result srv_complete_whole(nx_server *s, struct MHD_Connection *c, srv_conn *conn);

@@ -8,7 +8,7 @@
  * A request body arrives over several handler calls and is collected in a
  * srv_conn up to max_body bytes (beyond that: 413, the rest is discarded).
  * Routing, auth and the small GET endpoints live here; the completion
- * endpoints are in complete.c. */
+ * endpoints are in complete.c, /tokenize and /detokenize in tokenize.c. */
 #include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -214,7 +214,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         if (!conn) return MHD_NO;
         *con_cls = conn;
         /* refuse before the body is read: no key, or a declared length over the limit */
-        int guarded = strncmp(url, "/v1/", 4) == 0 || strcmp(url, "/metrics") == 0;
+        int guarded = strncmp(url, "/v1/", 4) == 0 || strcmp(url, "/metrics") == 0 || strcmp(url, "/tokenize") == 0 ||
+                      strcmp(url, "/detokenize") == 0;
         if (guarded && !authorized(s, c)) {
             conn->answered = 1;
             return srv_send_error(s, c, 401, "Incorrect API key provided (send Authorization: Bearer KEY)",
@@ -261,15 +262,19 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     int one_model = strncmp(url, "/v1/models/", 11) == 0 && url[11];
     if (one_model && get) return send_models(s, c, url + 11);
     int chat = strcmp(url, "/v1/chat/completions") == 0, text = strcmp(url, "/v1/completions") == 0;
-    if ((chat || text) && post) {
+    int tok = strcmp(url, "/tokenize") == 0, detok = strcmp(url, "/detokenize") == 0;
+    if ((chat || text || tok || detok) && post) {
         if (conn->too_big) {
             char msg[128];
             snprintf(msg, sizeof msg, "request body exceeds %zu bytes", s->o.max_body);
             return srv_send_error(s, c, 413, msg, "invalid_request_error", NULL);
         }
-        return srv_complete(s, c, conn, chat, conn->body ? conn->body : "", conn->len);
+        const char *body = conn->body ? conn->body : "";
+        if (tok) return srv_tokenize(s, c, body, conn->len);
+        if (detok) return srv_detokenize(s, c, body, conn->len);
+        return srv_complete(s, c, conn, chat, body, conn->len);
     }
-    if (chat || text || metrics || one_model || strcmp(url, "/v1/models") == 0 || strcmp(url, "/health") == 0) {
+    if (chat || text || tok || detok || metrics || one_model || strcmp(url, "/v1/models") == 0 || strcmp(url, "/health") == 0) {
         char msg[160];
         snprintf(msg, sizeof msg, "method %s is not allowed on %s", method, url);
         return srv_send_error(s, c, 405, msg, "invalid_request_error", NULL);

@@ -1,6 +1,6 @@
 // openai_client.test.mjs — `nextn serve` through the official `openai` npm
 // client (pinned in package.json) and raw HTTP: chat, streaming, usage, stop
-// strings, tools, seeds, logprobs and echo, 8 concurrent streams equal to the same requests
+// strings, tools, seeds, logprobs and echo, /tokenize, 8 concurrent streams equal to the same requests
 // alone, cancellation, malformed requests, the prefix cache (multi-turn hits,
 // the disk tier across a restart, damaged files), a bounded load test and a
 // graceful shutdown. Loopback only.
@@ -362,6 +362,41 @@ test('echo scores a prompt as generation scored its tokens', async () => {
   const zero = await raw('POST', '/v1/completions', JSON.stringify({ prompt, max_tokens: 0 }));
   assert.equal(zero.status, 400);
   assert.equal(zero.json.error.param, 'max_tokens');
+});
+
+test('/tokenize counts what a completion will, /detokenize reads ids back', async () => {
+  const post = (url, body) => raw('POST', url, JSON.stringify(body));
+  const prompt = 'And God said unto Moses,';
+  const ids = JSON.parse(spawnSync(nextn, ['tokenize', '-m', modelDir, '--text', prompt]).stdout);
+  const t = await post('/tokenize', { prompt, return_token_strs: true });
+  assert.equal(t.status, 200, t.text);
+  assert.deepEqual(t.json.tokens, ids);
+  assert.equal(t.json.count, ids.length);
+  assert.equal(t.json.max_model_len, 1024);
+  assert.equal(t.json.token_strs.join(''), prompt);
+  const msgs = [user('Who was Moses?')];
+  const chatCount = await post('/tokenize', { messages: msgs });
+  const answered = await chatWhole(msgs, { max_tokens: 1 });
+  assert.equal(chatCount.json.count, answered.usage.prompt_tokens, 'the count a chat completion reports');
+  assert.equal(chatCount.json.token_strs, undefined);
+  const d = await post('/detokenize', { tokens: ids });
+  assert.equal(d.status, 200);
+  assert.equal(d.json.prompt, prompt);
+  const cases = [
+    ['/detokenize', { tokens: [1, 99999999] }, /tokens\[1\] is not a token id/, 'tokens'],
+    ['/detokenize', { tokens: 'x' }, /array of token ids/, 'tokens'],
+    ['/tokenize', {}, /prompt/, 'prompt'],
+    ['/tokenize', { messages: [] }, /messages/, 'messages'],
+    ['/tokenize', { prompt, return_token_strs: 'yes' }, /boolean/, 'return_token_strs'],
+  ];
+  for (const [url, body, re, param] of cases) {
+    const r = await post(url, body);
+    assert.equal(r.status, 400, `${url} ${JSON.stringify(body)} -> ${r.status}`);
+    assert.match(r.json.error.message, re);
+    assert.equal(r.json.error.param, param);
+  }
+  assert.equal((await raw('GET', '/tokenize')).status, 405);
+  assert.equal((await raw('POST', '/tokenize', '{"prompt":"x"}', { Authorization: 'Bearer wrong' })).status, 401);
 });
 
 test('8 concurrent streams equal the same requests alone', async () => {
