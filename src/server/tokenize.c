@@ -41,10 +41,10 @@ enum MHD_Result srv_tokenize(nx_server *s, struct MHD_Connection *c, const char 
     json_t *root = body_object(s, c, body, len, &sent);
     if (!root) return sent;
     int chat = json_object_get(root, "messages") != NULL;
-    json_t *strs = json_object_get(root, "return_token_strs");
-    int with_strs = json_is_true(strs);
+    json_t *strs = json_object_get(root, "return_token_strs");   /* borrowed: read before root goes */
+    int with_strs = json_is_true(strs), bad_strs = strs && !json_is_boolean(strs) && !json_is_null(strs);
     json_decref(root);
-    if (strs && !json_is_boolean(strs) && !json_is_null(strs))
+    if (bad_strs)
         return srv_send_error(s, c, 400, "return_token_strs must be a boolean", "invalid_request_error", "return_token_strs");
     oai_request q;
     int status, think_open, cache_at[NX_CACHE_POINTS], n = 0;
