@@ -476,9 +476,10 @@ int nx_spec_length(const nx_spec *s);
  * emitted (prefill, extend, commit, step, step_batch), in order, *n of them
  * -- the same count that call reported (a stop id it emitted included). 0
  * and NULL when logprobs are off or the last call emitted nothing (draft,
- * verify, absorb, any failure). Valid until the session's next call. Each verified position costs a copy of its logits
- * row and passes over it (maximum, normalizer, top-k): about 0.3-0.4 ms at a
- * 248k vocabulary on the 2-core CI machine. */
+ * verify, absorb, any failure). Valid until the session's next call. Each
+ * verified position costs a copy of its logits row and passes over it
+ * (maximum, normalizer, top-k): about 0.3-0.4 ms at a 248k vocabulary on
+ * the 2-core CI machine. */
 const nx_token_logprob *nx_spec_logprobs(const nx_spec *s, int *n);
 /* With opts.input_logprobs: the entries of the input tokens the last
  * prefill, extend or absorb read, in order, *n of them: every token given

@@ -76,7 +76,8 @@ int cmd_perplexity(int argc, char **argv) {
     if ((file != NULL) + (text != NULL) + (ids_arg != NULL) != 1)
         return cli_usage_error("perplexity: give one of -f FILE, --text TEXT, --ids IDS");
     long ctx;
-    if (cli_parse_int(ctx_arg, 2, 1 << 24, &ctx)) return cli_usage_error("perplexity: --ctx wants an integer >= 2, got '%s'", ctx_arg);
+    if (cli_parse_int(ctx_arg, 2, 1 << 24, &ctx))
+        return cli_usage_error("perplexity: --ctx wants an integer >= 2, got '%s'", ctx_arg);
 
     int rc = 1, n = 0;
     int32_t *ids = NULL;

@@ -288,8 +288,13 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
     }
     r->max_tokens = o->max_tokens;
     if (o->n_stop) memcpy(r->stop, o->stop_ids, (size_t)o->n_stop * sizeof *r->stop);
-    r->so = (nx_spec_opts){.draft = e->d ? e->o.draft : 0, .accept = o->accept, .sampling = o->sampling, .stop_ids = r->stop, .n_stop = o->n_stop,
-                           .logprobs = o->logprobs != 0, .input_logprobs = o->prompt_logprobs != 0,
+    r->so = (nx_spec_opts){.draft = e->d ? e->o.draft : 0,
+                           .accept = o->accept,
+                           .sampling = o->sampling,
+                           .stop_ids = r->stop,
+                           .n_stop = o->n_stop,
+                           .logprobs = o->logprobs != 0,
+                           .input_logprobs = o->prompt_logprobs != 0,
                            .top_logprobs = o->logprobs || o->prompt_logprobs ? o->top_logprobs : 0};
     if (nb) memcpy(r->bias, o->sampling.logit_bias, nb * sizeof *r->bias);
     r->so.sampling.logit_bias = r->bias;
