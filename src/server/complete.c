@@ -419,6 +419,13 @@ static void gen_cut(gen *g) {
     gen_close(g);
 }
 
+/* Characters (code points) in n bytes of UTF-8: what text_offset counts. */
+static long utf8_chars(const char *t, size_t n) {
+    long c = 0;
+    for (size_t k = 0; k < n; k++) c += ((unsigned char)t[k] & 0xC0) != 0x80;
+    return c;
+}
+
 /* The echoed prompt: its text as its tokens decode (special tokens written
  * out), and with logprobs an entry a token -- the first has none (n_top -1),
  * nor has any the engine did not score (a request ended early). Runs once
@@ -452,7 +459,7 @@ static void echo_prompt(gen *g) {
         }
         memcpy(text + len, t, n);
         len += n;
-        for (size_t k = 0; k < n; k++) g->chars += ((unsigned char)t[k] & 0xC0) != 0x80;
+        g->chars += utf8_chars(t, n);
     }
     oai_delta d;
     if (oai_output_echo(g->out, text, len, &d) != 0) g->oom = 1;
@@ -476,7 +483,7 @@ static void gen_pump(gen *g) {
         const char *text = nx_detok_stream_push(g->detok, ids[i], &len);
         g->n_completion++;
         if (g->logprobs) pend(g, &lps[i], g->chars);   /* before its text: a delta it completes carries it */
-        for (size_t k = 0; k < len; k++) g->chars += ((unsigned char)text[k] & 0xC0) != 0x80;
+        g->chars += utf8_chars(text, len);
         push_text(g, text, len);
     }
     if (g->done) return;
