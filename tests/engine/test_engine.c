@@ -329,25 +329,34 @@ static void damaged_cache_files_are_misses(void) {
     drain(r, out, 64, &fin);
     nx_request_free(r);
     nx_engine_free(e);
-    /* damage every file: one flipped byte deep inside, one truncated */
+    /* damage every file: a flipped byte deep inside the prompt's own entry
+     * (the smaller file: the lookup reads it), the other one truncated (the
+     * directory scan drops it). Chosen by size, not by readdir's order, which
+     * follows the names (their hashes change with the model's fingerprint) */
     char path[1400];
     int files = cache_files(dir, path, sizeof path);
     CHECK(files == 2);
     DIR *dd = opendir(dir);
     struct dirent *de;
+    char names[2][1400];
+    size_t sizes[2] = {0, 0};
     int k = 0;
-    while (dd && (de = readdir(dd))) {
+    while (dd && k < 2 && (de = readdir(dd))) {
         size_t l = strlen(de->d_name);
         if (l < 5 || strcmp(de->d_name + l - 4, ".nxc") != 0) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        size_t n;
-        unsigned char *b = nx_test_read_file(path, &n);
-        if (!b) continue;
-        if (k++ == 0) b[n - 100] ^= 0x40, nx_test_write_file(path, b, n);
-        else nx_test_write_file(path, b, n / 2);
-        free(b);
+        snprintf(names[k], sizeof names[k], "%s/%s", dir, de->d_name);
+        free(nx_test_read_file(names[k], &sizes[k]));
+        k++;
     }
     if (dd) closedir(dd);
+    for (int i = 0; k == 2 && i < 2; i++) {
+        size_t n;
+        unsigned char *b = nx_test_read_file(names[i], &n);
+        if (!b) continue;
+        if (sizes[i] < sizes[1 - i]) b[n - 100] ^= 0x40, nx_test_write_file(names[i], b, n);
+        else nx_test_write_file(names[i], b, n / 2);
+        free(b);
+    }
     e = engine(m, d, 1, 0, dir, 64);
     r = submit(e, t1, 20, 0, 8, 0, 0);
     int n = drain(r, out, 64, &fin), nr = reference(m, d, t1, 20, 8, 0, 0, ref);
