@@ -163,10 +163,19 @@ nx_status nx_forward(const nx_model *m, nx_state *s, const int32_t *tokens, int 
 
 /* ---- Quantization ------------------------------------------------------ */
 
+/* MLX quantization modes (spec §2.6.1): affine (uint codes, a scale and a
+ * bias a group) and the small-float modes, E2M1 or E4M3 elements with one
+ * shared scale a group: mxfp4 (4 bits, group 32), nvfp4 (4, 16), mxfp8
+ * (8, 32). */
+typedef enum { NX_QUANT_AFFINE = 0, NX_QUANT_MXFP4, NX_QUANT_NVFP4, NX_QUANT_MXFP8 } nx_quant_mode;
+
 typedef struct {
-    int bits;              /* 2, 3, 4, 5, 6 or 8                                  */
-    int group_size;        /* 32, 64 or 128; 0 means 64                           */
+    int bits;              /* affine: 2, 3, 4, 5, 6 or 8; the small-float modes:
+                              0 or their own                                     */
+    int group_size;        /* affine: 32, 64 or 128, 0 means 64; the small-float
+                              modes: 0 or their own                              */
     int keep_mtp_dense;    /* leave the MTP head's matrices unquantized          */
+    nx_quant_mode mode;    /* NX_QUANT_AFFINE (0) unless set                     */
 } nx_quantize_opts;
 
 typedef struct {
@@ -175,12 +184,13 @@ typedef struct {
 } nx_quantize_report;
 
 /* Writes out_dir (created if missing; an existing one must be empty) as an
- * mlx-community-style checkpoint of the dense checkpoint in in_dir, quantized in MLX's affine format (spec
+ * mlx-community-style checkpoint of the dense checkpoint in in_dir, quantized in an MLX mode (spec
  * §2.6.1): mlx names (language_model.model.*, the MTP head as
  * language_model.mtp.*), zero-centred norms stored as 1 + w, conv1d as
  * [CD, Kc, 1], every matrix whose column count is a multiple of the group
  * (embeddings and the MTP head included, unless keep_mtp_dense) as U32 codes
- * + scales + biases in the source dtype; a "quantization" block in
+ * + scales + biases in the source dtype (affine) or U32 codes + U8 scales
+ * (the small-float modes, rounded as mlx.core.quantize rounds); a "quantization" block in
  * config.json; tokenizer and generation files copied. in_dir is loaded and
  * checked first (a load with default options: it selects the newest kernel
  * set, see nx_load_opts.kernels); an already quantized input is

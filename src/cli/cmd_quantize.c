@@ -1,24 +1,27 @@
-/* cmd_quantize.c — `nextn quantize`: an mlx-community-style affine-quantized
- * copy of a dense checkpoint (nx_quantize). */
+/* cmd_quantize.c — `nextn quantize`: an mlx-community-style quantized copy
+ * of a dense checkpoint (nx_quantize). */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 
 static const char *quantize_help =
-    "usage: nextn quantize [-m IN] -o OUT --bits 4|8 [--group-size 64] [--keep-mtp-dense]\n"
-    "Writes OUT as an MLX affine-quantized checkpoint of the dense checkpoint IN\n"
+    "usage: nextn quantize [-m IN] -o OUT (--bits 4|8 [--group-size 64] | --mode mxfp4|nvfp4|mxfp8)\n"
+    "                      [--keep-mtp-dense]\n"
+    "Writes OUT as an MLX-quantized checkpoint of the dense checkpoint IN\n"
     "(mlx-community layout and names, quantization block in config.json; the MTP\n"
     "head quantized too unless --keep-mtp-dense).\n\n"
     "  -m, --model IN     dense checkpoint (default: $NEXTN_MODEL, else the bundled model)\n"
     "  -o, --out OUT      output directory (created if missing)\n"
-    "  --bits B           2, 3, 4, 5, 6 or 8\n"
-    "  --group-size G     32, 64 or 128 (default 64)\n"
+    "  --bits B           affine: 2, 3, 4, 5, 6 or 8\n"
+    "  --group-size G     affine: 32, 64 or 128 (default 64)\n"
+    "  --mode M           affine (the default), or a small-float mode with its own\n"
+    "                     bits and group: mxfp4 (4, 32), nvfp4 (4, 16), mxfp8 (8, 32)\n"
     "  --keep-mtp-dense   leave the MTP head's matrices as they are\n";
 
 int cmd_quantize(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
-    nx_quantize_opts o = {0, 64, 0};
+    nx_quantize_opts o = {0, 0, 0, NX_QUANT_AFFINE};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long k;
@@ -34,18 +37,26 @@ int cmd_quantize(int argc, char **argv) {
             if (cli_parse_int(v, 32, 128, &k) || (k != 32 && k != 64 && k != 128))
                 return cli_usage_error("quantize: --group-size wants 32, 64 or 128, got '%s'", v);
             o.group_size = (int)k;
+        } else if (strcmp(a, "--mode") == 0) {
+            static const char *const modes[] = {"affine", "mxfp4", "nvfp4", "mxfp8"};
+            int found = -1;
+            for (int j = 0; j < 4; j++)
+                if (strcmp(v, modes[j]) == 0) found = j;
+            if (found < 0) return cli_usage_error("quantize: --mode wants affine, mxfp4, nvfp4 or mxfp8, got '%s'", v);
+            o.mode = (nx_quant_mode)found;
         } else {
             return cli_usage_error("quantize: unknown option '%s' (see nextn quantize --help)", a);
         }
     }
     if (!out) return cli_usage_error("quantize: -o OUT is required");
-    if (!o.bits) return cli_usage_error("quantize: --bits is required");
+    if (!o.bits && o.mode == NX_QUANT_AFFINE) return cli_usage_error("quantize: --bits (or a --mode) is required");
     if (!in) in = cli_default_model();
     char err[1024];
     nx_quantize_report r;
     if (nx_quantize(in, out, &o, &r, err, sizeof err)) return cli_fail("%s", err);
-    printf("%s -> %s: %lld tensors, %lld quantized to %d bits (group %d)%s; %.1f MiB -> %.1f MiB\n", in, out,
-           (long long)r.tensors, (long long)r.quantized, o.bits, o.group_size, o.keep_mtp_dense ? ", MTP head dense" : "",
+    static const char *const names[] = {"affine", "mxfp4", "nvfp4", "mxfp8"};
+    printf("%s -> %s: %lld tensors, %lld quantized (%s)%s; %.1f MiB -> %.1f MiB\n", in, out, (long long)r.tensors,
+           (long long)r.quantized, names[o.mode], o.keep_mtp_dense ? ", MTP head dense" : "",
            (double)r.bytes_in / (1 << 20), (double)r.bytes_out / (1 << 20));
     return 0;
 }

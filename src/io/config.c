@@ -254,16 +254,58 @@ static nx_status parse_text(cfg_ctx *c, json_t *root, json_t *tc, cfg_model *out
 static int affine_bits_ok(long long b) { return b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8; }
 static int affine_group_ok(long long g) { return g == 32 || g == 64 || g == 128; }
 
-/* bits / group_size of one quantization object (the block or an override);
- * absent fields keep *bits / *group. */
-static nx_status quant_params(cfg_ctx *c, json_t *obj, const char *where, int *bits, int *group) {
-    long long b = *bits, g = *group;
+/* MLX's modes and their (group_size, bits) defaults, which the small-float
+ * modes also require. */
+static const struct { const char *name; int group, bits; } qmodes[] = {
+    [CFG_Q_AFFINE] = {"affine", 64, 4}, [CFG_Q_MXFP4] = {"mxfp4", 32, 4},
+    [CFG_Q_NVFP4] = {"nvfp4", 16, 4},   [CFG_Q_MXFP8] = {"mxfp8", 32, 8},
+};
+
+const char *cfg_qmode_name(int mode) {
+    return mode >= 0 && mode < (int)(sizeof qmodes / sizeof *qmodes) ? qmodes[mode].name : "?";
+}
+
+/* mode, bits and group_size of one quantization object (the block or an
+ * override): an absent mode is *mode, absent sizes take that mode's
+ * defaults (mlx's to_quantized(**entry)). */
+static nx_status quant_params(cfg_ctx *c, json_t *obj, const char *where, int *mode, int *bits, int *group) {
+    json_t *m = json_object_get(obj, "mode");
+    if (m && !json_is_null(m)) {
+        int found = -1;
+        for (int i = 0; json_is_string(m) && i < (int)(sizeof qmodes / sizeof *qmodes); i++)
+            if (strcmp(json_string_value(m), qmodes[i].name) == 0) found = i;
+        if (found < 0)
+            return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED,
+                           "%s: %s%s: mode '%s' is not supported (affine, mxfp4, nvfp4 or mxfp8)", c->file, c->scope,
+                           where, json_is_string(m) ? json_string_value(m) : "?");
+        *mode = found;
+    }
+    long long b = qmodes[*mode].bits, g = qmodes[*mode].group;
     if (get_int(c, obj, "bits", 1, 64, &b) < 0 || get_int(c, obj, "group_size", 1, 1 << 20, &g) < 0) return NX_EFORMAT;
-    if (!affine_bits_ok(b) || !affine_group_ok(g))
+    if (*mode == CFG_Q_AFFINE && (!affine_bits_ok(b) || !affine_group_ok(g)))
         return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED,
                        "%s: %s%s: bits %lld, group_size %lld (affine quantization takes bits 2, 3, 4, 5, 6 or 8 and group_size 32, 64 or 128)",
                        c->file, c->scope, where, b, g);
+    if (*mode != CFG_Q_AFFINE && (b != qmodes[*mode].bits || g != qmodes[*mode].group))
+        return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED, "%s: %s%s: bits %lld, group_size %lld (mode %s takes bits %d, group_size %d)",
+                       c->file, c->scope, where, b, g, qmodes[*mode].name, qmodes[*mode].bits, qmodes[*mode].group);
     *bits = (int)b, *group = (int)g;
+    return NX_OK;
+}
+
+/* A Hugging Face quantization_config with quant_method "fp8" (spec §2.6.3):
+ * E4M3 weights in 128 x 128 blocks, the only layout read. */
+static nx_status parse_fp8(cfg_ctx *c, json_t *q, cfg_model *out) {
+    json_t *fmt = json_object_get(q, "fmt"), *bs = json_object_get(q, "weight_block_size");
+    if (fmt && !json_is_null(fmt) && (!json_is_string(fmt) || strcmp(json_string_value(fmt), "e4m3") != 0))
+        return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED, "%s: %sfmt '%s' is not supported (fp8 weights must be e4m3)", c->file,
+                       c->scope, json_is_string(fmt) ? json_string_value(fmt) : "?");
+    if (!json_is_array(bs) || json_array_size(bs) != 2 || json_integer_value(json_array_get(bs, 0)) != 128 ||
+        json_integer_value(json_array_get(bs, 1)) != 128)
+        return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED,
+                       "%s: %sweight_block_size must be [128, 128] (per-tensor and per-channel fp8 are not supported)", c->file,
+                       c->scope);
+    out->fp8_block = 1;
     return NX_OK;
 }
 
@@ -279,16 +321,14 @@ static nx_status parse_quantization(cfg_ctx *top, json_t *root, cfg_model *out) 
     c.scope = scope;
     if (!json_is_object(q)) return nx_fail(c.err, c.errlen, NX_EFORMAT, "%s: %s must be an object", c.file, key);
     json_t *method = json_object_get(q, "quant_method");
+    if (method && json_is_string(method) && strcmp(json_string_value(method), "fp8") == 0) return parse_fp8(&c, q, out);
     if (method && !json_is_null(method))
-        return nx_fail(c.err, c.errlen, NX_EUNSUPPORTED, "%s: %squant_method '%s' is not supported (nextn reads MLX affine quantization)",
-                       c.file, scope, json_is_string(method) ? json_string_value(method) : "?");
-    json_t *mode = json_object_get(q, "mode");
-    if (mode && !json_is_null(mode) && (!json_is_string(mode) || strcmp(json_string_value(mode), "affine") != 0))
-        return nx_fail(c.err, c.errlen, NX_EUNSUPPORTED, "%s: %smode '%s' is not supported (only 'affine'; mxfp4, mxfp8 and nvfp4 are not implemented)",
-                       c.file, scope, json_is_string(mode) ? json_string_value(mode) : "?");
+        return nx_fail(c.err, c.errlen, NX_EUNSUPPORTED,
+                       "%s: %squant_method '%s' is not supported (nextn reads MLX quantization and block fp8)", c.file, scope,
+                       json_is_string(method) ? json_string_value(method) : "?");
     out->has_quantization = 1;
-    out->q_bits = 4, out->q_group = 64;
-    nx_status st = quant_params(&c, q, "defaults", &out->q_bits, &out->q_group);
+    out->q_mode = CFG_Q_AFFINE;
+    nx_status st = quant_params(&c, q, "defaults", &out->q_mode, &out->q_bits, &out->q_group);
     if (st) return st;
     const char *k;
     json_t *v;
@@ -301,23 +341,20 @@ static nx_status parse_quantization(cfg_ctx *top, json_t *root, cfg_model *out) 
         if (strlen(k) >= sizeof o->path)
             return nx_fail(c.err, c.errlen, NX_EFORMAT, "%s: %s: module path '%.60s...' is too long", c.file, key, k);
         snprintf(o->path, sizeof o->path, "%s", k);
-        o->bits = o->group = 0;
-        if (json_is_object(v)) {
-            o->bits = 4, o->group = 64;                          /* the affine mode's defaults */
-            if ((st = quant_params(&c, v, k, &o->bits, &o->group))) return st;
-        }
+        o->mode = CFG_Q_AFFINE, o->bits = o->group = 0;
+        if (json_is_object(v) && (st = quant_params(&c, v, k, &o->mode, &o->bits, &o->group))) return st;
     }
     return NX_OK;
 }
 
-int cfg_quant_for(const cfg_model *c, const char *module, int *bits, int *group) {
+int cfg_quant_for(const cfg_model *c, const char *module, int *mode, int *bits, int *group) {
     if (!c->has_quantization) return 0;
     for (int i = 0; i < c->n_q_overrides; i++)
         if (strcmp(c->q_overrides[i].path, module) == 0) {
-            *bits = c->q_overrides[i].bits, *group = c->q_overrides[i].group;
+            *mode = c->q_overrides[i].mode, *bits = c->q_overrides[i].bits, *group = c->q_overrides[i].group;
             return *bits != 0;
         }
-    *bits = c->q_bits, *group = c->q_group;
+    *mode = c->q_mode, *bits = c->q_bits, *group = c->q_group;
     return 1;
 }
 

@@ -24,11 +24,19 @@
 #define CFG_MAX_CONV_KERNEL 64    /* linear_conv_kernel_dim: Qwen3.5 uses 4 */
 #define CFG_MAX_QOVERRIDES 1024   /* mixed-precision recipes write one per module: ~500 for 64 layers */
 
+/* MLX quantization modes (spec §2.6.1): "affine" (uint codes, a scale and a
+ * bias a group) and the small-float ones, each with one (group_size, bits):
+ * mxfp4 (32, 4), nvfp4 (16, 4), mxfp8 (32, 8). */
+enum { CFG_Q_AFFINE = 0, CFG_Q_MXFP4, CFG_Q_NVFP4, CFG_Q_MXFP8 };
+const char *cfg_qmode_name(int mode);
+
 /* A per-module entry of the MLX quantization block: "<module path>":
- * {"bits": b, "group_size": g} (missing fields take the affine mode's
- * defaults, 4 and 64, as mlx does), or "<module path>": false. */
+ * {"mode": m, "bits": b, "group_size": g} (a missing mode is affine, and
+ * missing sizes take the mode's defaults, as mlx's to_quantized(**entry)
+ * does), or "<module path>": false. */
 typedef struct {
     char path[120];               /* module path without ".weight"            */
+    int mode;                     /* CFG_Q_*                                  */
     int bits, group;              /* 0, 0: explicitly not quantized            */
 } cfg_quant_override;
 
@@ -55,14 +63,17 @@ typedef struct {
     int mtp_use_dedicated_embeddings;
     int n_eos;
     int32_t eos_ids[CFG_MAX_EOS];
-    /* The MLX "quantization" block (spec §2.6.1), else "quantization_config".
-     * Only mode "affine" is accepted: other modes (mxfp4, mxfp8, nvfp4) and
-     * Hugging Face quant_method blocks (fp8, ...) are NX_EUNSUPPORTED naming
-     * the mode. Which modules are quantized is decided by the weights (a
+    /* The MLX "quantization" block (spec §2.6.1), else "quantization_config":
+     * modes affine, mxfp4, nvfp4 and mxfp8 (others are NX_EUNSUPPORTED naming
+     * the mode). Which modules are quantized is decided by the weights (a
      * <module>.scales tensor), as mlx-lm does; these values are what their
-     * shapes must agree with. */
+     * shapes must agree with. A Hugging Face quant_method "fp8" block
+     * (128 x 128 E4M3 blocks, spec §2.6.3) sets fp8_block instead; other
+     * quant_methods are NX_EUNSUPPORTED naming the method. */
     int has_quantization;
-    int q_bits, q_group;          /* the block's defaults                      */
+    int q_mode;                   /* CFG_Q_*: the block's defaults            */
+    int q_bits, q_group;
+    int fp8_block;                /* quant_method "fp8", weight_block_size [128, 128] */
     int n_q_overrides;
     cfg_quant_override q_overrides[CFG_MAX_QOVERRIDES];
 } cfg_model;
@@ -76,10 +87,10 @@ nx_status cfg_parse(const char *text, size_t len, const char *name, cfg_model *o
                     char *err, size_t errlen);
 
 /* The quantization the config declares for a module (path without
- * ".weight"): returns 1 with *bits / *group set (its override, else the
- * block's defaults), 0 if the block marks it unquantized or there is no
- * block. */
-int cfg_quant_for(const cfg_model *c, const char *module, int *bits, int *group);
+ * ".weight"): returns 1 with *mode / *bits / *group set (its override, else
+ * the block's defaults), 0 if the block marks it unquantized or there is no
+ * MLX block. */
+int cfg_quant_for(const cfg_model *c, const char *module, int *mode, int *bits, int *group);
 
 /* Derived sizes. */
 static inline int cfg_key_dim(const cfg_model *c) { return c->linear_k_heads * c->linear_k_dim; }

@@ -1,5 +1,6 @@
 /* matmul.c — dense matrix products over f32/bf16/f16 weights and the f32 vector
- * primitives (see matmul.h). Affine quantized weights are dispatched to quant.c.
+ * primitives (see matmul.h). Affine quantized weights are dispatched to quant.c,
+ * small-float ones (mxfp4, nvfp4, mxfp8, block FP8) to fpq.c.
  *
  * Every kernel exists twice: a scalar `_ref` twin, which is the definition, and
  * an AVX2+FMA+F16C version compiled per function with a target attribute (the
@@ -35,6 +36,7 @@
 #include "base/fp16.h"
 #include "kernels/act.h"
 #include "kernels/attention.h"
+#include "kernels/fpq.h"
 #include "kernels/gdn.h"
 #include "kernels/quant.h"
 #include "kernels/sketch.h"
@@ -54,7 +56,7 @@ __attribute__((unused)) static int kn_dtype_ok(nx_dtype dt) {
 
 static void assert_matmul_args(const kn_mat *w, const float *x, int64_t ldx, int T, const float *y,
                                int64_t ldy, int64_t r0, int64_t r1) {
-    assert(w != NULL && (w->bits == 0 ? kn_dtype_ok(w->dtype) : kn_affine_valid(w)));
+    assert(w != NULL && (w->fp ? kn_fp_valid(w) : w->bits == 0 ? kn_dtype_ok(w->dtype) : kn_affine_valid(w)));
     assert(w->rows >= 0 && w->cols >= 0 && (w->ld == 0 || (w->bits == 0 && w->ld >= w->cols)));
     assert(0 <= r0 && r0 <= r1 && r1 <= w->rows);
     assert(T >= 0);
@@ -101,6 +103,10 @@ void kn_matmul_rows_ref(const kn_mat *w, const float *x, int64_t ldx, int T, flo
     assert_matmul_args(w, x, ldx, T, y, ldy, r0, r1);
     if (w->bits) {
         kn_affine_matmul_rows_ref(w, x, ldx, T, y, ldy, r0, r1);
+        return;
+    }
+    if (w->fp) {
+        kn_fp_matmul_rows(w, kn_fp_row_f32_ref, kn_matmul_rows_ref, x, ldx, T, y, ldy, r0, r1);
         return;
     }
     const int64_t n = w->cols;
@@ -179,6 +185,7 @@ void kn_to_f32(nx_dtype dt, const void *src, float *dst, int64_t n) {
 }
 
 double kn_mat_bytes(const kn_mat *w) {
+    if (w->fp) return kn_fp_bytes(w);
     const double per = w->bits ? w->bits / 8.0 + 2.0 * (double)nx_dtype_size(w->sdtype) / w->group
                                : (double)nx_dtype_size(w->dtype);
     return (double)w->rows * (double)w->cols * per;
@@ -188,6 +195,10 @@ void kn_mat_row_f32(const kn_mat *w, int64_t row, float *out) {
     assert(w != NULL);
     if (w->bits) {
         kn_affine_row_f32(w, row, out);
+        return;
+    }
+    if (w->fp) {
+        kn_fp_row_f32(w, row, out);
         return;
     }
     assert(kn_dtype_ok(w->dtype) && 0 <= row && row < w->rows);
@@ -436,6 +447,10 @@ static void matmul_rows_simd(const kn_rows_fn dense[3], const kn_mat *w, const f
     if (T == 0 || r0 == r1) return;
     if (w->bits) {
         kn_affine_matmul_rows_avx2(w, x, ldx, T, y, ldy, r0, r1);
+        return;
+    }
+    if (w->fp) {   /* dequantized rows through the set's dense f32 product (fpq.h) */
+        kn_fp_matmul_rows(w, kn_fp_row_f32_avx2, dense[0], x, ldx, T, y, ldy, r0, r1);
         return;
     }
     switch (w->dtype) {
@@ -796,6 +811,7 @@ typedef struct {
     void (*affine_quantize_row)(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
                                 void *scales, void *biases);
     void (*affine_row_f32)(const kn_mat *w, int64_t row, float *out);
+    void (*fp_row_f32)(const kn_mat *w, int64_t row, float *out);
     void (*sketch_scores)(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1);
     int64_t (*top_k_collect)(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey);
     void (*gated_delta_step)(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
@@ -812,7 +828,7 @@ static const kn_impl kn_impl_scalar = {
     .sum_exp_f32 = kn_sum_exp_f32_ref,
     .attn_values_f32 = kn_attn_values_f32_ref, .quantize_x = kn_quantize_x_ref,
     .matmul_qx_rows = kn_matmul_qx_rows_ref, .affine_quantize_row = kn_affine_quantize_row_ref,
-    .affine_row_f32 = kn_affine_row_f32_ref, .sketch_scores = kn_sketch_scores_ref,
+    .affine_row_f32 = kn_affine_row_f32_ref, .fp_row_f32 = kn_fp_row_f32_ref, .sketch_scores = kn_sketch_scores_ref,
     .top_k_collect = kn_top_k_collect_ref,
     .gated_delta_step = kn_gated_delta_step_rows, .conv_silu = kn_conv_silu_ref};
 #if KN_HAVE_X86
@@ -824,7 +840,7 @@ static const kn_impl kn_impl_avx2 = {
     .sum_exp_f32 = kn_sum_exp_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2,
-    .affine_row_f32 = kn_affine_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,
+    .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,
     .top_k_collect = kn_top_k_collect_ref,
     .gated_delta_step = kn_gated_delta_step_rows, .conv_silu = kn_conv_silu_avx2};
 /* The AVX2 set with the int8 product and the sketch scores on vpdpbusd
@@ -838,7 +854,7 @@ static const kn_impl kn_impl_avx512vnni = {
     .sum_exp_f32 = kn_sum_exp_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx512, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .affine_quantize_row = kn_affine_quantize_row_avx2,
-    .affine_row_f32 = kn_affine_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx512vnni,
+    .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx512vnni,
     .top_k_collect = kn_top_k_collect_avx512vnni,
     .gated_delta_step = kn_gated_delta_step_avx512, .conv_silu = kn_conv_silu_avx2};
 #endif
@@ -906,7 +922,7 @@ void kn_matmul_rows(const kn_mat *w, const float *x, int64_t ldx, int T, float *
 
 void kn_matmul_rows_stream(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
                            int64_t r1) {
-    if (w->bits || w->dtype != NX_DT_F32) {
+    if (w->bits || w->fp || w->dtype != NX_DT_F32) {
         kn_matmul_rows(w, x, ldx, T, y, ldy, r0, r1);
         return;
     }
@@ -947,6 +963,8 @@ void kn_matmul_qx_rows(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, 
 
 void kn_affine_row_f32(const kn_mat *w, int64_t row, float *out) { active()->affine_row_f32(w, row, out); }
 
+void kn_fp_row_f32(const kn_mat *w, int64_t row, float *out) { active()->fp_row_f32(w, row, out); }
+
 void kn_affine_quantize_row(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
                             void *scales, void *biases) {
     active()->affine_quantize_row(w, cols, bits, group, sdtype, codes, scales, biases);
@@ -958,7 +976,9 @@ static void prefetch_bytes(const void *p, size_t n) {
 }
 
 void kn_mat_prefetch_row(const kn_mat *w, int64_t r) {
-    if (w->packed) {   /* what the int8 products read instead (quant.h) */
+    if (w->fp) {
+        kn_fp_prefetch_row(w, r);
+    } else if (w->packed) {   /* what the int8 products read instead (quant.h) */
         const int64_t row_bytes = kn_affine_packed_row_bytes(w);
         prefetch_bytes((const char *)w->packed + (size_t)(r * row_bytes), (size_t)row_bytes);
     } else if (w->bits) {

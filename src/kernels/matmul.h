@@ -32,7 +32,11 @@
  * little-endian bit stream starting at word r * (cols * bits / 32) of data;
  * element c is the bit field [c*bits, (c+1)*bits) of that stream, and its value
  * is scale[r][c / group] * q + bias[r][c / group], evaluated as one f32 fused
- * multiply-add. cols is a multiple of group. */
+ * multiply-add. cols is a multiple of group.
+ *
+ * Small floats (fp != 0; fpq.h): elements in E2M1 or E4M3 with one shared
+ * scale a group (MLX mxfp4, nvfp4, mxfp8) or a 128 x 128 block (Hugging
+ * Face block FP8). */
 typedef struct {
     const void *data;      /* dense: elements; affine: uint32 words of packed codes          */
     nx_dtype dtype;        /* NX_DT_F32, NX_DT_BF16 or NX_DT_F16; NX_DT_U32 when bits > 0    */
@@ -47,6 +51,9 @@ typedef struct {
     int64_t ld;            /* dense: elements from one row's start to the next (>= cols);
                               0: cols (packed). Lets a view pick every k-th row, or one
                               head's part of wider rows. Affine: 0                        */
+    int fp;                /* 0, or a small-float format (fpq.h: kn_fp_mode; mxfp4, nvfp4,
+                              mxfp8, block FP8), bits then 0: its codes in data, its
+                              scales in scales (sdtype), its group in group               */
 } kn_mat;
 
 /* Elements from one row of dense w to the next. */

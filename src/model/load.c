@@ -20,6 +20,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "kernels/fpq.h"
 #include "kernels/quant.h"
 #include "model/model.h"
 
@@ -126,6 +127,86 @@ static nx_status aligned_data(mdl_binder *b, const st_tensor *t, size_t align, c
     return keep_owned(b, copy);
 }
 
+/* A quantized module agrees with config.json's quantization block (when the
+ * binder has one): the block quantizes it, in this mode, bits and group. */
+static nx_status check_config(mdl_binder *b, const st_tensor *w, const char *module, int mode, int bits, int group) {
+    if (!b->quant) return NX_OK;
+    int cmode, cbits, cgroup;
+    if (!cfg_quant_for(b->quant, module, &cmode, &cbits, &cgroup))
+        return nx_fail(b->err, b->errlen, NX_EFORMAT, "%s: module '%s' is quantized but config.json's quantization block %s",
+                       w->file, module,
+                       b->quant->has_quantization ? "marks it unquantized"
+                       : b->quant->fp8_block      ? "is Hugging Face fp8 (quant_method), not MLX"
+                                                  : "is missing");
+    if (cmode != mode || cbits != bits || cgroup != group)
+        return nx_fail(b->err, b->errlen, NX_EFORMAT,
+                       "%s: module '%s' is stored as %s with bits %d, group %d but config.json's quantization says %s, bits %d, group_size %d",
+                       w->file, module, cfg_qmode_name(mode), bits, group, cfg_qmode_name(cmode), cbits, cgroup);
+    return NX_OK;
+}
+
+/* An MLX small-float module (mxfp4, nvfp4, mxfp8; kernels/fpq.h): weight U32
+ * [rows, cols * bits / 32], scales U8 [rows, cols / group], no biases; the
+ * mode follows from bits and group. */
+static nx_status bind_mx(mdl_binder *b, const st_tensor *w, const st_tensor *sc, const char *module, int64_t rows,
+                         int64_t cols, const char *why, kn_mat *out) {
+    if (w->dtype != NX_DT_U32 || w->ndim != 2 || w->shape[0] != rows || sc->ndim != 2 || sc->shape[0] != rows)
+        return nx_fail(b->err, b->errlen, NX_EFORMAT,
+                       "%s: tensors '%s' and '%s' must be U32 [%lld, cols*bits/32] and U8 [%lld, cols/group] (%s)", w->file,
+                       w->name, sc->name, (long long)rows, (long long)rows, why);
+    const int64_t words = w->shape[1], ngroups = sc->shape[1];
+    const int bits = words * 32 % cols == 0 ? (int)(words * 32 / cols) : 0;
+    const int group = ngroups > 0 && cols % ngroups == 0 ? (int)(cols / ngroups) : 0;
+    const int mode = bits == 4 && group == 32 ? CFG_Q_MXFP4 : bits == 4 && group == 16 ? CFG_Q_NVFP4
+                   : bits == 8 && group == 32 ? CFG_Q_MXFP8 : -1;
+    if (mode < 0)
+        return nx_fail(b->err, b->errlen, NX_EFORMAT,
+                       "%s: tensors '%s' [%lld, %lld] and '%s' [%lld, %lld] describe no %lld-column mxfp4 (4 bits, group 32), nvfp4 (4, 16) or mxfp8 (8, 32) matrix",
+                       w->file, w->name, (long long)rows, (long long)words, sc->name, (long long)rows, (long long)ngroups,
+                       (long long)cols);
+    char name[320];
+    snprintf(name, sizeof name, "%s.global_scale", module);
+    if (st_find(b->st, name))
+        return nx_fail(b->err, b->errlen, NX_EUNSUPPORTED, "%s: tensor '%s': nvfp4 with a per-tensor global scale is not supported",
+                       w->file, name);
+    if (cols > KN_FP_MAX_COLS)
+        return nx_fail(b->err, b->errlen, NX_EUNSUPPORTED, "%s: tensor '%s' has %lld columns (small-float rows hold at most %d)",
+                       w->file, w->name, (long long)cols, KN_FP_MAX_COLS);
+    nx_status st = check_config(b, w, module, mode, bits, group);
+    if (st) return st;
+    memset(out, 0, sizeof *out);
+    out->dtype = NX_DT_U32, out->sdtype = NX_DT_U8;
+    out->rows = rows, out->cols = cols;
+    out->fp = mode == CFG_Q_MXFP4 ? KN_FP_MXFP4 : mode == CFG_Q_NVFP4 ? KN_FP_NVFP4 : KN_FP_MXFP8;
+    out->group = group;
+    out->data = w->data, out->scales = sc->data;   /* read byte by byte or with unaligned loads */
+    return NX_OK;
+}
+
+/* A Hugging Face block FP8 matrix (spec §2.6.3): weight F8_E4M3 [rows, cols]
+ * and its <weight>_scale_inv [ceil(rows/128), ceil(cols/128)] factors. */
+static nx_status bind_fp8(mdl_binder *b, const st_tensor *w, int64_t rows, int64_t cols, const char *why, kn_mat *out) {
+    char name[320];
+    snprintf(name, sizeof name, "%s_scale_inv", w->name);
+    nx_status st = NX_OK;
+    const st_tensor *sc = need(b, name, &st);
+    if (!sc) return st;
+    const int64_t want[2] = {rows, cols}, blocks[2] = {(rows + KN_FP8_BLOCK - 1) / KN_FP8_BLOCK,
+                                                       (cols + KN_FP8_BLOCK - 1) / KN_FP8_BLOCK};
+    if ((st = check_shape(b, w, 2, want, why)) || (st = check_shape(b, sc, 2, blocks, "one factor a 128 x 128 block")) ||
+        (st = check_float(b, sc)))
+        return st;
+    if (cols > KN_FP_MAX_COLS)
+        return nx_fail(b->err, b->errlen, NX_EUNSUPPORTED, "%s: tensor '%s' has %lld columns (fp8 rows hold at most %d)",
+                       w->file, w->name, (long long)cols, KN_FP_MAX_COLS);
+    memset(out, 0, sizeof *out);
+    out->dtype = NX_DT_F8_E4M3, out->sdtype = sc->dtype;
+    out->rows = rows, out->cols = cols;
+    out->fp = KN_FP_FP8_BLOCK, out->group = KN_FP8_BLOCK;
+    out->data = w->data;
+    return aligned_data(b, sc, nx_dtype_size(sc->dtype), &out->scales);
+}
+
 /* The affine-quantized module `module` (name without ".weight"), see
  * mdl_bind_mat. */
 static nx_status bind_affine(mdl_binder *b, const st_tensor *w, const char *module, int64_t rows, int64_t cols,
@@ -156,14 +237,7 @@ static nx_status bind_affine(mdl_binder *b, const st_tensor *w, const char *modu
     if (bi->dtype != sc->dtype)
         return nx_fail(b->err, b->errlen, NX_EFORMAT, "%s: '%s' is %s but '%s' is %s", bi->file, bi->name,
                        nx_dtype_name(bi->dtype), sc->name, nx_dtype_name(sc->dtype));
-    int cbits, cgroup;
-    if (b->quant && !cfg_quant_for(b->quant, module, &cbits, &cgroup))
-        return nx_fail(b->err, b->errlen, NX_EFORMAT, "%s: module '%s' is quantized but config.json's quantization block %s",
-                       w->file, module, b->quant->has_quantization ? "marks it unquantized" : "is missing");
-    if (b->quant && (cbits != bits || cgroup != group))
-        return nx_fail(b->err, b->errlen, NX_EFORMAT,
-                       "%s: module '%s' is stored with bits %d, group %d but config.json's quantization says bits %d, group_size %d",
-                       w->file, module, bits, group, cbits, cgroup);
+    if ((st = check_config(b, w, module, CFG_Q_AFFINE, bits, group))) return st;
     memset(out, 0, sizeof *out);
     out->dtype = NX_DT_U32;
     out->rows = rows, out->cols = cols;
@@ -184,8 +258,13 @@ nx_status mdl_bind_mat(mdl_binder *b, const char *name, int64_t rows, int64_t co
     if (len > 7 && len < sizeof module && strcmp(name + len - 7, ".weight") == 0) {
         snprintf(module, sizeof module, "%.*s", (int)(len - 7), name);
         snprintf(scales, sizeof scales, "%s.scales", module);
-        if (st_find(b->st, scales)) return bind_affine(b, t, module, rows, cols, why, out);
+        const st_tensor *sc = st_find(b->st, scales);
+        char biases[310];
+        snprintf(biases, sizeof biases, "%s.biases", module);
+        if (sc && sc->dtype == NX_DT_U8 && !st_find(b->st, biases)) return bind_mx(b, t, sc, module, rows, cols, why, out);
+        if (sc) return bind_affine(b, t, module, rows, cols, why, out);
     }
+    if (t->dtype == NX_DT_F8_E4M3) return bind_fp8(b, t, rows, cols, why, out);
     if (t->dtype == NX_DT_U32)
         return nx_fail(b->err, b->errlen, NX_EFORMAT, "%s: tensor '%s' is U32 (MLX-quantized) but has no matching .scales tensor",
                        t->file, t->name);
@@ -385,9 +464,10 @@ static int64_t tensor_params(const nx_model *m, const st_tensor *t) {
     if (len < 7 || len >= sizeof module) return t->numel;
     snprintf(module, sizeof module, "%.*s", (int)(len - 7), t->name);
     if (t->dtype == NX_DT_U32 && strcmp(t->name + len - 7, ".weight") == 0) {
-        int bits, group;
-        return cfg_quant_for(&m->cfg, module, &bits, &group) ? t->numel * 32 / bits : t->numel;
+        int mode, bits, group;
+        return cfg_quant_for(&m->cfg, module, &mode, &bits, &group) ? t->numel * 32 / bits : t->numel;
     }
+    if (len > 16 && strcmp(t->name + len - 16, "weight_scale_inv") == 0) return 0;   /* block fp8 factors */
     if (strcmp(t->name + len - 7, ".scales") == 0 || strcmp(t->name + len - 7, ".biases") == 0) {
         char w[310];
         snprintf(w, sizeof w, "%s.weight", module);
@@ -400,6 +480,8 @@ static int64_t tensor_params(const nx_model *m, const st_tensor *t) {
 /* "BF16", "AFFINE-Q4", ...: the stored format of w. */
 static void format_name(const kn_mat *w, char *out, size_t n) {
     if (w->bits) snprintf(out, n, "AFFINE-Q%d", w->bits);
+    else if (w->fp == KN_FP_FP8_BLOCK) snprintf(out, n, "FP8-BLOCK128");
+    else if (w->fp) snprintf(out, n, "%s", w->fp == KN_FP_MXFP4 ? "MXFP4" : w->fp == KN_FP_NVFP4 ? "NVFP4" : "MXFP8");
     else snprintf(out, n, "%s", nx_dtype_name(w->dtype));
 }
 
@@ -503,9 +585,11 @@ static void fill_info(nx_model *m) {
     in->kernels = kn_impl_name();
     in->quantization = "none";
     if (c->has_quantization) {
-        snprintf(m->quant_desc, sizeof m->quant_desc, "mlx affine, %d bits, group %d%s", c->q_bits, c->q_group,
-                 c->n_q_overrides ? ", with per-module entries" : "");
+        snprintf(m->quant_desc, sizeof m->quant_desc, "mlx %s, %d bits, group %d%s", cfg_qmode_name(c->q_mode), c->q_bits,
+                 c->q_group, c->n_q_overrides ? ", with per-module entries" : "");
         in->quantization = m->quant_desc;
+    } else if (c->fp8_block) {
+        in->quantization = "fp8 e4m3, 128 x 128 blocks";
     }
     in->decode_bytes = decode_bytes(m);
     /* the state a decode step moves too: 18 GDN layers of 1 MiB of

@@ -1,5 +1,5 @@
-/* quantize.c — write an mlx-community-style affine-quantized checkpoint
- * (nx_quantize, nextn.h).
+/* quantize.c — write an mlx-community-style quantized checkpoint, affine or
+ * mxfp4 / nvfp4 / mxfp8 (nx_quantize, nextn.h).
  *
  * The output is what mlx-lm / mlx-vlm conversions produce (spec §2.4,
  * §2.6.1), so that nextn and MLX tools read it alike:
@@ -9,7 +9,8 @@
  *   - zero-centred norm weights stored as 1 + w, conv1d as [CD, Kc, 1];
  *   - every matrix whose columns are a multiple of the group, embeddings
  *     included, as <module>.weight U32 + .scales + .biases in the source
- *     dtype; norms, conv1d, A_log, dt_bias stay as they are;
+ *     dtype (affine) or <module>.weight U32 + .scales U8 (mxfp4, nvfp4,
+ *     mxfp8; kernels/fpq.h); norms, conv1d, A_log, dt_bias stay as they are;
  *   - config.json gains "quantization" and "quantization_config" blocks.
  * The input is loaded (and so fully validated) with nx_model_load first. */
 #include <errno.h>
@@ -23,6 +24,7 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/fp16.h"
+#include "kernels/fpq.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "model/model.h"
@@ -81,7 +83,8 @@ static nx_status write_config(const char *in_dir, const char *out_dir, const nx_
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
     if (!root) return nx_fail(err, errlen, NX_EFORMAT, "%s: %s", path, je.text);
-    json_t *q = json_pack("{s:i, s:i, s:s}", "group_size", o->group_size, "bits", o->bits, "mode", "affine");
+    static const char *const modes[] = {"affine", "mxfp4", "nvfp4", "mxfp8"};
+    json_t *q = json_pack("{s:i, s:i, s:s}", "group_size", o->group_size, "bits", o->bits, "mode", modes[o->mode]);
     int bad = !q || json_object_set(root, "quantization", q) || json_object_set_new(root, "quantization_config", q);
     snprintf(path, sizeof path, "%s/config.json", out_dir);
     bad = bad || json_dump_file(root, path, JSON_INDENT(2)) != 0;
@@ -89,12 +92,14 @@ static nx_status write_config(const char *in_dir, const char *out_dir, const nx_
     return bad ? nx_fail(err, errlen, NX_EIO, "%s: cannot write", path) : NX_OK;
 }
 
-/* Appends the affine quantization of t (a [rows, cols] float matrix) under
- * <module>.weight / .scales / .biases. */
+/* Appends the quantization of t (a [rows, cols] float matrix) under
+ * <module>.weight / .scales (/ .biases for affine). */
 static nx_status add_quantized(st_writer *w, const st_tensor *t, const char *name, const nx_quantize_opts *o,
                                char *err, size_t errlen) {
     int64_t rows = t->shape[0], cols = t->shape[1], words = cols * o->bits / 32, groups = cols / o->group_size;
-    nx_dtype sdt = t->dtype == NX_DT_F32 ? NX_DT_F32 : t->dtype;
+    const kn_fp_mode fp = o->mode == NX_QUANT_MXFP4 ? KN_FP_MXFP4 : o->mode == NX_QUANT_NVFP4 ? KN_FP_NVFP4
+                        : o->mode == NX_QUANT_MXFP8 ? KN_FP_MXFP8 : KN_FP_NONE;
+    nx_dtype sdt = fp ? NX_DT_U8 : t->dtype;
     size_t ssz = nx_dtype_size(sdt);
     uint32_t *codes = nx_alloc_aligned((size_t)(rows * words) * 4);
     char *scales = nx_alloc_aligned((size_t)(rows * groups) * ssz), *biases = nx_alloc_aligned((size_t)(rows * groups) * ssz);
@@ -109,15 +114,16 @@ static nx_status add_quantized(st_writer *w, const st_tensor *t, const char *nam
                 st = nx_fail(err, errlen, NX_EFORMAT, "%s: tensor '%s' has a non-finite weight at row %lld, column %lld",
                              t->file, t->name, (long long)r, (long long)c);
         if (st) break;
-        kn_affine_quantize_row(row, cols, o->bits, o->group_size, sdt, codes + r * words, scales + (size_t)(r * groups) * ssz,
-                               biases + (size_t)(r * groups) * ssz);
+        if (fp) kn_fp_quantize_row(row, cols, fp, codes + r * words, (uint8_t *)scales + r * groups);
+        else kn_affine_quantize_row(row, cols, o->bits, o->group_size, sdt, codes + r * words, scales + (size_t)(r * groups) * ssz,
+                                    biases + (size_t)(r * groups) * ssz);
     }
     char module[300], n[320];
     snprintf(module, sizeof module, "%.*s", (int)(strlen(name) - 7), name);   /* drop ".weight" */
     int64_t wshape[2] = {rows, words}, sshape[2] = {rows, groups};
     if (!st) snprintf(n, sizeof n, "%s.weight", module), st = st_writer_add(w, n, NX_DT_U32, 2, wshape, codes, (size_t)(rows * words) * 4, err, errlen);
     if (!st) snprintf(n, sizeof n, "%s.scales", module), st = st_writer_add(w, n, sdt, 2, sshape, scales, (size_t)(rows * groups) * ssz, err, errlen);
-    if (!st) snprintf(n, sizeof n, "%s.biases", module), st = st_writer_add(w, n, sdt, 2, sshape, biases, (size_t)(rows * groups) * ssz, err, errlen);
+    if (!st && !fp) snprintf(n, sizeof n, "%s.biases", module), st = st_writer_add(w, n, sdt, 2, sshape, biases, (size_t)(rows * groups) * ssz, err, errlen);
     nx_free_aligned(codes), nx_free_aligned(scales), nx_free_aligned(biases), nx_free_aligned(row);
     return st;
 }
@@ -156,10 +162,20 @@ static int dir_is_empty(const char *dir) {
 nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize_opts *opts, nx_quantize_report *rep,
                       char *err, size_t errlen) {
     nx_quantize_opts o = *opts;
+    if (o.mode != NX_QUANT_AFFINE) {
+        static const struct { const char *name; int bits, group; } fp[] = {
+            [NX_QUANT_MXFP4] = {"mxfp4", 4, 32}, [NX_QUANT_NVFP4] = {"nvfp4", 4, 16}, [NX_QUANT_MXFP8] = {"mxfp8", 8, 32}};
+        if (o.mode < NX_QUANT_MXFP4 || o.mode > NX_QUANT_MXFP8)
+            return nx_fail(err, errlen, NX_EINVAL, "quantize: unknown mode %d", (int)o.mode);
+        if ((o.bits && o.bits != fp[o.mode].bits) || (o.group_size && o.group_size != fp[o.mode].group))
+            return nx_fail(err, errlen, NX_EINVAL, "quantize: mode %s takes bits %d and group size %d (got %d, %d)",
+                           fp[o.mode].name, fp[o.mode].bits, fp[o.mode].group, o.bits, o.group_size);
+        o.bits = fp[o.mode].bits, o.group_size = fp[o.mode].group;
+    }
     if (!o.group_size) o.group_size = 64;
-    if (!(o.bits == 2 || o.bits == 3 || o.bits == 4 || o.bits == 5 || o.bits == 6 || o.bits == 8))
+    if (o.mode == NX_QUANT_AFFINE && !(o.bits == 2 || o.bits == 3 || o.bits == 4 || o.bits == 5 || o.bits == 6 || o.bits == 8))
         return nx_fail(err, errlen, NX_EINVAL, "quantize: bits %d (affine takes 2, 3, 4, 5, 6 or 8)", o.bits);
-    if (!(o.group_size == 32 || o.group_size == 64 || o.group_size == 128))
+    if (o.mode == NX_QUANT_AFFINE && !(o.group_size == 32 || o.group_size == 64 || o.group_size == 128))
         return nx_fail(err, errlen, NX_EINVAL, "quantize: group size %d (affine takes 32, 64 or 128)", o.group_size);
     struct stat a, b;
     if (stat(in_dir, &a) == 0 && stat(out_dir, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
@@ -170,7 +186,7 @@ nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize
     if (st) return st;
     st_writer *w = NULL;
     nx_quantize_report r = {0};
-    if (m->cfg.has_quantization) {
+    if (m->cfg.has_quantization || m->cfg.fp8_block) {
         st = nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: already quantized (config.json has a quantization block)", in_dir);
         goto done;
     }
@@ -202,7 +218,8 @@ nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize
              * inline in an MLX file (the loader shifts exactly those) */
             st = add_shifted_norm(w, t, name, err, errlen);
         } else if (is_float && t->ndim == 2 && ends_with(t->name, ".weight") && !strstr(t->name, "norm") &&
-                   t->shape[1] % o.group_size == 0 && !(o.keep_mtp_dense && is_mtp(t->name))) {
+                   t->shape[1] % o.group_size == 0 && !(o.keep_mtp_dense && is_mtp(t->name)) &&
+                   (o.mode == NX_QUANT_AFFINE || t->shape[1] <= KN_FP_MAX_COLS)) {
             st = add_quantized(w, t, name, &o, err, errlen);
             r.quantized++;
         } else {

@@ -20,7 +20,9 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "kernels/fpq.h"
 #include "kernels/norm.h"
+#include "kernels/fpq.h"
 #include "kernels/quant.h"
 
 /* ---- loading ------------------------------------------------------------ */
@@ -109,7 +111,7 @@ int nx_drafter_block_size(const nx_drafter *d) { return d->block_size; }
 int nx_drafter_head_bits(const nx_drafter *d) { return d->head_copy_bits; }
 
 int mtp_auto_head_bits(const kn_mat *head) {
-    const int stored_bits = head->bits ? head->bits : 8 * (int)nx_dtype_size(head->dtype);
+    const int stored_bits = head->bits ? head->bits : head->fp ? kn_fp_bits((kn_fp_mode)head->fp) : 8 * (int)nx_dtype_size(head->dtype);
     return stored_bits > 4 && head->cols % 32 == 0 && kn_mat_bytes(head) >= MTP_AUTO_HEAD_BYTES ? 4 : 0;
 }
 

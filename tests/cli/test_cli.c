@@ -231,6 +231,9 @@ static void bad_use_exits_2_with_one_line(void) {
         {"perplexity -m x -f /nonexistent.txt", 1, "/nonexistent.txt"},
         {"perplexity -m '" GOLDEN "/hf' --ids 5", 1, "at least 2"},
         {"perplexity -m '" GOLDEN "/hf' --ids 5,99999", 1, "99999"},
+        {"quantize -o y --mode mxfp5", 2, "--mode wants affine, mxfp4, nvfp4 or mxfp8"},
+        {"quantize -o y", 2, "--bits (or a --mode) is required"},
+        {"quantize -m x -o y --mode nvfp4 --bits 8", 1, "mode nvfp4 takes bits 4 and group size 16"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int rc = nextn(cases[i].args);
@@ -253,6 +256,25 @@ static void bad_use_exits_2_with_one_line(void) {
     }
 }
 
+
+/* `nextn quantize --mode nvfp4` writes a checkpoint that inspect names and
+ * generate runs. */
+static void quantize_mode_writes_a_loadable_checkpoint(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-quantize"));
+    char args[2400];
+    snprintf(args, sizeof args, "quantize -m '" GOLDEN "/hf' -o '%s/nv' --mode nvfp4", out_dir);
+    CHECK(nextn(args) == 0);
+    char *out = captured("stdout");
+    CHECKF(strstr(out, "quantized (nvfp4)") != NULL, "%s", out);
+    free(out);
+    snprintf(args, sizeof args, "inspect -m '%s/nv'", out_dir);
+    CHECK(nextn(args) == 0);
+    out = captured("stdout");
+    CHECKF(strstr(out, "NVFP4") && strstr(out, "mlx nvfp4, 4 bits, group 16"), "%s", out);
+    free(out);
+    snprintf(args, sizeof args, "generate -m '%s/nv' --prompt-ids 1,2,3 -n 8 --mtp on", out_dir);
+    CHECK(nextn(args) == 0);
+}
 
 #define TOKENIZER NX_TEST_DATA "/tokenizer"
 #define CHAT NX_TEST_DATA "/chat"
@@ -552,6 +574,8 @@ static const nx_test tests[] = {
     {"logit_bias_forces_a_token", "--logit-bias ID:100 makes greedy output that id, the flag repeated",
      logit_bias_forces_a_token},
     {"bad_use_exits_2_with_one_line", "bad options exit 2, runtime errors exit 1, each with one stderr line", bad_use_exits_2_with_one_line},
+    {"quantize_mode_writes_a_loadable_checkpoint", "quantize --mode nvfp4: inspect names the format, generate --mtp on runs",
+     quantize_mode_writes_a_loadable_checkpoint},
 };
 
 NX_TEST_MAIN(tests)

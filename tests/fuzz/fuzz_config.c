@@ -24,9 +24,10 @@
 #define GEN_SEP "\n@@GEN@@\n"
 
 static void check_quant(const cfg_model *c, const char *path) {
-    int bits, group;
-    if (cfg_quant_for(c, path, &bits, &group))
-        CHECKF(bits >= 2 && bits <= 8 && group >= 32, "%s: %d bits, group %d", path, bits, group);
+    int mode, bits, group;
+    if (cfg_quant_for(c, path, &mode, &bits, &group))
+        CHECKF(bits >= 2 && bits <= 8 && (group >= 32 || (mode == CFG_Q_NVFP4 && group == 16)), "%s: %s, %d bits, group %d",
+               path, cfg_qmode_name(mode), bits, group);
 }
 
 static void check_config(const cfg_model *c) {

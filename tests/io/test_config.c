@@ -157,12 +157,12 @@ static void quantization_block_takes_a_thousand_module_entries(void) {
     cfg_model *c = malloc(sizeof *c);
     char *text = with_overrides(CFG_MAX_QOVERRIDES);
     CHECKF(parse(text, c, err) == NX_OK, "%s", err);
-    int bits = 0, group = 0;
+    int mode = -1, bits = 0, group = 0;
     char name[64];
     snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj", CFG_MAX_QOVERRIDES - 1);
-    CHECK(c->n_q_overrides == CFG_MAX_QOVERRIDES && cfg_quant_for(c, name, &bits, &group) == 1 && bits == 8 && group == 64);
-    CHECK(cfg_quant_for(c, "model.layers.0.mlp.down_proj", &bits, &group) == 0);
-    CHECK(cfg_quant_for(c, "model.layers.0.mlp.up_proj", &bits, &group) == 1 && bits == 4);
+    CHECK(c->n_q_overrides == CFG_MAX_QOVERRIDES && cfg_quant_for(c, name, &mode, &bits, &group) == 1 && bits == 8 && group == 64);
+    CHECK(cfg_quant_for(c, "model.layers.0.mlp.down_proj", &mode, &bits, &group) == 0);
+    CHECK(cfg_quant_for(c, "model.layers.0.mlp.up_proj", &mode, &bits, &group) == 1 && bits == 4);
     free(text);
     text = with_overrides(CFG_MAX_QOVERRIDES + 1);
     CHECK(parse(text, c, err) == NX_EUNSUPPORTED && strstr(err, "per-module entries") && strstr(err, "quantization"));
@@ -170,7 +170,55 @@ static void quantization_block_takes_a_thousand_module_entries(void) {
     free(c);
 }
 
+/* nested plus `block` as its "quantization" (or whichever key the block
+ * text names); a static buffer */
+static const char *with_block(const char *block) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%.*s,%s}", (int)strlen(nested) - 1, nested, block);
+    return buf;
+}
+
+/* The small-float modes and block FP8: each mode's defaults, an override
+ * without a mode is affine with affine's defaults (mlx's to_quantized), an
+ * override may name its own mode; a mode's other sizes, unknown modes and
+ * methods, and fp8 blocks other than 128 x 128 are refused by name. */
+static void quantization_modes_and_block_fp8(void) {
+    char err[512];
+    cfg_model *c = malloc(sizeof *c);
+    int mode, bits, group;
+    CHECKF(parse(with_block("\"quantization\":{\"mode\":\"mxfp4\",\"model.a\":{\"bits\":8},"
+                            "\"model.b\":{\"mode\":\"nvfp4\"},\"model.c\":{\"mode\":\"mxfp8\",\"group_size\":32}}"),
+                 c, err) == NX_OK, "%s", err);
+    CHECK(c->has_quantization && c->q_mode == CFG_Q_MXFP4 && c->q_bits == 4 && c->q_group == 32 && !c->fp8_block);
+    CHECK(cfg_quant_for(c, "model.x", &mode, &bits, &group) && mode == CFG_Q_MXFP4 && bits == 4 && group == 32);
+    CHECK(cfg_quant_for(c, "model.a", &mode, &bits, &group) && mode == CFG_Q_AFFINE && bits == 8 && group == 64);
+    CHECK(cfg_quant_for(c, "model.b", &mode, &bits, &group) && mode == CFG_Q_NVFP4 && bits == 4 && group == 16);
+    CHECK(cfg_quant_for(c, "model.c", &mode, &bits, &group) && mode == CFG_Q_MXFP8 && bits == 8 && group == 32);
+    CHECK(strcmp(cfg_qmode_name(CFG_Q_NVFP4), "nvfp4") == 0);
+    CHECKF(parse(with_block("\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e4m3\",\"activation_scheme\":"
+                            "\"dynamic\",\"weight_block_size\":[128,128]}"),
+                 c, err) == NX_OK, "%s", err);
+    CHECK(c->fp8_block && !c->has_quantization && !cfg_quant_for(c, "model.x", &mode, &bits, &group));
+    static const struct { const char *block, *want; } bad[] = {
+        {"\"quantization\":{\"mode\":\"mxfp4\",\"group_size\":64}", "mode mxfp4 takes bits 4, group_size 32"},
+        {"\"quantization\":{\"mode\":\"nvfp4\",\"bits\":8}", "mode nvfp4 takes bits 4, group_size 16"},
+        {"\"quantization\":{\"mode\":\"int4\"}", "mode 'int4' is not supported"},
+        {"\"quantization\":{\"bits\":4,\"m.x\":{\"mode\":\"mxfp8\",\"bits\":4}}", "m.x: bits 4, group_size 32 (mode mxfp8"},
+        {"\"quantization_config\":{\"quant_method\":\"fp8\",\"weight_block_size\":[64,64]}", "weight_block_size"},
+        {"\"quantization_config\":{\"quant_method\":\"fp8\"}", "weight_block_size"},
+        {"\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e5m2\",\"weight_block_size\":[128,128]}", "fmt 'e5m2'"},
+        {"\"quantization_config\":{\"quant_method\":\"gptq\",\"bits\":4}", "quant_method 'gptq'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECKF(parse(with_block(bad[i].block), c, err) == NX_EUNSUPPORTED && strstr(err, bad[i].want), "%s: %s", bad[i].block,
+               err);
+    free(c);
+}
+
 static const nx_test tests[] = {
+    {"quantization_modes_and_block_fp8",
+     "mxfp4/nvfp4/mxfp8 defaults and per-module modes, block fp8; wrong sizes, modes, methods and block sizes named",
+     quantization_modes_and_block_fp8},
     {"quantization_block_takes_a_thousand_module_entries",
      "CFG_MAX_QOVERRIDES per-module entries (bits or false) parse and are found; one more is a clear error",
      quantization_block_takes_a_thousand_module_entries},

@@ -10,24 +10,30 @@
 
 #include "base/alloc.h"
 #include "io/safetensors.h"
+#include "kernels/fpq.h"
 #include "kernels/matmul.h"
 #include "model/model.h"
 #include "nextn.h"
 
 #define DEFAULT_MODEL NX_MODELS_DIR "/default"
 
-static const char *quantize(const char *name, const char *in, int bits, int group, int keep_mtp_dense) {
+static const char *quantize_mode(const char *name, const char *in, nx_quant_mode mode, int bits, int group,
+                                 int keep_mtp_dense) {
     static char dirs[4][1024];
     static int next;
     char *dir = dirs[next++ % 4];
     snprintf(dir, sizeof dirs[0], "%s", nx_test_tmpdir(name));
     char err[512];
-    nx_quantize_opts o = {bits, group, keep_mtp_dense};
+    nx_quantize_opts o = {bits, group, keep_mtp_dense, mode};
     nx_quantize_report r;
     nx_status st = nx_quantize(in, dir, &o, &r, err, sizeof err);
     CHECKF(st == NX_OK, "%s", err);
     CHECK(st || (r.quantized > 0 && r.bytes_out < r.bytes_in));
     return dir;
+}
+
+static const char *quantize(const char *name, const char *in, int bits, int group, int keep_mtp_dense) {
+    return quantize_mode(name, in, NX_QUANT_AFFINE, bits, group, keep_mtp_dense);
 }
 
 static int32_t *golden_tokens(int *n) {
@@ -158,8 +164,9 @@ static void raw_inline_head_of_an_mlx_input_keeps_its_norms(void) {
 }
 
 /* Copies the tensors of dir/model.safetensors to out/model.safetensors,
- * leaving out `drop` and passing `poison`'s first element through as NaN. */
-static void rewrite_tensors(const char *dir, const char *out, const char *drop, const char *poison) {
+ * leaving out `drop`, passing `poison`'s first element through as NaN, and
+ * adding `extra` (an F32 [1] tensor holding 1) when not NULL. */
+static void rewrite_tensors(const char *dir, const char *out, const char *drop, const char *poison, const char *extra) {
     char path[1200], err[512];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     st_set *st = NULL;
@@ -174,6 +181,9 @@ static void rewrite_tensors(const char *dir, const char *out, const char *drop, 
         CHECK(st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, copy, t->nbytes, err, sizeof err) == NX_OK);
         free(copy);
     }
+    const float one = 1.0f;
+    const int64_t shape[1] = {1};
+    if (extra) CHECK(w && st_writer_add(w, extra, NX_DT_F32, 1, shape, &one, sizeof one, err, sizeof err) == NX_OK);
     snprintf(path, sizeof path, "%s/model.safetensors", out);
     CHECK(w && st_writer_write(w, path, err, sizeof err) == NX_OK);
     st_writer_free(w);
@@ -411,6 +421,203 @@ static void mixed_4_and_8_bit_inputs_load_and_decode(void) {
     nx_model_free(m), nx_model_free(m4), nx_model_free(ref);
 }
 
+static void expect_error(const char *dir, const char *want);
+
+/* MLX's small-float modes through the writer and the loader: each mode's
+ * checkpoint names its format, stays close to the dense model (the bounds
+ * are about 3x the NMSE measured), and decodes speculatively == plain. */
+static void small_float_modes_load_close_and_decode_exactly(void) {
+    static const struct { nx_quant_mode mode; const char *desc, *dtype; double nmse; } cases[] = {
+        /* measured 2026-12-03 (target logits against bf16): mxfp4 3.6e-3 (70/80 argmax), nvfp4
+         * 1.9e-3 (71/80), mxfp8 1.2e-3 (76/80; MLX's rounded E8M0 scale saturates a group's
+         * largest elements, so 8 bits sit well above affine q8's 2.3e-5) */
+        {NX_QUANT_MXFP4, "mlx mxfp4, 4 bits, group 32", "MXFP4", 1.2e-2},
+        {NX_QUANT_NVFP4, "mlx nvfp4, 4 bits, group 16", "NVFP4", 6e-3},
+        {NX_QUANT_MXFP8, "mlx mxfp8, 8 bits, group 32", "MXFP8", 4e-3},
+    };
+    int n;
+    int32_t *seq = golden_tokens(&n);
+    nx_model *dense = nx_test_model(DEFAULT_MODEL, 2);
+    if (!dense) goto done;
+    long V = nx_model_get_info(dense)->vocab_size;
+    float *ref = nx_test_logits(dense, seq, n);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const char *dir = quantize_mode("quant-fp", DEFAULT_MODEL, cases[c].mode, 0, 0, 0);
+        nx_model *q = nx_test_model(dir, 2);
+        nx_drafter *d = q ? nx_test_drafter(q, 0) : NULL;
+        if (!d) { nx_model_free(q); continue; }
+        const nx_model_info *in = nx_model_get_info(q);
+        CHECKF(strcmp(in->quantization, cases[c].desc) == 0 && strcmp(in->weight_dtype, cases[c].dtype) == 0, "%s / %s",
+               in->quantization, in->weight_dtype);
+        float *got = nx_test_logits(q, seq, n);
+        nx_test_diff diff = nx_test_compare(got, ref, (long)n * V);
+        int same = 0;
+        for (int i = 0; i < n; i++) same += nx_test_argmax(got + (long)i * V, V) == nx_test_argmax(ref + (long)i * V, V);
+        printf("  %s %5.2f MiB  target nmse %.2e argmax %d/%d\n", cases[c].dtype, (double)in->weight_bytes / (1 << 20),
+               diff.nmse, same, n);
+        CHECKF(diff.nmse <= cases[c].nmse, "%s: nmse %.2e", cases[c].dtype, diff.nmse);
+        int32_t plain[64], spec[64];
+        run(q, NULL, seq, 16, 1, 64, plain);
+        for (int K = 1; K <= 3; K++) {
+            run(q, d, seq, 16, K, 64, spec);
+            CHECKF(memcmp(plain, spec, sizeof plain) == 0, "%s K=%d: speculative != plain", cases[c].dtype, K);
+        }
+        free(got);
+        nx_drafter_free(d);
+        nx_model_free(q);
+    }
+    free(ref);
+done:
+    nx_model_free(dense);
+    free(seq);
+}
+
+/* 1 if raw tensor `name` is a matrix a block FP8 checkpoint stores as E4M3:
+ * the decoder's and the MTP head's projections (not the embedding, norms or
+ * conv1d), as Qwen's FP8 releases do. */
+static int fp8_matrix(const st_tensor *t) {
+    return t->ndim == 2 && t->dtype == NX_DT_BF16 && strstr(t->name, ".weight") && !strstr(t->name, "embed_tokens") &&
+           !strstr(t->name, "norm");
+}
+
+/* The bundled model as a Hugging Face block FP8 checkpoint in fp8_dir
+ * (E4M3 codes, f32 <name>_scale_inv a 128 x 128 block, quantization_config
+ * quant_method fp8) and, in f32_dir, a dense f32 checkpoint of exactly the
+ * values those codes stand for. Returns the count of E4M3 matrices. */
+static int write_fp8_pair(const char *fp8_dir, const char *f32_dir) {
+    char path[1200], err[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", DEFAULT_MODEL);
+    st_set *st = NULL;
+    st_writer *w8 = NULL, *wf = NULL;
+    CHECK(st_open_file(path, &st, err, sizeof err) == NX_OK && st_writer_new(&w8, err, sizeof err) == NX_OK &&
+          st_writer_new(&wf, err, sizeof err) == NX_OK);
+    int converted = 0;
+    for (int i = 0; st && w8 && wf && i < st_count(st); i++) {
+        const st_tensor *t = st_at(st, i);
+        if (!fp8_matrix(t)) {
+            CHECK(st_writer_add(w8, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err, sizeof err) == NX_OK &&
+                  st_writer_add(wf, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err, sizeof err) == NX_OK);
+            continue;
+        }
+        const int64_t rows = t->shape[0], cols = t->shape[1], rb = (rows + 127) / 128, cb = (cols + 127) / 128;
+        float *x = malloc((size_t)(rows * cols) * sizeof *x), *sc = malloc((size_t)(rb * cb) * sizeof *sc);
+        uint8_t *q = malloc((size_t)(rows * cols));
+        kn_to_f32(t->dtype, t->data, x, rows * cols);
+        for (int64_t bi = 0; bi < rb; bi++)
+            for (int64_t bj = 0; bj < cb; bj++) {
+                float amax = 0;
+                for (int64_t r = bi * 128; r < rows && r < bi * 128 + 128; r++)
+                    for (int64_t c = bj * 128; c < cols && c < bj * 128 + 128; c++) amax = fmaxf(amax, fabsf(x[r * cols + c]));
+                const float s = amax > 0 ? amax / 448 : 1;
+                sc[bi * cb + bj] = s;
+                for (int64_t r = bi * 128; r < rows && r < bi * 128 + 128; r++)
+                    for (int64_t c = bj * 128; c < cols && c < bj * 128 + 128; c++) {
+                        q[r * cols + c] = (uint8_t)kn_f32_to_e4m3(x[r * cols + c] / s);
+                        x[r * cols + c] = kn_e4m3_to_f32(q[r * cols + c]) * s;   /* what the codes stand for */
+                    }
+            }
+        char name[300];
+        snprintf(name, sizeof name, "%s_scale_inv", t->name);
+        const int64_t bshape[2] = {rb, cb};
+        CHECK(st_writer_add(w8, t->name, NX_DT_F8_E4M3, 2, t->shape, q, (size_t)(rows * cols), err, sizeof err) == NX_OK &&
+              st_writer_add(w8, name, NX_DT_F32, 2, bshape, sc, (size_t)(rb * cb) * 4, err, sizeof err) == NX_OK &&
+              st_writer_add(wf, t->name, NX_DT_F32, 2, t->shape, x, (size_t)(rows * cols) * 4, err, sizeof err) == NX_OK);
+        free(x), free(sc), free(q);
+        converted++;
+    }
+    CHECK(nx_test_system("cp '%s'/* '%s'/ && cp '%s'/* '%s'/", DEFAULT_MODEL, fp8_dir, DEFAULT_MODEL, f32_dir) == 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", fp8_dir);
+    CHECK(w8 && st_writer_write(w8, path, err, sizeof err) == NX_OK);
+    snprintf(path, sizeof path, "%s/model.safetensors", f32_dir);
+    CHECK(wf && st_writer_write(wf, path, err, sizeof err) == NX_OK);
+    st_writer_free(w8), st_writer_free(wf), st_close(st);
+    edit_config(fp8_dir, set_fp8);
+    return converted;
+}
+
+/* A Hugging Face block FP8 checkpoint (Qwen's official *-FP8 layout) loads,
+ * names its format, gives the same logits bit for bit as a dense f32
+ * checkpoint of the values its codes stand for (so its 128 x 128 factors
+ * are applied where they belong), stays close to the bf16 model, and
+ * decodes speculatively == plain. */
+static void hf_block_fp8_equals_its_dequantized_weights(void) {
+    char fp8[1024], f32[1024];
+    snprintf(fp8, sizeof fp8, "%s", nx_test_tmpdir("quant-fp8"));
+    snprintf(f32, sizeof f32, "%s", nx_test_tmpdir("quant-fp8-f32"));
+    const int converted = write_fp8_pair(fp8, f32);
+    CHECKF(converted >= 20, "%d matrices converted", converted);
+    nx_model *m = nx_test_model(fp8, 2), *ref = nx_test_model(f32, 2), *bf = nx_test_model(DEFAULT_MODEL, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL, *dref = ref ? nx_test_drafter(ref, 0) : NULL;
+    if (d && dref && bf) {
+        const nx_model_info *in = nx_model_get_info(m);
+        CHECKF(strstr(in->weight_dtype, "FP8-BLOCK128") && strcmp(in->quantization, "fp8 e4m3, 128 x 128 blocks") == 0,
+               "%s / %s", in->weight_dtype, in->quantization);
+        int n;
+        int32_t *seq = golden_tokens(&n);
+        long V = in->vocab_size;
+        float *a = nx_test_logits(m, seq, n), *b = nx_test_logits(ref, seq, n), *c = nx_test_logits(bf, seq, n);
+        CHECK(memcmp(a, b, (size_t)n * V * sizeof(float)) == 0);
+        float *ma = malloc((size_t)(n - 1) * V * sizeof(float)), *mb = malloc((size_t)(n - 1) * V * sizeof(float));
+        char err[512];
+        CHECK(nx_drafter_teacher_forced(d, seq, n, ma, NULL, err, sizeof err) == NX_OK &&
+              nx_drafter_teacher_forced(dref, seq, n, mb, NULL, err, sizeof err) == NX_OK &&
+              memcmp(ma, mb, (size_t)(n - 1) * V * sizeof(float)) == 0);
+        nx_test_diff diff = nx_test_compare(a, c, (long)n * V);
+        printf("  block fp8: logits = the dequantized f32 model's bit for bit; nmse against bf16 %.2e\n", diff.nmse);
+        CHECKF(diff.nmse < 2e-4, "nmse %.2e", diff.nmse);   /* measured 2026-12-03: 3.9e-5 */
+        int32_t plain[64], spec[64];
+        run(m, NULL, seq, 16, 1, 64, plain);
+        for (int K = 1; K <= 3; K++) {
+            run(m, d, seq, 16, K, 64, spec);
+            CHECKF(memcmp(plain, spec, sizeof plain) == 0, "fp8 K=%d: speculative != plain", K);
+        }
+        free(a), free(b), free(c), free(ma), free(mb), free(seq);
+    }
+    nx_drafter_free(d), nx_drafter_free(dref);
+    nx_model_free(m), nx_model_free(ref), nx_model_free(bf);
+}
+
+static void set_mode_nvfp4(json_t *r) {
+    json_t *q = json_object_get(r, "quantization");
+    json_object_set_new(q, "mode", json_string("nvfp4"));
+    json_object_set_new(q, "group_size", json_integer(16));
+}
+static void set_fp8_block_64(json_t *r) {
+    json_object_set_new(json_object_get(r, "quantization_config"), "weight_block_size", json_pack("[i,i]", 64, 64));
+}
+
+/* Small-float checkpoints that do not add up are clear errors naming the
+ * tensor or field: a mode the weights do not have, an nvfp4 global scale,
+ * a block FP8 matrix without its factors or with the wrong grid of them,
+ * another block size; and nx_quantize refuses a mode's wrong sizes. */
+static void malformed_small_float_checkpoints_are_clear_errors(void) {
+    char work[1024], fp8[1024], f32[1024], err[512];
+    const char *mx = quantize_mode("quant-fp-bad", DEFAULT_MODEL, NX_QUANT_MXFP4, 0, 0, 0);
+    snprintf(work, sizeof work, "%s", nx_test_tmpdir("quant-fp-bad-work"));
+    CHECK(nx_test_system("cp '%s'/* '%s'/", mx, work) == 0);
+    edit_config(work, set_mode_nvfp4);
+    expect_error(work, "stored as mxfp4");
+    /* an nvfp4 checkpoint with a per-tensor global scale */
+    const char *nv = quantize_mode("quant-fp-bad-nv", DEFAULT_MODEL, NX_QUANT_NVFP4, 0, 0, 0);
+    CHECK(nx_test_system("cp '%s'/* '%s'/", nv, work) == 0);
+    rewrite_tensors(nv, work, NULL, NULL, "language_model.model.layers.1.mlp.up_proj.global_scale");
+    expect_error(work, "layers.1.mlp.up_proj.global_scale");
+    /* block FP8: a matrix without its factors, another block size */
+    snprintf(fp8, sizeof fp8, "%s", nx_test_tmpdir("quant-fp8-bad"));
+    snprintf(f32, sizeof f32, "%s", nx_test_tmpdir("quant-fp8-bad-f32"));
+    write_fp8_pair(fp8, f32);
+    CHECK(nx_test_system("cp '%s'/* '%s'/", fp8, work) == 0);
+    rewrite_tensors(fp8, work, "model.language_model.layers.2.mlp.down_proj.weight_scale_inv", NULL, NULL);
+    expect_error(work, "layers.2.mlp.down_proj.weight_scale_inv");
+    CHECK(nx_test_system("cp '%s'/* '%s'/", fp8, work) == 0);
+    edit_config(work, set_fp8_block_64);
+    expect_error(work, "weight_block_size");
+    /* the writer: a small-float mode takes only its own sizes */
+    nx_quantize_opts o = {8, 0, 0, NX_QUANT_MXFP4};
+    CHECK(nx_quantize(DEFAULT_MODEL, nx_test_tmpdir("quant-fp-bits"), &o, NULL, err, sizeof err) == NX_EINVAL &&
+          strstr(err, "mxfp4"));
+}
+
 /* Loads dir and expects failure with a message containing want. */
 static void expect_error(const char *dir, const char *want) {
     char err[512] = "";
@@ -435,25 +642,25 @@ static void malformed_quantization_is_a_clear_error(void) {
     }
     /* a module with scales but no biases; a U32 weight without scales */
     CHECK(nx_test_system("cp '%s'/* '%s'/", base, work) == 0);
-    rewrite_tensors(base, work, "language_model.model.layers.1.mlp.down_proj.biases", NULL);
+    rewrite_tensors(base, work, "language_model.model.layers.1.mlp.down_proj.biases", NULL, NULL);
     expect_error(work, "layers.1.mlp.down_proj.biases");
-    rewrite_tensors(base, work, "language_model.model.layers.2.mlp.up_proj.scales", NULL);
+    rewrite_tensors(base, work, "language_model.model.layers.2.mlp.up_proj.scales", NULL, NULL);
     expect_error(work, "no matching .scales");
     /* a non-finite weight in the input */
     snprintf(nan_dir, sizeof nan_dir, "%s", nx_test_tmpdir("quant-nan"));
     snprintf(nan_out, sizeof nan_out, "%s", nx_test_tmpdir("quant-nan-out"));
     CHECK(nx_test_system("cp '%s'/* '%s'/", DEFAULT_MODEL, nan_dir) == 0);
-    rewrite_tensors(DEFAULT_MODEL, nan_dir, NULL, "model.language_model.layers.0.mlp.gate_proj.weight");
-    nx_quantize_opts q4 = {4, 64, 0};
+    rewrite_tensors(DEFAULT_MODEL, nan_dir, NULL, "model.language_model.layers.0.mlp.gate_proj.weight", NULL);
+    nx_quantize_opts q4 = {4, 64, 0, NX_QUANT_AFFINE};
     CHECK(nx_quantize(nan_dir, nan_out, &q4, NULL, err, sizeof err) == NX_EFORMAT &&
           strstr(err, "non-finite") && strstr(err, "layers.0.mlp.gate_proj"));
     /* a non-empty output directory (stale shards there would win) */
     CHECK(nx_quantize(DEFAULT_MODEL, work, &q4, NULL, err, sizeof err) == NX_EINVAL && strstr(err, "not empty"));
     /* quantizing twice, bad widths, the input as output */
-    nx_quantize_opts o = {4, 64, 0};
+    nx_quantize_opts o = {4, 64, 0, NX_QUANT_AFFINE};
     CHECK(nx_quantize(base, nx_test_tmpdir("quant-twice"), &o, NULL, err, sizeof err) == NX_EUNSUPPORTED &&
           strstr(err, "already quantized"));
-    nx_quantize_opts seven = {7, 64, 0}, g48 = {4, 48, 0};
+    nx_quantize_opts seven = {7, 64, 0, NX_QUANT_AFFINE}, g48 = {4, 48, 0, NX_QUANT_AFFINE};
     CHECK(nx_quantize(DEFAULT_MODEL, work, &seven, NULL, err, sizeof err) == NX_EINVAL && strstr(err, "bits 7"));
     CHECK(nx_quantize(DEFAULT_MODEL, work, &g48, NULL, err, sizeof err) == NX_EINVAL && strstr(err, "group size 48"));
     CHECK(nx_quantize(DEFAULT_MODEL, DEFAULT_MODEL, &o, NULL, err, sizeof err) == NX_EINVAL);
@@ -603,6 +810,15 @@ static const nx_test tests[] = {
      keep_mtp_dense_leaves_the_head_alone},
     {"malformed_quantization_is_a_clear_error", "mxfp4, fp8, bits, override, no biases/scales, NaN input, bad options, non-empty output",
      malformed_quantization_is_a_clear_error},
+    {"small_float_modes_load_close_and_decode_exactly",
+     "nextn quantize --mode mxfp4 / nvfp4 / mxfp8: named formats, logits NMSE against bf16, greedy speculative == plain for K = 1..3",
+     small_float_modes_load_close_and_decode_exactly},
+    {"hf_block_fp8_equals_its_dequantized_weights",
+     "Qwen's FP8 layout (E4M3 + weight_scale_inv, quant_method fp8): target and MTP logits = a dense f32 model of the same values, bit for bit; speculative == plain",
+     hf_block_fp8_equals_its_dequantized_weights},
+    {"malformed_small_float_checkpoints_are_clear_errors",
+     "mode mismatch, nvfp4 global_scale, a missing weight_scale_inv, weight_block_size other than [128, 128], a mode's wrong bits",
+     malformed_small_float_checkpoints_are_clear_errors},
 };
 
 NX_TEST_MAIN(tests)

@@ -141,7 +141,7 @@ static void a_lower_bit_head_copy_stays_close_to_the_head(void) {
 static void no_copy_when_the_head_is_no_larger(void) {
     const char *dir = nx_test_tmpdir("draft-head-q4");
     char err[512];
-    nx_quantize_opts qo = {4, 64, 0};
+    nx_quantize_opts qo = {4, 64, 0, NX_QUANT_AFFINE};
     nx_quantize_report r;
     CHECKF(nx_quantize(MODEL, dir, &qo, &r, err, sizeof err) == NX_OK, "%s", err);
     nx_model *m = nx_test_model(dir, 2);

@@ -1,0 +1,243 @@
+/* fpq.c — small-float weight formats (see fpq.h): codes, the MLX quantizer,
+ * row dequantization (scalar and AVX2 twins) and the product. */
+#include "kernels/fpq.h"
+
+#include <assert.h>
+#include <string.h>
+
+#include "base/fp16.h"
+#include "kernels/avx2.h"
+
+const char *kn_fp_name(kn_fp_mode m) {
+    switch (m) {
+    case KN_FP_MXFP4: return "mxfp4";
+    case KN_FP_NVFP4: return "nvfp4";
+    case KN_FP_MXFP8: return "mxfp8";
+    case KN_FP_FP8_BLOCK: return "fp8";
+    default: return "none";
+    }
+}
+
+int kn_fp_bits(kn_fp_mode m) { return m == KN_FP_MXFP4 || m == KN_FP_NVFP4 ? 4 : m == KN_FP_NONE ? 0 : 8; }
+
+int kn_fp_group(kn_fp_mode m) {
+    return m == KN_FP_NVFP4 ? 16 : m == KN_FP_FP8_BLOCK ? KN_FP8_BLOCK : m == KN_FP_NONE ? 0 : 32;
+}
+
+/* ---- Codes ---------------------------------------------------------------- */
+
+static const float e2m1_magnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+float kn_e2m1_to_f32(unsigned code) {
+    const float v = e2m1_magnitude[code & 7];
+    return code & 8 ? -v : v;
+}
+
+static float bits_to_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float kn_e4m3_to_f32(unsigned code) {
+    const unsigned e = (code >> 3) & 15, m = code & 7;
+    const uint32_t sign = (uint32_t)(code & 0x80) << 24;
+    if (e == 15 && m == 7) return bits_to_f32(sign | 0x7fc00000u);
+    const float v = e == 0 ? ldexpf((float)m, -9) : ldexpf((float)(8 + m), (int)e - 10);
+    return sign ? -v : v;
+}
+
+float kn_e8m0_to_f32(unsigned code) {
+    code &= 255;
+    return code == 0 ? ldexpf(1.0f, -127) : bits_to_f32((uint32_t)code << 23);
+}
+
+unsigned kn_f32_to_e2m1(float x) {
+    const float a = fabsf(x);
+    if (!(a < 6.0f)) return (signbit(x) ? 8 : 0) | 7;   /* 6 and beyond, and NaN */
+    unsigned best = 0;
+    for (unsigned i = 1; i < 8; i++)   /* the first nearest: a tie goes to the smaller magnitude */
+        if (fabsf(a - e2m1_magnitude[i]) < fabsf(a - e2m1_magnitude[best])) best = i;
+    return best && signbit(x) ? 8 | best : best;   /* zero is +0 */
+}
+
+unsigned kn_f32_to_e4m3(float x) {
+    if (x != x) return 0x7f;
+    const unsigned sign = signbit(x) ? 0x80 : 0;
+    const float a = fabsf(x);
+    if (a >= 464.0f) return sign | 0x7e;   /* past the midpoint of 448 and the NaN slot: 448 */
+    if (a < 0x1p-6f) return sign | (unsigned)nearbyintf(a * 0x1p9f);   /* subnormal; 8 is the first normal */
+    int k;
+    frexpf(a, &k);   /* a in [2^(k-1), 2^k) */
+    const int E = k - 1;
+    unsigned q = (unsigned)nearbyintf((ldexpf(a, -E) - 1.0f) * 8.0f);
+    unsigned code = (unsigned)(E + 7) << 3;
+    code += q;   /* q == 8 carries into the exponent */
+    return sign | (code > 0x7e ? 0x7e : code);
+}
+
+unsigned kn_f32_to_e8m0(float x) {
+    if (x != x || isinf(x)) return 255;
+    if (!(x > 0.0f)) return 127;
+    long n = lroundf(log2f(x));
+    n = n < -127 ? -127 : n > 127 ? 127 : n;
+    return (unsigned)(n + 127);
+}
+
+/* ---- Quantizer ------------------------------------------------------------- */
+
+void kn_fp_quantize_row(const float *w, int64_t cols, kn_fp_mode mode, uint32_t *codes, uint8_t *scales) {
+    assert(mode == KN_FP_MXFP4 || mode == KN_FP_NVFP4 || mode == KN_FP_MXFP8);
+    const int group = kn_fp_group(mode), bits = kn_fp_bits(mode);
+    uint8_t *bytes = (uint8_t *)codes;
+    memset(codes, 0, (size_t)(cols * bits / 8));
+    for (int64_t g = 0; g < cols / group; g++) {
+        const float *wg = w + g * group;
+        float amax = 0.0f;
+        for (int i = 0; i < group; i++) amax = fmaxf(amax, fabsf(wg[i]));
+        const float s = amax / (bits == 4 ? 6.0f : 448.0f);
+        const unsigned sc = mode == KN_FP_NVFP4 ? kn_f32_to_e4m3(s) : kn_f32_to_e8m0(s);
+        const float scale = mode == KN_FP_NVFP4 ? kn_e4m3_to_f32(sc) : kn_e8m0_to_f32(sc);
+        scales[g] = (uint8_t)sc;
+        for (int i = 0; i < group; i++) {
+            const int64_t c = g * group + i;
+            const float v = scale > 0.0f ? wg[i] / scale : 0.0f;
+            if (bits == 4) bytes[c / 2] |= (uint8_t)(kn_f32_to_e2m1(v) << (4 * (c & 1)));
+            else bytes[c] = (uint8_t)kn_f32_to_e4m3(v);
+        }
+    }
+}
+
+/* ---- Views ------------------------------------------------------------------ */
+
+static int64_t block_cols(const kn_mat *w) { return (w->cols + KN_FP8_BLOCK - 1) / KN_FP8_BLOCK; }
+
+int kn_fp_valid(const kn_mat *w) {
+    if (w->bits != 0 || w->group != kn_fp_group((kn_fp_mode)w->fp) || w->ld != 0) return 0;
+    const int empty = w->rows == 0 || w->cols == 0;
+    if (!empty && (!w->data || !w->scales)) return 0;
+    if (w->cols > KN_FP_MAX_COLS) return 0;
+    if (w->fp == KN_FP_FP8_BLOCK)
+        return w->dtype == NX_DT_F8_E4M3 && (w->sdtype == NX_DT_F32 || w->sdtype == NX_DT_BF16 || w->sdtype == NX_DT_F16);
+    return (w->fp == KN_FP_MXFP4 || w->fp == KN_FP_NVFP4 || w->fp == KN_FP_MXFP8) && w->dtype == NX_DT_U32 &&
+           w->sdtype == NX_DT_U8 && w->cols % w->group == 0;
+}
+
+double kn_fp_bytes(const kn_mat *w) {
+    const double elems = (double)w->rows * (double)w->cols;
+    if (w->fp == KN_FP_FP8_BLOCK)
+        return elems + (double)((w->rows + KN_FP8_BLOCK - 1) / KN_FP8_BLOCK) * (double)block_cols(w) *
+                           (double)nx_dtype_size(w->sdtype);
+    return elems * kn_fp_bits((kn_fp_mode)w->fp) / 8.0 + elems / w->group;
+}
+
+/* Row r's element bytes, and the scales that apply to it: one a group (MLX
+ * modes) or one a 128-column block (block FP8, in sdtype). */
+static const uint8_t *row_codes(const kn_mat *w, int64_t r) {
+    return (const uint8_t *)w->data + (size_t)(r * w->cols * kn_fp_bits((kn_fp_mode)w->fp) / 8);
+}
+static const void *row_scales(const kn_mat *w, int64_t r) {
+    if (w->fp == KN_FP_FP8_BLOCK)
+        return (const char *)w->scales + (size_t)(r / KN_FP8_BLOCK * block_cols(w)) * nx_dtype_size(w->sdtype);
+    return (const uint8_t *)w->scales + (size_t)(r * (w->cols / w->group));
+}
+
+/* Group g's scale of a row whose scales start at s. */
+static float group_scale(const kn_mat *w, const void *s, int64_t g) {
+    switch (w->fp) {
+    case KN_FP_NVFP4: return kn_e4m3_to_f32(((const uint8_t *)s)[g]);
+    case KN_FP_FP8_BLOCK: {
+        float f;
+        kn_to_f32(w->sdtype, (const char *)s + (size_t)g * nx_dtype_size(w->sdtype), &f, 1);
+        return f;
+    }
+    default: return kn_e8m0_to_f32(((const uint8_t *)s)[g]);
+    }
+}
+
+void kn_fp_prefetch_row(const kn_mat *w, int64_t r) {
+    const size_t code_bytes = (size_t)(w->cols * kn_fp_bits((kn_fp_mode)w->fp) / 8);
+    const size_t scale_bytes = w->fp == KN_FP_FP8_BLOCK ? (size_t)block_cols(w) * nx_dtype_size(w->sdtype)
+                                                        : (size_t)(w->cols / w->group);
+    const char *p = (const char *)row_codes(w, r), *s = row_scales(w, r);
+    for (size_t b = 0; b < code_bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+    for (size_t b = 0; b < scale_bytes; b += 64) __builtin_prefetch(s + b, 0, 3);
+}
+
+/* ---- Dequantization: the scalar definition --------------------------------- */
+
+void kn_fp_row_f32_ref(const kn_mat *w, int64_t row, float *out) {
+    assert(kn_fp_valid(w) && 0 <= row && row < w->rows);
+    const uint8_t *q = row_codes(w, row);
+    const void *s = row_scales(w, row);
+    for (int64_t c = 0; c < w->cols; c++) {
+        const float scale = group_scale(w, s, c / w->group);
+        float e;
+        if (kn_fp_bits((kn_fp_mode)w->fp) == 4) e = kn_e2m1_to_f32((q[c / 2] >> (4 * (c & 1))) & 15);
+        else e = kn_e4m3_to_f32(q[c]);
+        out[c] = e * scale;
+    }
+}
+
+/* ---- Dequantization: AVX2 --------------------------------------------------
+ * E2M1: the 8 nibbles of a word shifted into 8 lanes; vpermps reads the
+ * magnitude table with the low 3 bits, and the sign bit moves to bit 31.
+ * E4M3: the 7 low bits shifted to f32 bits 20..26 make an f32 equal to the
+ * code's magnitude times 2^-120 (subnormals included: a subnormal code lands
+ * on an f32 subnormal), so one exact product by 2^120 restores it; the code's
+ * NaN is blended in. Then the scale: the same f32 product as the scalar twin. */
+#if KN_HAVE_X86
+
+KN_AVX2_INLINE __m256 e4m3x8_avx2(const uint8_t *q) {
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q));
+    const __m256i low = _mm256_and_si256(b, _mm256_set1_epi32(0x7f));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
+    __m256 v = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(low, 20)), _mm256_set1_ps(0x1p120f));
+    const __m256 nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(low, _mm256_set1_epi32(0x7f)));
+    v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), nan);
+    return _mm256_or_ps(v, _mm256_castsi256_ps(sign));
+}
+
+KN_AVX2_INLINE __m256 e2m1x8_avx2(uint32_t word) {
+    const __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32((int)word), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    const __m256 mag = _mm256_permutevar8x32_ps(_mm256_loadu_ps(e2m1_magnitude), idx);
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(idx, _mm256_set1_epi32(8)), 28);
+    return _mm256_or_ps(mag, _mm256_castsi256_ps(sign));
+}
+
+KN_AVX2 void kn_fp_row_f32_avx2(const kn_mat *w, int64_t row, float *out) {
+    assert(kn_fp_valid(w) && 0 <= row && row < w->rows);
+    const uint8_t *q = row_codes(w, row);
+    const void *s = row_scales(w, row);
+    const int64_t cols = w->cols, group = w->group;
+    for (int64_t g = 0; g * group < cols; g++) {
+        const __m256 scale = _mm256_set1_ps(group_scale(w, s, g));
+        const int64_t c0 = g * group, c1 = c0 + group < cols ? c0 + group : cols;
+        int64_t c = c0;
+        if (w->fp == KN_FP_MXFP4 || w->fp == KN_FP_NVFP4) {
+            for (; c < c1; c += 8) {
+                uint32_t word;
+                memcpy(&word, q + c / 2, 4);
+                _mm256_storeu_ps(out + c, _mm256_mul_ps(e2m1x8_avx2(word), scale));
+            }
+        } else {
+            for (; c + 8 <= c1; c += 8) _mm256_storeu_ps(out + c, _mm256_mul_ps(e4m3x8_avx2(q + c), scale));
+            for (; c < c1; c++) out[c] = kn_e4m3_to_f32(q[c]) * _mm256_cvtss_f32(scale);   /* block FP8's last columns */
+        }
+    }
+}
+
+#endif
+
+/* ---- Product ------------------------------------------------------------------ */
+
+void kn_fp_matmul_rows(const kn_mat *w, kn_fp_row_fn row_f32, kn_fp_dense_fn dense_f32, const float *x, int64_t ldx,
+                       int T, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    assert(kn_fp_valid(w));
+    _Alignas(64) float buf[KN_FP_MAX_COLS];
+    const kn_mat row = {.data = buf, .dtype = NX_DT_F32, .rows = 1, .cols = w->cols};
+    for (int64_t r = r0; r < r1; r++) {
+        row_f32(w, r, buf);
+        dense_f32(&row, x, ldx, T, y + r, ldy, 0, 1);
+    }
+}

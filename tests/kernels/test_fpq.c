@@ -1,0 +1,350 @@
+/* test_fpq.c — small-float weights (fpq.h): mxfp4, nvfp4, mxfp8 and block
+ * FP8. Hand-packed words decode as the spec's tables say; the encoders round
+ * to nearest (ties as MLX breaks them) and saturate; the quantizer follows
+ * MLX's rule; the row
+ * dequantizer twins write the same bits; every kernel set's product equals
+ * the dense f32 product of the dequantized rows bit for bit, whatever T and
+ * row range (matmul.h's contract). Odd shapes throughout: row counts 1, 7
+ * and 13, block FP8 with columns and rows that are not multiples of 128. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/fpq.h"
+#include "kernels/matmul.h"
+#include "test.h"
+
+#define MAX_T 16
+
+static const kn_isa isas[] = {KN_ISA_AVX512VNNI, KN_ISA_AVX2, KN_ISA_SCALAR};
+static const char *const isa_names[] = {"avx512vnni", "avx2", "scalar"};
+
+/* Selects isas[k]; 0 (said once) where the CPU lacks it. */
+static int use_isa(int k) {
+    static int warned[3];
+    if (kn_select(isas[k]) == isas[k]) return 1;
+    if (!warned[k]++) fprintf(stderr, "  note: this CPU lacks the %s kernels; their checks did not run\n", isa_names[k]);
+    return 0;
+}
+
+static uint32_t bits_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* ---- A matrix of random codes ------------------------------------------- */
+
+typedef struct {
+    kn_mat m;
+    uint8_t *codes;
+    void *scales;
+} fmat;
+
+/* rows x cols of mode: random element codes (NaN codes excluded unless
+ * with_nan), scales of moderate size (E8M0 2^-8 .. 2^6, E4M3 from 2^-6 to
+ * 448, block factors ~2^-7). Buffers at their exact size, so the sanitize
+ * build catches a read past the last row. */
+static fmat make_fmat(nx_test_rng *r, kn_fp_mode mode, int64_t rows, int64_t cols, int with_nan) {
+    fmat f;
+    memset(&f, 0, sizeof f);
+    const int bits = kn_fp_bits(mode), group = kn_fp_group(mode);
+    const size_t code_bytes = (size_t)(rows * cols * bits / 8);
+    f.codes = malloc(code_bytes ? code_bytes : 1);
+    for (size_t i = 0; i < code_bytes; i++) {
+        uint8_t b = (uint8_t)nx_test_rng_next(r);
+        if (bits == 8 && !with_nan && (b & 0x7f) == 0x7f) b ^= 1;
+        f.codes[i] = b;
+    }
+    size_t n_scales;
+    if (mode == KN_FP_FP8_BLOCK) {
+        n_scales = (size_t)(((rows + 127) / 128) * ((cols + 127) / 128));
+        float *s = malloc(n_scales * sizeof *s + 1);
+        for (size_t i = 0; i < n_scales; i++) s[i] = ldexpf(1.0f + (float)(nx_test_rng_next(r) % 1000) / 1000.0f, -7);
+        f.scales = s;
+        f.m.sdtype = NX_DT_F32;
+        f.m.dtype = NX_DT_F8_E4M3;
+    } else {
+        n_scales = (size_t)(rows * (cols / group));
+        uint8_t *s = malloc(n_scales + 1);
+        for (size_t i = 0; i < n_scales; i++)
+            s[i] = mode == KN_FP_NVFP4 ? (uint8_t)(8 + nx_test_rng_next(r) % 118)   /* 2^-6 .. 448, no NaN */
+                                       : (uint8_t)(119 + nx_test_rng_next(r) % 15);  /* 2^-8 .. 2^6 */
+        f.scales = s;
+        f.m.sdtype = NX_DT_U8;
+        f.m.dtype = NX_DT_U32;
+    }
+    f.m.data = f.codes, f.m.scales = f.scales;
+    f.m.rows = rows, f.m.cols = cols;
+    f.m.fp = mode, f.m.group = group;
+    return f;
+}
+
+static void free_fmat(fmat *f) { free(f->codes), free(f->scales); }
+
+static float *make_acts(nx_test_rng *r, int64_t n) {
+    float *x = malloc((size_t)n * sizeof *x);
+    for (int64_t i = 0; i < n; i++) x[i] = nx_test_rng_normal(r, 1.0f);
+    return x;
+}
+
+static const kn_fp_mode modes[] = {KN_FP_MXFP4, KN_FP_NVFP4, KN_FP_MXFP8, KN_FP_FP8_BLOCK};
+enum { N_MODES = sizeof modes / sizeof *modes };
+
+/* Columns for a mode: 1, 3 and 5 groups, or odd counts for block FP8. */
+static int64_t cols_for(kn_fp_mode mode, int k) {
+    static const int64_t fp8_cols[] = {7, 130, 261};
+    return mode == KN_FP_FP8_BLOCK ? fp8_cols[k] : kn_fp_group(mode) * (1 + 2 * k);
+}
+
+/* ---- Codes --------------------------------------------------------------- */
+
+static void test_codes_decode_as_the_spec_says(void) {
+    static const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    for (unsigned c = 0; c < 16; c++)
+        CHECKF(bits_of(kn_e2m1_to_f32(c)) == bits_of(e2m1[c]), "e2m1 %u: %g", c, (double)kn_e2m1_to_f32(c));
+    static const struct { unsigned code; float v; } e4m3[] = {
+        {0x00, 0.0f}, {0x01, 0x1p-9f}, {0x07, 7 * 0x1p-9f}, {0x08, 0x1p-6f}, {0x09, 1.125f * 0x1p-6f},
+        {0x38, 1.0f}, {0x3c, 1.5f}, {0x40, 2.0f}, {0x7e, 448.0f}, {0x80, -0.0f}, {0xb8, -1.0f}, {0xfe, -448.0f},
+    };
+    for (size_t i = 0; i < sizeof e4m3 / sizeof *e4m3; i++)
+        CHECKF(bits_of(kn_e4m3_to_f32(e4m3[i].code)) == bits_of(e4m3[i].v), "e4m3 0x%02x: %g, want %g", e4m3[i].code,
+               (double)kn_e4m3_to_f32(e4m3[i].code), (double)e4m3[i].v);
+    CHECK(isnan(kn_e4m3_to_f32(0x7f)) && isnan(kn_e4m3_to_f32(0xff)));
+    CHECK(kn_e8m0_to_f32(127) == 1.0f && kn_e8m0_to_f32(128) == 2.0f && kn_e8m0_to_f32(120) == 0x1p-7f);
+    CHECK(kn_e8m0_to_f32(0) == 0x1p-127f && kn_e8m0_to_f32(254) == 0x1p127f && isinf(kn_e8m0_to_f32(255)));
+}
+
+/* Rows packed by hand, read back through kn_mat_row_f32 by each kernel set. */
+static void test_hand_packed_rows_dequantize_as_the_spec_says(void) {
+    /* mxfp4, one row of 32: words 0x76543210 (codes 0..7 in order, first in
+     * the low nibble), 0xfedcba98 (their negatives), then zeros; scale 2^1 */
+    uint32_t w4[4] = {0x76543210u, 0xfedcba98u, 0, 0x00000070u};
+    uint8_t s4[1] = {128};
+    kn_mat mx4 = {.data = w4, .dtype = NX_DT_U32, .rows = 1, .cols = 32, .group = 32, .scales = s4,
+                  .sdtype = NX_DT_U8, .fp = KN_FP_MXFP4};
+    static const float want4[16] = {0, 1, 2, 3, 4, 6, 8, 12, -0.0f, -1, -2, -3, -4, -6, -8, -12};
+    /* nvfp4, one row of two groups of 16: the same words, scales E4M3 1.5 and 0.5 */
+    uint8_t s16[2] = {0x3c, 0x30};
+    kn_mat nv4 = mx4;
+    nv4.group = 16, nv4.scales = s16, nv4.fp = KN_FP_NVFP4;
+    /* mxfp8, one row of 32: bytes 0x08 (2^-6), 0x01 (2^-9), 0x38 (1), 0xbc (-1.5) in the first word */
+    uint32_t w8[8] = {0xbc380108u, 0, 0, 0, 0, 0, 0, 0x7e000000u};
+    uint8_t s8[1] = {126};   /* 1/2 */
+    kn_mat mx8 = {.data = w8, .dtype = NX_DT_U32, .rows = 1, .cols = 32, .group = 32, .scales = s8,
+                  .sdtype = NX_DT_U8, .fp = KN_FP_MXFP8};
+    /* block FP8, 129 x 130: factors 1, 2 (columns 128+), 4 (rows 128+), 8 */
+    uint8_t *b = calloc(129 * 130, 1);
+    b[0] = 0x38, b[129] = 0x38, b[128 * 130] = 0xb8, b[128 * 130 + 129] = 0x40;
+    float fs[4] = {1, 2, 4, 8};
+    kn_mat fb = {.data = b, .dtype = NX_DT_F8_E4M3, .rows = 129, .cols = 130, .group = 128, .scales = fs,
+                 .sdtype = NX_DT_F32, .fp = KN_FP_FP8_BLOCK};
+    float out[130];
+    for (int k = 0; k < 3; k++) {
+        if (!use_isa(k)) continue;
+        kn_mat_row_f32(&mx4, 0, out);
+        for (int i = 0; i < 16; i++)
+            CHECKF(bits_of(out[i]) == bits_of(want4[i]), "%s mxfp4 [%d] = %g", isa_names[k], i, (double)out[i]);
+        CHECKF(out[16] == 0 && out[31] == 0 && out[25] == 12, "%s mxfp4 tail: %g %g", isa_names[k], (double)out[25], (double)out[31]);
+        kn_mat_row_f32(&nv4, 0, out);
+        CHECKF(out[7] == 9.0f && out[15] == -9.0f && out[25] == 3.0f, "%s nvfp4: %g %g %g", isa_names[k], (double)out[7],
+               (double)out[15], (double)out[25]);
+        kn_mat_row_f32(&mx8, 0, out);
+        CHECKF(out[0] == 0x1p-7f && out[1] == 0x1p-10f && out[2] == 0.5f && out[3] == -0.75f && out[31] == 224.0f,
+               "%s mxfp8: %g %g %g %g %g", isa_names[k], (double)out[0], (double)out[1], (double)out[2], (double)out[3],
+               (double)out[31]);
+        kn_mat_row_f32(&fb, 0, out);
+        CHECKF(out[0] == 1.0f && out[129] == 2.0f && out[1] == 0.0f, "%s fp8 row 0: %g %g", isa_names[k], (double)out[0],
+               (double)out[129]);
+        kn_mat_row_f32(&fb, 128, out);
+        CHECKF(out[0] == -4.0f && out[129] == 16.0f, "%s fp8 row 128: %g %g", isa_names[k], (double)out[0], (double)out[129]);
+    }
+    free(b);
+    kn_init(0);
+}
+
+static void test_encoders_round_to_nearest_and_saturate(void) {
+    for (unsigned c = 0; c < 16; c++)
+        if (c != 8) CHECKF(kn_f32_to_e2m1(kn_e2m1_to_f32(c)) == c, "e2m1 code %u", c);
+    /* MLX's table search: ties to the smaller magnitude, zeros as +0 */
+    static const struct { float x; unsigned code; } e2[] = {
+        {0.25f, 0}, {0.26f, 1}, {0.75f, 1}, {0.76f, 2}, {1.25f, 2}, {1.75f, 3}, {2.5f, 4}, {3.5f, 5}, {5.0f, 6},
+        {5.01f, 7}, {7.0f, 7}, {1e30f, 7}, {-0.3f, 9}, {-0.75f, 9}, {-2.9f, 13}, {-0.2f, 0}, {-0.0f, 0},
+    };
+    for (size_t i = 0; i < sizeof e2 / sizeof *e2; i++)
+        CHECKF(kn_f32_to_e2m1(e2[i].x) == e2[i].code, "e2m1(%g) = %u, want %u", (double)e2[i].x, kn_f32_to_e2m1(e2[i].x),
+               e2[i].code);
+    /* every finite E4M3 code round-trips; the midpoint of two neighbours goes
+     * to the even code, and anything past it to the nearer one */
+    for (unsigned c = 0; c < 256; c++) {
+        if ((c & 0x7f) == 0x7f) continue;
+        CHECKF(kn_f32_to_e4m3(kn_e4m3_to_f32(c)) == c, "e4m3 code 0x%02x", c);
+        if ((c & 0x7f) == 0x7e) continue;
+        const float lo = kn_e4m3_to_f32(c), hi = kn_e4m3_to_f32(c + 1), mid = (lo + hi) / 2;
+        const unsigned even = c % 2 == 0 ? c : c + 1;
+        CHECKF(kn_f32_to_e4m3(mid) == even, "e4m3 midpoint of 0x%02x and 0x%02x: 0x%02x", c, c + 1, kn_f32_to_e4m3(mid));
+        CHECKF(kn_f32_to_e4m3(nextafterf(mid, lo)) == c && kn_f32_to_e4m3(nextafterf(mid, hi)) == c + 1,
+               "e4m3 near the midpoint of 0x%02x", c);
+    }
+    CHECK(kn_f32_to_e4m3(460.0f) == 0x7e && kn_f32_to_e4m3(464.0f) == 0x7e && kn_f32_to_e4m3(1e30f) == 0x7e &&
+          kn_f32_to_e4m3(-1e30f) == 0xfe && kn_f32_to_e4m3(NAN) == 0x7f);
+    CHECK(kn_f32_to_e8m0(1.0f) == 127 && kn_f32_to_e8m0(3.0f) == 129 && kn_f32_to_e8m0(0.7f) == 126 &&
+          kn_f32_to_e8m0(0.0f) == 127 && kn_f32_to_e8m0(1e-45f) == 0 && kn_f32_to_e8m0(INFINITY) == 255);
+}
+
+/* The quantizer: each group's scale code is MLX's (127 + round(log2(amax /
+ * 6 or 448)), or E4M3 of amax / 6 for nvfp4), and each element's code is a
+ * nearest one to w / scale (an independent search over every code). */
+static void test_quantizer_follows_the_mlx_rule(void) {
+    nx_test_rng r = {0x5EED0F9A7E11ULL};
+    const kn_fp_mode qmodes[] = {KN_FP_MXFP4, KN_FP_NVFP4, KN_FP_MXFP8};
+    for (int m = 0; m < 3; m++) {
+        const kn_fp_mode mode = qmodes[m];
+        const int bits = kn_fp_bits(mode), group = kn_fp_group(mode);
+        const int64_t cols = 5 * group;
+        float w[160], deq[160];
+        uint32_t codes[40];
+        uint8_t scales[10];
+        double err = 0, ref = 0;
+        for (int rep = 0; rep < 50; rep++) {
+            for (int64_t c = 0; c < cols; c++) w[c] = nx_test_rng_normal(&r, 0.05f);
+            if (rep == 0) memset(w, 0, sizeof(float) * (size_t)group);   /* an all-zero group */
+            kn_fp_quantize_row(w, cols, mode, codes, scales);
+            kn_mat q = {.data = codes, .dtype = NX_DT_U32, .rows = 1, .cols = cols, .group = group, .scales = scales,
+                        .sdtype = NX_DT_U8, .fp = mode};
+            kn_mat_row_f32(&q, 0, deq);
+            for (int64_t g = 0; g < cols / group; g++) {
+                float amax = 0;
+                for (int i = 0; i < group; i++) amax = fmaxf(amax, fabsf(w[g * group + i]));
+                const unsigned want = amax == 0 ? (mode == KN_FP_NVFP4 ? 0 : 127)
+                                    : mode == KN_FP_NVFP4 ? kn_f32_to_e4m3(amax / 6)
+                                                          : (unsigned)(127 + lroundf(log2f(amax / (bits == 4 ? 6.0f : 448.0f))));
+                CHECKF(scales[g] == want, "mode %s group %lld: scale code %u, want %u", kn_fp_name(mode), (long long)g,
+                       scales[g], want);
+                const float scale = mode == KN_FP_NVFP4 ? kn_e4m3_to_f32(scales[g]) : kn_e8m0_to_f32(scales[g]);
+                for (int i = 0; i < group; i++) {
+                    const int64_t c = g * group + i;
+                    float best = INFINITY;
+                    for (unsigned k = 0; k < (bits == 4 ? 16u : 256u); k++) {
+                        const float v = (bits == 4 ? kn_e2m1_to_f32(k) : kn_e4m3_to_f32(k)) * scale;
+                        if (v == v) best = fminf(best, fabsf(v - w[c]));
+                    }
+                    CHECKF(fabsf(deq[c] - w[c]) <= best * (1 + 0x1p-20f) + 0x1p-140f, "mode %s col %lld: |%g - %g| > %g",
+                           kn_fp_name(mode), (long long)c, (double)deq[c], (double)w[c], (double)best);
+                    err += (double)(deq[c] - w[c]) * (deq[c] - w[c]), ref += (double)w[c] * w[c];
+                }
+            }
+        }
+        printf("  %s: round-trip nmse of N(0, 0.05) weights %.2e\n", kn_fp_name(mode), err / ref);
+        /* measured: mxfp4 1.6e-2, nvfp4 9.3e-3, mxfp8 4.9e-3 (MLX's rounded E8M0 scale can sit
+         * below amax / 448, so a group's largest elements saturate) */
+        CHECKF(err / ref < (bits == 4 ? 0.03 : 1e-2), "%s nmse %.2e", kn_fp_name(mode), err / ref);
+    }
+}
+
+/* ---- Dequantization and products ------------------------------------------ */
+
+static void test_row_dequantizer_twins_write_the_same_bits(void) {
+    nx_test_rng r = {0xD0E5F00DULL};
+    for (int m = 0; m < N_MODES; m++)
+        for (int k = 0; k < 3; k++) {
+            const int64_t rows = k == 2 ? 129 : 7, cols = cols_for(modes[m], k);
+            fmat f = make_fmat(&r, modes[m], rows, cols, 1);
+            float *a = malloc((size_t)cols * sizeof *a), *b = malloc((size_t)cols * sizeof *b);
+            for (int64_t row = 0; row < rows; row++) {
+                kn_fp_row_f32_ref(&f.m, row, a);
+#if defined(__x86_64__) || defined(__i386__)
+                if (kn_isa_available(KN_ISA_AVX2) >= KN_ISA_AVX2) {
+                    kn_fp_row_f32_avx2(&f.m, row, b);
+                    CHECKF(memcmp(a, b, (size_t)cols * sizeof *a) == 0, "%s %lldx%lld row %lld differs", kn_fp_name(modes[m]),
+                           (long long)rows, (long long)cols, (long long)row);
+                }
+#endif
+            }
+            free(a), free(b);
+            free_fmat(&f);
+        }
+}
+
+/* A dense f32 copy of f: its rows dequantized by the scalar definition. */
+static float *dequantized(const fmat *f) {
+    float *d = malloc((size_t)(f->m.rows * f->m.cols) * sizeof *d + 1);
+    for (int64_t row = 0; row < f->m.rows; row++) kn_fp_row_f32_ref(&f->m, row, d + row * f->m.cols);
+    return d;
+}
+
+/* In every kernel set: the product of f equals the dense f32 product of the
+ * dequantized matrix bit for bit, for T = 1..16, one call over all rows and
+ * uneven row ranges, and no call writes outside its rows. */
+static void test_products_equal_the_dense_product_of_the_dequantized_rows(void) {
+    nx_test_rng r = {0xF00DFACEULL};
+    enum { ROWS = 13, PAD = 3 };
+    for (int m = 0; m < N_MODES; m++)
+        for (int k = 0; k < 3; k++) {
+            const int64_t cols = cols_for(modes[m], k), ldx = cols + 3, ldy = ROWS + PAD;
+            fmat f = make_fmat(&r, modes[m], ROWS, cols, 0);
+            float *dq = dequantized(&f), *x = make_acts(&r, MAX_T * ldx);
+            const kn_mat dense = {.data = dq, .dtype = NX_DT_F32, .rows = ROWS, .cols = cols};
+            float want[MAX_T * (ROWS + PAD)], got[MAX_T * (ROWS + PAD)];
+            for (int s = 0; s < 3; s++) {
+                if (!use_isa(s)) continue;
+                for (int T = 1; T <= MAX_T; T += (T < 4 ? 1 : 5)) {
+                    for (int i = 0; i < MAX_T * ldy; i++) want[i] = got[i] = -7.0f;
+                    kn_matmul_rows(&dense, x, ldx, T, want, ldy, 0, ROWS);
+                    if (T % 2) {
+                        kn_matmul_rows(&f.m, x, ldx, T, got, ldy, 0, ROWS);
+                    } else {   /* row ranges of 1, 2, 3, 5, ... */
+                        for (int64_t r0 = 0, n = 1; r0 < ROWS; r0 += n, n = n % 5 + 1)
+                            kn_matmul_rows(&f.m, x, ldx, T, got, ldy, r0, r0 + n < ROWS ? r0 + n : ROWS);
+                    }
+                    CHECKF(memcmp(want, got, sizeof want) == 0, "%s %s %lld cols T=%d: product differs", isa_names[s],
+                           kn_fp_name(modes[m]), (long long)cols, T);
+                    /* T = 1 row by row equals the same row of the T-row call */
+                    float one[ROWS];   /* y[t * ldy + r]: row r lands at one[r] */
+                    kn_matmul_rows(&f.m, x + (T - 1) * ldx, ldx, 1, one, 1, ROWS - 1, ROWS);
+                    CHECKF(bits_of(one[ROWS - 1]) == bits_of(got[(T - 1) * ldy + ROWS - 1]), "%s %s T=%d: last row alone differs",
+                           isa_names[s], kn_fp_name(modes[m]), T);
+                }
+            }
+            free(dq), free(x);
+            free_fmat(&f);
+        }
+    kn_init(0);
+}
+
+static void test_sizes_and_views(void) {
+    nx_test_rng r = {7};
+    fmat a = make_fmat(&r, KN_FP_MXFP4, 3, 64, 0), b = make_fmat(&r, KN_FP_NVFP4, 3, 64, 0),
+         c = make_fmat(&r, KN_FP_MXFP8, 3, 64, 0), d = make_fmat(&r, KN_FP_FP8_BLOCK, 130, 200, 0);
+    CHECK(kn_fp_valid(&a.m) && kn_fp_valid(&b.m) && kn_fp_valid(&c.m) && kn_fp_valid(&d.m));
+    CHECK(kn_mat_bytes(&a.m) == 3 * 64 * (0.5 + 1.0 / 32) && kn_mat_bytes(&b.m) == 3 * 64 * (0.5 + 1.0 / 16) &&
+          kn_mat_bytes(&c.m) == 3 * 64 * (1 + 1.0 / 32) && kn_mat_bytes(&d.m) == 130 * 200 + 2 * 2 * 4);
+    kn_mat bad = a.m;
+    bad.group = 64;
+    CHECK(!kn_fp_valid(&bad));
+    bad = d.m, bad.cols = KN_FP_MAX_COLS + 1;
+    CHECK(!kn_fp_valid(&bad));
+    CHECK(strcmp(kn_fp_name(KN_FP_NVFP4), "nvfp4") == 0 && kn_fp_bits(KN_FP_MXFP8) == 8 && kn_fp_group(KN_FP_NVFP4) == 16);
+    free_fmat(&a), free_fmat(&b), free_fmat(&c), free_fmat(&d);
+}
+
+static const nx_test tests[] = {
+    {"codes_decode_as_the_spec_says", "E2M1 all 16, E4M3 zero/subnormal/normal/448/NaN/negatives, E8M0 0/127/254/255",
+     test_codes_decode_as_the_spec_says},
+    {"hand_packed_rows_dequantize_as_the_spec_says",
+     "mxfp4/nvfp4 nibbles low first, mxfp8 bytes in order, block FP8's four factors of a 129 x 130 matrix; every kernel set",
+     test_hand_packed_rows_dequantize_as_the_spec_says},
+    {"encoders_round_to_nearest_and_saturate",
+     "E2M1 ties to the smaller magnitude (MLX), zeros +0, saturation at 6; every finite E4M3 code round-trips and its midpoints tie to even; 448 saturation; E8M0",
+     test_encoders_round_to_nearest_and_saturate},
+    {"quantizer_follows_the_mlx_rule", "scale codes as mlx.core.quantize, every element a nearest code; round-trip NMSE",
+     test_quantizer_follows_the_mlx_rule},
+    {"row_dequantizer_twins_write_the_same_bits", "scalar == AVX2 for every mode, odd shapes, NaN codes included",
+     test_row_dequantizer_twins_write_the_same_bits},
+    {"products_equal_the_dense_product_of_the_dequantized_rows",
+     "every kernel set, T = 1..16, uneven row ranges, writes only its rows; bit for bit",
+     test_products_equal_the_dense_product_of_the_dequantized_rows},
+    {"sizes_and_views", "kn_mat_bytes per mode, kn_fp_valid refuses a wrong group or too many columns", test_sizes_and_views},
+};
+
+NX_TEST_MAIN(tests)
