@@ -7,6 +7,7 @@
 
 #include "base/fp16.h"
 #include "kernels/avx2.h"
+#include "kernels/quant.h"
 
 const char *kn_fp_name(kn_fp_mode m) {
     switch (m) {
@@ -223,6 +224,121 @@ KN_AVX2 void kn_fp_row_f32_avx2(const kn_mat *w, int64_t row, float *out) {
         } else {
             for (; c + 8 <= c1; c += 8) _mm256_storeu_ps(out + c, _mm256_mul_ps(e4m3x8_avx2(q + c), scale));
             for (; c < c1; c++) out[c] = kn_e4m3_to_f32(q[c]) * _mm256_cvtss_f32(scale);   /* block FP8's last columns */
+        }
+    }
+}
+
+#endif
+
+/* ---- mxfp4 on int8 activations (fpq.h) ------------------------------------------ */
+
+/* 2 * E2M1, an integer */
+static const int8_t e2m1_twice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* h(s) = 2^(s - 128): half an E8M0 scale, infinity for s = 255 */
+static float half_e8m0(unsigned s) { return s == 255 ? INFINITY : ldexpf(1.0f, (int)s - 128); }
+
+static void assert_qx_args(const kn_mat *w, const kn_qx *qx, int64_t ldy, int64_t r0, int64_t r1) {
+    assert(kn_fp_int8(w) && kn_fp_valid(w) && qx != NULL && qx->cols == w->cols && qx->group == 32 && !qx->lanes);
+    assert(0 <= r0 && r0 <= r1 && r1 <= w->rows && (qx->T <= 1 || ldy >= r1));
+    (void)w, (void)qx, (void)ldy, (void)r0, (void)r1;
+}
+
+void kn_fp_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    assert_qx_args(w, qx, ldy, r0, r1);
+    const int64_t G = w->cols / 32;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *q = row_codes(w, r), *sc = row_scales(w, r);
+        for (int t = 0; t < qx->T; t++) {
+            const int8_t *xq = qx->q + (int64_t)t * qx->ldq;
+            float acc[8] = {0};
+            for (int64_t g = 0; g < G; g++) {
+                int32_t I = 0;
+                for (int64_t c = g * 32; c < g * 32 + 32; c++) I += e2m1_twice[(q[c / 2] >> (4 * (c & 1))) & 15] * xq[c];
+                acc[g % 8] = fmaf((float)I, qx->d[(int64_t)t * G + g] * half_e8m0(sc[g]), acc[g % 8]);
+            }
+            y[(int64_t)t * ldy + r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+        }
+    }
+}
+
+#if KN_HAVE_X86
+
+/* h(s) for 8 scale codes: (s - 1) << 23 as f32 bits for s >= 2, the
+ * subnormals 2^-128 and 2^-127 below, infinity for 255 */
+KN_AVX2_INLINE __m256 half_e8m0x8_avx2(const uint8_t *s8) {
+    const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s8));
+    __m256i v = _mm256_slli_epi32(_mm256_sub_epi32(s, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), s);
+    v = _mm256_blendv_epi8(v, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), s));
+    v = _mm256_blendv_epi8(v, _mm256_set1_epi32(0x7f800000), _mm256_cmpeq_epi32(s, _mm256_set1_epi32(255)));
+    return _mm256_castsi256_ps(v);
+}
+
+/* The 8 group sums I_0..7 of one activation row against a block of 8
+ * decoded groups (magnitudes and signed values), in lane order: each group's
+ * 32 products in 8 int32 lanes (maddubs of |w| with xq signed like w, then
+ * madd), reduced by a fixed tree of exact integer adds. */
+KN_AVX2_INLINE __m256i group_sums_avx2(const __m256i *mag, const __m256i *sgn, const int8_t *xq) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i p[8];
+    for (int j = 0; j < 8; j++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 32 * j));
+        p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(mag[j], _mm256_sign_epi8(x, sgn[j])), ones);
+    }
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+enum { QX_TCHUNK = 16 };   /* activation rows whose accumulators stay live */
+
+KN_AVX2 void kn_fp_matmul_qx_rows_avx2(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+    assert_qx_args(w, qx, ldy, r0, r1);
+    const __m256i lut_mag = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12,   /* per 128-bit lane */
+                                             0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12);
+    const __m256i lut_val = _mm256_loadu2_m128i((const __m128i *)e2m1_twice, (const __m128i *)e2m1_twice);
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    const int64_t G = w->cols / 32;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *q = row_codes(w, r), *sc = row_scales(w, r);
+        for (int t0 = 0; t0 < qx->T; t0 += QX_TCHUNK) {
+            const int nt = qx->T - t0 < QX_TCHUNK ? qx->T - t0 : QX_TCHUNK;
+            __m256 acc[QX_TCHUNK];
+            for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+            for (int64_t g0 = 0; g0 < G; g0 += 8) {
+                const int ng = G - g0 < 8 ? (int)(G - g0) : 8;
+                __m256i mag[8], sgn[8];
+                _Alignas(8) uint8_t s8[8] = {0};
+                for (int j = 0; j < 8; j++) {
+                    if (j >= ng) {   /* past the row's last group: adds fma(0, 0, acc) = acc */
+                        mag[j] = sgn[j] = _mm256_setzero_si256();
+                        continue;
+                    }
+                    const __m128i b = _mm_loadu_si128((const __m128i *)(q + (g0 + j) * 16));
+                    const __m128i lo = _mm_and_si128(b, low4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
+                    const __m256i nib = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+                    mag[j] = _mm256_shuffle_epi8(lut_mag, nib);
+                    sgn[j] = _mm256_shuffle_epi8(lut_val, nib);
+                    s8[j] = sc[g0 + j];
+                }
+                const __m256 hs = half_e8m0x8_avx2(s8);
+                for (int t = 0; t < nt; t++) {
+                    const int64_t tt = t0 + t;
+                    const int8_t *xq = qx->q + tt * qx->ldq + g0 * 32;
+                    _Alignas(32) float d8[8] = {0};
+                    memcpy(d8, qx->d + tt * G + g0, (size_t)ng * sizeof(float));
+                    _Alignas(32) int8_t xpad[8 * 32];
+                    if (ng < 8) {   /* the row's last, partial block: only its groups' activations exist */
+                        memset(xpad, 0, sizeof xpad);
+                        memcpy(xpad, xq, (size_t)ng * 32);
+                        xq = xpad;
+                    }
+                    const __m256i Ipart = group_sums_avx2(mag, sgn, xq);
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(Ipart), _mm256_mul_ps(_mm256_load_ps(d8), hs), acc[t]);
+                }
+            }
+            for (int t = 0; t < nt; t++) y[(int64_t)(t0 + t) * ldy + r] = _mm_cvtss_f32(kn_hsum_avx2(&acc[t], 1));
         }
     }
 }

@@ -29,19 +29,20 @@
  * Value: W[r][c] = element * scale, one f32 product (exact for the MLX
  * modes, whose factors are short; rounded once for block FP8).
  *
- * Product: each row is dequantized to f32 (both twins write the same bits)
- * and multiplied by the active set's dense f32 kernel, so a product equals
- * the dense f32 product with the dequantized matrix bit for bit, in every
- * kernel set (matmul.h's contract follows from the dense one's). This is the
- * "correct" tier of the issue's formats: about 4 instructions an element on
- * top of the dense product, not an integer dot product like the affine
- * formats' (quant.h). */
+ * Products: mxfp4 multiplies int8 activations with integer dot products
+ * like the affine formats (below). The others dequantize each row to f32
+ * (both twins write the same bits) and multiply it by the active set's dense
+ * f32 kernel, so such a product equals the dense f32 product with the
+ * dequantized matrix bit for bit, in every kernel set (matmul.h's contract
+ * follows from the dense one's): about 4 instructions an element on top of
+ * the dense product, the "correct" tier of the issue's formats. */
 #ifndef NX_KERNELS_FPQ_H
 #define NX_KERNELS_FPQ_H
 
 #include <math.h>
 #include <stdint.h>
 #include "kernels/matmul.h"
+#include "kernels/quant.h"
 
 typedef enum { KN_FP_NONE = 0, KN_FP_MXFP4, KN_FP_NVFP4, KN_FP_MXFP8, KN_FP_FP8_BLOCK } kn_fp_mode;
 
@@ -107,5 +108,26 @@ typedef void (*kn_fp_dense_fn)(const kn_mat *w, const float *x, int64_t ldx, int
                                int64_t r1);
 void kn_fp_matmul_rows(const kn_mat *w, kn_fp_row_fn row_f32, kn_fp_dense_fn dense_f32, const float *x, int64_t ldx,
                        int T, float *y, int64_t ldy, int64_t r0, int64_t r1);
+
+/* ---- mxfp4 on int8 activations ----------------------------------------------
+ * E2M1 values doubled are the integers {0, +-1, 2, 3, 4, 6, 8, 12}, so mxfp4
+ * takes the affine formats' int8 activations (quant.h: kn_qx, groups of 32
+ * in element order) and integer dot products. Weight row r (codes e, group
+ * scale codes s_g) times activation row t, with 8 f32 lanes acc[0..7] from 0:
+ *   for each group g in order:
+ *     I_g = sum over the group's c of (2 e2m1(e_c)) * xq[c]   (exact int32)
+ *     acc[g % 8] = fma((float)I_g, d[t][g] * h(s_g), acc[g % 8])
+ *   y = comb(acc), comb(a) = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
+ * where h(s) = 2^(s - 128), half the E8M0 scale (exact; h(255) is infinity,
+ * as the scale is). The scalar twin is the definition; the AVX2 one (used by
+ * both SIMD sets) computes the same bits. The result is sum_c w_c (d xq_c):
+ * the dequantized weights times the dequantized activations, rounded in a
+ * fixed order, so Y[t][r] depends only on row r and activation row t. */
+/* 1 if w multiplies int8 activations (kn_matmul_qx_rows): mxfp4. */
+static inline int kn_fp_int8(const kn_mat *w) { return w->fp == KN_FP_MXFP4; }
+void kn_fp_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
+#if defined(__x86_64__) || defined(__i386__)
+void kn_fp_matmul_qx_rows_avx2(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
+#endif
 
 #endif

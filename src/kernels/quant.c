@@ -16,6 +16,7 @@
  * dot products per group, the formula written out in quant.h, which the
  * scalar twin follows literally and the AVX2 twin reproduces bit for bit. */
 #include "kernels/quant.h"
+#include "kernels/fpq.h"
 
 #include <assert.h>
 #include <float.h>
@@ -254,7 +255,7 @@ size_t kn_qx_bytes(int T, int64_t cols) {
 }
 
 void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w) {
-    assert(qx != NULL && T >= 0 && kn_affine_valid(w));
+    assert(qx != NULL && T >= 0 && (kn_affine_valid(w) || kn_fp_int8(w)));
     const int64_t cols = w->cols;
     const size_t G = (size_t)(cols / w->group);
     char *p = buf;

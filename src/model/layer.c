@@ -17,6 +17,7 @@
 #include "kernels/attention.h"
 #include "kernels/gdn.h"
 #include "kernels/norm.h"
+#include "kernels/fpq.h"
 #include "kernels/quant.h"
 #include "kernels/rope.h"
 #include "model/model.h"
@@ -47,12 +48,16 @@ static void product_rows(const kn_mat *w, const float *x, const kn_qx *qx, int T
     else kn_matmul_rows(w, x, w->cols, T, y, w->rows, r0, r1);
 }
 
+/* 1 if products of w take int8 activations: affine weights and mxfp4
+ * (kernels/fpq.h); the other formats multiply f32 ones. */
+static int takes_int8(const kn_mat *w) { return w->bits || kn_fp_int8(w); }
+
 /* How a product of w takes x (T rows): &qx with x rounded to int8 over
  * sc->qx, or NULL for x as it is (dense w, or f32_activations). Rounded once,
  * on the calling thread, for all the rows the workers then split: T * cols
  * work, against T * cols * rows for the products. */
 static const kn_qx *product_input(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float *x, int T, kn_qx *qx) {
-    if (!w->bits || m->f32_activations) return NULL;
+    if (!takes_int8(w) || m->f32_activations) return NULL;
     kn_qx_bind(qx, sc->qx, T, w);
     kn_quantize_x(qx, x, w->cols);
     return qx;
@@ -69,7 +74,7 @@ static void linear_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
 
 /* 1 if a and b take their activations the same way (kernels/quant.h). */
 static int same_activations(const nx_model *m, const kn_mat *a, const kn_mat *b) {
-    if (m->f32_activations || !a->bits || !b->bits) return m->f32_activations || (!a->bits && !b->bits);
+    if (m->f32_activations || !takes_int8(a) || !takes_int8(b)) return m->f32_activations || (!takes_int8(a) && !takes_int8(b));
     return a->group == b->group && kn_qx_lanes(a) == kn_qx_lanes(b);
 }
 

@@ -12,6 +12,7 @@
 
 #include "kernels/fpq.h"
 #include "kernels/matmul.h"
+#include "kernels/quant.h"
 #include "test.h"
 
 #define MAX_T 16
@@ -312,6 +313,68 @@ static void test_products_equal_the_dense_product_of_the_dequantized_rows(void) 
     kn_init(0);
 }
 
+/* mxfp4 on int8 activations (fpq.h): every kernel set equals the scalar
+ * definition bit for bit, for T = 1..16 and uneven row ranges; the result is
+ * the dequantized weights times the dequantized activations (checked in
+ * double), within the activations' rounding of the f32 product; the
+ * smallest scale codes (0 and 1: subnormal h(s)) included. */
+static void test_mxfp4_int8_products_follow_the_definition(void) {
+    nx_test_rng r = {0x1A7E5EEDULL};
+    enum { ROWS = 13, PAD = 3 };
+    static const int64_t col_counts[] = {32, 96, 288, 544};   /* 1, 3, 9 and 17 groups: full and partial blocks of 8 */
+    for (int k = 0; k < 4; k++) {
+        const int64_t cols = col_counts[k], ldx = cols + 5, ldy = ROWS + PAD;
+        fmat f = make_fmat(&r, KN_FP_MXFP4, ROWS, cols, 0);
+        uint8_t *sc = f.scales;
+        if (k == 3) sc[0] = 0, sc[1] = 1, sc[2] = 2, sc[3] = 160;   /* h: 2^-128, 2^-127 (subnormals), 2^-126, 2^32 */
+        float *x = make_acts(&r, MAX_T * ldx), *dq = dequantized(&f);
+        void *buf = malloc(kn_qx_bytes(MAX_T, cols));
+        kn_qx qx;
+        kn_qx_bind(&qx, buf, MAX_T, &f.m);
+        CHECK(qx.group == 32 && !qx.lanes);
+        kn_quantize_x(&qx, x, ldx);
+        float want[MAX_T * (ROWS + PAD)], got[MAX_T * (ROWS + PAD)];
+        for (int i = 0; i < MAX_T * ldy; i++) want[i] = -7.0f;
+        kn_fp_matmul_qx_rows_ref(&f.m, &qx, want, ldy, 0, ROWS);
+        /* the definition's value, in double: sum_c w_c (d xq_c); and the f32 product */
+        for (int t = 0; t < MAX_T; t++)
+            for (int64_t row = 0; row < ROWS; row++) {
+                double exact = 0, f32 = 0, bound = 0, mag = 0;
+                for (int64_t c = 0; c < cols; c++) {
+                    const double wc = dq[row * cols + c], dc = qx.d[t * (cols / 32) + c / 32];
+                    exact += wc * dc * qx.q[t * qx.ldq + c];
+                    f32 += wc * x[t * ldx + c];
+                    bound += fabs(wc) * dc / 2;
+                    mag += fabs(wc * dc * qx.q[t * qx.ldq + c]);
+                }
+                const double y = want[t * ldy + row];
+                CHECKF(fabs(y - exact) <= 1e-6 * mag + 1e-30, "t=%d row %lld: %g against %g", t, (long long)row, y, exact);
+                CHECKF(fabs(y - f32) <= bound * 1.0001 + 1e-6 * mag + 1e-30, "t=%d row %lld: %g, f32 %g, bound %g", t,
+                       (long long)row, y, f32, bound);
+            }
+        for (int s = 0; s < 3; s++) {
+            if (!use_isa(s)) continue;
+            for (int T = 1; T <= MAX_T; T += (T < 4 ? 1 : 5)) {
+                qx.T = T;
+                for (int i = 0; i < MAX_T * ldy; i++) got[i] = -7.0f;
+                if (T % 2) {
+                    kn_matmul_qx_rows(&f.m, &qx, got, ldy, 0, ROWS);
+                } else {
+                    for (int64_t r0 = 0, n = 1; r0 < ROWS; r0 += n, n = n % 5 + 1)
+                        kn_matmul_qx_rows(&f.m, &qx, got, ldy, r0, r0 + n < ROWS ? r0 + n : ROWS);
+                }
+                CHECKF(memcmp(want, got, (size_t)T * ldy * sizeof(float)) == 0, "%s mxfp4 int8 %lld cols T=%d: differs",
+                       isa_names[s], (long long)cols, T);
+                for (int i = T * (int)ldy; i < MAX_T * ldy; i++) CHECKF(got[i] == -7.0f, "T=%d wrote y[%d]", T, i);
+            }
+            qx.T = MAX_T;
+        }
+        free(buf), free(x), free(dq);
+        free_fmat(&f);
+    }
+    kn_init(0);
+}
+
 static void test_sizes_and_views(void) {
     nx_test_rng r = {7};
     fmat a = make_fmat(&r, KN_FP_MXFP4, 3, 64, 0), b = make_fmat(&r, KN_FP_NVFP4, 3, 64, 0),
@@ -344,6 +407,9 @@ static const nx_test tests[] = {
     {"products_equal_the_dense_product_of_the_dequantized_rows",
      "every kernel set, T = 1..16, uneven row ranges, writes only its rows; bit for bit",
      test_products_equal_the_dense_product_of_the_dequantized_rows},
+    {"mxfp4_int8_products_follow_the_definition",
+     "every kernel set = the scalar definition bit for bit (T = 1..16, row ranges, 1 to 17 groups); = w (d xq) in double; within the int8 rounding of the f32 product",
+     test_mxfp4_int8_products_follow_the_definition},
     {"sizes_and_views", "kn_mat_bytes per mode, kn_fp_valid refuses a wrong group or too many columns", test_sizes_and_views},
 };
 

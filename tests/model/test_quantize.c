@@ -427,13 +427,14 @@ static void expect_error(const char *dir, const char *want);
  * checkpoint names its format, stays close to the dense model (the bounds
  * are about 3x the NMSE measured), and decodes speculatively == plain. */
 static void small_float_modes_load_close_and_decode_exactly(void) {
-    static const struct { nx_quant_mode mode; const char *desc, *dtype; double nmse; } cases[] = {
+    static const struct { nx_quant_mode mode; const char *desc, *dtype; double nmse; int f32_act; } cases[] = {
         /* measured 2026-12-03 (target logits against bf16): mxfp4 3.6e-3 (70/80 argmax), nvfp4
          * 1.9e-3 (71/80), mxfp8 1.2e-3 (76/80; MLX's rounded E8M0 scale saturates a group's
          * largest elements, so 8 bits sit well above affine q8's 2.3e-5) */
-        {NX_QUANT_MXFP4, "mlx mxfp4, 4 bits, group 32", "MXFP4", 1.2e-2},
-        {NX_QUANT_NVFP4, "mlx nvfp4, 4 bits, group 16", "NVFP4", 6e-3},
-        {NX_QUANT_MXFP8, "mlx mxfp8, 8 bits, group 32", "MXFP8", 4e-3},
+        {NX_QUANT_MXFP4, "mlx mxfp4, 4 bits, group 32", "MXFP4", 1.2e-2, 0},
+        {NX_QUANT_NVFP4, "mlx nvfp4, 4 bits, group 16", "NVFP4", 6e-3, 0},
+        {NX_QUANT_MXFP8, "mlx mxfp8, 8 bits, group 32", "MXFP8", 4e-3, 0},
+        {NX_QUANT_MXFP4, "mlx mxfp4, 4 bits, group 32", "MXFP4", 1.2e-2, 1},   /* mxfp4 on f32 activations */
     };
     int n;
     int32_t *seq = golden_tokens(&n);
@@ -443,7 +444,10 @@ static void small_float_modes_load_close_and_decode_exactly(void) {
     float *ref = nx_test_logits(dense, seq, n);
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         const char *dir = quantize_mode("quant-fp", DEFAULT_MODEL, cases[c].mode, 0, 0, 0);
-        nx_model *q = nx_test_model(dir, 2);
+        nx_load_opts lo = {.n_threads = 2, .f32_activations = cases[c].f32_act};
+        nx_model *q = NULL;
+        char err[512];
+        CHECKF(nx_model_load(dir, &lo, &q, err, sizeof err) == NX_OK, "%s", err);
         nx_drafter *d = q ? nx_test_drafter(q, 0) : NULL;
         if (!d) { nx_model_free(q); continue; }
         const nx_model_info *in = nx_model_get_info(q);
@@ -453,8 +457,8 @@ static void small_float_modes_load_close_and_decode_exactly(void) {
         nx_test_diff diff = nx_test_compare(got, ref, (long)n * V);
         int same = 0;
         for (int i = 0; i < n; i++) same += nx_test_argmax(got + (long)i * V, V) == nx_test_argmax(ref + (long)i * V, V);
-        printf("  %s %5.2f MiB  target nmse %.2e argmax %d/%d\n", cases[c].dtype, (double)in->weight_bytes / (1 << 20),
-               diff.nmse, same, n);
+        printf("  %s %s %5.2f MiB  target nmse %.2e argmax %d/%d\n", cases[c].dtype, cases[c].f32_act ? "f32 x " : "",
+               (double)in->weight_bytes / (1 << 20), diff.nmse, same, n);
         CHECKF(diff.nmse <= cases[c].nmse, "%s: nmse %.2e", cases[c].dtype, diff.nmse);
         int32_t plain[64], spec[64];
         run(q, NULL, seq, 16, 1, 64, plain);
