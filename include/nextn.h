@@ -181,6 +181,7 @@ typedef struct {
 typedef struct {
     int64_t tensors, quantized;    /* tensors written / of them quantized        */
     int64_t bytes_in, bytes_out;   /* tensor bytes read / written                */
+    int bits, group_size;          /* what the quantized matrices use            */
 } nx_quantize_report;
 
 /* Writes out_dir (created if missing; an existing one must be empty) as an
@@ -190,7 +191,8 @@ typedef struct {
  * [CD, Kc, 1], every matrix whose column count is a multiple of the group
  * (embeddings and the MTP head included, unless keep_mtp_dense) as U32 codes
  * + scales + biases in the source dtype (affine) or U32 codes + U8 scales
- * (the small-float modes, rounded as mlx.core.quantize rounds); a "quantization" block in
+ * (the small-float modes, rounded as mlx.core.quantize rounds; a matrix of
+ * more than 32768 columns stays dense in these modes); a "quantization" block in
  * config.json; tokenizer and generation files copied. in_dir is loaded and
  * checked first (a load with default options: it selects the newest kernel
  * set, see nx_load_opts.kernels); an already quantized input is

@@ -19,6 +19,8 @@ static const char *quantize_help =
     "                     bits and group: mxfp4 (4, 32), nvfp4 (4, 16), mxfp8 (8, 32)\n"
     "  --keep-mtp-dense   leave the MTP head's matrices as they are\n";
 
+static const char *const mode_names[] = {"affine", "mxfp4", "nvfp4", "mxfp8"};   /* by nx_quant_mode */
+
 int cmd_quantize(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
     nx_quantize_opts o = {0, 0, 0, NX_QUANT_AFFINE};
@@ -34,14 +36,13 @@ int cmd_quantize(int argc, char **argv) {
             if (cli_parse_int(v, 2, 8, &k) || k == 7) return cli_usage_error("quantize: --bits wants 2, 3, 4, 5, 6 or 8, got '%s'", v);
             o.bits = (int)k;
         } else if (strcmp(a, "--group-size") == 0) {
-            if (cli_parse_int(v, 32, 128, &k) || (k != 32 && k != 64 && k != 128))
-                return cli_usage_error("quantize: --group-size wants 32, 64 or 128, got '%s'", v);
+            if (cli_parse_int(v, 16, 128, &k) || (k != 16 && k != 32 && k != 64 && k != 128))
+                return cli_usage_error("quantize: --group-size wants 16 (nvfp4), 32, 64 or 128, got '%s'", v);
             o.group_size = (int)k;
         } else if (strcmp(a, "--mode") == 0) {
-            static const char *const modes[] = {"affine", "mxfp4", "nvfp4", "mxfp8"};
             int found = -1;
             for (int j = 0; j < 4; j++)
-                if (strcmp(v, modes[j]) == 0) found = j;
+                if (strcmp(v, mode_names[j]) == 0) found = j;
             if (found < 0) return cli_usage_error("quantize: --mode wants affine, mxfp4, nvfp4 or mxfp8, got '%s'", v);
             o.mode = (nx_quant_mode)found;
         } else {
@@ -54,9 +55,9 @@ int cmd_quantize(int argc, char **argv) {
     char err[1024];
     nx_quantize_report r;
     if (nx_quantize(in, out, &o, &r, err, sizeof err)) return cli_fail("%s", err);
-    static const char *const names[] = {"affine", "mxfp4", "nvfp4", "mxfp8"};
-    printf("%s -> %s: %lld tensors, %lld quantized (%s)%s; %.1f MiB -> %.1f MiB\n", in, out, (long long)r.tensors,
-           (long long)r.quantized, names[o.mode], o.keep_mtp_dense ? ", MTP head dense" : "",
+    printf("%s -> %s: %lld tensors, %lld quantized (%s, %d bits, group %d)%s; %.1f MiB -> %.1f MiB\n", in, out,
+           (long long)r.tensors, (long long)r.quantized, mode_names[o.mode], r.bits, r.group_size,
+           o.keep_mtp_dense ? ", MTP head dense" : "",
            (double)r.bytes_in / (1 << 20), (double)r.bytes_out / (1 << 20));
     return 0;
 }

@@ -3,6 +3,7 @@
 #include "kernels/fpq.h"
 
 #include <assert.h>
+#include <math.h>
 #include <string.h>
 
 #include "base/fp16.h"
@@ -84,9 +85,11 @@ unsigned kn_f32_to_e4m3(float x) {
 unsigned kn_f32_to_e8m0(float x) {
     if (x != x || isinf(x)) return 255;
     if (!(x > 0.0f)) return 127;
-    long n = lroundf(log2f(x));
-    n = n < -127 ? -127 : n > 127 ? 127 : n;
-    return (unsigned)(n + 127);
+    int k;
+    const float f = frexpf(x, &k);   /* x = f 2^k, f in [0.5, 1) */
+    int e = f == 0.5f ? k - 1 : k;   /* the smallest power of two >= x */
+    e = e < -127 ? -127 : e > 127 ? 127 : e;
+    return (unsigned)(e + 127);
 }
 
 /* ---- Quantizer ------------------------------------------------------------- */
@@ -194,7 +197,8 @@ KN_AVX2_INLINE __m256 e4m3x8_avx2(const uint8_t *q) {
     const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q));
     const __m256i low = _mm256_and_si256(b, _mm256_set1_epi32(0x7f));
     const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
-    const __m256 normal = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(low, 20), _mm256_set1_epi32(120 << 23)));
+    const __m256 normal =
+        _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(low, 20), _mm256_set1_epi32(120 << 23)));
     const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(low), _mm256_set1_ps(0x1p-9f));
     __m256 v = _mm256_blendv_ps(normal, sub, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), low)));
     const __m256 nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(low, _mm256_set1_epi32(0x7f)));

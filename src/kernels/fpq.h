@@ -35,11 +35,10 @@
  * f32 kernel, so such a product equals the dense f32 product with the
  * dequantized matrix bit for bit, in every kernel set (matmul.h's contract
  * follows from the dense one's): about 4 instructions an element on top of
- * the dense product, the "correct" tier of the issue's formats. */
+ * the dense product: correct, not fast. */
 #ifndef NX_KERNELS_FPQ_H
 #define NX_KERNELS_FPQ_H
 
-#include <math.h>
 #include <stdint.h>
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
@@ -68,9 +67,12 @@ float kn_e8m0_to_f32(unsigned code);
  * gives 6. E4M3 ties to even, as a float conversion does; NaN gives NaN. */
 unsigned kn_f32_to_e2m1(float x);
 unsigned kn_f32_to_e4m3(float x);
-/* MLX's E8M0 for a group's scale x = amax / 6 (or 448): 127 + round(log2 x),
- * clamped to [0, 254]; 127 (a factor of 1) for x = 0, 255 for NaN or
- * infinity. */
+/* MLX's E8M0 for a group's scale x = amax / 6 (or 448): the smallest power
+ * of two >= x, 127 + ceil(log2 x) clamped to [0, 254], so no element
+ * saturates (MLX rounds up on every backend since ml-explore/mlx#4353;
+ * before it, its CPU and Metal code rounded to nearest and saturated half
+ * the groups' largest elements); 127 (a factor of 1) for x = 0, 255 for NaN
+ * or infinity. */
 unsigned kn_f32_to_e8m0(float x);
 
 /* Quantizes one row of cols finite f32 weights to an MLX mode (mxfp4,

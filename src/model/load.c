@@ -199,6 +199,10 @@ static nx_status bind_fp8(mdl_binder *b, const st_tensor *w, int64_t rows, int64
     if (cols > KN_FP_MAX_COLS)
         return nx_fail(b->err, b->errlen, NX_EUNSUPPORTED, "%s: tensor '%s' has %lld columns (fp8 rows hold at most %d)",
                        w->file, w->name, (long long)cols, KN_FP_MAX_COLS);
+    if (b->quant && !b->quant->fp8_block)
+        return nx_fail(b->err, b->errlen, NX_EFORMAT,
+                       "%s: tensor '%s' is block fp8 but config.json has no quantization_config with quant_method fp8",
+                       w->file, w->name);
     memset(out, 0, sizeof *out);
     out->dtype = NX_DT_F8_E4M3, out->sdtype = sc->dtype;
     out->rows = rows, out->cols = cols;

@@ -75,6 +75,13 @@ static nx_status copy_file(const char *from, const char *to, char *err, size_t e
     return st;
 }
 
+/* The MLX modes by nx_quant_mode: their names and, for the small-float
+ * ones, their fixed bits and group (affine's are the caller's). */
+static const struct { const char *name; int bits, group; } modes[] = {
+    [NX_QUANT_AFFINE] = {"affine", 0, 0}, [NX_QUANT_MXFP4] = {"mxfp4", 4, 32},
+    [NX_QUANT_NVFP4] = {"nvfp4", 4, 16},  [NX_QUANT_MXFP8] = {"mxfp8", 8, 32},
+};
+
 /* config.json with the quantization block added (both spellings, as mlx-lm writes). */
 static nx_status write_config(const char *in_dir, const char *out_dir, const nx_quantize_opts *o, char *err,
                               size_t errlen) {
@@ -83,8 +90,7 @@ static nx_status write_config(const char *in_dir, const char *out_dir, const nx_
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
     if (!root) return nx_fail(err, errlen, NX_EFORMAT, "%s: %s", path, je.text);
-    static const char *const modes[] = {"affine", "mxfp4", "nvfp4", "mxfp8"};
-    json_t *q = json_pack("{s:i, s:i, s:s}", "group_size", o->group_size, "bits", o->bits, "mode", modes[o->mode]);
+    json_t *q = json_pack("{s:i, s:i, s:s}", "group_size", o->group_size, "bits", o->bits, "mode", modes[o->mode].name);
     int bad = !q || json_object_set(root, "quantization", q) || json_object_set_new(root, "quantization_config", q);
     snprintf(path, sizeof path, "%s/config.json", out_dir);
     bad = bad || json_dump_file(root, path, JSON_INDENT(2)) != 0;
@@ -162,15 +168,13 @@ static int dir_is_empty(const char *dir) {
 nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize_opts *opts, nx_quantize_report *rep,
                       char *err, size_t errlen) {
     nx_quantize_opts o = *opts;
+    if (o.mode < NX_QUANT_AFFINE || o.mode > NX_QUANT_MXFP8)
+        return nx_fail(err, errlen, NX_EINVAL, "quantize: unknown mode %d", (int)o.mode);
     if (o.mode != NX_QUANT_AFFINE) {
-        static const struct { const char *name; int bits, group; } fp[] = {
-            [NX_QUANT_MXFP4] = {"mxfp4", 4, 32}, [NX_QUANT_NVFP4] = {"nvfp4", 4, 16}, [NX_QUANT_MXFP8] = {"mxfp8", 8, 32}};
-        if (o.mode < NX_QUANT_MXFP4 || o.mode > NX_QUANT_MXFP8)
-            return nx_fail(err, errlen, NX_EINVAL, "quantize: unknown mode %d", (int)o.mode);
-        if ((o.bits && o.bits != fp[o.mode].bits) || (o.group_size && o.group_size != fp[o.mode].group))
+        if ((o.bits && o.bits != modes[o.mode].bits) || (o.group_size && o.group_size != modes[o.mode].group))
             return nx_fail(err, errlen, NX_EINVAL, "quantize: mode %s takes bits %d and group size %d (got %d, %d)",
-                           fp[o.mode].name, fp[o.mode].bits, fp[o.mode].group, o.bits, o.group_size);
-        o.bits = fp[o.mode].bits, o.group_size = fp[o.mode].group;
+                           modes[o.mode].name, modes[o.mode].bits, modes[o.mode].group, o.bits, o.group_size);
+        o.bits = modes[o.mode].bits, o.group_size = modes[o.mode].group;
     }
     if (!o.group_size) o.group_size = 64;
     if (o.mode == NX_QUANT_AFFINE && !(o.bits == 2 || o.bits == 3 || o.bits == 4 || o.bits == 5 || o.bits == 6 || o.bits == 8))
@@ -238,6 +242,7 @@ nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize
         snprintf(to, sizeof to, "%s/%s", out_dir, extra[i]);
         st = copy_file(from, to, err, errlen);
     }
+    r.bits = o.bits, r.group_size = o.group_size;
     if (!st && rep) *rep = r;
 done:
     st_writer_free(w);

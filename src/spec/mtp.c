@@ -22,7 +22,6 @@
 #include "base/err.h"
 #include "kernels/fpq.h"
 #include "kernels/norm.h"
-#include "kernels/fpq.h"
 #include "kernels/quant.h"
 
 /* ---- loading ------------------------------------------------------------ */

@@ -77,12 +77,15 @@ nx_status mtp_load_from_dir(nx_drafter *d, const char *dir, char *err, size_t er
         }
         d->block_size = (int)json_integer_value(bs);
     }
-    /* an affine-quantized drafter binds by its tensors' shapes (mdl_bind_mat);
-     * other MLX modes are refused by name */
+    /* a quantized drafter binds by its tensors' shapes (mdl_bind_mat); MLX
+     * modes nextn does not read are refused by name */
     json_t *q = json_object_get(root, "quantization");
     const char *mode = json_string_value(json_object_get(q, "mode"));
-    if (mode && strcmp(mode, "affine") != 0) {
-        st = nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: quantization mode '%s' is not supported (only 'affine')", path, mode);
+    int known = !mode;
+    for (int m = CFG_Q_AFFINE; mode && m <= CFG_Q_MXFP8; m++) known |= strcmp(mode, cfg_qmode_name(m)) == 0;
+    if (!known) {
+        st = nx_fail(err, errlen, NX_EUNSUPPORTED,
+                     "%s: quantization mode '%s' is not supported (affine, mxfp4, nvfp4 or mxfp8)", path, mode);
         goto done;
     }
     st_set *set = NULL;

@@ -265,7 +265,7 @@ static void quantize_mode_writes_a_loadable_checkpoint(void) {
     snprintf(args, sizeof args, "quantize -m '" GOLDEN "/hf' -o '%s/nv' --mode nvfp4", out_dir);
     CHECK(nextn(args) == 0);
     char *out = captured("stdout");
-    CHECKF(strstr(out, "quantized (nvfp4)") != NULL, "%s", out);
+    CHECKF(strstr(out, "quantized (nvfp4, 4 bits, group 16)") != NULL, "%s", out);
     free(out);
     snprintf(args, sizeof args, "inspect -m '%s/nv'", out_dir);
     CHECK(nextn(args) == 0);
