@@ -287,7 +287,8 @@ static nx_status quant_params(cfg_ctx *c, json_t *obj, const char *where, int *m
                        "%s: %s%s: bits %lld, group_size %lld (affine quantization takes bits 2, 3, 4, 5, 6 or 8 and group_size 32, 64 or 128)",
                        c->file, c->scope, where, b, g);
     if (*mode != CFG_Q_AFFINE && (b != qmodes[*mode].bits || g != qmodes[*mode].group))
-        return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED, "%s: %s%s: bits %lld, group_size %lld (mode %s takes bits %d, group_size %d)",
+        return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED,
+                       "%s: %s%s: bits %lld, group_size %lld (mode %s takes bits %d, group_size %d)",
                        c->file, c->scope, where, b, g, qmodes[*mode].name, qmodes[*mode].bits, qmodes[*mode].group);
     *bits = (int)b, *group = (int)g;
     return NX_OK;
@@ -298,12 +299,14 @@ static nx_status quant_params(cfg_ctx *c, json_t *obj, const char *where, int *m
 static nx_status parse_fp8(cfg_ctx *c, json_t *q, cfg_model *out) {
     json_t *fmt = json_object_get(q, "fmt"), *bs = json_object_get(q, "weight_block_size");
     if (fmt && !json_is_null(fmt) && (!json_is_string(fmt) || strcmp(json_string_value(fmt), "e4m3") != 0))
-        return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED, "%s: %sfmt '%s' is not supported (fp8 weights must be e4m3)", c->file,
+        return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED, "%s: %sfmt '%s' is not supported (fp8 weights must be e4m3)",
+                       c->file,
                        c->scope, json_is_string(fmt) ? json_string_value(fmt) : "?");
     if (!json_is_array(bs) || json_array_size(bs) != 2 || json_integer_value(json_array_get(bs, 0)) != 128 ||
         json_integer_value(json_array_get(bs, 1)) != 128)
         return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED,
-                       "%s: %sweight_block_size must be [128, 128] (per-tensor and per-channel fp8 are not supported)", c->file,
+                       "%s: %sweight_block_size must be [128, 128] (per-tensor and per-channel fp8 are not supported)",
+                       c->file,
                        c->scope);
     out->fp8_block = 1;
     return NX_OK;
@@ -324,7 +327,8 @@ static nx_status parse_quantization(cfg_ctx *top, json_t *root, cfg_model *out) 
     if (method && json_is_string(method) && strcmp(json_string_value(method), "fp8") == 0) return parse_fp8(&c, q, out);
     if (method && !json_is_null(method))
         return nx_fail(c.err, c.errlen, NX_EUNSUPPORTED,
-                       "%s: %squant_method '%s' is not supported (nextn reads MLX quantization and block fp8)", c.file, scope,
+                       "%s: %squant_method '%s' is not supported (nextn reads MLX quantization and block fp8)", c.file,
+                       scope,
                        json_is_string(method) ? json_string_value(method) : "?");
     out->has_quantization = 1;
     out->q_mode = CFG_Q_AFFINE;

@@ -126,7 +126,8 @@ int kn_fp_valid(const kn_mat *w) {
     if (!empty && (!w->data || !w->scales)) return 0;
     if (w->cols > KN_FP_MAX_COLS) return 0;
     if (w->fp == KN_FP_FP8_BLOCK)
-        return w->dtype == NX_DT_F8_E4M3 && (w->sdtype == NX_DT_F32 || w->sdtype == NX_DT_BF16 || w->sdtype == NX_DT_F16);
+        return w->dtype == NX_DT_F8_E4M3 &&
+               (w->sdtype == NX_DT_F32 || w->sdtype == NX_DT_BF16 || w->sdtype == NX_DT_F16);
     return (w->fp == KN_FP_MXFP4 || w->fp == KN_FP_NVFP4 || w->fp == KN_FP_MXFP8) && w->dtype == NX_DT_U32 &&
            w->sdtype == NX_DT_U8 && w->cols % w->group == 0;
 }
@@ -190,7 +191,8 @@ void kn_fp_row_f32_ref(const kn_mat *w, int64_t row, float *out) {
 /* ---- Dequantization: AVX2 --------------------------------------------------
  * E2M1: the 8 nibbles of a word shifted into 8 lanes; vpermps reads the
  * magnitude table with the low 3 bits, and the sign bit moves to bit 31.
- * E4M3: as kn_e4m3_to_f32, 8 lanes at a time, the code's NaN blended in. Then the scale: the same f32 product as the scalar twin. */
+ * E4M3: as kn_e4m3_to_f32, 8 lanes at a time, the code's NaN blended in.
+ * Then the scale: the same f32 product as the scalar twin. */
 #if KN_HAVE_X86
 
 KN_AVX2_INLINE __m256 e4m3x8_avx2(const uint8_t *q) {
@@ -230,7 +232,8 @@ KN_AVX2 void kn_fp_row_f32_avx2(const kn_mat *w, int64_t row, float *out) {
             }
         } else {
             for (; c + 8 <= c1; c += 8) _mm256_storeu_ps(out + c, _mm256_mul_ps(e4m3x8_avx2(q + c), scale));
-            for (; c < c1; c++) out[c] = kn_e4m3_to_f32(q[c]) * _mm256_cvtss_f32(scale);   /* block FP8's last columns */
+            /* block FP8's last columns */
+            for (; c < c1; c++) out[c] = kn_e4m3_to_f32(q[c]) * _mm256_cvtss_f32(scale);
         }
     }
 }
@@ -261,7 +264,8 @@ void kn_fp_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_
             float acc[8] = {0};
             for (int64_t g = 0; g < G; g++) {
                 int32_t I = 0;
-                for (int64_t c = g * 32; c < g * 32 + 32; c++) I += e2m1_twice[(q[c / 2] >> (4 * (c & 1))) & 15] * xq[c];
+                for (int64_t c = g * 32; c < g * 32 + 32; c++)
+                    I += e2m1_twice[(q[c / 2] >> (4 * (c & 1))) & 15] * xq[c];
                 acc[g % 8] = fmaf((float)I, qx->d[(int64_t)t * G + g] * half_e8m0(sc[g]), acc[g % 8]);
             }
             y[(int64_t)t * ldy + r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
@@ -300,7 +304,8 @@ KN_AVX2_INLINE __m256i group_sums_avx2(const __m256i *mag, const __m256i *sgn, c
 
 enum { QX_TCHUNK = 16 };   /* activation rows whose accumulators stay live */
 
-KN_AVX2 void kn_fp_matmul_qx_rows_avx2(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+KN_AVX2 void kn_fp_matmul_qx_rows_avx2(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0,
+                                       int64_t r1) {
     assert_qx_args(w, qx, ldy, r0, r1);
     const __m256i lut_mag = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12,   /* per 128-bit lane */
                                              0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12);

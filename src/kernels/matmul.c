@@ -828,7 +828,8 @@ static const kn_impl kn_impl_scalar = {
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_ref, .softmax_f32 = kn_softmax_f32_ref,
     .sum_exp_f32 = kn_sum_exp_f32_ref,
     .attn_values_f32 = kn_attn_values_f32_ref, .quantize_x = kn_quantize_x_ref,
-    .matmul_qx_rows = kn_matmul_qx_rows_ref, .fp_qx_rows = kn_fp_matmul_qx_rows_ref, .affine_quantize_row = kn_affine_quantize_row_ref,
+    .matmul_qx_rows = kn_matmul_qx_rows_ref, .fp_qx_rows = kn_fp_matmul_qx_rows_ref,
+    .affine_quantize_row = kn_affine_quantize_row_ref,
     .affine_row_f32 = kn_affine_row_f32_ref, .fp_row_f32 = kn_fp_row_f32_ref, .sketch_scores = kn_sketch_scores_ref,
     .top_k_collect = kn_top_k_collect_ref,
     .gated_delta_step = kn_gated_delta_step_rows, .conv_silu = kn_conv_silu_ref};
@@ -840,7 +841,8 @@ static const kn_impl kn_impl_avx2 = {
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2, .softmax_f32 = kn_softmax_f32_avx2,
     .sum_exp_f32 = kn_sum_exp_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
-    .matmul_qx_rows = kn_matmul_qx_rows_avx2, .fp_qx_rows = kn_fp_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2,
+    .matmul_qx_rows = kn_matmul_qx_rows_avx2, .fp_qx_rows = kn_fp_matmul_qx_rows_avx2,
+    .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,
     .top_k_collect = kn_top_k_collect_ref,
     .gated_delta_step = kn_gated_delta_step_rows, .conv_silu = kn_conv_silu_avx2};
@@ -854,8 +856,10 @@ static const kn_impl kn_impl_avx512vnni = {
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2, .softmax_f32 = kn_softmax_f32_avx2,
     .sum_exp_f32 = kn_sum_exp_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx512, .quantize_x = kn_quantize_x_avx2,
-    .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .fp_qx_rows = kn_fp_matmul_qx_rows_avx2, .affine_quantize_row = kn_affine_quantize_row_avx2,
-    .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx512vnni,
+    .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .fp_qx_rows = kn_fp_matmul_qx_rows_avx2,
+    .affine_quantize_row = kn_affine_quantize_row_avx2,
+    .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2,
+    .sketch_scores = kn_sketch_scores_avx512vnni,
     .top_k_collect = kn_top_k_collect_avx512vnni,
     .gated_delta_step = kn_gated_delta_step_avx512, .conv_silu = kn_conv_silu_avx2};
 #endif
