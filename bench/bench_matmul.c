@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
         }
         float *y = malloc((size_t)(MAX_T * rows) * sizeof *y);
         /* affine: f32 activations, then int8 activations (kn_matmul_qx_rows),
-         * for lanes then also from packed codes (kn_affine_pack) */
+         * for lanes then also from packed codes (kn_lanes_pack) */
         const int modes = !bits ? 1 : kn_qx_lanes(&w) ? 3 : 2;
         for (int int8 = 0; int8 < modes; int8++) {
             char name[48];
@@ -148,8 +148,8 @@ int main(int argc, char **argv) {
             else snprintf(name, sizeof name, "dense %s", f32 ? "f32" : "bf16");
             if (argc > 4 && !strstr(name, argv[4])) continue;
             if (int8 == 2) {
-                void *packed = malloc(kn_affine_packed_bytes(&w));
-                if (packed) kn_affine_pack(&w, packed, 0, rows);
+                void *packed = malloc(kn_lanes_packed_bytes(&w));
+                if (packed) kn_lanes_pack(&w, packed, 0, rows);
                 w.packed = packed;
             }
             kn_qx qx;

@@ -249,7 +249,7 @@ static const int8_t e2m1_twice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4
 static float half_e8m0(unsigned s) { return s == 255 ? INFINITY : ldexpf(1.0f, (int)s - 128); }
 
 static void assert_qx_args(const kn_mat *w, const kn_qx *qx, int64_t ldy, int64_t r0, int64_t r1) {
-    assert(kn_fp_int8(w) && kn_fp_valid(w) && qx != NULL && qx->cols == w->cols && qx->group == 32 && !qx->lanes);
+    assert(kn_fp_int8(w) && kn_fp_valid(w) && qx != NULL && qx->cols == w->cols && qx->group == 32 && qx->lanes);
     assert(0 <= r0 && r0 <= r1 && r1 <= w->rows && (qx->T <= 1 || ldy >= r1));
     (void)w, (void)qx, (void)ldy, (void)r0, (void)r1;
 }
@@ -261,14 +261,15 @@ void kn_fp_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_
         const uint8_t *q = row_codes(w, r), *sc = row_scales(w, r);
         for (int t = 0; t < qx->T; t++) {
             const int8_t *xq = qx->q + (int64_t)t * qx->ldq;
-            float acc[8] = {0};
+            float acc[16] = {0}, a[8];
             for (int64_t g = 0; g < G; g++) {
                 int32_t I = 0;
                 for (int64_t c = g * 32; c < g * 32 + 32; c++)
-                    I += e2m1_twice[(q[c / 2] >> (4 * (c & 1))) & 15] * xq[c];
-                acc[g % 8] = fmaf((float)I, qx->d[(int64_t)t * G + g] * half_e8m0(sc[g]), acc[g % 8]);
+                    I += e2m1_twice[(q[c / 2] >> (4 * (c & 1))) & 15] * xq[kn_qx_pos(qx, g, c - g * 32)];
+                acc[g % 16] = fmaf((float)I, qx->d[(int64_t)t * G + g] * half_e8m0(sc[g]), acc[g % 16]);
             }
-            y[(int64_t)t * ldy + r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+            for (int j = 0; j < 8; j++) a[j] = acc[j] + acc[j + 8];
+            y[(int64_t)t * ldy + r] = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
         }
     }
 }
@@ -286,80 +287,39 @@ KN_AVX2_INLINE __m256 half_e8m0x8_avx2(const uint8_t *s8) {
     return _mm256_castsi256_ps(v);
 }
 
-/* The 8 group sums I_0..7 of one activation row against a block of 8
- * decoded groups (magnitudes and signed values), in lane order: each group's
- * 32 products in 8 int32 lanes (maddubs of |w| with xq signed like w, then
- * madd), reduced by a fixed tree of exact integer adds. */
-KN_AVX2_INLINE __m256i group_sums_avx2(const __m256i *mag, const __m256i *sgn, const int8_t *xq) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i p[8];
-    for (int j = 0; j < 8; j++) {
-        const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 32 * j));
-        p[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(mag[j], _mm256_sign_epi8(x, sgn[j])), ones);
-    }
-    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
+/* 2 * E2M1 + 12: the unsigned operand of the SIMD sums (fpq_qx.inc) */
+static const uint8_t e2m1_biased[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 
-enum { QX_TCHUNK = 16 };   /* activation rows whose accumulators stay live */
+enum { FX_TROWS = 4 };   /* activation rows a pass over a weight row */
 
-KN_AVX2 void kn_fp_matmul_qx_rows_avx2(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0,
-                                       int64_t r1) {
-    assert_qx_args(w, qx, ldy, r0, r1);
-    const __m256i lut_mag = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12,   /* per 128-bit lane */
-                                             0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12);
-    const __m256i lut_val = _mm256_loadu2_m128i((const __m128i *)e2m1_twice, (const __m128i *)e2m1_twice);
-    const __m128i low4 = _mm_set1_epi8(0x0f);
-    const int64_t G = w->cols / 32;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *q = row_codes(w, r), *sc = row_scales(w, r);
-        for (int t0 = 0; t0 < qx->T; t0 += QX_TCHUNK) {
-            const int nt = qx->T - t0 < QX_TCHUNK ? qx->T - t0 : QX_TCHUNK;
-            __m256 acc[QX_TCHUNK];
-            for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
-            for (int64_t g0 = 0; g0 < G; g0 += 8) {
-                const int ng = G - g0 < 8 ? (int)(G - g0) : 8;
-                __m256i mag[8], sgn[8];
-                _Alignas(8) uint8_t s8[8] = {0};
-                for (int j = 0; j < 8; j++) {
-                    if (j >= ng) {   /* past the row's last group: adds fma(0, 0, acc) = acc */
-                        mag[j] = sgn[j] = _mm256_setzero_si256();
-                        continue;
-                    }
-                    const __m128i b = _mm_loadu_si128((const __m128i *)(q + (g0 + j) * 16));
-                    const __m128i lo = _mm_and_si128(b, low4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
-                    const __m256i nib = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
-                    mag[j] = _mm256_shuffle_epi8(lut_mag, nib);
-                    sgn[j] = _mm256_shuffle_epi8(lut_val, nib);
-                }
-                if (ng == 8) memcpy(s8, sc + g0, 8);   /* a constant size: one load */
-                else memcpy(s8, sc + g0, (size_t)ng);
-                const __m256 hs = half_e8m0x8_avx2(s8);
-                for (int t = 0; t < nt; t++) {
-                    const int64_t tt = t0 + t;
-                    const int8_t *xq = qx->q + tt * qx->ldq + g0 * 32;
-                    const float *d = qx->d + tt * G + g0;
-                    __m256 d8;
-                    __m256i I;
-                    if (ng == 8) {
-                        d8 = _mm256_loadu_ps(d);
-                        I = group_sums_avx2(mag, sgn, xq);
-                    } else {   /* the row's last, partial block: only its groups' activations exist */
-                        _Alignas(32) float dpad[8] = {0};
-                        _Alignas(32) int8_t xpad[8 * 32] = {0};
-                        memcpy(dpad, d, (size_t)ng * sizeof(float));
-                        memcpy(xpad, xq, (size_t)ng * 32);
-                        d8 = _mm256_load_ps(dpad);
-                        I = group_sums_avx2(mag, sgn, xpad);
-                    }
-                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(d8, hs), acc[t]);
-                }
-            }
-            for (int t = 0; t < nt; t++) y[(int64_t)(t0 + t) * ldy + r] = _mm_cvtss_f32(kn_hsum_avx2(&acc[t], 1));
-        }
+/* Prefetches bytes from p: into L1, or into L2 where to_l2. Always inline
+ * (GCC drops calls to a function that only prefetches). */
+KN_AVX2_INLINE void fx_prefetch_lines(const void *p, size_t bytes, int to_l2) {
+    for (size_t b = 0; b < bytes; b += 64) {
+        if (to_l2) _mm_prefetch((const char *)p + b, _MM_HINT_T1);
+        else _mm_prefetch((const char *)p + b, _MM_HINT_T0);
     }
 }
+
+#define FX_ISA avx2
+#define FX_INLINE KN_AVX2_INLINE
+#define FX_TARGET KN_AVX2
+#define FX_VNNI 0
+#include "kernels/fpq_qx.inc"
+#undef FX_ISA
+#undef FX_INLINE
+#undef FX_TARGET
+#undef FX_VNNI
+
+#define FX_ISA avx512vnni
+#define FX_INLINE KN_VNNI_INLINE
+#define FX_TARGET KN_VNNI
+#define FX_VNNI 1
+#include "kernels/fpq_qx.inc"
+#undef FX_ISA
+#undef FX_INLINE
+#undef FX_TARGET
+#undef FX_VNNI
 
 #endif
 

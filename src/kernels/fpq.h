@@ -43,8 +43,6 @@
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 
-typedef enum { KN_FP_NONE = 0, KN_FP_MXFP4, KN_FP_NVFP4, KN_FP_MXFP8, KN_FP_FP8_BLOCK } kn_fp_mode;
-
 /* Rows this long at most (a dequantized row sits on the calling thread's
  * stack: 128 KB); loaders refuse longer ones. */
 #define KN_FP_MAX_COLS 32768
@@ -113,16 +111,20 @@ void kn_fp_matmul_rows(const kn_mat *w, kn_fp_row_fn row_f32, kn_fp_dense_fn den
 
 /* ---- mxfp4 on int8 activations ----------------------------------------------
  * E2M1 values doubled are the integers {0, +-1, 2, 3, 4, 6, 8, 12}, so mxfp4
- * takes the affine formats' int8 activations (quant.h: kn_qx, groups of 32
- * in element order) and integer dot products. Weight row r (codes e, group
- * scale codes s_g) times activation row t, with 8 f32 lanes acc[0..7] from 0:
+ * takes the affine formats' int8 activations (quant.h: kn_qx, groups of 32,
+ * stored in the lanes order) and integer dot products. Weight row r (codes e, group
+ * scale codes s_g) times activation row t, with 16 f32 lanes acc[0..15]
+ * from 0:
  *   for each group g in order:
  *     I_g = sum over the group's c of (2 e2m1(e_c)) * xq[c]   (exact int32)
- *     acc[g % 8] = fma((float)I_g, d[t][g] * h(s_g), acc[g % 8])
- *   y = comb(acc), comb(a) = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
+ *     acc[g % 16] = fma((float)I_g, d[t][g] * h(s_g), acc[g % 16])
+ *   y = comb(a), a[j] = acc[j] + acc[j + 8],
+ *   comb(a) = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
  * where h(s) = 2^(s - 128), half the E8M0 scale (exact; h(255) is infinity,
- * as the scale is). The scalar twin is the definition; the AVX2 one (used by
- * both SIMD sets) computes the same bits. The result is sum_c w_c (d xq_c):
+ * as the scale is). The scalar twin is the definition; the AVX2 and the
+ * AVX-512 VNNI ones (fpq_qx.inc) compute the same bits, from packed rows
+ * (quant.h: kn_lanes_pack, which a model runs at load) or from the codes
+ * as stored. The result is sum_c w_c (d xq_c):
  * the dequantized weights times the dequantized activations, rounded in a
  * fixed order, so Y[t][r] depends only on row r and activation row t. */
 /* 1 if w multiplies int8 activations (kn_matmul_qx_rows): mxfp4. */
@@ -130,6 +132,8 @@ static inline int kn_fp_int8(const kn_mat *w) { return w->fp == KN_FP_MXFP4; }
 void kn_fp_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
 #if defined(__x86_64__) || defined(__i386__)
 void kn_fp_matmul_qx_rows_avx2(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
+void kn_fp_matmul_qx_rows_avx512vnni(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0,
+                                     int64_t r1);
 #endif
 
 #endif

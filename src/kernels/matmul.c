@@ -856,7 +856,7 @@ static const kn_impl kn_impl_avx512vnni = {
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2, .softmax_f32 = kn_softmax_f32_avx2,
     .sum_exp_f32 = kn_sum_exp_f32_avx2,
     .attn_values_f32 = kn_attn_values_f32_avx512, .quantize_x = kn_quantize_x_avx2,
-    .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .fp_qx_rows = kn_fp_matmul_qx_rows_avx2,
+    .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .fp_qx_rows = kn_fp_matmul_qx_rows_avx512vnni,
     .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2,
     .sketch_scores = kn_sketch_scores_avx512vnni,
@@ -982,11 +982,11 @@ static void prefetch_bytes(const void *p, size_t n) {
 }
 
 void kn_mat_prefetch_row(const kn_mat *w, int64_t r) {
-    if (w->fp) {
-        kn_fp_prefetch_row(w, r);
-    } else if (w->packed) {   /* what the int8 products read instead (quant.h) */
-        const int64_t row_bytes = kn_affine_packed_row_bytes(w);
+    if (w->packed) {   /* what the int8 products read instead (quant.h) */
+        const int64_t row_bytes = kn_lanes_packed_row_bytes(w);
         prefetch_bytes((const char *)w->packed + (size_t)(r * row_bytes), (size_t)row_bytes);
+    } else if (w->fp) {
+        kn_fp_prefetch_row(w, r);
     } else if (w->bits) {
         const int64_t words = kn_affine_row_words(w->cols, w->bits), sb = kn_affine_sd_row_bytes(w);
         prefetch_bytes((const uint32_t *)w->data + r * words, (size_t)words * 4);

@@ -45,16 +45,19 @@ typedef struct {
     int group;             /* affine: elements per scale/bias group: 32, 64 or 128           */
     const void *scales, *biases;  /* affine: [rows, cols / group] each, in sdtype           */
     nx_dtype sdtype;       /* affine: NX_DT_F32, NX_DT_BF16 or NX_DT_F16                     */
-    const void *packed;    /* affine lanes only (quant.h): the codes again, in the int8
-                              products' block order (kn_affine_pack), or NULL. Only those
+    const void *packed;    /* lanes only (quant.h: affine, mxfp4): the codes again, in the int8
+                              products' block order (kn_lanes_pack), or NULL. Only those
                               products read it; everything else reads data              */
     int64_t ld;            /* dense: elements from one row's start to the next (>= cols);
                               0: cols (packed). Lets a view pick every k-th row, or one
                               head's part of wider rows. Affine: 0                        */
-    int fp;                /* 0, or a small-float format (fpq.h: kn_fp_mode; mxfp4, nvfp4,
+    int fp;                /* 0, or a small-float format (kn_fp_mode below, fpq.h; mxfp4, nvfp4,
                               mxfp8, block FP8), bits then 0: its codes in data, its
                               scales in scales (sdtype), its group in group               */
 } kn_mat;
+
+/* kn_mat.fp: the small-float formats (fpq.h). */
+typedef enum { KN_FP_NONE = 0, KN_FP_MXFP4, KN_FP_NVFP4, KN_FP_MXFP8, KN_FP_FP8_BLOCK } kn_fp_mode;
 
 /* Elements from one row of dense w to the next. */
 static inline int64_t kn_row_stride(const kn_mat *w) { return w->ld ? w->ld : w->cols; }

@@ -77,7 +77,7 @@ typedef struct {
 } affine_row;
 
 /* Where w's rows start, as stored (packed 0) or in its packed rows
- * (kn_affine_pack: codes, then scales, then biases): row r's codes at codes
+ * (kn_lanes_pack: codes, then scales, then biases): row r's codes at codes
  * + r * code_stride, its scales and biases at sc and bi + r * sd_stride.
  * Taken once for a run of rows: the sizes take divisions. */
 typedef struct {
@@ -89,7 +89,7 @@ static inline affine_rows rows_of(const kn_mat *w, int packed) {
     const size_t sb = (size_t)kn_affine_sd_row_bytes(w);
     if (packed) {
         const unsigned char *p = w->packed;
-        const size_t cb = (size_t)kn_affine_packed_code_bytes(w), stride = (size_t)kn_affine_packed_row_bytes(w);
+        const size_t cb = (size_t)kn_lanes_packed_code_bytes(w), stride = (size_t)kn_lanes_packed_row_bytes(w);
         return (affine_rows){p, p + cb, p + cb + sb, stride, stride};
     }
     return (affine_rows){w->data, w->scales, w->biases, (size_t)kn_affine_row_words(w->cols, w->bits) * 4, sb};
@@ -271,14 +271,8 @@ void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w) {
     qx->si = (int32_t *)(void *)p;
 }
 
-size_t kn_affine_packed_bytes(const kn_mat *w) {
-    return kn_qx_lanes(w) ? (size_t)w->rows * (size_t)kn_affine_packed_row_bytes(w) : 0;
-}
-
-/* Where element c of group j of a block of 8 lanes groups is stored,
- * relative to the block (quant.h's storage order). */
-static inline int64_t lanes_offset(int64_t c, int64_t j) {
-    return c / 64 * 512 + c % 64 / 16 * 128 + c % 2 * 64 + c % 16 / 8 * 32 + 4 * j + c % 8 / 2;
+size_t kn_lanes_packed_bytes(const kn_mat *w) {
+    return kn_qx_lanes(w) ? (size_t)w->rows * (size_t)kn_lanes_packed_row_bytes(w) : 0;
 }
 
 /* Bytes 0, 2, 4 and 6 of little-endian v, in that order. */
@@ -288,43 +282,45 @@ static inline uint32_t even_bytes(uint64_t v) {
     return (uint32_t)(v | v >> 16);
 }
 
-void kn_affine_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1) {
-    assert(kn_affine_valid(w) && kn_qx_lanes(w) && dst != NULL && 0 <= r0 && r0 <= r1 && r1 <= w->rows);
-    const int64_t G = w->cols / w->group, chunk = w->group * w->bits / 8;   /* code bytes per group */
-    const int64_t packed_bytes = kn_affine_packed_row_bytes(w);
-    const size_t cb = (size_t)kn_affine_packed_code_bytes(w), sb = (size_t)kn_affine_sd_row_bytes(w);
-    const affine_rows rows = rows_of(w, 0);
+void kn_lanes_pack4_block(const unsigned char *codes, int64_t group, int64_t g8, int64_t cnt, unsigned char *dst) {
+    assert(0 < cnt && cnt <= QX_BLOCK_GROUPS);
+    memset(dst, 0, (size_t)(4 * group));
+    for (int64_t j = 0; j < cnt; j++)
+        for (int64_t b = 0; b < group / 2; b += 4)   /* bytes b .. b + 3 of group g8 + j */
+            memcpy(dst + b / 32 * 256 + b % 32 / 4 * 32 + 4 * j, codes + (g8 + j) * group / 2 + b, 4);
+}
+
+void kn_lanes_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1) {
+    assert(kn_qx_lanes(w) && (w->fp || kn_affine_valid(w)) && dst != NULL && 0 <= r0 && r0 <= r1 && r1 <= w->rows);
+    const int bits = kn_lanes_bits(w);
+    const int64_t G = w->cols / w->group, chunk = w->group * bits / 8;   /* code bytes per group */
+    const int64_t packed_bytes = kn_lanes_packed_row_bytes(w), cb = kn_lanes_packed_code_bytes(w);
+    const int64_t row_codes = w->cols * bits / 8, sb = kn_lanes_scale_row_bytes(w), bb = kn_lanes_bias_row_bytes(w);
     for (int64_t r = r0; r < r1; r++) {
-        const affine_row a = row_in(rows, r);
-        const unsigned char *src = a.codes;
+        const unsigned char *src = (const unsigned char *)w->data + r * row_codes;
         unsigned char *out = (unsigned char *)dst + r * packed_bytes;
         memset(out, 0, (size_t)packed_bytes);   /* a last block's missing groups, the padding */
-        for (int64_t g = 0; g < G; g++) {
-            const int64_t block = g / QX_BLOCK_GROUPS * QX_BLOCK_GROUPS * chunk, j = g % QX_BLOCK_GROUPS;
-            if (w->bits == 8) {   /* each code byte at its activation's place (lanes_offset) */
-                for (int64_t c = 0; c < w->group; c += 8) {   /* 8 codes: the evens' 4 bytes, then the odds' */
-                    uint64_t v;
-                    memcpy(&v, src + g * chunk + c, 8);
-                    const uint32_t ev = even_bytes(v), od = even_bytes(v >> 8);
-                    memcpy(out + block + lanes_offset(c, j), &ev, 4);
-                    memcpy(out + block + lanes_offset(c + 1, j), &od, 4);
-                }
+        for (int64_t g8 = 0; g8 < G; g8 += QX_BLOCK_GROUPS) {
+            const int64_t cnt = G - g8 < QX_BLOCK_GROUPS ? G - g8 : QX_BLOCK_GROUPS;
+            unsigned char *block = out + g8 * chunk;
+            if (bits == 4) {
+                kn_lanes_pack4_block(src, w->group, g8, cnt, block);
                 continue;
             }
-            for (int64_t b = 0; b < chunk; b += 4)   /* 4 bytes at a time: bytes b .. b + 3 of group g */
-                memcpy(out + block + b / 32 * 256 + b % 32 / 4 * 32 + 4 * j, src + g * chunk + b, 4);
+            for (int64_t j = 0; j < cnt; j++)   /* each code byte at its activation's place (kn_lanes_offset) */
+                for (int64_t c = 0; c < w->group; c += 8) {   /* 8 codes: the evens' 4 bytes, then the odds' */
+                    uint64_t v;
+                    memcpy(&v, src + (g8 + j) * chunk + c, 8);
+                    const uint32_t ev = even_bytes(v), od = even_bytes(v >> 8);
+                    memcpy(block + kn_lanes_offset(c, j), &ev, 4);
+                    memcpy(block + kn_lanes_offset(c + 1, j), &od, 4);
+                }
         }
-        memcpy(out + cb, a.sc, sb);
-        memcpy(out + cb + sb, a.bi, sb);
+        memcpy(out + cb, (const char *)w->scales + r * sb, (size_t)sb);
+        if (bb) memcpy(out + cb + sb, (const char *)w->biases + r * bb, (size_t)bb);
     }
 }
 
-/* Where element c of group g of a row is stored, relative to the row, and
- * (other than lanes) its lane (quant.h's storage orders). */
-static inline int64_t qx_pos(const kn_qx *qx, int64_t g, int64_t c) {
-    if (!qx->lanes) return g * qx->group + c;
-    return g / QX_BLOCK_GROUPS * QX_BLOCK_GROUPS * qx->group + lanes_offset(c, g % QX_BLOCK_GROUPS);
-}
 static inline int qx_lane(int64_t c) { return (int)(c % 32 / 4); }
 
 /* The scale d and its inverse id for a group whose largest magnitude is amax
@@ -384,7 +380,7 @@ void kn_quantize_x_ref(kn_qx *qx, const float *x, int64_t ldx) {
         for (int64_t g = 0; g < G; g++) {
             const int64_t k = (int64_t)t * G + g;
             quantize_group_ref(x + (int64_t)t * ldx + g * qx->group, qx->group, tmp, qx->d + k, qx->s + k, qx->si + k);
-            for (int c = 0; c < qx->group; c++) row[qx_pos(qx, g, c)] = tmp[c];
+            for (int c = 0; c < qx->group; c++) row[kn_qx_pos(qx, g, c)] = tmp[c];
         }
     }
 }
@@ -414,7 +410,7 @@ void kn_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t l
                 int32_t lane[8] = {0};   /* lanes: lane 0 alone, the whole group (I_g) */
                 for (int64_t c = 0; c < group; c++)
                     lane[qx->lanes ? 0 : qx_lane(c)] +=
-                        ((int32_t)code_at(codes, g * group + c, w->bits) - center) * xq[qx_pos(qx, g, c)];
+                        ((int32_t)code_at(codes, g * group + c, w->bits) - center) * xq[kn_qx_pos(qx, g, c)];
                 const int64_t k = (int64_t)t * G + g;
                 const float scale = sd_load(sc, w->sdtype, g), bias = sd_load(bi, w->sdtype, g), dg = qx->d[k] * scale;
                 const float cg = center ? fmaf(128.0f, scale, bias) : bias;
@@ -777,11 +773,12 @@ KN_AVX2_INLINE void lanes8_chunk_avx2(const unsigned char *cj, int64_t group, in
     for (int i = 0; i < 8; i++) e[i / 2 * 4 + i % 2] = ev[i], e[i / 2 * 4 + 2 + i % 2] = od[i];
 }
 
-/* quantize_group_ref with vectors; n is a multiple of 32 (of 64 in lanes
- * order). q gets the group's 32-byte vectors as the storage order transposes
- * them: 32 elements in order; in lanes order, per 64 elements the 32 even
- * ones, then the 32 odd ones (word k of each holds the 4 elements of word k
- * of 4-bit codes' low or high nibbles). */
+/* quantize_group_ref with vectors; n is a multiple of 32 (in lanes order 32
+ * or a multiple of 64). q gets the group's 32-byte vectors as the storage
+ * order transposes them: 32 elements in order; in lanes order, per 64
+ * elements the 32 even ones, then the 32 odd ones (word k of each holds the
+ * 4 elements of word k of 4-bit codes' low or high nibbles), and for n = 32
+ * the 16 evens, then the 16 odds. */
 static KN_AVX2 void quantize_group_avx2(const float *x, int n, int in_lanes, int8_t *q, float *d, float *s,
                                         int32_t *si) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), big = _mm256_set1_ps(FLT_MAX);
@@ -817,6 +814,10 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int in_lanes, int
         sums = _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, b), ones16));
         if (in_lanes) {
             b = evens_odds_avx2(b);
+            if (n == 32) {   /* mxfp4's groups of 32: the 16 evens, then the 16 odds */
+                _mm256_storeu_si256((__m256i *)(void *)q, b);
+                continue;
+            }
             if (c % 64 == 0) {
                 prev = b;
                 continue;
@@ -867,7 +868,12 @@ KN_AVX2 void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx) {
                 for (int j = 0; j < 8; j++) v[j] = _mm256_load_si256((const __m256i *)(const void *)(tmp[j] + 32 * i));
                 transpose8_epi32_avx2(v);
                 int8_t *dst = row + g8 * group + (i / 2) * 512 + (i % 2) * 64;
-                for (int w = 0; w < 8; w++) _mm256_storeu_si256((__m256i *)(void *)(dst + w / 2 * 128 + w % 2 * 32), v[w]);
+                for (int w = 0; w < 8; w++) {
+                    /* groups of 32: words 0-3 hold the evens of elements 0-7, 8-15,
+                     * 16-23, 24-31, words 4-7 the odds */
+                    const int64_t off = group == 32 ? w % 4 / 2 * 128 + w / 4 * 64 + w % 2 * 32 : w / 2 * 128 + w % 2 * 32;
+                    _mm256_storeu_si256((__m256i *)(void *)(dst + off), v[w]);
+                }
             }
         }
     }

@@ -158,7 +158,10 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * nibbles, then their high ones; 8-bit codes packed to match, below):
  * element c of group j of a block at
  *   (c / 64) * 512 + (c % 64 / 16) * 128 + (c % 2) * 64 + (c % 16 / 8) * 32
- *   + 4j + (c % 8) / 2. */
+ *   + 4j + (c % 8) / 2
+ * (kn_qx_pos). The same formula serves mxfp4's groups of 32 (fpq.h), the
+ * one lanes format in groups of 32: blocks of 256 bytes, per 16 elements of
+ * the 8 groups their evens, then their odds. */
 
 #define KN_QX_MIN_AMAX 0x1p-100f
 
@@ -180,7 +183,22 @@ typedef struct {
 /* 1 if weights of this bit width and group size are lanes (above): one
  * group per int32 lane, the activations stored in their own order. */
 static inline int kn_affine_lanes(int bits, int64_t group) { return (bits == 4 || bits == 8) && group >= 64; }
-static inline int kn_qx_lanes(const kn_mat *w) { return kn_affine_lanes(w->bits, w->group); }
+/* 1 if w's int8 products take lanes: affine lanes, or mxfp4 (fpq.h). */
+static inline int kn_qx_lanes(const kn_mat *w) {
+    return w->fp ? w->fp == KN_FP_MXFP4 : kn_affine_lanes(w->bits, w->group);
+}
+
+/* Where element c of group j of a block of 8 lanes groups is stored,
+ * relative to the block (the storage order above). */
+static inline int64_t kn_lanes_offset(int64_t c, int64_t j) {
+    return c / 64 * 512 + c % 64 / 16 * 128 + c % 2 * 64 + c % 16 / 8 * 32 + 4 * j + c % 8 / 2;
+}
+/* Where element c of group g of an activation row sits in qx's storage
+ * order, from the row's start. */
+static inline int64_t kn_qx_pos(const kn_qx *qx, int64_t g, int64_t c) {
+    if (!qx->lanes) return g * qx->group + c;
+    return g / 8 * 8 * qx->group + kn_lanes_offset(c, g % 8);
+}
 
 /* Packed rows of lanes: each row's code bytes in the order the int8
  * products consume them, so that they load each step as it is instead of
@@ -195,30 +213,44 @@ static inline int kn_qx_lanes(const kn_mat *w) { return kn_affine_lanes(w->bits,
  * or high nibble of byte (c / 64) * 256 + (c % 64 / 8) * 32 + 4j + (c % 8) /
  * 2, so that 64 bytes' low nibbles, then their high ones, meet the
  * activations' order. A row's last block is padded with zero
- * groups to 8, so its codes take kn_affine_packed_code_bytes = ceil(G / 8) *
+ * groups to 8, so its codes take kn_lanes_packed_code_bytes = ceil(G / 8) *
  * group * bits bytes; full 4-bit blocks sit at the same offsets as in the
  * codes. Then the row's G scales and its G biases as stored (sdtype), and
- * zeros to a multiple of 64 bytes: kn_affine_packed_row_bytes. A model packs
- * its lanes matrices once at load (model/load.c) into memory it owns and
- * sets kn_mat.packed; a product is bit-identical with or without. */
-static inline int64_t kn_affine_packed_code_bytes(const kn_mat *w) {
-    return (w->cols / w->group + 7) / 8 * w->group * w->bits;
+ * zeros to a multiple of 64 bytes: kn_lanes_packed_row_bytes. mxfp4 rows
+ * (fpq.h) pack their 4-bit codes the same way (groups of 32: 4 vectors a
+ * block, element c of group j in byte (c / 8) * 32 + 4j + (c % 8) / 2),
+ * then their G scale bytes and no biases; the zeros after them reach the
+ * next multiple of 64 groups (the codes take a multiple of 64 bytes), so a
+ * step's 8 or 16 scale bytes can load at once. A model packs its lanes matrices once at load (model/load.c)
+ * into memory it owns and sets kn_mat.packed; a product is bit-identical
+ * with or without. */
+static inline int kn_lanes_bits(const kn_mat *w) { return w->fp ? 4 : w->bits; }
+static inline int64_t kn_lanes_scale_row_bytes(const kn_mat *w) {
+    return w->fp ? w->cols / w->group : kn_affine_sd_row_bytes(w);
 }
-static inline int64_t kn_affine_packed_row_bytes(const kn_mat *w) {
-    return (kn_affine_packed_code_bytes(w) + 2 * kn_affine_sd_row_bytes(w) + 63) / 64 * 64;
+static inline int64_t kn_lanes_bias_row_bytes(const kn_mat *w) { return w->fp ? 0 : kn_affine_sd_row_bytes(w); }
+static inline int64_t kn_lanes_packed_code_bytes(const kn_mat *w) {
+    return (w->cols / w->group + 7) / 8 * w->group * kn_lanes_bits(w);
 }
-/* Bytes kn_affine_pack writes for all of w's rows (0 unless lanes). */
-size_t kn_affine_packed_bytes(const kn_mat *w);
-/* Writes rows r0 .. r1 - 1 of w's packed codes to dst (kn_affine_packed_bytes
- * bytes for all rows; row r at r * kn_affine_packed_row_bytes). w is lanes.
+static inline int64_t kn_lanes_packed_row_bytes(const kn_mat *w) {
+    return (kn_lanes_packed_code_bytes(w) + kn_lanes_scale_row_bytes(w) + kn_lanes_bias_row_bytes(w) + 63) / 64 * 64;
+}
+/* The 4-bit codes of groups g8 .. g8 + cnt - 1 (cnt <= 8) of a row as stored
+ * (group g's at codes + g * group / 2), as a packed row holds their block:
+ * 4 * group bytes at dst, a missing group's bytes 0. */
+void kn_lanes_pack4_block(const unsigned char *codes, int64_t group, int64_t g8, int64_t cnt, unsigned char *dst);
+/* Bytes kn_lanes_pack writes for all of w's rows (0 unless lanes). */
+size_t kn_lanes_packed_bytes(const kn_mat *w);
+/* Writes rows r0 .. r1 - 1 of w's packed codes to dst (kn_lanes_packed_bytes
+ * bytes for all rows; row r at r * kn_lanes_packed_row_bytes). w is lanes.
  * A row-range worker: threads may fill disjoint ranges. */
-void kn_affine_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1);
+void kn_lanes_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1);
 
 /* Bytes of buffer a kn_qx of T rows of cols needs for any group size
  * (padding included). */
 size_t kn_qx_bytes(int T, int64_t cols);
 
-/* Sets qx up for T rows to multiply affine w with (its cols, group and
+/* Sets qx up for T rows to multiply affine or mxfp4 w with (its cols, group and
  * storage order) and points its arrays into buf (kn_qx_bytes(T, w->cols)
  * bytes, 4-byte aligned). */
 void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w);

@@ -51,19 +51,19 @@ static nx_status keep_owned(mdl_binder *b, void *p) {
 static void pack_range(void *ctx, int64_t r0, int64_t r1, int tid) {
     (void)tid;
     const kn_mat *w = ctx;
-    kn_affine_pack(w, (void *)w->packed, r0, r1);   /* the block mdl_pack_mats owns */
+    kn_lanes_pack(w, (void *)w->packed, r0, r1);   /* the block mdl_pack_mats owns */
 }
 
 nx_status mdl_pack_mats(nx_pool *pool, mdl_owned *owned, const st_set *st, kn_mat *const mats[], int n, char *err,
                         size_t errlen) {
     size_t total = 0;
-    for (int i = 0; i < n; i++) total += nx_round64(kn_affine_packed_bytes(mats[i]));
+    for (int i = 0; i < n; i++) total += nx_round64(kn_lanes_packed_bytes(mats[i]));
     if (total == 0) return NX_OK;
     char *buf = nx_alloc_aligned(total);
     if (!buf || !owned_add(owned, buf))
         return nx_fail(err, errlen, NX_ENOMEM, "out of memory for %zu MB of packed 4- and 8-bit codes", total >> 20);
     for (int i = 0; i < n; i++) {
-        const size_t bytes = kn_affine_packed_bytes(mats[i]);
+        const size_t bytes = kn_lanes_packed_bytes(mats[i]);
         if (!bytes) continue;
         kn_mat *w = mats[i];
         w->packed = buf;
@@ -71,10 +71,9 @@ nx_status mdl_pack_mats(nx_pool *pool, mdl_owned *owned, const st_set *st, kn_ma
         buf += nx_round64(bytes);
         /* the products read only the packed rows now; the codes, scales and
          * biases as stored come back from the file if anything reads them */
-        const size_t sd = (size_t)(w->rows * kn_affine_sd_row_bytes(w));
-        st_release(st, w->data, (size_t)(w->rows * kn_affine_row_words(w->cols, w->bits)) * 4);
-        st_release(st, w->scales, sd);
-        st_release(st, w->biases, sd);
+        st_release(st, w->data, (size_t)(w->rows * w->cols * kn_lanes_bits(w) / 8));
+        st_release(st, w->scales, (size_t)(w->rows * kn_lanes_scale_row_bytes(w)));
+        if (w->biases) st_release(st, w->biases, (size_t)(w->rows * kn_lanes_bias_row_bytes(w)));
     }
     return NX_OK;
 }

@@ -75,7 +75,7 @@ typedef struct {
 
 void mdl_owned_free(mdl_owned *o);
 
-/* Packs each lanes matrix among mats[0 .. n-1] (kn_affine_pack; the others
+/* Packs each lanes matrix among mats[0 .. n-1] (kn_lanes_pack; the others
  * are skipped) into one block owned by `owned`, on the pool's threads, points
  * their kn_mat.packed at it, and releases the pages of its codes, scales and
  * biases in st's mappings (st_release; st may be NULL, and parts outside

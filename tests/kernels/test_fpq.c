@@ -343,7 +343,7 @@ static void test_mxfp4_int8_products_follow_the_definition(void) {
         void *buf = malloc(kn_qx_bytes(MAX_T, cols));
         kn_qx qx;
         kn_qx_bind(&qx, buf, MAX_T, &f.m);
-        CHECK(qx.group == 32 && !qx.lanes);
+        CHECK(qx.group == 32 && qx.lanes);
         kn_quantize_x(&qx, x, ldx);
         float want[MAX_T * (ROWS + PAD)], got[MAX_T * (ROWS + PAD)];
         for (int i = 0; i < MAX_T * ldy; i++) want[i] = -7.0f;
@@ -354,37 +354,91 @@ static void test_mxfp4_int8_products_follow_the_definition(void) {
                 double exact = 0, f32 = 0, bound = 0, mag = 0;
                 for (int64_t c = 0; c < cols; c++) {
                     const double wc = dq[row * cols + c], dc = qx.d[t * (cols / 32) + c / 32];
-                    exact += wc * dc * qx.q[t * qx.ldq + c];
+                    const int xq = qx.q[t * qx.ldq + kn_qx_pos(&qx, c / 32, c % 32)];
+                    exact += wc * dc * xq;
                     f32 += wc * x[t * ldx + c];
                     bound += fabs(wc) * dc / 2;
-                    mag += fabs(wc * dc * qx.q[t * qx.ldq + c]);
+                    mag += fabs(wc * dc * xq);
                 }
                 const double y = want[t * ldy + row];
                 CHECKF(fabs(y - exact) <= 1e-6 * mag + 1e-30, "t=%d row %lld: %g against %g", t, (long long)row, y, exact);
                 CHECKF(fabs(y - f32) <= bound * 1.0001 + 1e-6 * mag + 1e-30, "t=%d row %lld: %g, f32 %g, bound %g", t,
                        (long long)row, y, f32, bound);
             }
-        for (int s = 0; s < 3; s++) {
-            if (!use_isa(s)) continue;
-            for (int T = 1; T <= MAX_T; T += (T < 4 ? 1 : 5)) {
-                qx.T = T;
-                for (int i = 0; i < MAX_T * ldy; i++) got[i] = -7.0f;
-                if (T % 2) {
-                    kn_matmul_qx_rows(&f.m, &qx, got, ldy, 0, ROWS);
-                } else {
-                    for (int64_t r0 = 0, n = 1; r0 < ROWS; r0 += n, n = n % 5 + 1)
-                        kn_matmul_qx_rows(&f.m, &qx, got, ldy, r0, r0 + n < ROWS ? r0 + n : ROWS);
+        /* packed rows (kn_lanes_pack), read with the codes and scales as
+         * stored zeroed: the product must take everything from the packing */
+        unsigned char *packed = malloc(kn_lanes_packed_bytes(&f.m));
+        kn_lanes_pack(&f.m, packed, 0, 5);
+        kn_lanes_pack(&f.m, packed, 5, ROWS);
+        void *zeros = calloc((size_t)(ROWS * cols), 1);
+        const kn_mat from_packed = {.data = zeros, .dtype = f.m.dtype, .rows = ROWS, .cols = cols, .group = 32,
+                                    .scales = zeros, .sdtype = f.m.sdtype, .packed = packed, .fp = KN_FP_MXFP4};
+        for (int s = 0; s < 3; s++)
+            for (int pk = 0; pk < 2; pk++) {
+                if (!use_isa(s) || (pk && s == 2)) continue;   /* packed rows are for the SIMD sets */
+                const kn_mat *w = pk ? &from_packed : &f.m;
+                for (int T = 1; T <= MAX_T; T += (T < 5 ? 1 : 5)) {
+                    qx.T = T;
+                    for (int i = 0; i < MAX_T * ldy; i++) got[i] = -7.0f;
+                    if (T % 2) {
+                        kn_matmul_qx_rows(w, &qx, got, ldy, 0, ROWS);
+                    } else {
+                        for (int64_t r0 = 0, n = 1; r0 < ROWS; r0 += n, n = n % 5 + 1)
+                            kn_matmul_qx_rows(w, &qx, got, ldy, r0, r0 + n < ROWS ? r0 + n : ROWS);
+                    }
+                    CHECKF(memcmp(want, got, (size_t)T * ldy * sizeof(float)) == 0,
+                           "%s mxfp4 int8 %lld cols T=%d%s: differs", isa_names[s], (long long)cols, T,
+                           pk ? " packed" : "");
+                    for (int i = T * (int)ldy; i < MAX_T * ldy; i++) CHECKF(got[i] == -7.0f, "T=%d wrote y[%d]", T, i);
                 }
-                CHECKF(memcmp(want, got, (size_t)T * ldy * sizeof(float)) == 0, "%s mxfp4 int8 %lld cols T=%d: differs",
-                       isa_names[s], (long long)cols, T);
-                for (int i = T * (int)ldy; i < MAX_T * ldy; i++) CHECKF(got[i] == -7.0f, "T=%d wrote y[%d]", T, i);
+                qx.T = MAX_T;
             }
-            qx.T = MAX_T;
-        }
+        free(packed), free(zeros);
         free(buf), free(x), free(dq);
         free_fmat(&f);
     }
     kn_init(0);
+}
+
+/* kn_lanes_pack on mxfp4 (quant.h): element c of group g in the low (even
+ * c) or high nibble of byte (g / 8) * 128 + (c / 8) * 32 + 4 (g % 8) + (c %
+ * 8) / 2, a partial block's missing groups 0; then the row's scale bytes and
+ * zeros to a multiple of 64 bytes, up to the next multiple of 64 groups. */
+static void test_mxfp4_packed_rows_follow_the_documented_order(void) {
+    nx_test_rng r = {0x9AC4ED0DE6ULL};
+    static const int64_t gprs[] = {1, 7, 8, 9, 16, 17, 33, 120};
+    for (size_t k = 0; k < sizeof gprs / sizeof *gprs; k++) {
+        const int64_t rows = 3, G = gprs[k], cols = 32 * G, codes = (G + 7) / 8 * 128;
+        const int64_t prow = (codes + G + 63) / 64 * 64;
+        fmat f = make_fmat(&r, KN_FP_MXFP4, rows, cols, 0);
+        CHECK(kn_qx_lanes(&f.m) && kn_lanes_packed_code_bytes(&f.m) == codes && kn_lanes_packed_row_bytes(&f.m) == prow);
+        CHECK(kn_lanes_packed_bytes(&f.m) == (size_t)(rows * prow) && prow - codes >= (G + 63) / 64 * 64);
+        unsigned char *p = malloc((size_t)(rows * prow));
+        memset(p, 0xAB, (size_t)(rows * prow));   /* every byte must be written */
+        kn_lanes_pack(&f.m, p, 0, 1);
+        kn_lanes_pack(&f.m, p, 1, rows);
+        int bad = 0, bad_sc = 0, bad_pad = 0;
+        for (int64_t row = 0; row < rows; row++) {
+            const unsigned char *pr = p + row * prow, *q = f.codes + row * cols / 2;
+            for (int64_t g = 0; g < (G + 7) / 8 * 8; g++)
+                for (int64_t c = 0; c < 32; c++) {
+                    const int64_t at = g / 8 * 128 + c / 8 * 32 + 4 * (g % 8) + c % 8 / 2;
+                    const unsigned got = c % 2 ? pr[at] >> 4 : pr[at] & 15u;
+                    const int64_t e = g * 32 + c;
+                    bad += got != (g < G ? (q[e / 2] >> (4 * (e % 2))) & 15u : 0u);
+                }
+            bad_sc += memcmp(pr + codes, (const uint8_t *)f.scales + row * G, (size_t)G) != 0;
+            for (int64_t b = codes + G; b < prow; b++) bad_pad += pr[b] != 0;
+        }
+        CHECKF(bad == 0 && bad_sc == 0 && bad_pad == 0, "%lld groups a row: %d codes out of place, %d scale rows differ, %d padding bytes not 0",
+               (long long)G, bad, bad_sc, bad_pad);
+        free(p);
+        free_fmat(&f);
+    }
+    nx_test_rng r2 = {3};
+    fmat nv = make_fmat(&r2, KN_FP_NVFP4, 2, 64, 0), m8 = make_fmat(&r2, KN_FP_MXFP8, 2, 64, 0);
+    CHECK(!kn_qx_lanes(&nv.m) && !kn_qx_lanes(&m8.m) && kn_lanes_packed_bytes(&nv.m) == 0 && kn_lanes_packed_bytes(&m8.m) == 0);
+    free_fmat(&nv), free_fmat(&m8);
 }
 
 static void test_sizes_and_views(void) {
@@ -419,8 +473,11 @@ static const nx_test tests[] = {
     {"products_equal_the_dense_product_of_the_dequantized_rows",
      "every kernel set, T = 1..16, uneven row ranges, writes only its rows; bit for bit",
      test_products_equal_the_dense_product_of_the_dequantized_rows},
+    {"mxfp4_packed_rows_follow_the_documented_order",
+     "kn_lanes_pack on mxfp4: every nibble where quant.h says, missing groups 0, the scale bytes after the codes, zeros to 64 bytes; nvfp4 and mxfp8 pack nothing",
+     test_mxfp4_packed_rows_follow_the_documented_order},
     {"mxfp4_int8_products_follow_the_definition",
-     "every kernel set = the scalar definition bit for bit (T = 1..16, row ranges, 1 to 17 groups); = w (d xq) in double; within the int8 rounding of the f32 product",
+     "every kernel set = the scalar definition bit for bit (T = 1..16, row ranges, 1 to 17 groups, from packed rows and from codes as stored); = w (d xq) in double; within the int8 rounding of the f32 product",
      test_mxfp4_int8_products_follow_the_definition},
     {"sizes_and_views", "kn_mat_bytes per mode, kn_fp_valid refuses a wrong group or too many columns", test_sizes_and_views},
 };

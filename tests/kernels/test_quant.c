@@ -173,7 +173,7 @@ static int use_int8_isa(int k) {
 }
 
 /* The int8 checks run every kernel set on the codes as stored and each SIMD
- * set on lanes' packed codes too (kn_affine_pack): int8_variants(w) runs,
+ * set on lanes' packed codes too (kn_lanes_pack): int8_variants(w) runs,
  * variant v < N_INT8_ISAS the set int8_isas[v] as stored, beyond it the
  * SIMD sets in order on packed codes. */
 static int int8_variants(const kn_mat *w) { return kn_qx_lanes(w) ? 2 * N_INT8_ISAS - 1 : N_INT8_ISAS; }
@@ -184,8 +184,8 @@ static int use_int8_variant(kn_mat *w, int v, void **packed) {
     w->packed = NULL;
     if (v < N_INT8_ISAS) return use_int8_isa(v);
     if (!*packed) {
-        *packed = malloc(kn_affine_packed_bytes(w));
-        kn_affine_pack(w, *packed, 0, w->rows);
+        *packed = malloc(kn_lanes_packed_bytes(w));
+        kn_lanes_pack(w, *packed, 0, w->rows);
     }
     w->packed = *packed;
     return use_int8_isa(v - N_INT8_ISAS);
@@ -674,23 +674,30 @@ static void test_activation_quantizer_follows_the_definition_in_both_twins(void)
     /* groups per row: also a full block of 8 (lanes' storage order) and more */
     static const int64_t gprs[] = {1, 3, 5, 8, 9, 17};
     for (int g = 0; g < N_GROUPS; g++)
-        for (int cs = 0; cs < 12; cs++) {
-            /* for 8-bit and for 4-bit weights (the lanes order from group 64) */
-            const int group = groups[g], bits = cs % 2 ? 4 : 8;
-            const int64_t n = group * gprs[cs / 2], ldx = n + 5;
-            const kn_mat w = {.dtype = NX_DT_U32, .cols = n, .bits = bits, .group = group, .sdtype = NX_DT_F32};
+        for (int cs = 0; cs < 18; cs++) {
+            /* for 8-bit and for 4-bit weights (the lanes order from group
+             * 64), and in groups of 32 for mxfp4 (the lanes order, fpq.h) */
+            const int group = groups[g], kind = cs % 3, bits = kind == 1 ? 8 : 4;
+            if (kind == 2 && group != 32) continue;
+            const int64_t n = group * gprs[cs / 3], ldx = n + 5;
+            const kn_mat w = kind == 2 ? (kn_mat){.dtype = NX_DT_U32, .cols = n, .group = 32, .sdtype = NX_DT_U8,
+                                                  .fp = KN_FP_MXFP4}
+                                       : (kn_mat){.dtype = NX_DT_U32, .cols = n, .bits = bits, .group = group,
+                                                  .sdtype = NX_DT_F32};
             float *x = calloc((size_t)(T * ldx), sizeof *x);   /* rows at an odd stride */
             float *rows = make_act_kinds(&r, T, n, group, 1);
             for (int t = 0; t < T; t++) memcpy(x + t * ldx, rows + t * n, (size_t)n * sizeof *x);
             kn_qx a = make_qx(T, &w), b = make_qx(T, &w);
-            CHECK(a.lanes == ((bits == 4 || bits == 8) && group >= 64));
+            CHECK(a.lanes == (kind == 2 || group >= 64));
             char what[64];
             set_impl(1);
-            snprintf(what, sizeof what, "%s q%d g%d n%lld", kn_impl_name(), bits, group, (long long)n);
+            snprintf(what, sizeof what, "%s %s%d g%d n%lld", kn_impl_name(), kind == 2 ? "mxfp" : "q", bits, group,
+                     (long long)n);
             kn_quantize_x(&a, x, ldx);
             check_quantized_acts(&a, x, ldx, what);
             set_impl(0);
-            snprintf(what, sizeof what, "%s q%d g%d n%lld", kn_impl_name(), bits, group, (long long)n);
+            snprintf(what, sizeof what, "%s %s%d g%d n%lld", kn_impl_name(), kind == 2 ? "mxfp" : "q", bits, group,
+                     (long long)n);
             kn_quantize_x(&b, x, ldx);
             check_quantized_acts(&b, x, ldx, what);
             const int64_t G = n / group;
@@ -908,12 +915,12 @@ static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(vo
     kn_init(0);
 }
 
-/* kn_affine_pack by quant.h's words, read back one code at a time: element
+/* kn_lanes_pack by quant.h's words, read back one code at a time: element
  * e of group g (block g / 8, lane j = g % 8) of row r is, for 4 bits, the low
  * (even e) or high nibble of byte (g / 8) * 4 * group + (e / 64) * 256 + (e %
  * 64 / 8) * 32 + 4j + (e % 8) / 2 of packed row r, for 8 bits byte (g / 8) *
  * 8 * group + (e / 64) * 512 + (e % 64 / 16) * 128 + (e % 2) * 64 + (e % 16
- * / 8) * 32 + 4j + (e % 8) / 2, rows kn_affine_packed_row_bytes (a multiple
+ * / 8) * 32 + 4j + (e % 8) / 2, rows kn_lanes_packed_row_bytes (a multiple
  * of 64) apart; the padding groups of a last partial block are 0; the
  * row's scales and then biases follow the codes as stored, then zeros.
  * Groups of 64 and 128, rows of 1, 8, 9, 16, 17, 25 and 33 groups, 16-bit
@@ -928,12 +935,12 @@ static void test_packed_rows_follow_the_documented_order(void) {
                 const int64_t rows = 5, G = gprs[k], n = group * G, codes = (G + 7) / 8 * bits * group;
                 const int64_t sb = G * (int64_t)nx_dtype_size(sdt), prow = (codes + 2 * sb + 63) / 64 * 64;
                 qmat q = make_affine(&r, rows, n, bits, group, sdt, WEIGHT_SIGMA);
-                CHECK(kn_affine_packed_code_bytes(&q.m) == codes && kn_affine_packed_row_bytes(&q.m) == prow);
-                CHECK(kn_affine_packed_bytes(&q.m) == (size_t)(rows * prow));
+                CHECK(kn_lanes_packed_code_bytes(&q.m) == codes && kn_lanes_packed_row_bytes(&q.m) == prow);
+                CHECK(kn_lanes_packed_bytes(&q.m) == (size_t)(rows * prow));
                 unsigned char *p = malloc((size_t)(rows * prow));
                 memset(p, 0xAB, (size_t)(rows * prow));   /* every byte must be written */
-                kn_affine_pack(&q.m, p, 0, 2);
-                kn_affine_pack(&q.m, p, 2, rows);
+                kn_lanes_pack(&q.m, p, 0, 2);
+                kn_lanes_pack(&q.m, p, 2, rows);
                 int bad = 0, bad_sd = 0, bad_pad = 0;
                 for (int64_t row = 0; row < rows; row++) {
                     unsigned char *pr = p + row * prow;
@@ -957,9 +964,9 @@ static void test_packed_rows_follow_the_documented_order(void) {
                 free(p);
                 free_affine(&q);
             }
-    CHECK(kn_affine_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 4, .group = 32}) == 0);
-    CHECK(kn_affine_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 8, .group = 32}) == 0);
-    CHECK(kn_affine_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 6, .group = 64}) == 0);
+    CHECK(kn_lanes_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 4, .group = 32}) == 0);
+    CHECK(kn_lanes_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 8, .group = 32}) == 0);
+    CHECK(kn_lanes_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 6, .group = 64}) == 0);
 }
 
 /* The int8 product with nothing to do, in every kernel set: zero columns
@@ -1020,7 +1027,7 @@ static const nx_test tests[] = {
      "T=0 or r0=r1 is a no-op; zero columns give 0; an empty row quantizes to nothing",
      test_affine_matmul_with_no_rows_or_no_tokens_writes_nothing},
     {"activation_quantizer_follows_the_definition_in_both_twins",
-     "int8 activations per group: |x - d q| <= d/2, amax -> 127, ties to even, sums (d S and S itself); NaN/inf groups; twins equal",
+     "int8 activations per group: |x - d q| <= d/2, amax -> 127, ties to even, sums (d S and S itself); NaN/inf groups; twins equal; every storage order (mxfp4's lanes in groups of 32 too)",
      test_activation_quantizer_follows_the_definition_in_both_twins},
     {"int8_matmul_twins_agree_and_stay_within_the_activation_rounding",
      "scalar == each SIMD set (avx2, avx512vnni; lanes also packed) bit for bit, = dequantized W times dequantized x, within sum|w| d/2 of the f32 product",
@@ -1032,7 +1039,7 @@ static const nx_test tests[] = {
      "8 to 56 groups a row and 30 rows: every kernel set bit for bit, T = 5 and T = 3 equal T = 1 row by row",
      test_int8_matmul_on_long_and_many_rows_matches_the_reference},
     {"packed_rows_follow_the_documented_order",
-     "kn_affine_pack: every 4- and 8-bit code where quant.h says, padding groups 0, scales and biases after the codes; other widths and groups of 32 pack nothing",
+     "kn_lanes_pack: every 4- and 8-bit code where quant.h says, padding groups 0, scales and biases after the codes; other widths and groups of 32 pack nothing",
      test_packed_rows_follow_the_documented_order},
     {"int8_matmul_with_no_columns_rows_or_tokens", "every kernel set: 0 columns give 0, T = 0 or r0 = r1 writes nothing",
      test_int8_matmul_with_no_columns_rows_or_tokens},
