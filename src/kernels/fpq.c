@@ -240,13 +240,15 @@ KN_AVX2 void kn_fp_row_f32_avx2(const kn_mat *w, int64_t row, float *out) {
 
 #endif
 
-/* ---- mxfp4 on int8 activations (fpq.h) ------------------------------------------ */
+/* ---- mxfp4 and nvfp4 on int8 activations (fpq.h) -------------------------------- */
 
 /* 2 * E2M1, an integer */
 static const int8_t e2m1_twice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 /* h(s) = 2^(s - 128): half an E8M0 scale, infinity for s = 255 */
 static float half_e8m0(unsigned s) { return s == 255 ? INFINITY : ldexpf(1.0f, (int)s - 128); }
+/* k(s) = e4m3(s) / 2: half an E4M3 scale (exact) */
+static float half_e4m3(unsigned s) { return kn_e4m3_to_f32(s) * 0.5f; }
 
 static void assert_qx_args(const kn_mat *w, const kn_qx *qx, int64_t ldy, int64_t r0, int64_t r1) {
     assert(kn_fp_int8(w) && kn_fp_valid(w) && qx != NULL && qx->cols == w->cols && qx->group == 32 && qx->lanes);
@@ -263,10 +265,15 @@ void kn_fp_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_
             const int8_t *xq = qx->q + (int64_t)t * qx->ldq;
             float acc[16] = {0}, a[8];
             for (int64_t g = 0; g < G; g++) {
-                int32_t I = 0;
-                for (int64_t c = g * 32; c < g * 32 + 32; c++)
-                    I += e2m1_twice[(q[c / 2] >> (4 * (c & 1))) & 15] * xq[kn_qx_pos(qx, g, c - g * 32)];
-                acc[g % 16] = fmaf((float)I, qx->d[(int64_t)t * G + g] * half_e8m0(sc[g]), acc[g % 16]);
+                const float d = qx->d[(int64_t)t * G + g];
+                const int halves = w->fp == KN_FP_NVFP4 ? 2 : 1, n = 32 / halves;   /* the weights' groups in g */
+                for (int h = 0; h < halves; h++) {
+                    int32_t I = 0;
+                    for (int64_t c = g * 32 + h * n; c < g * 32 + (h + 1) * n; c++)
+                        I += e2m1_twice[(q[c / 2] >> (4 * (c & 1))) & 15] * xq[kn_qx_pos(qx, g, c - g * 32)];
+                    const float k = halves == 2 ? half_e4m3(sc[2 * g + h]) : half_e8m0(sc[g]);
+                    acc[g % 16] = fmaf((float)I, d * k, acc[g % 16]);
+                }
             }
             for (int j = 0; j < 8; j++) a[j] = acc[j] + acc[j + 8];
             y[(int64_t)t * ldy + r] = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
@@ -287,8 +294,28 @@ KN_AVX2_INLINE __m256 half_e8m0x8_avx2(const uint8_t *s8) {
     return _mm256_castsi256_ps(v);
 }
 
-/* 2 * E2M1 + 12: the unsigned operand of the SIMD sums (fpq_qx.inc) */
-static const uint8_t e2m1_biased[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+/* k(s) = e4m3(s) / 2 for 8 codes, one in the low byte of each uint16 lane
+ * of b: the code's bits placed in an f16 (sign to bit 15, the rest shifted
+ * up 7 bits: the value times 2^-8, subnormals included; the NaN codes made
+ * an f16 NaN), widened exactly and multiplied by 2^7 (exact). */
+KN_AVX2_INLINE __m256 half_e4m3x8_u16_avx2(__m128i b) {
+    const __m128i mag = _mm_and_si128(b, _mm_set1_epi16(0x7f));
+    __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8), _mm_slli_epi16(mag, 7));
+    h = _mm_or_si128(h, _mm_and_si128(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f)), _mm_set1_epi16(0x7c00)));
+    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(128.0f));
+}
+
+/* k(s) of 8 nvfp4 groups' halves from their 16 scale codes (group j's at
+ * s[2j] and s[2j + 1]): *k0 the first halves', *k1 the second halves' */
+KN_AVX2_INLINE void half_e4m3_pairs_avx2(const uint8_t *s, __m256 *k0, __m256 *k1) {
+    const __m128i w = _mm_loadu_si128((const __m128i *)(const void *)s);
+    *k0 = half_e4m3x8_u16_avx2(_mm_and_si128(w, _mm_set1_epi16(0xff)));
+    *k1 = half_e4m3x8_u16_avx2(_mm_srli_epi16(w, 8));
+}
+
+/* 2 * E2M1 + 16: the unsigned operand of the SIMD sums (fpq_qx.inc; 16, not
+ * the least offset 12, so that the correction 16 S is a shift) */
+static const uint8_t e2m1_biased[16] = {16, 17, 18, 19, 20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4};
 
 enum { FX_TROWS = 4 };   /* activation rows a pass over a weight row */
 

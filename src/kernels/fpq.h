@@ -29,9 +29,10 @@
  * Value: W[r][c] = element * scale, one f32 product (exact for the MLX
  * modes, whose factors are short; rounded once for block FP8).
  *
- * Products: mxfp4 multiplies int8 activations with integer dot products
- * like the affine formats (below). The others dequantize each row to f32
- * (both twins write the same bits) and multiply it by the active set's dense
+ * Products: mxfp4 and nvfp4 multiply int8 activations with integer dot
+ * products like the affine formats (below). The others (and these with
+ * f32 activations) dequantize each row to f32 (both twins write the same
+ * bits) and multiply it by the active set's dense
  * f32 kernel, so such a product equals the dense f32 product with the
  * dequantized matrix bit for bit, in every kernel set (matmul.h's contract
  * follows from the dense one's): about 4 instructions an element on top of
@@ -109,26 +110,32 @@ typedef void (*kn_fp_dense_fn)(const kn_mat *w, const float *x, int64_t ldx, int
 void kn_fp_matmul_rows(const kn_mat *w, kn_fp_row_fn row_f32, kn_fp_dense_fn dense_f32, const float *x, int64_t ldx,
                        int T, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
-/* ---- mxfp4 on int8 activations ----------------------------------------------
+/* ---- mxfp4 and nvfp4 on int8 activations -----------------------------------
  * E2M1 values doubled are the integers {0, +-1, 2, 3, 4, 6, 8, 12}, so mxfp4
- * takes the affine formats' int8 activations (quant.h: kn_qx, groups of 32,
- * stored in the lanes order) and integer dot products. Weight row r (codes e, group
- * scale codes s_g) times activation row t, with 16 f32 lanes acc[0..15]
- * from 0:
- *   for each group g in order:
- *     I_g = sum over the group's c of (2 e2m1(e_c)) * xq[c]   (exact int32)
- *     acc[g % 16] = fma((float)I_g, d[t][g] * h(s_g), acc[g % 16])
+ * and nvfp4 (rows of whole groups of 32) take the affine formats' int8
+ * activations (quant.h: kn_qx, groups of 32, stored in the lanes order) and
+ * integer dot products. Weight row r (codes e, scale codes s) times
+ * activation row t, with 16 f32 lanes acc[0..15] from 0:
+ *   for each activation group g (elements 32 g .. 32 g + 31) in order:
+ *     mxfp4: I_g = sum over the group's c of (2 e2m1(e_c)) * xq[c]  (exact)
+ *            acc[g % 16] = fma((float)I_g, d[t][g] * h(s_g), acc[g % 16])
+ *     nvfp4: I_g0, I_g1 = the same sums over the group's first and second
+ *            16 elements, the weights' groups 2g and 2g + 1
+ *            acc[g % 16] = fma((float)I_g0, d[t][g] * k(s_2g), acc[g % 16])
+ *            acc[g % 16] = fma((float)I_g1, d[t][g] * k(s_2g+1), acc[g % 16])
  *   y = comb(a), a[j] = acc[j] + acc[j + 8],
  *   comb(a) = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
  * where h(s) = 2^(s - 128), half the E8M0 scale (exact; h(255) is infinity,
- * as the scale is). The scalar twin is the definition; the AVX2 and the
- * AVX-512 VNNI ones (fpq_qx.inc) compute the same bits, from packed rows
- * (quant.h: kn_lanes_pack, which a model runs at load) or from the codes
- * as stored. The result is sum_c w_c (d xq_c):
- * the dequantized weights times the dequantized activations, rounded in a
- * fixed order, so Y[t][r] depends only on row r and activation row t. */
-/* 1 if w multiplies int8 activations (kn_matmul_qx_rows): mxfp4. */
-static inline int kn_fp_int8(const kn_mat *w) { return w->fp == KN_FP_MXFP4; }
+ * as the scale is), and k(s) = e4m3(s) / 2 (exact; NaN for a NaN code).
+ * The scalar twin is the definition; the AVX2 and the AVX-512 VNNI ones
+ * (fpq_qx.inc) compute the same bits, from packed rows (quant.h:
+ * kn_lanes_pack, which a model runs at load) or from the codes as stored.
+ * The result is sum_c w_c (d xq_c): the dequantized weights times the
+ * dequantized activations, rounded in a fixed order, so Y[t][r] depends
+ * only on row r and activation row t. */
+/* 1 if w multiplies int8 activations (kn_matmul_qx_rows): mxfp4, and nvfp4
+ * whose rows are whole groups of 32 (others dequantize). */
+static inline int kn_fp_int8(const kn_mat *w) { return w->fp && kn_qx_lanes(w); }
 void kn_fp_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
 #if defined(__x86_64__) || defined(__i386__)
 void kn_fp_matmul_qx_rows_avx2(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);

@@ -251,24 +251,26 @@ size_t kn_qx_bytes(int T, int64_t cols) {
     assert(T >= 0 && cols >= 0);
     const size_t G = (size_t)(cols / 32);   /* the most groups any group size gives */
     /* 8 * group divides 1024 for every group size, so no row pads past this */
-    return (size_t)T * ((size_t)qx_row_bytes(cols, 128, 1) + G * (2 * sizeof(float) + sizeof(int32_t)));
+    return (size_t)T * ((size_t)qx_row_bytes(cols, 128, 1) + G * (2 * sizeof(float) + 2 * sizeof(int32_t)));
 }
 
 void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w) {
     assert(qx != NULL && T >= 0 && (kn_affine_valid(w) || kn_fp_int8(w)));
     const int64_t cols = w->cols;
-    const size_t G = (size_t)(cols / w->group);
+    const int group = kn_qx_group(w);
+    const size_t G = (size_t)(cols / group);
     char *p = buf;
     qx->T = T;
     qx->cols = cols;
-    qx->group = w->group;
+    qx->group = group;
     qx->lanes = kn_qx_lanes(w);
-    qx->ldq = qx_row_bytes(cols, w->group, qx->lanes);
+    qx->ldq = qx_row_bytes(cols, group, qx->lanes);
     /* ldq is a multiple of 32, so every array after q starts 4-byte aligned. */
     qx->q = (int8_t *)p, p += (size_t)T * (size_t)qx->ldq;
     qx->d = (float *)(void *)p, p += (size_t)T * G * sizeof(float);
     qx->s = (float *)(void *)p, p += (size_t)T * G * sizeof(float);
-    qx->si = (int32_t *)(void *)p;
+    qx->si = (int32_t *)(void *)p, p += (size_t)T * G * sizeof(int32_t);
+    qx->si16 = (int32_t *)(void *)p;
 }
 
 size_t kn_lanes_packed_bytes(const kn_mat *w) {
@@ -292,8 +294,8 @@ void kn_lanes_pack4_block(const unsigned char *codes, int64_t group, int64_t g8,
 
 void kn_lanes_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1) {
     assert(kn_qx_lanes(w) && (w->fp || kn_affine_valid(w)) && dst != NULL && 0 <= r0 && r0 <= r1 && r1 <= w->rows);
-    const int bits = kn_lanes_bits(w);
-    const int64_t G = w->cols / w->group, chunk = w->group * bits / 8;   /* code bytes per group */
+    const int bits = kn_lanes_bits(w), group = kn_qx_group(w);
+    const int64_t G = w->cols / group, chunk = group * bits / 8;   /* code bytes per group */
     const int64_t packed_bytes = kn_lanes_packed_row_bytes(w), cb = kn_lanes_packed_code_bytes(w);
     const int64_t row_codes = w->cols * bits / 8, sb = kn_lanes_scale_row_bytes(w), bb = kn_lanes_bias_row_bytes(w);
     for (int64_t r = r0; r < r1; r++) {
@@ -304,11 +306,11 @@ void kn_lanes_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1) {
             const int64_t cnt = G - g8 < QX_BLOCK_GROUPS ? G - g8 : QX_BLOCK_GROUPS;
             unsigned char *block = out + g8 * chunk;
             if (bits == 4) {
-                kn_lanes_pack4_block(src, w->group, g8, cnt, block);
+                kn_lanes_pack4_block(src, group, g8, cnt, block);
                 continue;
             }
             for (int64_t j = 0; j < cnt; j++)   /* each code byte at its activation's place (kn_lanes_offset) */
-                for (int64_t c = 0; c < w->group; c += 8) {   /* 8 codes: the evens' 4 bytes, then the odds' */
+                for (int64_t c = 0; c < group; c += 8) {   /* 8 codes: the evens' 4 bytes, then the odds' */
                     uint64_t v;
                     memcpy(&v, src + (g8 + j) * chunk + c, 8);
                     const uint32_t ev = even_bytes(v), od = even_bytes(v >> 8);
@@ -336,7 +338,7 @@ static inline void qx_scale(float amax, float *d, float *id) {
 
 /* Quantizes one group of n elements of x into q (in element order), *d, *s
  * and *si (quant.h; a group with a NaN or an infinity: NaN, NaN and 0). */
-static void quantize_group_ref(const float *x, int n, int8_t *q, float *d, float *s, int32_t *si) {
+static void quantize_group_ref(const float *x, int n, int8_t *q, const kn_qx *qx, int64_t k) {
     float amax = 0.0f;
     int bad = 0;
     for (int c = 0; c < n; c++) {
@@ -346,22 +348,24 @@ static void quantize_group_ref(const float *x, int n, int8_t *q, float *d, float
     }
     if (bad) {
         memset(q, 0, (size_t)n);
-        *d = *s = NAN;
-        *si = 0;
+        qx->d[k] = qx->s[k] = NAN;
+        qx->si[k] = qx->si16[k] = 0;
         return;
     }
     float scale, id;
     qx_scale(amax, &scale, &id);
-    int32_t sum = 0;
+    int32_t sum = 0, first16 = 0;
     for (int c = 0; c < n; c++) {
         float v = nearbyintf(x[c] * id);   /* the current rounding mode: half to even */
         v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
         q[c] = (int8_t)v;
         sum += (int32_t)v;
+        if (c == 15) first16 = sum;
     }
-    *d = scale;
-    *s = scale * (float)sum;
-    *si = sum;
+    qx->d[k] = scale;
+    qx->s[k] = scale * (float)sum;
+    qx->si[k] = sum;
+    qx->si16[k] = first16;
 }
 
 /* Every group of every row of x, each group's bytes then moved to their
@@ -379,7 +383,7 @@ void kn_quantize_x_ref(kn_qx *qx, const float *x, int64_t ldx) {
         }
         for (int64_t g = 0; g < G; g++) {
             const int64_t k = (int64_t)t * G + g;
-            quantize_group_ref(x + (int64_t)t * ldx + g * qx->group, qx->group, tmp, qx->d + k, qx->s + k, qx->si + k);
+            quantize_group_ref(x + (int64_t)t * ldx + g * qx->group, qx->group, tmp, qx, k);
             for (int c = 0; c < qx->group; c++) row[kn_qx_pos(qx, g, c)] = tmp[c];
         }
     }
@@ -779,8 +783,7 @@ KN_AVX2_INLINE void lanes8_chunk_avx2(const unsigned char *cj, int64_t group, in
  * elements the 32 even ones, then the 32 odd ones (word k of each holds the
  * 4 elements of word k of 4-bit codes' low or high nibbles), and for n = 32
  * the 16 evens, then the 16 odds. */
-static KN_AVX2 void quantize_group_avx2(const float *x, int n, int in_lanes, int8_t *q, float *d, float *s,
-                                        int32_t *si) {
+static KN_AVX2 void quantize_group_avx2(const float *x, int n, int in_lanes, int8_t *q, const kn_qx *qx, int64_t k) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), big = _mm256_set1_ps(FLT_MAX);
     __m256 vmax = _mm256_setzero_ps(), vbad = _mm256_setzero_ps();
     for (int c = 0; c < n; c += 8) {
@@ -790,8 +793,8 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int in_lanes, int
     }
     if (_mm256_movemask_ps(vbad)) {
         memset(q, 0, (size_t)n);
-        *d = *s = NAN;
-        *si = 0;
+        qx->d[k] = qx->s[k] = NAN;
+        qx->si[k] = qx->si16[k] = 0;
         return;
     }
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
@@ -811,7 +814,14 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int in_lanes, int
             v[k] = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
         }
         __m256i b = pack32_i8_avx2(v[0], v[1], v[2], v[3]);
-        sums = _mm256_add_epi32(sums, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, b), ones16));
+        const __m256i part = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, b), ones16);   /* lane i: elements 4i .. 4i + 3 */
+        if (c == 0) {   /* H: lanes 0-3 of the first 32 */
+            __m128i h = _mm256_castsi256_si128(part);
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+            qx->si16[k] = _mm_cvtsi128_si32(h);
+        }
+        sums = _mm256_add_epi32(sums, part);
         if (in_lanes) {
             b = evens_odds_avx2(b);
             if (n == 32) {   /* mxfp4's groups of 32: the 16 evens, then the 16 odds */
@@ -830,9 +840,9 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int in_lanes, int
         }
     }
     const int32_t sum = kn_hsum_epi32_avx2(sums);
-    *d = scale;
-    *s = scale * (float)sum;
-    *si = sum;
+    qx->d[k] = scale;
+    qx->s[k] = scale * (float)sum;
+    qx->si[k] = sum;
 }
 
 /* kn_quantize_x_ref's bytes: groups in element order where they are stored
@@ -850,16 +860,14 @@ KN_AVX2 void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx) {
         const float *xt = x + (int64_t)t * ldx;
         if (!qx->lanes) {
             for (int64_t g = 0, k = (int64_t)t * G; g < G; g++)
-                quantize_group_avx2(xt + g * group, (int)group, 0, row + g * group, qx->d + k + g, qx->s + k + g,
-                                   qx->si + k + g);
+                quantize_group_avx2(xt + g * group, (int)group, 0, row + g * group, qx, k + g);
             continue;
         }
         for (int64_t g8 = 0; g8 < G; g8 += QX_BLOCK_GROUPS) {
             const int64_t cnt = G - g8 < QX_BLOCK_GROUPS ? G - g8 : QX_BLOCK_GROUPS, k = (int64_t)t * G + g8;
             for (int j = 0; j < QX_BLOCK_GROUPS; j++) {
                 if (j < cnt)
-                    quantize_group_avx2(xt + (g8 + j) * group, (int)group, 1, tmp[j], qx->d + k + j, qx->s + k + j,
-                                       qx->si + k + j);
+                    quantize_group_avx2(xt + (g8 + j) * group, (int)group, 1, tmp[j], qx, k + j);
                 else
                     memset(tmp[j], 0, (size_t)group);   /* a partial block's missing groups */
             }

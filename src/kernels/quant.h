@@ -106,6 +106,8 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  *             all 0, and d = 0, when amax < KN_QX_MIN_AMAX (2^-100: 127 / amax
  *             could overflow f32; such a group adds nothing to the product)
  *   S[t][g] = the sum of xq over the group (an exact integer)
+ *   H[t][g] = the sum of xq over the group's first 16 elements (for nvfp4's
+ *             groups of 16, fpq.h)
  *   s[t][g] = d * S[t][g]   (one f32 rounding)
  * A group holding a NaN or an infinity gets xq = 0 and d = s = NaN, so the
  * product is NaN, as an f32 product would be NaN or infinite. (At the other
@@ -178,15 +180,21 @@ typedef struct {
     float *d;           /* [T][cols / group] activation scales               */
     float *s;           /* [T][cols / group] d * S, S the sum of the group's xq */
     int32_t *si;        /* [T][cols / group] S itself                        */
+    int32_t *si16;      /* [T][cols / group] H: the sum of the first 16 xq   */
 } kn_qx;
 
 /* 1 if weights of this bit width and group size are lanes (above): one
  * group per int32 lane, the activations stored in their own order. */
 static inline int kn_affine_lanes(int bits, int64_t group) { return (bits == 4 || bits == 8) && group >= 64; }
-/* 1 if w's int8 products take lanes: affine lanes, or mxfp4 (fpq.h). */
+/* 1 if w's int8 products take lanes: affine lanes, mxfp4, and nvfp4 rows
+ * of whole groups of 32 (fpq.h). */
 static inline int kn_qx_lanes(const kn_mat *w) {
-    return w->fp ? w->fp == KN_FP_MXFP4 : kn_affine_lanes(w->bits, w->group);
+    if (!w->fp) return kn_affine_lanes(w->bits, w->group);
+    return w->fp == KN_FP_MXFP4 || (w->fp == KN_FP_NVFP4 && w->cols % 32 == 0);
 }
+/* The group of the activations w's int8 products take (kn_qx.group): the
+ * weights' own, 32 for the small floats (nvfp4's groups of 16 pair up). */
+static inline int kn_qx_group(const kn_mat *w) { return w->fp ? 32 : w->group; }
 
 /* Where element c of group j of a block of 8 lanes groups is stored,
  * relative to the block (the storage order above). */
@@ -216,12 +224,12 @@ static inline int64_t kn_qx_pos(const kn_qx *qx, int64_t g, int64_t c) {
  * groups to 8, so its codes take kn_lanes_packed_code_bytes = ceil(G / 8) *
  * group * bits bytes; full 4-bit blocks sit at the same offsets as in the
  * codes. Then the row's G scales and its G biases as stored (sdtype), and
- * zeros to a multiple of 64 bytes: kn_lanes_packed_row_bytes. mxfp4 rows
- * (fpq.h) pack their 4-bit codes the same way (groups of 32: 4 vectors a
- * block, element c of group j in byte (c / 8) * 32 + 4j + (c % 8) / 2),
- * then their G scale bytes and no biases; the zeros after them reach the
- * next multiple of 64 groups (the codes take a multiple of 64 bytes), so a
- * step's 8 or 16 scale bytes can load at once. A model packs its lanes matrices once at load (model/load.c)
+ * zeros to a multiple of 64 bytes: kn_lanes_packed_row_bytes. mxfp4 and
+ * nvfp4 rows (fpq.h) pack their 4-bit codes the same way in groups of 32
+ * (4 vectors a block, element c of group j in byte (c / 8) * 32 + 4j + (c %
+ * 8) / 2), then their scale bytes (cols / 32 or cols / 16) and no biases;
+ * the zeros after them reach the next multiple of 64 bytes (the codes take
+ * a multiple of 64), so a step's 8 to 32 scale bytes can load at once. A model packs its lanes matrices once at load (model/load.c)
  * into memory it owns and sets kn_mat.packed; a product is bit-identical
  * with or without. */
 static inline int kn_lanes_bits(const kn_mat *w) { return w->fp ? 4 : w->bits; }
@@ -230,7 +238,8 @@ static inline int64_t kn_lanes_scale_row_bytes(const kn_mat *w) {
 }
 static inline int64_t kn_lanes_bias_row_bytes(const kn_mat *w) { return w->fp ? 0 : kn_affine_sd_row_bytes(w); }
 static inline int64_t kn_lanes_packed_code_bytes(const kn_mat *w) {
-    return (w->cols / w->group + 7) / 8 * w->group * kn_lanes_bits(w);
+    const int64_t group = kn_qx_group(w);
+    return (w->cols / group + 7) / 8 * group * kn_lanes_bits(w);
 }
 static inline int64_t kn_lanes_packed_row_bytes(const kn_mat *w) {
     return (kn_lanes_packed_code_bytes(w) + kn_lanes_scale_row_bytes(w) + kn_lanes_bias_row_bytes(w) + 63) / 64 * 64;
@@ -250,7 +259,7 @@ void kn_lanes_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1);
  * (padding included). */
 size_t kn_qx_bytes(int T, int64_t cols);
 
-/* Sets qx up for T rows to multiply affine or mxfp4 w with (its cols, group and
+/* Sets qx up for T rows to multiply affine, mxfp4 or nvfp4 w with (its cols, group and
  * storage order) and points its arrays into buf (kn_qx_bytes(T, w->cols)
  * bytes, 4-byte aligned). */
 void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w);

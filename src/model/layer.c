@@ -75,7 +75,7 @@ static void linear_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
 /* 1 if a and b take their activations the same way (kernels/quant.h). */
 static int same_activations(const nx_model *m, const kn_mat *a, const kn_mat *b) {
     if (m->f32_activations || !takes_int8(a) || !takes_int8(b)) return m->f32_activations || (!takes_int8(a) && !takes_int8(b));
-    return a->group == b->group && kn_qx_lanes(a) == kn_qx_lanes(b);
+    return kn_qx_group(a) == kn_qx_group(b) && kn_qx_lanes(a) == kn_qx_lanes(b);
 }
 
 void mdl_linears(const nx_model *m, mdl_scratch *sc, const float *x, int T, int n, const kn_mat *const ws[],

@@ -325,20 +325,26 @@ static void test_products_equal_the_dense_product_of_the_dequantized_rows(void) 
     kn_init(0);
 }
 
-/* mxfp4 on int8 activations (fpq.h): every kernel set equals the scalar
- * definition bit for bit, for T = 1..16 and uneven row ranges; the result is
- * the dequantized weights times the dequantized activations (checked in
- * double), within the activations' rounding of the f32 product; the
- * smallest scale codes (0 and 1: subnormal h(s)) included. */
-static void test_mxfp4_int8_products_follow_the_definition(void) {
+/* mxfp4 and nvfp4 on int8 activations (fpq.h): every kernel set equals the
+ * scalar definition bit for bit, for T = 1..16 and uneven row ranges; the
+ * result is the dequantized weights times the dequantized activations
+ * (checked in double), within the activations' rounding of the f32
+ * product; the smallest scale codes (E8M0 0 and 1: subnormal h(s); E4M3
+ * subnormals) included. */
+static void test_fp4_int8_products_follow_the_definition(void) {
     nx_test_rng r = {0x1A7E5EEDULL};
     enum { ROWS = 13, PAD = 3 };
-    static const int64_t col_counts[] = {32, 96, 288, 544};   /* 1, 3, 9 and 17 groups: full and partial blocks of 8 */
-    for (int k = 0; k < 4; k++) {
-        const int64_t cols = col_counts[k], ldx = cols + 5, ldy = ROWS + PAD;
-        fmat f = make_fmat(&r, KN_FP_MXFP4, ROWS, cols, 0);
+    /* 1, 3, 9, 17 and 33 groups of 32: full and partial blocks of 8 and steps of 16 */
+    static const int64_t col_counts[] = {32, 96, 288, 544, 1056};
+    for (int k = 0; k < 10; k++) {
+        const kn_fp_mode mode = k % 2 ? KN_FP_NVFP4 : KN_FP_MXFP4;
+        const int64_t cols = col_counts[k / 2], ldx = cols + 5, ldy = ROWS + PAD;
+        fmat f = make_fmat(&r, mode, ROWS, cols, 0);
+        CHECK(kn_fp_int8(&f.m) && kn_qx_lanes(&f.m));
         uint8_t *sc = f.scales;
-        if (k == 3) sc[0] = 0, sc[1] = 1, sc[2] = 2, sc[3] = 160;   /* h: 2^-128, 2^-127 (subnormals), 2^-126, 2^32 */
+        if (k == 6) sc[0] = 0, sc[1] = 1, sc[2] = 2, sc[3] = 160;   /* h: 2^-128, 2^-127 (subnormals), 2^-126, 2^32 */
+        if (k == 7)   /* E4M3: 2^-9, 7 * 2^-9, -0, 448, -1, -2^-9 */
+            sc[0] = 1, sc[1] = 7, sc[2] = 0x80, sc[3] = 0x7e, sc[4] = 0xb8, sc[19] = 0x81;
         float *x = make_acts(&r, MAX_T * ldx), *dq = dequantized(&f);
         void *buf = malloc(kn_qx_bytes(MAX_T, cols));
         kn_qx qx;
@@ -371,8 +377,8 @@ static void test_mxfp4_int8_products_follow_the_definition(void) {
         kn_lanes_pack(&f.m, packed, 0, 5);
         kn_lanes_pack(&f.m, packed, 5, ROWS);
         void *zeros = calloc((size_t)(ROWS * cols), 1);
-        const kn_mat from_packed = {.data = zeros, .dtype = f.m.dtype, .rows = ROWS, .cols = cols, .group = 32,
-                                    .scales = zeros, .sdtype = f.m.sdtype, .packed = packed, .fp = KN_FP_MXFP4};
+        const kn_mat from_packed = {.data = zeros, .dtype = f.m.dtype, .rows = ROWS, .cols = cols, .group = f.m.group,
+                                    .scales = zeros, .sdtype = f.m.sdtype, .packed = packed, .fp = mode};
         for (int s = 0; s < 3; s++)
             for (int pk = 0; pk < 2; pk++) {
                 if (!use_isa(s) || (pk && s == 2)) continue;   /* packed rows are for the SIMD sets */
@@ -387,7 +393,7 @@ static void test_mxfp4_int8_products_follow_the_definition(void) {
                             kn_matmul_qx_rows(w, &qx, got, ldy, r0, r0 + n < ROWS ? r0 + n : ROWS);
                     }
                     CHECKF(memcmp(want, got, (size_t)T * ldy * sizeof(float)) == 0,
-                           "%s mxfp4 int8 %lld cols T=%d%s: differs", isa_names[s], (long long)cols, T,
+                           "%s %s int8 %lld cols T=%d%s: differs", isa_names[s], kn_fp_name(mode), (long long)cols, T,
                            pk ? " packed" : "");
                     for (int i = T * (int)ldy; i < MAX_T * ldy; i++) CHECKF(got[i] == -7.0f, "T=%d wrote y[%d]", T, i);
                 }
@@ -400,19 +406,57 @@ static void test_mxfp4_int8_products_follow_the_definition(void) {
     kn_init(0);
 }
 
-/* kn_lanes_pack on mxfp4 (quant.h): element c of group g in the low (even
- * c) or high nibble of byte (g / 8) * 128 + (c / 8) * 32 + 4 (g % 8) + (c %
- * 8) / 2, a partial block's missing groups 0; then the row's scale bytes and
- * zeros to a multiple of 64 bytes, up to the next multiple of 64 groups. */
-static void test_mxfp4_packed_rows_follow_the_documented_order(void) {
+/* A NaN nvfp4 scale code (0x7f, 0xff) makes its row's product NaN in every
+ * kernel set, packed or not, as the dequantized weights would; the other
+ * rows keep the definition's bits. */
+static void test_nvfp4_nan_scales_give_nan(void) {
+    nx_test_rng r = {0xBADC0DEULL};
+    enum { ROWS = 5, T = 3 };
+    const int64_t cols = 288;
+    fmat f = make_fmat(&r, KN_FP_NVFP4, ROWS, cols, 0);
+    uint8_t *sc = f.scales;
+    sc[1 * 18 + 5] = 0x7f, sc[3 * 18 + 16] = 0xff;   /* rows 1 and 3 */
+    float *x = make_acts(&r, T * cols);
+    void *buf = malloc(kn_qx_bytes(T, cols)), *packed = malloc(kn_lanes_packed_bytes(&f.m));
+    kn_lanes_pack(&f.m, packed, 0, ROWS);
+    kn_mat from_packed = f.m;
+    from_packed.packed = packed;
+    kn_qx qx;
+    kn_qx_bind(&qx, buf, T, &f.m);
+    kn_quantize_x(&qx, x, cols);
+    float want[T * ROWS], got[T * ROWS];
+    kn_fp_matmul_qx_rows_ref(&f.m, &qx, want, ROWS, 0, ROWS);
+    for (int s = 0; s < 3; s++)
+        for (int pk = 0; pk < 2; pk++) {
+            if (!use_isa(s) || (pk && s == 2)) continue;
+            kn_matmul_qx_rows(pk ? &from_packed : &f.m, &qx, got, ROWS, 0, ROWS);
+            for (int t = 0; t < T; t++)
+                for (int row = 0; row < ROWS; row++) {
+                    const float g = got[t * ROWS + row], w = want[t * ROWS + row];
+                    if (row == 1 || row == 3) CHECKF(isnan(g) && isnan(w), "%s row %d t %d: %g", isa_names[s], row, t, g);
+                    else CHECKF(bits_of(g) == bits_of(w), "%s row %d t %d: %g against %g", isa_names[s], row, t, g, w);
+                }
+        }
+    kn_init(0);
+    free(x), free(buf), free(packed);
+    free_fmat(&f);
+}
+
+/* kn_lanes_pack on mxfp4 and nvfp4 (quant.h): element c of group g of 32
+ * in the low (even c) or high nibble of byte (g / 8) * 128 + (c / 8) * 32 +
+ * 4 (g % 8) + (c % 8) / 2, a partial block's missing groups 0; then the
+ * row's scale bytes and zeros to a multiple of 64 bytes, up to the next 64
+ * bytes of scales. nvfp4 rows of 16 + 32k columns and mxfp8 pack nothing. */
+static void test_fp4_packed_rows_follow_the_documented_order(void) {
     nx_test_rng r = {0x9AC4ED0DE6ULL};
     static const int64_t gprs[] = {1, 7, 8, 9, 16, 17, 33, 120};
-    for (size_t k = 0; k < sizeof gprs / sizeof *gprs; k++) {
-        const int64_t rows = 3, G = gprs[k], cols = 32 * G, codes = (G + 7) / 8 * 128;
-        const int64_t prow = (codes + G + 63) / 64 * 64;
-        fmat f = make_fmat(&r, KN_FP_MXFP4, rows, cols, 0);
+    for (size_t k = 0; k < 2 * sizeof gprs / sizeof *gprs; k++) {
+        const kn_fp_mode mode = k % 2 ? KN_FP_NVFP4 : KN_FP_MXFP4;
+        const int64_t rows = 3, G = gprs[k / 2], cols = 32 * G, codes = (G + 7) / 8 * 128;
+        const int64_t sb = cols / kn_fp_group(mode), prow = (codes + sb + 63) / 64 * 64;
+        fmat f = make_fmat(&r, mode, rows, cols, 0);
         CHECK(kn_qx_lanes(&f.m) && kn_lanes_packed_code_bytes(&f.m) == codes && kn_lanes_packed_row_bytes(&f.m) == prow);
-        CHECK(kn_lanes_packed_bytes(&f.m) == (size_t)(rows * prow) && prow - codes >= (G + 63) / 64 * 64);
+        CHECK(kn_lanes_packed_bytes(&f.m) == (size_t)(rows * prow) && prow - codes >= (sb + 63) / 64 * 64);
         unsigned char *p = malloc((size_t)(rows * prow));
         memset(p, 0xAB, (size_t)(rows * prow));   /* every byte must be written */
         kn_lanes_pack(&f.m, p, 0, 1);
@@ -427,17 +471,19 @@ static void test_mxfp4_packed_rows_follow_the_documented_order(void) {
                     const int64_t e = g * 32 + c;
                     bad += got != (g < G ? (q[e / 2] >> (4 * (e % 2))) & 15u : 0u);
                 }
-            bad_sc += memcmp(pr + codes, (const uint8_t *)f.scales + row * G, (size_t)G) != 0;
-            for (int64_t b = codes + G; b < prow; b++) bad_pad += pr[b] != 0;
+            bad_sc += memcmp(pr + codes, (const uint8_t *)f.scales + row * sb, (size_t)sb) != 0;
+            for (int64_t b = codes + sb; b < prow; b++) bad_pad += pr[b] != 0;
         }
-        CHECKF(bad == 0 && bad_sc == 0 && bad_pad == 0, "%lld groups a row: %d codes out of place, %d scale rows differ, %d padding bytes not 0",
-               (long long)G, bad, bad_sc, bad_pad);
+        CHECKF(bad == 0 && bad_sc == 0 && bad_pad == 0,
+               "%s, %lld groups of 32 a row: %d codes out of place, %d scale rows differ, %d padding bytes not 0",
+               kn_fp_name(mode), (long long)G, bad, bad_sc, bad_pad);
         free(p);
         free_fmat(&f);
     }
     nx_test_rng r2 = {3};
-    fmat nv = make_fmat(&r2, KN_FP_NVFP4, 2, 64, 0), m8 = make_fmat(&r2, KN_FP_MXFP8, 2, 64, 0);
-    CHECK(!kn_qx_lanes(&nv.m) && !kn_qx_lanes(&m8.m) && kn_lanes_packed_bytes(&nv.m) == 0 && kn_lanes_packed_bytes(&m8.m) == 0);
+    fmat nv = make_fmat(&r2, KN_FP_NVFP4, 2, 48, 0), m8 = make_fmat(&r2, KN_FP_MXFP8, 2, 64, 0);
+    CHECK(!kn_qx_lanes(&nv.m) && !kn_fp_int8(&nv.m) && kn_lanes_packed_bytes(&nv.m) == 0);
+    CHECK(!kn_qx_lanes(&m8.m) && !kn_fp_int8(&m8.m) && kn_lanes_packed_bytes(&m8.m) == 0);
     free_fmat(&nv), free_fmat(&m8);
 }
 
@@ -473,12 +519,14 @@ static const nx_test tests[] = {
     {"products_equal_the_dense_product_of_the_dequantized_rows",
      "every kernel set, T = 1..16, uneven row ranges, writes only its rows; bit for bit",
      test_products_equal_the_dense_product_of_the_dequantized_rows},
-    {"mxfp4_packed_rows_follow_the_documented_order",
-     "kn_lanes_pack on mxfp4: every nibble where quant.h says, missing groups 0, the scale bytes after the codes, zeros to 64 bytes; nvfp4 and mxfp8 pack nothing",
-     test_mxfp4_packed_rows_follow_the_documented_order},
-    {"mxfp4_int8_products_follow_the_definition",
-     "every kernel set = the scalar definition bit for bit (T = 1..16, row ranges, 1 to 17 groups, from packed rows and from codes as stored); = w (d xq) in double; within the int8 rounding of the f32 product",
-     test_mxfp4_int8_products_follow_the_definition},
+    {"nvfp4_nan_scales_give_nan", "a NaN E4M3 scale code makes its row NaN in every kernel set, packed or not; other rows keep their bits",
+     test_nvfp4_nan_scales_give_nan},
+    {"fp4_packed_rows_follow_the_documented_order",
+     "kn_lanes_pack on mxfp4 and nvfp4: every nibble where quant.h says, missing groups 0, the scale bytes after the codes, zeros to 64 bytes; nvfp4 rows of 16 + 32k and mxfp8 pack nothing",
+     test_fp4_packed_rows_follow_the_documented_order},
+    {"fp4_int8_products_follow_the_definition",
+     "mxfp4 and nvfp4: every kernel set = the scalar definition bit for bit (T = 1..16, row ranges, 1 to 33 groups of 32, from packed rows and from codes as stored); = w (d xq) in double; within the int8 rounding of the f32 product; subnormal scales",
+     test_fp4_int8_products_follow_the_definition},
     {"sizes_and_views", "kn_mat_bytes per mode, kn_fp_valid refuses a wrong group or too many columns", test_sizes_and_views},
 };
 

@@ -591,7 +591,7 @@ static kn_qx qx_rows(const kn_qx *qx, int t0, int T) {
     const int64_t G = qx->cols / qx->group;
     kn_qx v = *qx;
     v.T = T;
-    v.q += t0 * qx->ldq, v.d += t0 * G, v.s += t0 * G, v.si += t0 * G;
+    v.q += t0 * qx->ldq, v.d += t0 * G, v.s += t0 * G, v.si += t0 * G, v.si16 += t0 * G;
     return v;
 }
 
@@ -638,9 +638,9 @@ static void check_quantized_acts(const kn_qx *qx, const float *x, int64_t ldx, c
                 finite &= isfinite(xg[c]);
                 if (fabsf(xg[c]) > amax) amax = fabsf(xg[c]);
             }
-            int32_t sum = 0;
-            for (int c = 0; c < qx->group; c++) sum += q[c];
-            bad += qx->si[k] != sum;   /* S itself, in every case */
+            int32_t sum = 0, first16 = 0;
+            for (int c = 0; c < qx->group; c++) sum += q[c], first16 += c < 16 ? q[c] : 0;
+            bad += qx->si[k] != sum || qx->si16[k] != first16;   /* S and H themselves, in every case */
             if (!finite) {
                 bad += !(isnan(qx->d[k]) && isnan(qx->s[k]) && sum == 0);
                 for (int c = 0; c < qx->group; c++) bad += q[c] != 0;
@@ -1027,7 +1027,7 @@ static const nx_test tests[] = {
      "T=0 or r0=r1 is a no-op; zero columns give 0; an empty row quantizes to nothing",
      test_affine_matmul_with_no_rows_or_no_tokens_writes_nothing},
     {"activation_quantizer_follows_the_definition_in_both_twins",
-     "int8 activations per group: |x - d q| <= d/2, amax -> 127, ties to even, sums (d S and S itself); NaN/inf groups; twins equal; every storage order (mxfp4's lanes in groups of 32 too)",
+     "int8 activations per group: |x - d q| <= d/2, amax -> 127, ties to even, sums (d S, S itself, H of the first 16); NaN/inf groups; twins equal; every storage order (mxfp4's lanes in groups of 32 too)",
      test_activation_quantizer_follows_the_definition_in_both_twins},
     {"int8_matmul_twins_agree_and_stay_within_the_activation_rounding",
      "scalar == each SIMD set (avx2, avx512vnni; lanes also packed) bit for bit, = dequantized W times dequantized x, within sum|w| d/2 of the f32 product",
