@@ -208,6 +208,60 @@ KN_AVX2_INLINE __m256 e4m3x8_avx2(const uint8_t *q) {
     return _mm256_or_ps(v, _mm256_castsi256_ps(sign));
 }
 
+/* e4m3(q[i]) * scale for 16 codes, in *w0 (the first 8) and *w1, given
+ * scale256 = scale * 256 (finite, or scale itself infinite or NaN). The
+ * code's bits placed in an f16 (sign to bit 15, the rest shifted up 7 bits)
+ * give its value times 2^-8 exactly, subnormals included; the NaN codes
+ * become the f16 NaN that widens to the scalar twin's. The f32 product (e
+ * 2^-8)(scale 2^8) is the real e * scale rounded once: the scalar twin's
+ * bits, in a few integer operations and a conversion a lane where
+ * e4m3x8_avx2 takes a dozen. */
+KN_AVX2_INLINE void e4m3x16_scaled_avx2(const uint8_t *q, __m256 scale256, __m256 *w0, __m256 *w1) {
+    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)q));
+    __m256i h = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(b, 8), 1), _mm256_set1_epi16((short)0xbfff));
+    const __m256i mag = _mm256_set1_epi16(0x3f80);
+    /* a NaN code: sign | 0x3f80 -> sign | 0x7e00 */
+    h = _mm256_xor_si256(h, _mm256_and_si256(_mm256_cmpeq_epi16(_mm256_and_si256(h, mag), mag), _mm256_set1_epi16(0x4180)));
+    *w0 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), scale256);
+    *w1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), scale256);
+}
+
+/* The scale of an E4M3 group (mxfp8) or block (block FP8) for the AVX2
+ * decoders: the factor and, unless scale * 256 overflows (big), that
+ * product. */
+typedef struct {
+    __m256 scale, scale256;
+    int big;
+} e4m3_scale;
+
+KN_AVX2_INLINE e4m3_scale e4m3_scale_of(const kn_mat *w, const void *s, int64_t g) {
+    e4m3_scale e;
+    if (w->fp == KN_FP_MXFP8) {
+        /* E8M0 c: scale * 256 = 2^(c - 119), the f32 bits (c + 8) << 23 up
+         * to c = 246 (c = 0 included), infinity for 255; 247 .. 254 overflow */
+        const unsigned c = ((const uint8_t *)s)[g];
+        e.big = c > 246 && c != 255;
+        e.scale256 = _mm256_castsi256_ps(_mm256_set1_epi32(c == 255 ? 0x7f800000 : (int)((c + 8) << 23)));
+        e.scale = _mm256_set1_ps(kn_e8m0_to_f32(c));
+        return e;
+    }
+    const float f = group_scale(w, s, g), f256 = f * 256.0f;
+    e.big = isinf(f256) && isfinite(f);
+    e.scale = _mm256_set1_ps(f);
+    e.scale256 = _mm256_set1_ps(f256);
+    return e;
+}
+
+/* The 16 weights from code q[0] with scale e, as e4m3x16_scaled_avx2. */
+KN_AVX2_INLINE void e4m3x16_weights_avx2(const uint8_t *q, const e4m3_scale *e, __m256 *w0, __m256 *w1) {
+    if (!e->big) {
+        e4m3x16_scaled_avx2(q, e->scale256, w0, w1);
+        return;
+    }
+    *w0 = _mm256_mul_ps(e4m3x8_avx2(q), e->scale);
+    *w1 = _mm256_mul_ps(e4m3x8_avx2(q + 8), e->scale);
+}
+
 KN_AVX2_INLINE __m256 e2m1x8_avx2(uint32_t word) {
     const __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32((int)word), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
     const __m256 mag = _mm256_permutevar8x32_ps(_mm256_loadu_ps(e2m1_magnitude), idx);
@@ -220,21 +274,222 @@ KN_AVX2 void kn_fp_row_f32_avx2(const kn_mat *w, int64_t row, float *out) {
     const uint8_t *q = row_codes(w, row);
     const void *s = row_scales(w, row);
     const int64_t cols = w->cols, group = w->group;
+    if (w->fp == KN_FP_MXFP8 || w->fp == KN_FP_FP8_BLOCK) {
+        for (int64_t c0 = 0; c0 < cols; c0 += group) {
+            const e4m3_scale e = e4m3_scale_of(w, s, c0 / group);
+            const int64_t c1 = c0 + group < cols ? c0 + group : cols;
+            int64_t c = c0;
+            for (; c + 16 <= c1; c += 16) {
+                __m256 w0, w1;
+                e4m3x16_weights_avx2(q + c, &e, &w0, &w1);
+                _mm256_storeu_ps(out + c, w0);
+                _mm256_storeu_ps(out + c + 8, w1);
+            }
+            for (; c + 8 <= c1; c += 8) _mm256_storeu_ps(out + c, _mm256_mul_ps(e4m3x8_avx2(q + c), e.scale));
+            for (; c < c1; c++) out[c] = kn_e4m3_to_f32(q[c]) * _mm256_cvtss_f32(e.scale);   /* block FP8's last columns */
+        }
+        return;
+    }
     for (int64_t g = 0; g * group < cols; g++) {
         const __m256 scale = _mm256_set1_ps(group_scale(w, s, g));
         const int64_t c0 = g * group, c1 = c0 + group < cols ? c0 + group : cols;
-        int64_t c = c0;
-        if (w->fp == KN_FP_MXFP4 || w->fp == KN_FP_NVFP4) {
-            for (; c < c1; c += 8) {
-                uint32_t word;
-                memcpy(&word, q + c / 2, 4);
-                _mm256_storeu_ps(out + c, _mm256_mul_ps(e2m1x8_avx2(word), scale));
-            }
-        } else {
-            for (; c + 8 <= c1; c += 8) _mm256_storeu_ps(out + c, _mm256_mul_ps(e4m3x8_avx2(q + c), scale));
-            /* block FP8's last columns */
-            for (; c < c1; c++) out[c] = kn_e4m3_to_f32(q[c]) * _mm256_cvtss_f32(scale);
+        for (int64_t c = c0; c < c1; c += 8) {   /* E2M1 */
+            uint32_t word;
+            memcpy(&word, q + c / 2, 4);
+            _mm256_storeu_ps(out + c, _mm256_mul_ps(e2m1x8_avx2(word), scale));
         }
+    }
+}
+
+#endif
+
+#if KN_HAVE_X86
+
+/* ---- E4M3 products, decoded in registers (fpq.h) ----------------------------- */
+
+enum { FP8_TROWS = 2 };   /* activation rows a pass over a weight row */
+
+/* acc[t][k] += weights wv times activation rows t < nt at element i. */
+#define FP8_FMA(k, wv, i)                                                                                     \
+    do {                                                                                                      \
+        for (int t = 0; t < nt; t++)                                                                          \
+            acc[t][k] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (int64_t)t * ldx + (i)), acc[t][k]);         \
+    } while (0)
+
+/* y[t * ldy] = row r of E4M3 w (mxfp8, block FP8) times activation row x + t
+ * * ldx, t < nt <= FP8_TROWS (a constant after inlining): matmul.c's dot
+ * product layout (4 accumulators of 8 lanes, element i < n8 in accumulator
+ * (i / 8) % 4 by one fma in increasing i; kn_hsum_avx2; the tail [n8, n) by
+ * scalar fmas) over the weights kn_fp_row_f32_avx2 writes, so the bits of
+ * the dense product of that row, without storing it. Groups and blocks
+ * start on multiples of 32, so each 32 columns take accumulators 0-3 in
+ * turn under one scale; a row's last 8 to 24 (block FP8) take 0, 1, 2. */
+KN_AVX2_INLINE void fp8_dot_row_avx2(const kn_mat *w, int64_t r, const float *x, int64_t ldx, int nt, float *y,
+                                     int64_t ldy) {
+    const uint8_t *q = row_codes(w, r);
+    const void *s = row_scales(w, r);
+    const int64_t n = w->cols, n8 = n & ~(int64_t)7, group = w->group;
+    __m256 acc[FP8_TROWS][4];
+    for (int t = 0; t < nt; t++)
+        for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();
+    const int64_t n32 = n & ~(int64_t)31;
+    __m256 scale256 = _mm256_setzero_ps(), scale = _mm256_setzero_ps();
+    int big = 0;
+    for (int64_t i = 0; i < n32; i += 32) {
+        if (i % group == 0) {   /* a new group's scale: mxfp8's straight from its code (e4m3_scale_of) */
+            if (w->fp == KN_FP_MXFP8) {
+                const unsigned c = ((const uint8_t *)s)[i / 32];
+                big = c > 246 && c != 255;
+                scale256 = _mm256_castsi256_ps(_mm256_set1_epi32(c == 255 ? 0x7f800000 : (int)((c + 8) << 23)));
+                scale = _mm256_castsi256_ps(_mm256_set1_epi32(c ? (int)(c << 23) : 0x00400000));
+            } else {
+                const e4m3_scale e = e4m3_scale_of(w, s, i / group);
+                big = e.big, scale256 = e.scale256, scale = e.scale;
+            }
+        }
+        /* the weights by one decoder or the other, then one set of fmas:
+         * with the fmas in both branches GCC kept the accumulators on the
+         * stack across them (3x the time) */
+        __m256 w0, w1, w2, w3;
+        if (!big) {
+            e4m3x16_scaled_avx2(q + i, scale256, &w0, &w1);
+            e4m3x16_scaled_avx2(q + i + 16, scale256, &w2, &w3);
+        } else {
+            w0 = _mm256_mul_ps(e4m3x8_avx2(q + i), scale);
+            w1 = _mm256_mul_ps(e4m3x8_avx2(q + i + 8), scale);
+            w2 = _mm256_mul_ps(e4m3x8_avx2(q + i + 16), scale);
+            w3 = _mm256_mul_ps(e4m3x8_avx2(q + i + 24), scale);
+        }
+        FP8_FMA(0, w0, i);
+        FP8_FMA(1, w1, i + 8);
+        FP8_FMA(2, w2, i + 16);
+        FP8_FMA(3, w3, i + 24);
+    }
+    if (n8 > n32) {   /* block FP8: a row's last 8, 16 or 24 before its tail */
+        const __m256 sc = _mm256_set1_ps(group_scale(w, s, n32 / group));
+        FP8_FMA(0, _mm256_mul_ps(e4m3x8_avx2(q + n32), sc), n32);
+        if (n8 > n32 + 8) FP8_FMA(1, _mm256_mul_ps(e4m3x8_avx2(q + n32 + 8), sc), n32 + 8);
+        if (n8 > n32 + 16) FP8_FMA(2, _mm256_mul_ps(e4m3x8_avx2(q + n32 + 16), sc), n32 + 16);
+    }
+    for (int t = 0; t < nt; t++) {
+        __m128 sum = kn_hsum_avx2(acc[t], 4);
+        for (int64_t j = n8; j < n; j++) {
+            const float wj = kn_e4m3_to_f32(q[j]) * group_scale(w, s, j / group);
+            sum = _mm_fmadd_ss(_mm_set_ss(wj), _mm_set_ss(x[(int64_t)t * ldx + j]), sum);
+        }
+        y[(int64_t)t * ldy] = _mm_cvtss_f32(sum);
+    }
+}
+#undef FP8_FMA
+
+KN_AVX2 void kn_fp8_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
+                                     int64_t r0, int64_t r1) {
+    assert(kn_fp_valid(w) && (w->fp == KN_FP_MXFP8 || w->fp == KN_FP_FP8_BLOCK));
+    const int64_t dist = 4096 / (w->cols + 1) + 1;   /* rows about 4 KB ahead */
+    for (int64_t r = r0; r < r1; r++) {
+        if (r + dist < r1) kn_fp_prefetch_row(w, r + dist);
+        int t = 0;
+        for (; t + FP8_TROWS <= T; t += FP8_TROWS)
+            fp8_dot_row_avx2(w, r, x + (int64_t)t * ldx, ldx, FP8_TROWS, y + (int64_t)t * ldy + r, ldy);
+        if (t < T) fp8_dot_row_avx2(w, r, x + (int64_t)t * ldx, ldx, 1, y + (int64_t)t * ldy + r, ldy);
+    }
+}
+
+/* The AVX-512 twin: 32 codes a step decoded in one 512-bit pass, weights
+ * 0-15 and 16-31 in two 16-lane vectors whose halves are accumulators 0, 1
+ * and 2, 3 of the layout, up to 4 activation rows a pass (2 vectors each),
+ * so a verify decodes each weight once. The same weights and fmas in the
+ * same order: the same bits. */
+enum { FP8_TROWS_512 = 4 };
+
+
+/* The weights of 32 codes at q with scale256 (all lanes), as
+ * e4m3x16_scaled_avx2 twice: elements 0-15 in *w0, 16-31 in *w1. */
+KN_VNNI_INLINE void e4m3x32_scaled_avx512(const uint8_t *q, __m512 scale256, __m512 *w0, __m512 *w1) {
+    const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)q));
+    __m512i h = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(b, 8), 1), _mm512_set1_epi16((short)0xbfff));
+    const __m512i mag = _mm512_set1_epi16(0x3f80);
+    const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, mag), mag);
+    h = _mm512_xor_si512(h, _mm512_maskz_mov_epi16(nan, _mm512_set1_epi16(0x4180)));
+    *w0 = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), scale256);
+    *w1 = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), scale256);
+}
+
+/* fp8_dot_row_avx2's product for nt <= FP8_TROWS_512 activation rows; gs:
+ * log2 of the group (5 for mxfp8, 7 for block FP8), a constant after
+ * inlining. A row's scales times 256 are worked out first; where none
+ * overflows (every real row) the steps run without a branch. */
+KN_VNNI_INLINE void fp8_dot_row_avx512(const kn_mat *w, int64_t r, const float *x, int64_t ldx, int nt, int gs,
+                                       float *y, int64_t ldy) {
+    const uint8_t *q = row_codes(w, r);
+    const void *s = row_scales(w, r);
+    const int64_t n = w->cols, n8 = n & ~(int64_t)7, n32 = n & ~(int64_t)31, ng = (n32 + (1 << gs) - 1) >> gs;
+    __m512 lo[FP8_TROWS_512], hi[FP8_TROWS_512];   /* accumulators 0|1 and 2|3 */
+    for (int t = 0; t < nt; t++) lo[t] = hi[t] = _mm512_setzero_ps();
+    _Alignas(64) float s256[KN_FP_MAX_COLS / 32];
+    int big = 0;
+    for (int64_t g = 0; g < ng; g++) {
+        const e4m3_scale e = e4m3_scale_of(w, s, g);
+        s256[g] = _mm256_cvtss_f32(e.scale256);
+        big |= e.big;
+    }
+    for (int64_t i = 0; i < n32; i += 32) {
+        __m512 w0, w1;
+        if (!big) {
+            e4m3x32_scaled_avx512(q + i, _mm512_set1_ps(s256[i >> gs]), &w0, &w1);
+        } else {   /* the slower decoder, whole row */
+            const __m256 scale = _mm256_set1_ps(group_scale(w, s, i >> gs));
+            const __m256 a = _mm256_mul_ps(e4m3x8_avx2(q + i), scale), b = _mm256_mul_ps(e4m3x8_avx2(q + i + 8), scale);
+            const __m256 c = _mm256_mul_ps(e4m3x8_avx2(q + i + 16), scale), d = _mm256_mul_ps(e4m3x8_avx2(q + i + 24), scale);
+            w0 = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(a)), _mm256_castps_pd(b), 1));
+            w1 = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(c)), _mm256_castps_pd(d), 1));
+        }
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
+            lo[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + (int64_t)t * ldx + i), lo[t]);
+            hi[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + (int64_t)t * ldx + i + 16), hi[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        const float *xt = x + (int64_t)t * ldx;
+        __m256 acc[4] = {_mm512_castps512_ps256(lo[t]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(lo[t]), 1)),
+                         _mm512_castps512_ps256(hi[t]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(hi[t]), 1))};
+        if (n8 > n32) {   /* block FP8: a row's last 8, 16 or 24 before its tail */
+            const __m256 sc = _mm256_set1_ps(group_scale(w, s, n32 >> gs));
+            for (int k = 0; k < 3 && n32 + 8 * k < n8; k++)
+                acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(e4m3x8_avx2(q + n32 + 8 * k), sc), _mm256_loadu_ps(xt + n32 + 8 * k), acc[k]);
+        }
+        __m128 sum = kn_hsum_avx2(acc, 4);
+        for (int64_t j = n8; j < n; j++) {
+            const float wj = kn_e4m3_to_f32(q[j]) * group_scale(w, s, j >> gs);
+            sum = _mm_fmadd_ss(_mm_set_ss(wj), _mm_set_ss(xt[j]), sum);
+        }
+        y[(int64_t)t * ldy] = _mm_cvtss_f32(sum);
+    }
+}
+
+/* Row r against every activation row, FP8_TROWS_512 a pass, the leftover
+ * count its own inlined copy. */
+KN_VNNI_INLINE void fp8_row_all_avx512(const kn_mat *w, int64_t r, const float *x, int64_t ldx, int T, int gs, float *y,
+                                       int64_t ldy) {
+    int t = 0;
+    for (; t + FP8_TROWS_512 <= T; t += FP8_TROWS_512)
+        fp8_dot_row_avx512(w, r, x + (int64_t)t * ldx, ldx, FP8_TROWS_512, gs, y + (int64_t)t * ldy + r, ldy);
+    switch (T - t) {
+    case 3: fp8_dot_row_avx512(w, r, x + (int64_t)t * ldx, ldx, 3, gs, y + (int64_t)t * ldy + r, ldy); break;
+    case 2: fp8_dot_row_avx512(w, r, x + (int64_t)t * ldx, ldx, 2, gs, y + (int64_t)t * ldy + r, ldy); break;
+    case 1: fp8_dot_row_avx512(w, r, x + (int64_t)t * ldx, ldx, 1, gs, y + (int64_t)t * ldy + r, ldy); break;
+    default: break;
+    }
+}
+
+KN_VNNI void kn_fp8_matmul_rows_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
+                                       int64_t r0, int64_t r1) {
+    assert(kn_fp_valid(w) && (w->fp == KN_FP_MXFP8 || w->fp == KN_FP_FP8_BLOCK));
+    const int64_t dist = 4096 / (w->cols + 1) + 1;   /* rows about 4 KB ahead */
+    for (int64_t r = r0; r < r1; r++) {
+        if (r + dist < r1) kn_fp_prefetch_row(w, r + dist);
+        if (w->fp == KN_FP_MXFP8) fp8_row_all_avx512(w, r, x, ldx, T, 5, y, ldy);
+        else fp8_row_all_avx512(w, r, x, ldx, T, 7, y, ldy);
     }
 }
 

@@ -98,6 +98,20 @@ void kn_fp_row_f32_ref(const kn_mat *w, int64_t row, float *out);
 void kn_fp_row_f32_avx2(const kn_mat *w, int64_t row, float *out);
 #endif
 
+/* kn_matmul_rows for mxfp8 and block FP8 at small T (KN_FP8_FUSED_T and
+ * below: a step or a verify), the SIMD sets' twin: the same bits as
+ * kn_fp_matmul_rows with the sets' dense f32 kernel (its dot product layout
+ * over the same dequantized weights), decoded in registers instead of a row
+ * buffer. Larger T take kn_fp_matmul_rows, which decodes a row once for all
+ * of them. */
+#define KN_FP8_FUSED_T 4
+#if defined(__x86_64__) || defined(__i386__)
+void kn_fp8_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
+                             int64_t r1);
+void kn_fp8_matmul_rows_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
+                               int64_t r1);
+#endif
+
 /* Asks the caches for row r's elements and scales (kn_mat_prefetch_row). */
 void kn_fp_prefetch_row(const kn_mat *w, int64_t r);
 

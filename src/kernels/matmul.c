@@ -440,8 +440,9 @@ typedef void (*kn_rows_fn)(const kn_mat *w, const float *x, int64_t ldx, int T, 
                            int64_t r1);
 
 /* kn_matmul_rows for a SIMD set: affine weights to quant.c, dense ones to
- * the set's kernel for their format (dense[0..2]: f32, bf16, f16). */
-static void matmul_rows_simd(const kn_rows_fn dense[3], const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
+ * the set's kernel for their format (dense[0..2]: f32, bf16, f16; dense[3]:
+ * its fused E4M3 product, fpq.h). */
+static void matmul_rows_simd(const kn_rows_fn dense[4], const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
                              int64_t ldy, int64_t r0, int64_t r1) {
     assert_matmul_args(w, x, ldx, T, y, ldy, r0, r1);
     if (T == 0 || r0 == r1) return;
@@ -450,7 +451,9 @@ static void matmul_rows_simd(const kn_rows_fn dense[3], const kn_mat *w, const f
         return;
     }
     if (w->fp) {   /* dequantized rows through the set's dense f32 product (fpq.h) */
-        kn_fp_matmul_rows(w, kn_fp_row_f32_avx2, dense[0], x, ldx, T, y, ldy, r0, r1);
+        if ((w->fp == KN_FP_MXFP8 || w->fp == KN_FP_FP8_BLOCK) && T <= KN_FP8_FUSED_T)
+            dense[3](w, x, ldx, T, y, ldy, r0, r1);   /* the same, decoded in registers */
+        else kn_fp_matmul_rows(w, kn_fp_row_f32_avx2, dense[0], x, ldx, T, y, ldy, r0, r1);
         return;
     }
     switch (w->dtype) {
@@ -463,7 +466,8 @@ static void matmul_rows_simd(const kn_rows_fn dense[3], const kn_mat *w, const f
 
 static void matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                              int64_t r0, int64_t r1) {
-    static const kn_rows_fn dense[3] = {matmul_rows_f32_avx2, matmul_rows_bf16_avx2, matmul_rows_f16_avx2};
+    static const kn_rows_fn dense[4] = {matmul_rows_f32_avx2, matmul_rows_bf16_avx2, matmul_rows_f16_avx2,
+                                        kn_fp8_matmul_rows_avx2};
     matmul_rows_simd(dense, w, x, ldx, T, y, ldy, r0, r1);
 }
 
@@ -776,7 +780,8 @@ static KN_VNNI void matmul_rows_stream_f32_avx512(const kn_mat *w, const float *
 
 static void matmul_rows_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
                                int64_t r1) {
-    static const kn_rows_fn dense[3] = {matmul_rows_f32_avx512, matmul_rows_bf16_avx512, matmul_rows_f16_avx512};
+    static const kn_rows_fn dense[4] = {matmul_rows_f32_avx512, matmul_rows_bf16_avx512, matmul_rows_f16_avx512,
+                                        kn_fp8_matmul_rows_avx512};
     matmul_rows_simd(dense, w, x, ldx, T, y, ldy, r0, r1);
 }
 

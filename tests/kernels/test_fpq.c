@@ -94,7 +94,7 @@ enum { N_MODES = sizeof modes / sizeof *modes };
 
 /* Columns for a mode: 1, 3 and 5 groups, or odd counts for block FP8. */
 static int64_t cols_for(kn_fp_mode mode, int k) {
-    static const int64_t fp8_cols[] = {7, 130, 261};
+    static const int64_t fp8_cols[] = {7, 130, 261, 152, 40};   /* tails; 24 and 8 columns past the last 32 */
     return mode == KN_FP_FP8_BLOCK ? fp8_cols[k] : kn_fp_group(mode) * (1 + 2 * k);
 }
 
@@ -293,9 +293,18 @@ static void test_products_equal_the_dense_product_of_the_dequantized_rows(void) 
     nx_test_rng r = {0xF00DFACEULL};
     enum { ROWS = 13, PAD = 3 };
     for (int m = 0; m < N_MODES; m++)
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 5; k++) {
             const int64_t cols = cols_for(modes[m], k), ldx = cols + 3, ldy = ROWS + PAD;
             fmat f = make_fmat(&r, modes[m], ROWS, cols, 0);
+            if (k == 3 && modes[m] == KN_FP_MXFP8) {   /* scales whose 256-fold overflows: 2^120 and 2^127 */
+                ((uint8_t *)f.scales)[2 * (cols / 32) + 1] = 247, ((uint8_t *)f.scales)[5 * (cols / 32)] = 254;
+                for (int c = 0; c < 32; c++) f.codes[2 * cols + 32 + c] &= 0xaf, f.codes[5 * cols + c] &= 0xaf;
+            }
+            if (k == 4 && modes[m] == KN_FP_FP8_BLOCK) {   /* the first column block's factor 2^121 */
+                ((float *)f.scales)[0] = 0x1p121f;
+                for (int64_t i = 0; i < ROWS * cols; i++)
+                    if (i % cols < 128) f.codes[i] &= 0xaf;   /* finite products: |e| < 1 */
+            }
             float *dq = dequantized(&f), *x = make_acts(&r, MAX_T * ldx);
             const kn_mat dense = {.data = dq, .dtype = NX_DT_F32, .rows = ROWS, .cols = cols};
             float want[MAX_T * (ROWS + PAD)], got[MAX_T * (ROWS + PAD)];
@@ -517,7 +526,7 @@ static const nx_test tests[] = {
     {"row_dequantizer_twins_write_the_same_bits", "scalar == AVX2 for every mode, odd shapes, NaN codes included",
      test_row_dequantizer_twins_write_the_same_bits},
     {"products_equal_the_dense_product_of_the_dequantized_rows",
-     "every kernel set, T = 1..16, uneven row ranges, writes only its rows; bit for bit",
+     "every kernel set, T = 1..16, uneven row ranges, writes only its rows; bit for bit (fused E4M3 kernels too: tails, 8-24 columns past the last 32, scales whose 256-fold overflows)",
      test_products_equal_the_dense_product_of_the_dequantized_rows},
     {"nvfp4_nan_scales_give_nan", "a NaN E4M3 scale code makes its row NaN in every kernel set, packed or not; other rows keep their bits",
      test_nvfp4_nan_scales_give_nan},
