@@ -209,7 +209,7 @@ nx_status nx_pool_new(int n_threads, nx_pool **out, char *err, size_t errlen) {
     if (n_threads > 1) {
         p->workers = nx_calloc((size_t)n_threads - 1, sizeof *p->workers);
         if (!p->workers) { nx_pool_free(p); return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the thread pool"); }
-        /* kernels keep row scratch on the stack (fpq.c: up to 128 KB): ask
+        /* kernels keep row scratch on the stack (fpq.c: up to 384 KB): ask
          * for glibc's usual 8 MB rather than whatever the platform's default is */
         pthread_attr_t attr;
         const int have_attr = pthread_attr_init(&attr) == 0;

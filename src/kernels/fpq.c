@@ -610,10 +610,17 @@ KN_AVX2_INLINE void fx_prefetch_lines(const void *p, size_t bytes, int to_l2) {
 void kn_fp_matmul_rows(const kn_mat *w, kn_fp_row_fn row_f32, kn_fp_dense_fn dense_f32, const float *x, int64_t ldx,
                        int T, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     assert(kn_fp_valid(w));
-    _Alignas(64) float buf[KN_FP_MAX_COLS];
-    const kn_mat row = {.data = buf, .dtype = NX_DT_F32, .rows = 1, .cols = w->cols};
-    for (int64_t r = r0; r < r1; r++) {
-        row_f32(w, r, buf);
-        dense_f32(&row, x, ldx, T, y + r, ldy, 0, 1);
+    _Alignas(64) float buf[KN_FP_BUF_FLOATS];
+    /* as many rows as buf holds, in whole tile groups where it holds one,
+     * so that the dense kernel's tiles share each activation load among
+     * them (a row at a time, a prefill chunk's activations streamed from L2
+     * for every row: mxfp8 prefill 51 tok/s against q8's 154) */
+    int64_t per = w->cols ? KN_FP_BUF_FLOATS / w->cols : 1;
+    if (per >= KN_TILE_GROUP) per = per / KN_TILE_GROUP * KN_TILE_GROUP;
+    for (int64_t r = r0; r < r1; r += per) {
+        const int64_t nb = r1 - r < per ? r1 - r : per;
+        for (int64_t i = 0; i < nb; i++) row_f32(w, r + i, buf + i * w->cols);
+        const kn_mat rows = {.data = buf, .dtype = NX_DT_F32, .rows = nb, .cols = w->cols};
+        dense_f32(&rows, x, ldx, T, y + r, ldy, 0, nb);
     }
 }

@@ -31,12 +31,12 @@
  *
  * Products: mxfp4 and nvfp4 multiply int8 activations with integer dot
  * products like the affine formats (below). The others (and these with
- * f32 activations) dequantize each row to f32 (both twins write the same
- * bits) and multiply it by the active set's dense
- * f32 kernel, so such a product equals the dense f32 product with the
- * dequantized matrix bit for bit, in every kernel set (matmul.h's contract
- * follows from the dense one's): about 4 instructions an element on top of
- * the dense product: correct, not fast. */
+ * f32 activations) equal the dense f32 product with the dequantized matrix
+ * bit for bit, in every kernel set (matmul.h's contract follows from the
+ * dense one's): each row dequantized to f32 (both twins write the same
+ * bits) and multiplied by the active set's dense f32 kernel, or, for E4M3
+ * at small T, the same weights decoded in registers into the same fmas
+ * (kn_fp8_matmul_rows_*). */
 #ifndef NX_KERNELS_FPQ_H
 #define NX_KERNELS_FPQ_H
 
@@ -45,8 +45,11 @@
 #include "kernels/quant.h"
 
 /* Rows this long at most (a dequantized row sits on the calling thread's
- * stack: 128 KB); loaders refuse longer ones. */
+ * stack); loaders refuse longer ones. */
 #define KN_FP_MAX_COLS 32768
+/* kn_fp_matmul_rows's buffer of dequantized rows on the calling thread's
+ * stack (384 KB: a tile group of rows up to 8192 columns). */
+#define KN_FP_BUF_FLOATS (3 * KN_FP_MAX_COLS)
 /* Rows and columns of a block FP8 scale. */
 #define KN_FP8_BLOCK 128
 
@@ -115,9 +118,10 @@ void kn_fp8_matmul_rows_avx512(const kn_mat *w, const float *x, int64_t ldx, int
 /* Asks the caches for row r's elements and scales (kn_mat_prefetch_row). */
 void kn_fp_prefetch_row(const kn_mat *w, int64_t r);
 
-/* kn_matmul_rows for an fp matrix: each row of [r0, r1) dequantized by
- * row_f32, then multiplied with the T activation rows by dense_f32 (a dense
- * f32 kn_matmul_rows twin) over a one-row view of it. */
+/* kn_matmul_rows for an fp matrix: the rows of [r0, r1) dequantized by
+ * row_f32, as many at a time as KN_FP_BUF_FLOATS floats hold, then multiplied
+ * with the T activation rows by dense_f32 (a dense f32 kn_matmul_rows twin)
+ * over a view of them. */
 typedef void (*kn_fp_row_fn)(const kn_mat *w, int64_t row, float *out);
 typedef void (*kn_fp_dense_fn)(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
                                int64_t r1);
