@@ -209,25 +209,27 @@ nx_status nx_pool_new(int n_threads, nx_pool **out, char *err, size_t errlen) {
     if (n_threads > 1) {
         p->workers = nx_calloc((size_t)n_threads - 1, sizeof *p->workers);
         if (!p->workers) { nx_pool_free(p); return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the thread pool"); }
-        /* kernels keep row scratch on the stack (fpq.c: up to 384 KB): ask
-         * for glibc's usual 8 MB rather than whatever the platform's default is */
-        pthread_attr_t attr;
-        const int have_attr = pthread_attr_init(&attr) == 0;
-        if (have_attr) pthread_attr_setstacksize(&attr, (size_t)8 << 20);
         for (int i = 0; i < n_threads - 1; i++) {
             p->workers[i].pool = p;
             p->workers[i].tid = i + 1;
-            if (pthread_create(&p->workers[i].thread, have_attr ? &attr : NULL, pool_main, &p->workers[i]) != 0) {
-                if (have_attr) pthread_attr_destroy(&attr);
+            if (nx_thread_create(&p->workers[i].thread, pool_main, &p->workers[i]) != 0) {
                 p->n_threads = i + 1; /* only join the ones that started */
                 nx_pool_free(p);
                 return nx_fail(err, errlen, NX_ENOMEM, "cannot start worker thread %d", i + 1);
             }
         }
-        if (have_attr) pthread_attr_destroy(&attr);
     }
     *out = p;
     return NX_OK;
+}
+
+int nx_thread_create(pthread_t *t, void *(*fn)(void *), void *arg) {
+    pthread_attr_t attr;
+    const int have_attr = pthread_attr_init(&attr) == 0;
+    if (have_attr) pthread_attr_setstacksize(&attr, NX_THREAD_STACK);
+    const int rc = pthread_create(t, have_attr ? &attr : NULL, fn, arg);
+    if (have_attr) pthread_attr_destroy(&attr);
+    return rc;
 }
 
 void nx_pool_free(nx_pool *p) {

@@ -16,8 +16,19 @@
 #ifndef NX_BASE_POOL_H
 #define NX_BASE_POOL_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include "nextn.h"
+
+/* Bytes of stack every thread that runs kernels asks for: they keep row
+ * scratch on it (kernels/fpq.c: up to 384 KB), and a platform's default
+ * can be smaller than glibc's usual 8 MB. */
+#define NX_THREAD_STACK ((size_t)8 << 20)
+
+/* pthread_create with NX_THREAD_STACK of stack (the default where the
+ * attribute cannot be set): for threads that run kernels or call
+ * nx_pool_run (the caller is thread 0). 0 on success. */
+int nx_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
 
 typedef struct nx_pool nx_pool;
 typedef void (*nx_range_fn)(void *ctx, int64_t i0, int64_t i1, int tid);

@@ -34,6 +34,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "base/pool.h"
 #include "engine/cache.h"
 #include "spec/spec.h"
 
@@ -741,7 +742,7 @@ nx_status nx_engine_new(const nx_model *m, const nx_drafter *d, const nx_engine_
         uint64_t ns = m->identity ^ (d ? d->identity * 0x9e3779b97f4a7c15ull + 1 : 0);
         st = pcache_new(o.cache_ram_bytes, o.cache_dir, o.cache_disk_bytes, ns, o.log, o.log_ctx, &e->cache, err, errlen);
     }
-    if (!st && pthread_create(&e->thread, NULL, engine_main, e) != 0)
+    if (!st && nx_thread_create(&e->thread, engine_main, e) != 0)   /* it runs the model's kernels */
         st = nx_fail(err, errlen, NX_ENOMEM, "engine: cannot start its thread");
     if (st) {
         e->started = 0;
