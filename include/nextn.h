@@ -41,7 +41,9 @@ const char *nx_status_str(nx_status s);
 
 /* A loaded target model: immutable config plus read-only weights mapped from
  * the checkpoint files. Safe to share between threads for reading; each
- * sequence gets its own nx_state. */
+ * sequence gets its own nx_state. A thread that runs it needs 1 MB of stack
+ * or more (its kernels keep up to 384 KB of row scratch there; glibc's
+ * default of 8 MB is ample, musl's 128 KB is not). */
 typedef struct nx_model nx_model;
 
 /* Kernel sets for nx_load_opts.kernels, each the one before plus newer

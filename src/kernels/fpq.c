@@ -551,12 +551,13 @@ KN_AVX2_INLINE __m256 half_e8m0x8_avx2(const uint8_t *s8) {
 
 /* k(s) = e4m3(s) / 2 for 8 codes, one in the low byte of each uint16 lane
  * of b: the code's bits placed in an f16 (sign to bit 15, the rest shifted
- * up 7 bits: the value times 2^-8, subnormals included; the NaN codes made
- * an f16 NaN), widened exactly and multiplied by 2^7 (exact). */
+ * up 7 bits: the value times 2^-8, subnormals included; a NaN code's sign |
+ * 0x3f80 turned into sign | 0x7e00, the f16 NaN that widens to the scalar
+ * twin's sign | 0x7fc00000), widened exactly and multiplied by 2^7 (exact). */
 KN_AVX2_INLINE __m256 half_e4m3x8_u16_avx2(__m128i b) {
     const __m128i mag = _mm_and_si128(b, _mm_set1_epi16(0x7f));
     __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8), _mm_slli_epi16(mag, 7));
-    h = _mm_or_si128(h, _mm_and_si128(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f)), _mm_set1_epi16(0x7c00)));
+    h = _mm_xor_si128(h, _mm_and_si128(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f)), _mm_set1_epi16(0x4180)));
     return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(128.0f));
 }
 

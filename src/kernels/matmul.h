@@ -45,7 +45,7 @@ typedef struct {
     int group;             /* affine: elements per scale/bias group: 32, 64 or 128           */
     const void *scales, *biases;  /* affine: [rows, cols / group] each, in sdtype           */
     nx_dtype sdtype;       /* affine: NX_DT_F32, NX_DT_BF16 or NX_DT_F16                     */
-    const void *packed;    /* lanes only (quant.h: affine, mxfp4): the codes again, in the int8
+    const void *packed;    /* lanes only (quant.h: affine, mxfp4, nvfp4): the codes again, in the int8
                               products' block order (kn_lanes_pack), or NULL. Only those
                               products read it; everything else reads data              */
     int64_t ld;            /* dense: elements from one row's start to the next (>= cols);

@@ -783,7 +783,7 @@ KN_AVX2_INLINE void lanes8_chunk_avx2(const unsigned char *cj, int64_t group, in
  * elements the 32 even ones, then the 32 odd ones (word k of each holds the
  * 4 elements of word k of 4-bit codes' low or high nibbles), and for n = 32
  * the 16 evens, then the 16 odds. */
-static KN_AVX2 void quantize_group_avx2(const float *x, int n, int in_lanes, int8_t *q, const kn_qx *qx, int64_t k) {
+static KN_AVX2 void quantize_group_avx2(const float *x, int n, int in_lanes, int8_t *q, const kn_qx *qx, int64_t gk) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), big = _mm256_set1_ps(FLT_MAX);
     __m256 vmax = _mm256_setzero_ps(), vbad = _mm256_setzero_ps();
     for (int c = 0; c < n; c += 8) {
@@ -793,8 +793,8 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int in_lanes, int
     }
     if (_mm256_movemask_ps(vbad)) {
         memset(q, 0, (size_t)n);
-        qx->d[k] = qx->s[k] = NAN;
-        qx->si[k] = qx->si16[k] = 0;
+        qx->d[gk] = qx->s[gk] = NAN;
+        qx->si[gk] = qx->si16[gk] = 0;
         return;
     }
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
@@ -819,12 +819,12 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int in_lanes, int
             __m128i h = _mm256_castsi256_si128(part);
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
-            qx->si16[k] = _mm_cvtsi128_si32(h);
+            qx->si16[gk] = _mm_cvtsi128_si32(h);
         }
         sums = _mm256_add_epi32(sums, part);
         if (in_lanes) {
             b = evens_odds_avx2(b);
-            if (n == 32) {   /* mxfp4's groups of 32: the 16 evens, then the 16 odds */
+            if (n == 32) {   /* mxfp4's and nvfp4's groups of 32: the 16 evens, then the 16 odds */
                 _mm256_storeu_si256((__m256i *)(void *)q, b);
                 continue;
             }
@@ -840,17 +840,18 @@ static KN_AVX2 void quantize_group_avx2(const float *x, int n, int in_lanes, int
         }
     }
     const int32_t sum = kn_hsum_epi32_avx2(sums);
-    qx->d[k] = scale;
-    qx->s[k] = scale * (float)sum;
-    qx->si[k] = sum;
+    qx->d[gk] = scale;
+    qx->s[gk] = scale * (float)sum;
+    qx->si[gk] = sum;
 }
 
 /* kn_quantize_x_ref's bytes: groups in element order where they are stored
  * so; for lanes 8 groups at a time, each group's evens and odds vectors
  * (quantize_group_avx2) transposed as int32 words into the block's lanes:
  * vector i's word k of group j goes to (i / 2) * 512 + (k / 2) * 128 + (i %
- * 2) * 64 + (k % 2) * 32
- * + 4j from the start of the block (quant.h's formula). */
+ * 2) * 64 + (k % 2) * 32 + 4j from the start of the block (quant.h's
+ * formula); in groups of 32 (one vector, its 16 evens then its 16 odds)
+ * word k goes to (k % 4 / 2) * 128 + (k / 4) * 64 + (k % 2) * 32 + 4j. */
 KN_AVX2 void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx) {
     assert(qx != NULL && (qx->T <= 1 || ldx >= qx->cols));
     const int64_t n = qx->cols, group = qx->group, G = n / group;

@@ -96,8 +96,9 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
 
 /* ---- Int8 activations and integer dot products ---------------------------
  * The fast path for affine weights: the activations are quantized to int8 in
- * groups of the weights' group size, so that over one group the products are
- * integers and one f32 fused multiply-add per 8 lanes applies both scales.
+ * groups of the weights' group size (32 for mxfp4 and nvfp4: kn_qx_group),
+ * so that over one group the products are integers and one f32 fused
+ * multiply-add per 8 lanes applies both scales.
  *
  * Activation row t, group g (elements [g*group, (g+1)*group)):
  *   amax    = max |x| over the group
@@ -161,9 +162,9 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * element c of group j of a block at
  *   (c / 64) * 512 + (c % 64 / 16) * 128 + (c % 2) * 64 + (c % 16 / 8) * 32
  *   + 4j + (c % 8) / 2
- * (kn_qx_pos). The same formula serves mxfp4's groups of 32 (fpq.h), the
- * one lanes format in groups of 32: blocks of 256 bytes, per 16 elements of
- * the 8 groups their evens, then their odds. */
+ * (kn_qx_pos). The same formula serves the groups of 32 of mxfp4 and nvfp4
+ * (fpq.h), the lanes formats in groups of 32: blocks of 256 bytes, per 16
+ * elements of the 8 groups their evens, then their odds. */
 
 #define KN_QX_MIN_AMAX 0x1p-100f
 
@@ -259,9 +260,9 @@ void kn_lanes_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1);
  * (padding included). */
 size_t kn_qx_bytes(int T, int64_t cols);
 
-/* Sets qx up for T rows to multiply affine, mxfp4 or nvfp4 w with (its cols, group and
- * storage order) and points its arrays into buf (kn_qx_bytes(T, w->cols)
- * bytes, 4-byte aligned). */
+/* Sets qx up for T rows to multiply affine, mxfp4 or nvfp4 w with (its
+ * cols, kn_qx_group and storage order) and points its arrays into buf
+ * (kn_qx_bytes(T, w->cols) bytes, 4-byte aligned). */
 void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w);
 
 /* Quantizes x (T rows, row stride ldx >= qx->cols) into qx as above, any

@@ -48,8 +48,8 @@ static void product_rows(const kn_mat *w, const float *x, const kn_qx *qx, int T
     else kn_matmul_rows(w, x, w->cols, T, y, w->rows, r0, r1);
 }
 
-/* 1 if products of w take int8 activations: affine weights and mxfp4
- * (kernels/fpq.h); the other formats multiply f32 ones. */
+/* 1 if products of w take int8 activations: affine weights, mxfp4 and
+ * nvfp4 (kernels/fpq.h: kn_fp_int8); the other formats multiply f32 ones. */
 static int takes_int8(const kn_mat *w) { return w->bits || kn_fp_int8(w); }
 
 /* How a product of w takes x (T rows): &qx with x rounded to int8 over

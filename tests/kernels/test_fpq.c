@@ -300,6 +300,23 @@ static void test_products_equal_the_dense_product_of_the_dequantized_rows(void) 
                 ((uint8_t *)f.scales)[2 * (cols / 32) + 1] = 247, ((uint8_t *)f.scales)[5 * (cols / 32)] = 254;
                 for (int c = 0; c < 32; c++) f.codes[2 * cols + 32 + c] &= 0xaf, f.codes[5 * cols + c] &= 0xaf;
             }
+            if (k == 1 && modes[m] == KN_FP_MXFP8) {   /* E8M0 0 (2^-127), 246 (the largest fast one), 255 (inf) */
+                uint8_t *sc = f.scales;
+                sc[0] = 0, sc[4] = 246, sc[7 * 3 + 2] = 255;
+                for (int c = 0; c < 32; c++) f.codes[4 * 32 + c] &= 0xaf;   /* row 1's group 1 at 2^119: finite */
+            }
+            if (k == 1 && modes[m] == KN_FP_FP8_BLOCK) {   /* block factors in bf16: negative, subnormal, NaN-free */
+                float *sf = f.scales;
+                uint16_t *b = malloc(2 * sizeof *b);
+                b[0] = 0xbc80;   /* -2^-6 */
+                b[1] = 0x0005;   /* a bf16 subnormal */
+                (void)sf;
+                free(f.scales);
+                f.scales = b, f.m.scales = b, f.m.sdtype = NX_DT_BF16;
+            }
+            if (k == 2 && modes[m] == KN_FP_FP8_BLOCK) {   /* E4M3 NaN codes: the products' NaNs keep their bits */
+                f.codes[3 * cols + 5] = 0x7f, f.codes[7 * cols + 200] = 0xff;
+            }
             if (k == 4 && modes[m] == KN_FP_FP8_BLOCK) {   /* the first column block's factor 2^121 */
                 ((float *)f.scales)[0] = 0x1p121f;
                 for (int64_t i = 0; i < ROWS * cols; i++)
@@ -415,40 +432,88 @@ static void test_fp4_int8_products_follow_the_definition(void) {
     kn_init(0);
 }
 
-/* A NaN nvfp4 scale code (0x7f, 0xff) makes its row's product NaN in every
- * kernel set, packed or not, as the dequantized weights would; the other
- * rows keep the definition's bits. */
-static void test_nvfp4_nan_scales_give_nan(void) {
-    nx_test_rng r = {0xBADC0DEULL};
-    enum { ROWS = 5, T = 3 };
-    const int64_t cols = 288;
-    fmat f = make_fmat(&r, KN_FP_NVFP4, ROWS, cols, 0);
-    uint8_t *sc = f.scales;
-    sc[1 * 18 + 5] = 0x7f, sc[3 * 18 + 16] = 0xff;   /* rows 1 and 3 */
-    float *x = make_acts(&r, T * cols);
-    void *buf = malloc(kn_qx_bytes(T, cols)), *packed = malloc(kn_lanes_packed_bytes(&f.m));
-    kn_lanes_pack(&f.m, packed, 0, ROWS);
-    kn_mat from_packed = f.m;
+/* The int8 product of fp4 matrix f (rows ROWS4) with T4 activation rows x
+ * (cols apart): the definition into want, and every SIMD set's product,
+ * from packed rows and from the codes as stored, checked against it bit
+ * for bit (NaNs included). */
+enum { ROWS4 = 5, T4 = 4 };
+static void fp4_sets_match_the_definition(const fmat *f, const float *x, float want[T4 * ROWS4]) {
+    const int64_t cols = f->m.cols;
+    void *buf = malloc(kn_qx_bytes(T4, cols)), *packed = malloc(kn_lanes_packed_bytes(&f->m));
+    kn_lanes_pack(&f->m, packed, 0, ROWS4);
+    kn_mat from_packed = f->m;
     from_packed.packed = packed;
     kn_qx qx;
-    kn_qx_bind(&qx, buf, T, &f.m);
+    kn_qx_bind(&qx, buf, T4, &f->m);
     kn_quantize_x(&qx, x, cols);
-    float want[T * ROWS], got[T * ROWS];
-    kn_fp_matmul_qx_rows_ref(&f.m, &qx, want, ROWS, 0, ROWS);
-    for (int s = 0; s < 3; s++)
+    kn_fp_matmul_qx_rows_ref(&f->m, &qx, want, ROWS4, 0, ROWS4);
+    float got[T4 * ROWS4];
+    for (int s = 0; s < 2; s++)
         for (int pk = 0; pk < 2; pk++) {
-            if (!use_isa(s) || (pk && s == 2)) continue;
-            kn_matmul_qx_rows(pk ? &from_packed : &f.m, &qx, got, ROWS, 0, ROWS);
-            for (int t = 0; t < T; t++)
-                for (int row = 0; row < ROWS; row++) {
-                    const float g = got[t * ROWS + row], w = want[t * ROWS + row];
-                    if (row == 1 || row == 3) CHECKF(isnan(g) && isnan(w), "%s row %d t %d: %g", isa_names[s], row, t, g);
-                    else CHECKF(bits_of(g) == bits_of(w), "%s row %d t %d: %g against %g", isa_names[s], row, t, g, w);
-                }
+            if (!use_isa(s)) continue;
+            for (int i = 0; i < T4 * ROWS4; i++) got[i] = -7.0f;
+            kn_matmul_qx_rows(pk ? &from_packed : &f->m, &qx, got, ROWS4, 0, ROWS4);
+            for (int i = 0; i < T4 * ROWS4; i++)
+                CHECKF(bits_of(got[i]) == bits_of(want[i]), "%s %s%s y[%d] = %08x against %08x", isa_names[s],
+                       kn_fp_name((kn_fp_mode)f->m.fp), pk ? " packed" : "", i, (unsigned)bits_of(got[i]),
+                       (unsigned)bits_of(want[i]));
         }
     kn_init(0);
-    free(x), free(buf), free(packed);
+    free(buf), free(packed);
+}
+
+/* A NaN nvfp4 scale code (0x7f, 0xff) makes its row's product NaN in every
+ * kernel set, packed or not, as the dequantized weights would, with the
+ * definition's bits (the NaN's too). */
+static void test_nvfp4_nan_scales_give_nan(void) {
+    nx_test_rng r = {0xBADC0DEULL};
+    const int64_t cols = 288;
+    fmat f = make_fmat(&r, KN_FP_NVFP4, ROWS4, cols, 0);
+    uint8_t *sc = f.scales;
+    sc[1 * 18 + 5] = 0x7f, sc[3 * 18 + 16] = 0xff;   /* rows 1 and 3 */
+    float *x = make_acts(&r, T4 * cols), want[T4 * ROWS4];
+    fp4_sets_match_the_definition(&f, x, want);
+    for (int t = 0; t < T4; t++)
+        for (int row = 0; row < ROWS4; row++)
+            CHECKF(isnan(want[t * ROWS4 + row]) == (row == 1 || row == 3), "row %d t %d: %g", row, t, want[t * ROWS4 + row]);
+    free(x);
     free_fmat(&f);
+}
+
+/* mxfp4 and nvfp4 int8 products at the extremes, in every kernel set, packed
+ * or not, bit for bit with the definition: every code at the largest
+ * magnitude (u = 28 or 4 against xq = +-127: the AVX2 int16 pair sums at
+ * their bound, 4 steps of 2 * 28 * 127), an infinite E8M0 scale (255), and
+ * an activation group holding a NaN (its row of outputs NaN). */
+static void test_fp4_int8_extremes(void) {
+    nx_test_rng r = {0xE87E3E5ULL};
+    const int64_t cols = 288, G = cols / 32;
+    for (int mi = 0; mi < 2; mi++) {
+        const kn_fp_mode mode = mi ? KN_FP_NVFP4 : KN_FP_MXFP4;
+        fmat f = make_fmat(&r, mode, ROWS4, cols, 0);
+        for (int64_t c = 0; c < cols / 2; c++) {
+            f.codes[c] = 0x77;                              /* row 0: every element 6 */
+            f.codes[cols / 2 + c] = 0xff;                   /* row 1: every element -6 */
+            f.codes[cols + c] = 0xf7;                       /* row 2: 6, -6, 6, ... */
+        }
+        if (!mi) ((uint8_t *)f.scales)[3 * G + 1] = 255;   /* row 3, group 1: h infinite */
+        float *x = malloc((size_t)(T4 * cols) * sizeof *x), want[T4 * ROWS4];
+        for (int64_t c = 0; c < cols; c++) {
+            x[c] = 1.0f, x[cols + c] = -1.0f;               /* xq = 127, -127 */
+            x[2 * cols + c] = c % 2 ? -0.5f : 0.5f;
+            x[3 * cols + c] = nx_test_rng_normal(&r, 1.0f);
+        }
+        x[3 * cols + 70] = NAN;                              /* activation row 3's group 2 */
+        fp4_sets_match_the_definition(&f, x, want);
+        /* the definition's value where it is finite: 6 * 127 * d * scale a group */
+        CHECKF(want[0] > 0 && want[ROWS4] < 0 && want[1] < 0 && fabsf(want[2]) < fabsf(want[0]) * 1e-3f,
+               "%s: %g %g %g %g", kn_fp_name(mode), want[0], want[ROWS4], want[1], want[2]);
+        for (int row = 0; row < ROWS4; row++)
+            CHECKF(isnan(want[3 * ROWS4 + row]), "%s: NaN group, row %d", kn_fp_name(mode), row);
+        if (!mi) CHECKF(isinf(want[3]) || isnan(want[3]), "mxfp4: an infinite scale gives %g", want[3]);
+        free(x);
+        free_fmat(&f);
+    }
 }
 
 /* kn_lanes_pack on mxfp4 and nvfp4 (quant.h): element c of group g of 32
@@ -526,9 +591,12 @@ static const nx_test tests[] = {
     {"row_dequantizer_twins_write_the_same_bits", "scalar == AVX2 for every mode, odd shapes, NaN codes included",
      test_row_dequantizer_twins_write_the_same_bits},
     {"products_equal_the_dense_product_of_the_dequantized_rows",
-     "every kernel set, T = 1..16, uneven row ranges, writes only its rows; bit for bit (fused E4M3 kernels too: tails, 8-24 columns past the last 32, scales whose 256-fold overflows)",
+     "every kernel set, T = 1..16, uneven row ranges, writes only its rows; bit for bit (fused E4M3 kernels too: tails, 8-24 columns past the last 32, scales whose 256-fold overflows, E8M0 0 / 246 / 255, bf16 block factors negative and subnormal, NaN codes)",
      test_products_equal_the_dense_product_of_the_dequantized_rows},
-    {"nvfp4_nan_scales_give_nan", "a NaN E4M3 scale code makes its row NaN in every kernel set, packed or not; other rows keep their bits",
+    {"fp4_int8_extremes",
+     "mxfp4 / nvfp4 int8 products with every code at +-6 against xq = +-127 (the AVX2 int16 bound), an infinite E8M0 scale, a NaN activation group: every kernel set bit for bit",
+     test_fp4_int8_extremes},
+    {"nvfp4_nan_scales_give_nan", "a NaN E4M3 scale code makes its row NaN in every kernel set, packed or not, bit for bit with the definition",
      test_nvfp4_nan_scales_give_nan},
     {"fp4_packed_rows_follow_the_documented_order",
      "kn_lanes_pack on mxfp4 and nvfp4: every nibble where quant.h says, missing groups 0, the scale bytes after the codes, zeros to 64 bytes; nvfp4 rows of 16 + 32k and mxfp8 pack nothing",
