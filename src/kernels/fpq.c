@@ -242,7 +242,7 @@ KN_AVX2_INLINE e4m3_scale e4m3_scale_of(const kn_mat *w, const void *s, int64_t 
         const unsigned c = ((const uint8_t *)s)[g];
         e.big = c > 246 && c != 255;
         e.scale256 = _mm256_castsi256_ps(_mm256_set1_epi32(c == 255 ? 0x7f800000 : (int)((c + 8) << 23)));
-        e.scale = _mm256_set1_ps(kn_e8m0_to_f32(c));
+        e.scale = _mm256_castsi256_ps(_mm256_set1_epi32(c ? (int)(c << 23) : 0x00400000));   /* kn_e8m0_to_f32 */
         return e;
     }
     const float f = group_scale(w, s, g), f256 = f * 256.0f;
@@ -336,16 +336,9 @@ KN_AVX2_INLINE void fp8_dot_row_avx2(const kn_mat *w, int64_t r, const float *x,
     __m256 scale256 = _mm256_setzero_ps(), scale = _mm256_setzero_ps();
     int big = 0;
     for (int64_t i = 0; i < n32; i += 32) {
-        if (i % group == 0) {   /* a new group's scale: mxfp8's straight from its code (e4m3_scale_of) */
-            if (w->fp == KN_FP_MXFP8) {
-                const unsigned c = ((const uint8_t *)s)[i / 32];
-                big = c > 246 && c != 255;
-                scale256 = _mm256_castsi256_ps(_mm256_set1_epi32(c == 255 ? 0x7f800000 : (int)((c + 8) << 23)));
-                scale = _mm256_castsi256_ps(_mm256_set1_epi32(c ? (int)(c << 23) : 0x00400000));
-            } else {
-                const e4m3_scale e = e4m3_scale_of(w, s, i / group);
-                big = e.big, scale256 = e.scale256, scale = e.scale;
-            }
+        if (i % group == 0) {   /* a new group's scale */
+            const e4m3_scale e = e4m3_scale_of(w, s, i / group);
+            big = e.big, scale256 = e.scale256, scale = e.scale;
         }
         /* the weights by one decoder or the other, then one set of fmas:
          * with the fmas in both branches GCC kept the accumulators on the
@@ -574,15 +567,6 @@ KN_AVX2_INLINE void half_e4m3_pairs_avx2(const uint8_t *s, __m256 *k0, __m256 *k
 static const uint8_t e2m1_biased[16] = {16, 17, 18, 19, 20, 22, 24, 28, 16, 15, 14, 13, 12, 10, 8, 4};
 
 enum { FX_TROWS = 4 };   /* activation rows a pass over a weight row */
-
-/* Prefetches bytes from p: into L1, or into L2 where to_l2. Always inline
- * (GCC drops calls to a function that only prefetches). */
-KN_AVX2_INLINE void fx_prefetch_lines(const void *p, size_t bytes, int to_l2) {
-    for (size_t b = 0; b < bytes; b += 64) {
-        if (to_l2) _mm_prefetch((const char *)p + b, _MM_HINT_T1);
-        else _mm_prefetch((const char *)p + b, _MM_HINT_T0);
-    }
-}
 
 #define FX_ISA avx2
 #define FX_INLINE KN_AVX2_INLINE

@@ -683,20 +683,12 @@ static inline int64_t qx_prefetch_rows_avx512vnni(int bits, int packed, size_t r
  * = 8 and 32: 0.92x and 0.95x the time of no prefetch; into L1: slower). A
  * wide pass runs two rows at once, and this VM's hardware prefetcher does
  * not follow two streams: in a trial that paired rows from T = 3, q8 (not
- * prefetched then) ran 1.8-2x slower at T = 3 and 4.
- * Always inline: GCC 12 finds a function that only prefetches free of side
- * effects and drops calls to it that it did not inline. */
-KN_AVX2_INLINE void qx_prefetch_lines(const void *p, size_t bytes, int to_l2) {
-    for (size_t b = 0; b < bytes; b += 64) {
-        if (to_l2) _mm_prefetch((const char *)p + b, _MM_HINT_T1);
-        else _mm_prefetch((const char *)p + b, _MM_HINT_T0);
-    }
-}
+ * prefetched then) ran 1.8-2x slower at T = 3 and 4. */
 
 KN_AVX2_INLINE void qx_prefetch_row(affine_row a, size_t cb, size_t sb, int to_l2) {
-    qx_prefetch_lines(a.codes, cb, to_l2);
-    qx_prefetch_lines(a.sc, sb, to_l2);
-    qx_prefetch_lines(a.bi, sb, to_l2);
+    kn_prefetch_lines_avx2(a.codes, cb, to_l2);
+    kn_prefetch_lines_avx2(a.sc, sb, to_l2);
+    kn_prefetch_lines_avx2(a.bi, sb, to_l2);
 }
 
 /* The 32 codes of the block from element i (a multiple of 32) of a row of n,
