@@ -355,8 +355,9 @@ nx_status nx_drafter_teacher_forced(const nx_drafter *d, const int32_t *tokens, 
  * entries; draft proposes K tokens; verify runs the pending token and the
  * drafts in ONE target forward and decides how many are accepted; commit
  * emits the accepted drafts plus one token from the target, rolls the target
- * back past the rest (KV trim, Gated DeltaNet state restored from per-token
- * snapshots) and rebuilds the drafter entries of the accepted tokens from the
+ * back past the rest (KV trim, Gated DeltaNet state: the state from before
+ * the block, with the kept tokens' recurrence steps replayed from inputs the
+ * verify kept) and rebuilds the drafter entries of the accepted tokens from the
  * target's verified hiddens. verify straight from READY is a plain decoding
  * step (K = 0). A call in the wrong state is NX_ESTATE and changes nothing; a
  * failure inside verify or commit leaves the session in a sticky error state

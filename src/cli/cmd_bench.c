@@ -15,7 +15,7 @@
  *      speed-up is the median of each pair's ratio. Greedy MTP output must
  *      equal plain output; the bench checks it;
  *   4. the cost of one T-token forward (T = 1..8, what a verify of T-1
- *      drafts costs, without the rollback snapshots a session's verify
+ *      drafts costs, without the rollback record a session's verify
  *      writes: the MTP sessions' own rounds give that verify's time, draft
  *      and commit beside it) on a state holding the prompt, interleaved
  *      1, 2, .., 8, 1, 2, .. so that the growing context and any drift are
@@ -224,8 +224,9 @@ fail:
 
 /* Median seconds of one nx_forward of T tokens, T = 1..BENCH_VERIFY_T, on a
  * state that holds the prompt, with every row's logits and hidden wanted (what
- * a verify asks for; the session's verify also snapshots the Gated DeltaNet
- * state per token, which this leaves out), into med[T]; and into cost[T] the
+ * a verify asks for; the session's verify also writes the Gated DeltaNet
+ * state after the block to a buffer of its own, keeping the one before for a
+ * rollback, which this leaves out), into med[T]; and into cost[T] the
  * median over rounds of a T-token call's time over the same round's 1-token
  * call, so that a machine that changes speed between rounds does not skew the
  * ratio. One untimed round first. */
@@ -379,7 +380,7 @@ typedef struct {
     double moved_bytes, moved_roofline_tok_s, moved_roofline_pct;
     /* an MTP round's parts over all repeats (ms a round: nx_spec_stats), and
      * its verify against a plain step (1 / the median decode rate): the
-     * verify as a session runs it, its rollback snapshots included, which
+     * verify as a session runs it, its rollback record included, which
      * verify_cost leaves out */
     double round_draft_ms, round_verify_ms, round_commit_ms, mtp_verify_cost;
 } bench_summary;
@@ -527,7 +528,7 @@ static void print_text(const bench_result *r, const bench_summary *s, const benc
         printf("), %.2f tokens per verify, output %s\n", s->tokens_per_forward,
                r->mtp_matches ? "identical to plain" : "DIFFERS from plain decoding");
         if (isfinite(s->round_verify_ms))
-            printf("%-14s draft %.2f ms, verify %.2f ms (%.2fx a plain step, its snapshots included), commit %.2f ms\n",
+            printf("%-14s draft %.2f ms, verify %.2f ms (%.2fx a plain step, its rollback record included), commit %.2f ms\n",
                    "mtp round", s->round_draft_ms, s->round_verify_ms, s->mtp_verify_cost, s->round_commit_ms);
         if (r->draft_head_bits) printf("%-14s drafts score a %d-bit copy of the LM head\n", "", r->draft_head_bits);
         if (r->draft_screen) printf("%-14s drafts score the %d rows a sketch ranks best\n", "", r->draft_screen);

@@ -47,11 +47,21 @@ static void forward_chunk(const nx_model *m, mdl_scratch *sc, const chunk_part *
             segs[i].kv = L->is_full ? (mdl_kv){s->k_cache[l], s->v_cache[l], s->max_ctx} : (mdl_kv){0};
             segs[i].conv_state = L->is_full ? NULL : s->conv_state[l];
             segs[i].recurrent = L->is_full ? NULL : s->recurrent[l];
-            segs[i].snap_recurrent = !L->is_full && rec ? s->rb.recurrent[l] : NULL;
+            segs[i].recurrent_out = !L->is_full && rec ? s->rb.prior[l] : NULL;
+            segs[i].replay = !L->is_full && rec ? s->rb.replay[l] : NULL;
             segs[i].snap_window = !L->is_full && rec ? s->rb.window[l] : NULL;
         }
-        if (L->is_full) mdl_attention_segs(m, L, sc, segs, np);
-        else mdl_gdn_segs(m, L, sc, segs, np);
+        if (L->is_full) {
+            mdl_attention_segs(m, L, sc, segs, np);
+            continue;
+        }
+        mdl_gdn_segs(m, L, sc, segs, np);
+        for (int i = 0; i < np; i++) { /* a record: the state after the block in place, the one before in prior */
+            nx_state *s = parts[i].s;
+            if (!parts[i].record) continue;
+            s->rb.prior[l] = s->recurrent[l];
+            s->recurrent[l] = segs[i].recurrent_out;
+        }
     }
     for (int t = 0; t < T; t++) kn_rmsnorm(sc->hfinal + t * H, sc->x + t * H, m->final_norm, H, (float)c->rms_norm_eps);
     for (int i = 0; i < np; i++) parts[i].s->pos += parts[i].T;
@@ -165,12 +175,13 @@ nx_status mdl_rollback_to(nx_state *s, int keep, char *err, size_t errlen) {
         size_t CD = (size_t)cfg_conv_dim(c), conv = (size_t)(c->conv_kernel - 1) * CD;
         for (int l = 0; l < c->n_layers; l++) {
             if (c->layer_full[l]) continue; /* KV rows past pos are simply never read */
-            float *kept = rb->recurrent[l][keep - 1];   /* the state after token keep - 1 */
-            rb->recurrent[l][keep - 1] = s->recurrent[l];
-            s->recurrent[l] = kept;
+            float *before = rb->prior[l];   /* the state before the block, exchanged back */
+            rb->prior[l] = s->recurrent[l];
+            s->recurrent[l] = before;
             /* conv state after token keep-1 = window rows keep .. keep+Kc-2 */
             memcpy(s->conv_state[l], rb->window[l] + (size_t)keep * CD, conv * sizeof(float));
         }
+        mdl_gdn_replay(s->m, s, keep);   /* the recurrent state after token keep - 1 */
     }
     s->pos = rb->pos + keep;
     rb->T = 0;

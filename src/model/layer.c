@@ -360,6 +360,11 @@ static void conv_channels(void *ctx, int64_t c0, int64_t c1, int tid) {
         const float scale = h0 < KD ? 1.0f / sqrtf((float)Dk) : 1.0f;
         for (int64_t t = 0; t < g->T; t++) kn_l2norm_scaled(out + t * CD + h0, Dk, GDN_L2_EPS, scale);
     }
+    /* a verify records k | v (channels [KD, CD)) as the recurrence reads them */
+    const int64_t k0 = c0 > KD ? c0 : KD, RW = mdl_replay_row(c);
+    if (g->replay && k0 < c1)
+        for (int64_t t = 0; t < g->T; t++)
+            memcpy(g->replay + t * RW + (k0 - KD), out + t * CD + k0, (size_t)(c1 - k0) * sizeof(float));
 }
 
 /* One index per (segment, value head): that head's recurrence over the
@@ -372,11 +377,15 @@ static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
     mdl_scratch *sc = g->sc;
     int Hv = c->linear_v_heads, Dk = c->linear_k_dim, Dv = c->linear_v_dim, r = c->linear_v_heads / c->linear_k_heads;
     int64_t CD = cfg_conv_dim(c), KD = cfg_key_dim(c), VD = cfg_value_dim(c), head = (int64_t)Dv * Dk;
+    int64_t RW = mdl_replay_row(c);
     float eps = (float)c->rms_norm_eps;
     for (int64_t ij = j0; ij < j1; ij++) {
         const mdl_seg *sg = &g->segs[ij / Hv];
         int64_t jh = ij % Hv;
-        float *S = sg->recurrent + jh * head;
+        /* a verify's token 0 reads the state before the block and writes
+         * recurrent_out, where the later tokens advance it in place */
+        const float *S_before = sg->recurrent + jh * head;
+        float *S = (sg->recurrent_out ? sg->recurrent_out : sg->recurrent) + jh * head;
         int64_t kh = jh / r; /* value head j reads key head j // r (HF grouped order) */
         for (int i = 0; i < sg->T; i++) {
             int t = sg->row0 + i;
@@ -384,19 +393,51 @@ static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
             float beta = kn_sigmoid(sc->bbuf[t * Hv + jh]);
             float alpha = expf(L->neg_exp_a[jh] * kn_softplus(sc->abuf[t * Hv + jh] + L->dt_bias[jh]));
             float *o = sc->mix + t * VD + jh * Dv;
-            /* With snapshots, token i's state goes straight to its slot, read
-             * back by token i + 1, and the last token's to S: the state after
-             * the block's last token is the state itself (a rollback keeps
-             * fewer tokens, so it never needs that slot), and S's old value is
-             * not needed once token 0 has read it. */
-            const int snap = sg->snap_recurrent != NULL;
-            const float *S_in = snap && i > 0 ? sg->snap_recurrent[i - 1] + jh * head : S;
-            float *S_out = snap && i < sg->T - 1 ? sg->snap_recurrent[i] + jh * head : S;
-            kn_gated_delta_step(S_out, S_in, row + kh * Dk, row + KD + kh * Dk, row + 2 * KD + jh * Dv, alpha, beta, o, Dk,
-                                Dv);
+            if (sg->replay) {
+                float *gates = sg->replay + i * RW + KD + VD;
+                gates[jh] = alpha;
+                gates[Hv + jh] = beta;
+            }
+            kn_gated_delta_step(S, i == 0 ? S_before : S, row + kh * Dk, row + KD + kh * Dk, row + 2 * KD + jh * Dv, alpha,
+                                beta, o, Dk, Dv);
             kn_rmsnorm_gated(o, o, sc->zbuf + t * VD + jh * Dv, L->gnorm, Dv, eps);
         }
     }
+}
+
+int64_t mdl_replay_row(const cfg_model *c) { return cfg_key_dim(c) + cfg_value_dim(c) + 2 * (int64_t)c->linear_v_heads; }
+
+typedef struct {
+    const nx_model *m;
+    nx_state *s;
+    int keep;
+} replay_job;
+
+/* One index per (layer, value head): the kept tokens' steps on that head's
+ * state, in order, from the recorded inputs (delta_heads' step without the
+ * output, which the verify already gave). */
+static void replay_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
+    const replay_job *j = ctx;
+    const cfg_model *c = &j->m->cfg;
+    const mdl_rollback *rb = &j->s->rb;
+    const int Hv = c->linear_v_heads, Dk = c->linear_k_dim, Dv = c->linear_v_dim, r = c->linear_v_heads / c->linear_k_heads;
+    const int64_t KD = cfg_key_dim(c), VD = cfg_value_dim(c), RW = mdl_replay_row(c), head = (int64_t)Dv * Dk;
+    float *o = rb->replay_o + (int64_t)tid * Dv;
+    for (int64_t ij = j0; ij < j1; ij++) {
+        const int l = (int)(ij / Hv), jh = (int)(ij % Hv);
+        if (c->layer_full[l]) continue;
+        float *S = j->s->recurrent[l] + jh * head;
+        const float *row = rb->replay[l];
+        for (int i = 0; i < j->keep; i++, row += RW) {
+            const float *k = row + (jh / r) * Dk;   /* k as q too: only o reads q */
+            kn_gated_delta_step(S, S, k, k, row + KD + jh * Dv, row[KD + VD + jh], row[KD + VD + Hv + jh], o, Dk, Dv);
+        }
+    }
+}
+
+void mdl_gdn_replay(const nx_model *m, nx_state *s, int keep) {
+    replay_job j = {m, s, keep};
+    nx_pool_run(m->pool, replay_heads, &j, (int64_t)m->cfg.n_layers * m->cfg.linear_v_heads, 1);
 }
 
 void mdl_gdn_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, const mdl_seg *segs, int nseg) {

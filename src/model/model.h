@@ -138,18 +138,24 @@ void mdl_scratch_free(mdl_scratch *sc);
 
 /* Rollback record of the last verify block (mdl_forward_verify): enough to
  * put every Gated DeltaNet layer back to its state after any prefix of the
- * block, without re-running it (spec §4, option 1). */
+ * block (spec §4, option 2, replay). The verify writes each layer's state
+ * after the block to a buffer of its own and keeps the state from before it
+ * in prior, with each token's recurrence inputs; a rollback takes prior back
+ * and runs the kept tokens' steps again. Why not a snapshot per token (option
+ * 1): each is 18 MB a layer stack at the 0.8B shape, written on every verify
+ * (and read for ownership first), while a replay reads and writes one state
+ * stack, and only when a draft was rejected. Measured on the 0.8B shape at
+ * 4 bits, K = 3: the verify 41.4-43.1 ms with snapshots, 35.5-37.8 without. */
 typedef struct {
     int max_block;                /* longest block that can be recorded        */
     int T;                        /* tokens in the recorded block; 0: none     */
     int pos;                      /* state position before the block           */
-    /* per GDN layer, max_block - 1 slots of [Hv][Dv][Dk], each its own
-     * buffer: slot t holds the state after token t < T - 1. A rollback exchanges a
-     * slot's buffer with the state's own (nx_state.recurrent) instead of
-     * copying it: 18 MB a layer stack at the 0.8B shape, 2.2-2.4 ms of one
-     * thread per rejected round, now two pointer stores. */
-    float ***recurrent;
-    float **window;               /* per GDN layer [Kc-1 + max_block][CD]: conv input window   */
+    /* per GDN layer (NULL for attention layers) */
+    float **prior;                /* [Hv][Dv][Dk] the state before the block; the
+                                     spare buffer a verify writes to otherwise */
+    float **replay;               /* [max_block][mdl_replay_row] recurrence inputs */
+    float **window;               /* [Kc-1 + max_block][CD] conv input window   */
+    float *replay_o;              /* [pool threads][Dv] outputs a replay discards */
 } mdl_rollback;
 
 struct nx_state {
@@ -232,8 +238,12 @@ typedef struct {
     int row0, T, pos;
     mdl_kv kv;                          /* attention                             */
     float *conv_state, *recurrent;      /* Gated DeltaNet                        */
-    float *const *snap_recurrent;       /* slots t < T - 1 of [Hv][Dv][Dk], or NULL */
-    float *snap_window;                 /* [Kc-1+T][CD] conv input window, or NULL */
+    /* a verify's record (NULL otherwise): the state after the segment goes
+     * to recurrent_out, recurrent keeps the state before it */
+    float *recurrent_out;               /* [Hv][Dv][Dk]                          */
+    float *replay;                      /* [T][mdl_replay_row]: each token's
+                                           k | v | alpha | beta                  */
+    float *snap_window;                 /* [Kc-1+T][CD] conv input window        */
 } mdl_seg;
 
 /* One pre-norm decoder layer with gated full attention over the rows of
@@ -248,11 +258,20 @@ void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc,
  * MTP head's committed entries, whose K/V later drafts attend to). */
 void mdl_attention_kv(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, mdl_kv kv, int pos, int T);
 /* The same with a Gated DeltaNet mixer: each segment's conv_state and
- * recurrent state advance by its T tokens. With snap_recurrent, the
- * recurrent state after each of its tokens t < T - 1 is written to the slot
- * snap_recurrent[t] (after the last one it is the state itself) and its conv
- * input window to snap_window (for rollback). */
+ * recurrent state advance by its T tokens. A segment with a record leaves
+ * recurrent as it was and writes the state after its last token to
+ * recurrent_out, each token's recurrence inputs to replay and its conv input
+ * window to snap_window (for rollback). */
 void mdl_gdn_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, const mdl_seg *segs, int nseg);
+/* Floats of one token's recurrence inputs in a replay record: k (key dim) |
+ * v (value dim) | alpha (Hv) | beta (Hv), as the recurrence read them. */
+int64_t mdl_replay_row(const cfg_model *c);
+/* Runs the recurrence of the first keep tokens of s's recorded block again
+ * on every Gated DeltaNet layer's recurrent state, which must hold the state
+ * from before the block: the state after token keep - 1, bit for bit the one
+ * the verify computed (the same steps on the same inputs). Heads of all
+ * layers split over the pool. */
+void mdl_gdn_replay(const nx_model *m, nx_state *s, int keep);
 
 /* ---- verify and rollback (forward.c), used by the speculative decoder ---- */
 
@@ -283,8 +302,10 @@ nx_status mdl_forward_batch(const nx_model *m, const mdl_batch_item *items, int 
  * attention KV is trimmed, every GDN layer's recurrent and conv state is set
  * to its state after token keep-1. Bit-identical to having run only those
  * tokens. NX_ESTATE without a record. Consumes the record. With keep < T the
- * recurrent state's buffer is exchanged with a snapshot slot: pointers taken
- * earlier into s->recurrent[l] or the slots no longer name the state. */
+ * recurrent state's buffer is exchanged with rb.prior's and the kept tokens
+ * replayed (mdl_gdn_replay): pointers taken earlier into s->recurrent[l] no
+ * longer name the state (nor do they after a verify, which exchanges them
+ * too). */
 nx_status mdl_rollback_to(nx_state *s, int keep, char *err, size_t errlen);
 
 /* The kernel set (kernels/matmul.h) nx_kernels k asks for; 0 if k is one of

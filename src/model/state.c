@@ -84,14 +84,14 @@ nx_status nx_state_new(const nx_model *m, int max_ctx, nx_state **out, char *err
 static void free_rollback(nx_state *s) {
     mdl_rollback *rb = &s->rb;
     for (int l = 0; l < s->m->cfg.n_layers; l++) {
-        if (rb->recurrent && rb->recurrent[l]) {
-            for (int t = 0; t < rb->max_block - 1; t++) nx_free_aligned(rb->recurrent[l][t]);
-            nx_free(rb->recurrent[l]);
-        }
+        if (rb->prior) nx_free_aligned(rb->prior[l]);
+        if (rb->replay) nx_free_aligned(rb->replay[l]);
         if (rb->window) nx_free_aligned(rb->window[l]);
     }
-    nx_free(rb->recurrent);
+    nx_free(rb->prior);
+    nx_free(rb->replay);
     nx_free(rb->window);
+    nx_free_aligned(rb->replay_o);
     memset(rb, 0, sizeof *rb);
 }
 
@@ -103,21 +103,21 @@ nx_status mdl_state_enable_rollback(nx_state *s, int max_block, char *err, size_
     const cfg_model *c = &s->m->cfg;
     size_t rec = (size_t)c->linear_v_heads * (size_t)c->linear_v_dim * (size_t)c->linear_k_dim;
     size_t win = (size_t)(c->conv_kernel - 1 + max_block) * (size_t)cfg_conv_dim(c);
+    size_t replay = (size_t)max_block * (size_t)mdl_replay_row(c);
     mdl_rollback *rb = &s->rb;
-    rb->max_block = max_block;   /* free_rollback frees max_block - 1 slots (NULL ones too) */
-    int ok = (rb->recurrent = nx_calloc((size_t)c->n_layers, sizeof(float **))) &&
-             (rb->window = nx_calloc((size_t)c->n_layers, sizeof(float *)));
+    rb->max_block = max_block;
+    int ok = (rb->prior = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
+             (rb->replay = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
+             (rb->window = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
+             (rb->replay_o = nx_alloc_aligned((size_t)nx_pool_size(s->m->pool) * (size_t)c->linear_v_dim * sizeof(float)));
     for (int l = 0; ok && l < c->n_layers; l++)
-        if (!c->layer_full[l]) {
-            /* slots for tokens t < T - 1: max_block - 1 (the array at least 1, never NULL) */
-            ok = (rb->recurrent[l] = nx_calloc((size_t)max_block, sizeof(float *))) &&
+        if (!c->layer_full[l])
+            ok = (rb->prior[l] = nx_alloc_aligned(rec * sizeof(float))) &&
+                 (rb->replay[l] = nx_alloc_aligned(replay * sizeof(float))) &&
                  (rb->window[l] = nx_alloc_aligned(win * sizeof(float)));
-            for (int t = 0; ok && t < max_block - 1; t++)
-                ok = (rb->recurrent[l][t] = nx_alloc_aligned(rec * sizeof(float))) != NULL;
-        }
     if (!ok) {
         free_rollback(s);
-        return nx_fail(err, errlen, NX_ENOMEM, "out of memory for rollback snapshots of %d tokens", max_block);
+        return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the rollback record of %d tokens", max_block);
     }
     return NX_OK;
 }

@@ -541,7 +541,7 @@ nx_status nx_spec_verify(nx_spec *s, char *err, size_t errlen) {
     nx_forward_out fo = {.logits = s->vlogits, .all_rows = 1};
     hidden_out(s, &fo, s->vhidden);
     char msg[512];
-    /* a plain round has nothing to roll back: no snapshots needed */
+    /* a plain round has nothing to roll back: no record needed */
     st = K ? mdl_forward_verify(s->m, s->target, block, K + 1, &fo, msg, sizeof msg)
            : nx_forward(s->m, s->target, block, 1, &fo, msg, sizeof msg);
     if (st) return fail_sticky(s, st, msg, err, errlen);

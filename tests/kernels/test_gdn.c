@@ -66,7 +66,7 @@ static void test_conv_silu_follows_the_formula_on_its_channels_only(void) {
 /* Several tokens of the recurrence on one head against
  *   S <- alpha S;  m = S k;  delta = beta (v - m);  S <- S + delta k^T;  o = S q
  * in double (S[dv][dk]), with normalised k and q as the model feeds them;
- * odd steps write the new state out of place (as a verify's snapshots do),
+ * odd steps write the new state out of place (as a verify's first token does),
  * which must give the in-place bits: a second state follows in place. */
 static void test_gated_delta_steps_follow_the_recurrence(void) {
     static const int dims[][2] = {{7, 5}, {33, 17}, {128, 128}, {64, 96}};
