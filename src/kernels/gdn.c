@@ -49,20 +49,20 @@ KN_AVX2 void kn_conv_silu_avx2(float *out, const float *const rows[], int64_t ld
 }
 #endif
 
-/* Per row i of S (output channel i), with S k = alpha (S_old k):
- *   m = S_old[i] . k;  delta = beta (v[i] - alpha m)
- *   S[i] = alpha S_old[i] + delta k;  o[i] = S[i] . q
- * Two passes over the row (a dot product, then the update and the read-out
- * together) rather than four (decay, dot, axpy, dot). */
 /* A head's state rows are read once, from DRAM, in order: asking for the row
  * GDN_PREFETCH_BYTES ahead as each row starts took a plain q4 step's
  * recurrence from 84-86 to 64-77 us a layer on the avx512vnni set and from
- * 95-99 to 76-78 us on the AVX2 one (0.8B shape, 2 threads). */
+ * 95-99 to 76-81 us on the AVX2 one (0.8B shape, 2 threads). */
 #define GDN_PREFETCH_BYTES 4096
 
 /* Rows of dk floats GDN_PREFETCH_BYTES make (at least one). */
 static inline int gdn_ahead(int dk) { return dk * 4 >= GDN_PREFETCH_BYTES ? 1 : GDN_PREFETCH_BYTES / (dk * 4); }
 
+/* Per row i of S (output channel i), with S k = alpha (S_old k):
+ *   m = S_old[i] . k;  delta = beta (v[i] - alpha m)
+ *   S[i] = alpha S_old[i] + delta k;  o[i] = S[i] . q
+ * Two passes over the row (a dot product, then the update and the read-out
+ * together) rather than four (decay, dot, axpy, dot). */
 void kn_gated_delta_step_rows(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                               float beta, float *o, int dk, int dv) {
     const int ahead = gdn_ahead(dk);

@@ -30,7 +30,9 @@ void kn_conv_silu(float *out, const float *const rows[], int64_t ld, int T, cons
  * S_old is read from S_in and S written to S_out: the same array (in place),
  * or one that does not overlap it (a verify's first token keeps the state
  * from before the block for a rollback without copying it).
- * S_in, S_out: [dv][dk]; k, q: [dk] (already L2-normalised, q scaled); v, o: [dv]. */
+ * S_in, S_out: [dv][dk]; k, q: [dk] (already L2-normalised, q scaled); v, o: [dv].
+ * q is read for o alone: the new state's bits never depend on it (a
+ * rollback's replay passes k as q and discards o; tests/kernels/test_gdn.c). */
 void kn_gated_delta_step(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                          float beta, float *o, int dk, int dv);
 

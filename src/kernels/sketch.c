@@ -135,8 +135,12 @@ void kn_sketch_scores_ref(const kn_sketch *s, const int8_t *xq, float d, int32_t
  * slightly worse). */
 #define SKETCH_PREFETCH_BYTES 8192
 
-/* Rows of W words SKETCH_PREFETCH_BYTES make (at least one). */
-static inline int64_t sketch_ahead(int64_t W) { return W * 8 >= SKETCH_PREFETCH_BYTES ? 1 : SKETCH_PREFETCH_BYTES / (W * 8); }
+/* Rows of W words SKETCH_PREFETCH_BYTES make, at least step (the rows a
+ * kernel scores at once: never rows it is already reading). */
+static inline int64_t sketch_ahead(int64_t W, int64_t step) {
+    const int64_t rows = W > 0 ? SKETCH_PREFETCH_BYTES / (W * 8) : step;
+    return rows > step ? rows : step;
+}
 
 /* Asks for rows [r, r + n) of s (the caller's range ends at r1: none past it). */
 KN_AVX2_INLINE void sketch_prefetch_rows(const kn_sketch *s, int64_t r, int n, int64_t r1) {
@@ -168,7 +172,7 @@ KN_AVX2_INLINE __m256i sketch_words_avx2(const uint64_t *b, const int8_t *xq, in
 KN_AVX2 void kn_sketch_scores_avx2(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0,
                                    int64_t r1) {
     assert_scores_args(s, xq, y, r0, r1);
-    const int64_t W = s->cols / 64, ahead = sketch_ahead(W);
+    const int64_t W = s->cols / 64, ahead = sketch_ahead(W, 2);
     int64_t r = r0;
     for (; r + 2 <= r1; r += 2) {   /* two rows: two independent sums in flight */
         const uint64_t *b = s->bits + r * W;
@@ -198,7 +202,7 @@ KN_AVX2 void kn_sketch_scores_avx2(const kn_sketch *s, const int8_t *xq, float d
  * vpdpbusd's latency). */
 static KN_VNNI void sketch_scores_masks_avx512(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y,
                                                int64_t r0, int64_t r1) {
-    const int64_t W = s->cols / 64, ahead = sketch_ahead(W);
+    const int64_t W = s->cols / 64, ahead = sketch_ahead(W, SKETCH_ROWS);
     const __m512i one8 = _mm512_set1_epi8(1);
     int64_t r = r0;
     for (; r + SKETCH_ROWS <= r1; r += SKETCH_ROWS) {
@@ -250,7 +254,7 @@ KN_VPOPCNT_INLINE void plane_counts(__m512i *acc, __m512i sk, uint64_t plane[][S
 
 static KN_VPOPCNT void sketch_scores_planes_avx512(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y,
                                                    int64_t r0, int64_t r1) {
-    const int64_t W = s->cols / 64, V = W / 8, ahead = sketch_ahead(W);
+    const int64_t W = s->cols / 64, V = W / 8, ahead = sketch_ahead(W, 1);
     const __mmask8 tail = (__mmask8)((1u << (W % 8)) - 1);   /* a row's last words past whole vectors */
     uint64_t plane[KN_SKETCH_XBITS][SKETCH_PLANE_WORDS] __attribute__((aligned(64)));
     for (int64_t j = 0; j < (W + 7) / 8 * 8; j++) {   /* zeros after the row: the tail's vector reads them */

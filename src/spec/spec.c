@@ -123,7 +123,8 @@ nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const
     const cfg_model *c = &m->cfg;
     size_t V = (size_t)c->vocab_size, H = (size_t)c->hidden_size, B = (size_t)s->k_max + 1;
     st = nx_state_new(m, max_ctx, &s->target, err, errlen);
-    if (!st) st = mdl_state_enable_rollback(s->target, (int)B, err, errlen);
+    /* a session that never drafts never rolls back: no record to hold */
+    if (!st && s->k_max > 0) st = mdl_state_enable_rollback(s->target, (int)B, err, errlen);
     if (!st) st = nx_sampler_new(c->vocab_size, &s->smp, err, errlen);
     if (!st && d) st = mtp_rows_init(&s->rows, d, max_ctx, err, errlen);
     if (!st) {

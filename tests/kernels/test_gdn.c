@@ -153,6 +153,34 @@ static void test_gated_delta_simd_sets_agree_bit_for_bit(void) {
     kn_init(0);
 }
 
+/* The new state never reads q (only o does): a rollback's replay passes k
+ * for q and must get the verify's state bits. Every set this CPU runs, each
+ * path of the AVX-512 step (dk = 128, other multiples of 32, the rest). */
+static void test_gated_delta_state_does_not_read_q(void) {
+    static const int dims[][2] = {{128, 128}, {64, 96}, {33, 17}};
+    nx_test_rng r = {0x9A7E5ULL};
+    int sets = 0;
+    for (int isa = KN_ISA_SCALAR; isa <= KN_ISA_BEST; isa++) {
+        if (kn_select((kn_isa)isa) != (kn_isa)isa) continue;
+        sets++;
+        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+            const int dk = dims[di][0], dv = dims[di][1];
+            const size_t bytes = (size_t)dk * (size_t)dv * sizeof(float);
+            float *S0 = normals(&r, (int64_t)dk * dv, 0.3f), *Sq = malloc(bytes), *Sk = malloc(bytes);
+            float *q = normals(&r, dk, 0.1f), *k = normals(&r, dk, 0.1f), *v = normals(&r, dv, 1.0f);
+            float *o = malloc((size_t)dv * sizeof *o);
+            memcpy(Sq, S0, bytes), memcpy(Sk, S0, bytes);
+            kn_gated_delta_step(Sq, Sq, q, k, v, 0.8f, 0.4f, o, dk, dv);
+            kn_gated_delta_step(Sk, Sk, k, k, v, 0.8f, 0.4f, o, dk, dv);
+            CHECKF(memcmp(Sq, Sk, bytes) == 0, "%s dk=%d dv=%d: the state depends on q", kn_impl_name(), dk, dv);
+            free(S0), free(Sq), free(Sk), free(q), free(k), free(v), free(o);
+        }
+    }
+    CHECK(sets >= 1);
+    if (sets < 3) fprintf(stderr, "  note: %d of the 3 kernel sets run on this CPU; the others were not checked\n", sets);
+    kn_init(0);
+}
+
 /* y = x rsqrt(mean(x^2) + eps) w silu(z), also in place, across the
  * norm's 256-element SiLU blocks. */
 static void test_gated_rmsnorm_follows_the_formula(void) {
@@ -192,6 +220,8 @@ static const nx_test tests[] = {
     {"gated_delta_simd_sets_agree_bit_for_bit",
      "avx512vnni step == avx2 step bit for bit (S and o), in and out of place, dk 128 / other multiples of 32 / rest",
      test_gated_delta_simd_sets_agree_bit_for_bit},
+    {"gated_delta_state_does_not_read_q", "the new state's bits are the same with q = k, every kernel set and path",
+     test_gated_delta_state_does_not_read_q},
     {"gated_rmsnorm_follows_the_formula", "x rsqrt(mean x^2 + eps) w silu(z), in place too, past 256 elements",
      test_gated_rmsnorm_follows_the_formula},
 };

@@ -263,6 +263,46 @@ static void rollback_equals_plain_decoding_of_the_kept_tokens(void) {
     nx_model_free(m);
 }
 
+/* Rounds on one state, as a session runs them: verify a block, keep a
+ * prefix (1, all, 2, all, 4, 1 of 5 tokens), once a plain token between
+ * rounds. Each round's verify rows, the first of which reads the state the
+ * last rollback left, equal plain decoding of the kept sequence bit for bit:
+ * the state and its spare buffer change places every round. */
+static void rounds_of_verify_and_rollback_equal_plain_decoding(void) {
+    nx_model *m = nx_test_model(golden_dir, 2);
+    if (!m) return;
+    char err[512];
+    size_t V = (size_t)nx_model_get_info(m)->vocab_size;
+    enum { P = 9, B = 5, ROUNDS = 6, CAP = P + ROUNDS * B + 1 };
+    static const int keep[ROUNDS] = {1, B, 2, B, 4, 1};
+    int32_t kept[CAP], blk[B];
+    nx_test_tokens(kept, P, (int)V, 31);
+    int n = P;
+    float *rows = malloc(B * V * 4), *want = malloc((B + 1) * V * 4);
+    nx_state *s = NULL;
+    CHECK(nx_state_new(m, 128, &s, err, sizeof err) == NX_OK);
+    CHECK(mdl_state_enable_rollback(s, B, err, sizeof err) == NX_OK);
+    CHECK(nx_forward(m, s, kept, P, NULL, err, sizeof err) == NX_OK);
+    for (int r = 0; r < ROUNDS; r++) {
+        nx_test_tokens(blk, B, (int)V, 70 + r);
+        nx_forward_out vo = {.logits = rows, .all_rows = 1};
+        CHECK(mdl_forward_verify(m, s, blk, B, &vo, err, sizeof err) == NX_OK);
+        plain_logits(m, kept, n, blk, B, want);
+        CHECKF(memcmp(rows, want + V, B * V * 4) == 0, "round %d: verify rows differ from plain decoding", r);
+        CHECK(mdl_rollback_to(s, keep[r], err, sizeof err) == NX_OK);
+        memcpy(kept + n, blk, (size_t)keep[r] * sizeof *blk);
+        n += keep[r];
+        if (r == 2) { /* a plain step between rounds: no record, in place */
+            CHECK(nx_forward(m, s, &blk[B - 1], 1, NULL, err, sizeof err) == NX_OK);
+            kept[n++] = blk[B - 1];
+        }
+        CHECK(nx_state_pos(s) == n);
+    }
+    nx_state_free(s);
+    free(rows), free(want);
+    nx_model_free(m);
+}
+
 static void rollback_misuse_is_an_error(void) {
     nx_model *m = nx_test_model(golden_dir, 1);
     if (!m) return;
@@ -411,6 +451,7 @@ static const nx_test tests[] = {
     {"rollback_equals_plain_decoding_of_the_kept_tokens", "after a verify block, rollback to any prefix decodes bit-identically", rollback_equals_plain_decoding_of_the_kept_tokens},
     {"batched_blocks_equal_each_sequence_alone", "3 sequences' blocks in one forward: rows, hiddens and later states equal each alone",
      batched_blocks_equal_each_sequence_alone},
+    {"rounds_of_verify_and_rollback_equal_plain_decoding", "6 verify/rollback rounds on one state (keeps 1,5,2,5,4,1, a plain step between): every verify row bit-identical to plain decoding", rounds_of_verify_and_rollback_equal_plain_decoding},
     {"rollback_misuse_is_an_error", "rollback without a record, bad keep, oversized block: errors, state kept", rollback_misuse_is_an_error},
     {"thread_count_does_not_change_results", "1, 2 and 3 threads give bit-identical logits", thread_count_does_not_change_results},
     {"threads_can_share_a_model", "three threads decoding their own sequences on one model match running alone", threads_can_share_a_model},
