@@ -145,7 +145,8 @@ void mdl_scratch_free(mdl_scratch *sc);
  * 1): each is 18 MB a layer stack at the 0.8B shape, written on every verify
  * (and read for ownership first), while a replay reads and writes one state
  * stack, and only when a draft was rejected. Measured on the 0.8B shape at
- * 4 bits, K = 3: the verify 41.4-43.1 ms with snapshots, 35.5-37.8 without. */
+ * 4 bits, K = 3: the verify 41.4-43.1 ms with snapshots, 35.5-37.8 with them
+ * switched off; whole MTP runs 0.92-0.95x the time (bench/RESULTS.md). */
 typedef struct {
     int max_block;                /* longest block that can be recorded        */
     int T;                        /* tokens in the recorded block; 0: none     */
