@@ -303,6 +303,32 @@ static void rounds_of_verify_and_rollback_equal_plain_decoding(void) {
     nx_model_free(m);
 }
 
+/* Every allocation of the rollback record failing in turn: NX_ENOMEM, no
+ * record left half made (the sanitizer build sees any leak), and the state
+ * still verifies and rolls back once one succeeds. */
+static void rollback_record_allocation_failures_are_clean(void) {
+    nx_model *m = nx_test_model(golden_dir, 2);
+    if (!m) return;
+    char err[512];
+    nx_state *s = NULL;
+    CHECK(nx_state_new(m, 64, &s, err, sizeof err) == NX_OK);
+    int32_t t[4] = {3, 1, 4, 1};
+    int fails = 0, bad = 0;
+    for (long k = 0; k < 1000; k++) {
+        nx_alloc_fail_after(k);
+        const nx_status st = mdl_state_enable_rollback(s, 4, err, sizeof err);
+        nx_alloc_fail_after(-1);
+        if (st == NX_OK) break;
+        fails++;
+        bad += st != NX_ENOMEM || s->rb.max_block != 0 || s->rb.prior != NULL;
+    }
+    CHECKF(fails > 3 && bad == 0, "%d failed allocations, %d left a record behind", fails, bad);
+    CHECK(mdl_forward_verify(m, s, t, 4, NULL, err, sizeof err) == NX_OK);
+    CHECK(mdl_rollback_to(s, 2, err, sizeof err) == NX_OK && nx_state_pos(s) == 2);
+    nx_state_free(s);
+    nx_model_free(m);
+}
+
 static void rollback_misuse_is_an_error(void) {
     nx_model *m = nx_test_model(golden_dir, 1);
     if (!m) return;
@@ -452,6 +478,8 @@ static const nx_test tests[] = {
     {"batched_blocks_equal_each_sequence_alone", "3 sequences' blocks in one forward: rows, hiddens and later states equal each alone",
      batched_blocks_equal_each_sequence_alone},
     {"rounds_of_verify_and_rollback_equal_plain_decoding", "6 verify/rollback rounds on one state (keeps 1,5,2,5,4,1, a plain step between): every verify row bit-identical to plain decoding", rounds_of_verify_and_rollback_equal_plain_decoding},
+    {"rollback_record_allocation_failures_are_clean", "each failing allocation of the rollback record: NX_ENOMEM, nothing left, then it works",
+     rollback_record_allocation_failures_are_clean},
     {"rollback_misuse_is_an_error", "rollback without a record, bad keep, oversized block: errors, state kept", rollback_misuse_is_an_error},
     {"thread_count_does_not_change_results", "1, 2 and 3 threads give bit-identical logits", thread_count_does_not_change_results},
     {"threads_can_share_a_model", "three threads decoding their own sequences on one model match running alone", threads_can_share_a_model},
