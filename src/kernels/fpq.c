@@ -169,8 +169,8 @@ void kn_fp_prefetch_row(const kn_mat *w, int64_t r) {
     const size_t scale_bytes = w->fp == KN_FP_FP8_BLOCK ? (size_t)block_cols(w) * nx_dtype_size(w->sdtype)
                                                         : (size_t)(w->cols / w->group);
     const char *p = (const char *)row_codes(w, r), *s = row_scales(w, r);
-    for (size_t b = 0; b < code_bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
-    for (size_t b = 0; b < scale_bytes; b += 64) __builtin_prefetch(s + b, 0, 3);
+    kn_prefetch_bytes(p, code_bytes);
+    kn_prefetch_bytes(s, scale_bytes);
 }
 
 /* ---- Dequantization: the scalar definition --------------------------------- */

@@ -68,8 +68,7 @@ void kn_gated_delta_step_rows(float *S_out, const float *S_in, const float *q, c
     const int ahead = gdn_ahead(dk);
     for (int i = 0; i < dv; i++) {
         const float *row = S_in + (int64_t)i * dk;
-        if (i + ahead < dv)   /* a hint: no effect on the values */
-            for (int c = 0; c < dk; c += 16) __builtin_prefetch(row + (int64_t)ahead * dk + c);
+        if (i + ahead < dv) kn_prefetch_bytes(row + (int64_t)ahead * dk, (size_t)dk * sizeof(float));
         const float m = kn_dot_f32(row, k, dk);
         const float delta = beta * (v[i] - alpha * m);
         o[i] = kn_scale_axpy_dot_f32(S_out + (int64_t)i * dk, row, alpha, delta, k, q, dk);

@@ -981,25 +981,20 @@ void kn_affine_quantize_row(const float *w, int64_t cols, int bits, int group, n
     active()->affine_quantize_row(w, cols, bits, group, sdtype, codes, scales, biases);
 }
 
-static void prefetch_bytes(const void *p, size_t n) {
-    for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b, 0, 3);
-    if (n) __builtin_prefetch((const char *)p + n - 1, 0, 3);   /* a row need not start on a line */
-}
-
 void kn_mat_prefetch_row(const kn_mat *w, int64_t r) {
     if (w->packed) {   /* what the int8 products read instead (quant.h) */
         const int64_t row_bytes = kn_lanes_packed_row_bytes(w);
-        prefetch_bytes((const char *)w->packed + (size_t)(r * row_bytes), (size_t)row_bytes);
+        kn_prefetch_bytes((const char *)w->packed + (size_t)(r * row_bytes), (size_t)row_bytes);
     } else if (w->fp) {
         kn_fp_prefetch_row(w, r);
     } else if (w->bits) {
         const int64_t words = kn_affine_row_words(w->cols, w->bits), sb = kn_affine_sd_row_bytes(w);
-        prefetch_bytes((const uint32_t *)w->data + r * words, (size_t)words * 4);
-        prefetch_bytes((const char *)w->scales + (size_t)(r * sb), (size_t)sb);
-        prefetch_bytes((const char *)w->biases + (size_t)(r * sb), (size_t)sb);
+        kn_prefetch_bytes((const uint32_t *)w->data + r * words, (size_t)words * 4);
+        kn_prefetch_bytes((const char *)w->scales + (size_t)(r * sb), (size_t)sb);
+        kn_prefetch_bytes((const char *)w->biases + (size_t)(r * sb), (size_t)sb);
     } else {
         const size_t es = nx_dtype_size(w->dtype);
-        prefetch_bytes((const char *)w->data + (size_t)(r * kn_row_stride(w)) * es, (size_t)w->cols * es);
+        kn_prefetch_bytes((const char *)w->data + (size_t)(r * kn_row_stride(w)) * es, (size_t)w->cols * es);
     }
 }
 

@@ -118,6 +118,13 @@ void kn_mat_row_f32(const kn_mat *w, int64_t row, float *out);
  * on any result, for rows read out of order (mdl_linear_at), which the
  * hardware prefetcher cannot guess. */
 void kn_mat_prefetch_row(const kn_mat *w, int64_t r);
+/* Asks for every cache line of the n bytes from p: a hint with no effect on
+ * any result, in any kernel set (the x86 kernels' own is kn_prefetch_lines_avx2,
+ * which can also aim at L2). */
+static inline void kn_prefetch_bytes(const void *p, size_t n) {
+    for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b, 0, 3);
+    if (n) __builtin_prefetch((const char *)p + n - 1, 0, 3);   /* a row need not start on a line */
+}
 
 /* Bytes w occupies as stored: its elements, or an affine matrix's codes plus
  * a scale and a bias per group. */
