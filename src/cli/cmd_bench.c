@@ -29,6 +29,9 @@
  *      away from the decode it judges can be off by 1.5x. A second roofline
  *      adds the state a step moves (nx_model_info.state_bytes and
  *      kv_bytes_per_pos at the decode's mean context).
+ *   6. the host's steal (host_steal.h) over each repeat and over step 4:
+ *      on a shared VM whose host deschedules the vCPUs, the rates say more
+ *      about the neighbours than about the code, and the report says so.
  * Stop tokens are ignored (every run decodes exactly G tokens) and the prompt
  * is fixed pseudo-random ids, so runs are comparable across machines and
  * engines. Rates are reported as the median over repeats with min and max. */
@@ -43,6 +46,7 @@
 
 #include "bench_machine.h"
 #include "cli.h"
+#include "host_steal.h"
 
 static const char *bench_help =
     "usage: nextn bench [-m DIR] [-t N] [--prompt 512] [--gen 128] [--mtp on|off|DIR] [--draft K|auto] [--draft-vocab N] [--draft-head-bits B|auto] [--draft-screen K|auto|off] [--repeat 3] [--json]\n"
@@ -73,6 +77,11 @@ static const char *bench_help =
 #define BENCH_PROBE_PASSES 5
 #define BENCH_WARMUP_TOKENS 16
 #define BENCH_MAX_REPEAT 100
+/* Above this share of stolen CPU time (median over the repeats, or over the
+ * verify costs) the text report warns that the figures understate the
+ * machine: a few percent is ordinary on a VM, 30-40% halved this project's
+ * 2-thread decode (host_steal.h). */
+#define BENCH_STEAL_WARN_PCT 5.0
 
 typedef struct {
     long prompt, gen, repeat;
@@ -94,6 +103,8 @@ typedef struct {
     double load_s, mtp_load_s;
     double *prefill, *decode, *mtp;         /* [repeat] each                        */
     double *bw_gbs;                          /* [repeat]: read GB/s probed right after its plain session */
+    double *steal_pct;                       /* [repeat]: host steal over the repeat's sessions and probe, NAN unknown */
+    double verify_steal_pct;                 /* host steal over the verify costs (step 4)  */
     size_t bw_bytes;                         /* the probes' buffer                   */
     int force_scalar;                        /* the probes' plain C path             */
     const char *mtp_skipped;                 /* why there is no MTP figure, or NULL  */
@@ -169,6 +180,18 @@ static int cmp_double(const void *a, const void *b) {
 static bench_range range_of(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return (bench_range){n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v[0], v[n - 1]};
+}
+
+/* range_of over the finite values of v[0..n) (reordered in place); NAN
+ * throughout when there is none. */
+static bench_range finite_range_of(double *v, int n) {
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(v[i])) {
+            double t = v[k];
+            v[k++] = v[i], v[i] = t;
+        }
+    return k ? range_of(v, k) : (bench_range){NAN, NAN, NAN};
 }
 
 /* The median of scale * num[i] / den[i] over i < n, each measurement against
@@ -336,7 +359,9 @@ static int measure_model(const nx_model *m, const bench_opts *o, bench_result *r
         goto done;
 
     res->mtp_matches = 1;
+    host_ticks h0, h1;
     for (int r = 0; r < o->repeat; r++) {
+        host_ticks_read(&h0);
         if (run_session(m, NULL, 0, prompt, (int)o->prompt, o->gen, (int)ctx, plain_out, &ps, &ds, NULL, NULL)) goto done;
         res->prefill[r] = (double)o->prompt / ps;
         res->decode[r] = (double)o->gen / ds;
@@ -347,14 +372,20 @@ static int measure_model(const nx_model *m, const bench_opts *o, bench_result *r
             goto done;
         }
         res->bw_gbs[r] = bw.rate;
-        if (!d) continue;
-        if (run_session(m, d, o->draft, prompt, (int)o->prompt, o->gen, (int)ctx, mtp_out, &ps, &ds, &res->st, &res->k_max))
-            goto done;
-        res->mtp[r] = (double)o->gen / ds;
-        res->mtp_matches &= memcmp(plain_out, mtp_out, (size_t)(1 + o->gen) * sizeof *mtp_out) == 0;
+        if (d) {
+            if (run_session(m, d, o->draft, prompt, (int)o->prompt, o->gen, (int)ctx, mtp_out, &ps, &ds, &res->st, &res->k_max))
+                goto done;
+            res->mtp[r] = (double)o->gen / ds;
+            res->mtp_matches &= memcmp(plain_out, mtp_out, (size_t)(1 + o->gen) * sizeof *mtp_out) == 0;
+        }
+        host_ticks_read(&h1);
+        res->steal_pct[r] = host_steal_pct(&h0, &h1);
     }
+    host_ticks_read(&h0);
     if (measure_verify(m, prompt, (int)o->prompt, res->verify_rounds, (int)vctx, res->verify_s, res->verify_cost))
         goto done;
+    host_ticks_read(&h1);
+    res->verify_steal_pct = host_steal_pct(&h0, &h1);
     rc = 0;
 done:
     free(prompt);
@@ -373,6 +404,8 @@ typedef struct {
     double acceptance, per_position[NX_SPEC_MAX_DRAFT], tokens_per_forward;
     double verify_cost[BENCH_VERIFY_T + 1];          /* [T]: bench_result's paired median */
     bench_range bandwidth;                            /* the per-repeat probes, GB/s */
+    bench_range steal;                                /* host steal per repeat, % (NAN unknown) */
+    double verify_steal_pct;
     double roofline_tok_s, roofline_pct, mtp_roofline_pct;
     /* the same with the bytes of state a decode step moves besides the
      * weights (GDN state read and written, KV cache read at the decode's mean
@@ -399,6 +432,8 @@ static bench_summary summarize(bench_result *r, const bench_opts *o, const nx_mo
     s.roofline_pct = paired_median(r->decode, r->bw_gbs, n, 100.0 * per_gbs, tmp);
     s.mtp_roofline_pct = has_mtp ? paired_median(r->mtp, r->bw_gbs, n, 100.0 * per_gbs, tmp) : NAN;
     s.bandwidth = range_of(r->bw_gbs, n);
+    s.steal = finite_range_of(r->steal_pct, n);
+    s.verify_steal_pct = r->verify_steal_pct;
     s.mtp = has_mtp ? range_of(r->mtp, n) : (bench_range){NAN, NAN, NAN};
     s.decode = range_of(r->decode, n);
     s.acceptance = r->st.drafted ? (double)r->st.accepted / (double)r->st.drafted : NAN;
@@ -489,6 +524,9 @@ static int print_json(const bench_result *r, const bench_summary *s, const bench
     PUT("mtp_roofline_pct", jnum(s->mtp_roofline_pct));
     PUT("moved_roofline_tok_s", jnum(s->moved_roofline_tok_s));
     PUT("moved_roofline_pct", jnum(s->moved_roofline_pct));
+    PUT("steal_pct", jnum(s->steal.median));
+    PUT("steal_pct_range", jrange(s->steal));
+    PUT("verify_steal_pct", jnum(s->verify_steal_pct));
 #undef PUT
     char *text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
     json_decref(j);
@@ -543,6 +581,15 @@ static void print_text(const bench_result *r, const bench_summary *s, const benc
     printf("%-14s read %.1f GB/s [%.1f - %.1f] (%zu MiB, %d thread%s, %s, after each repeat); FMA %.1f GFLOP/s\n",
            "machine", s->bandwidth.median, s->bandwidth.min, s->bandwidth.max, r->bw.bytes >> 20, r->bw.threads,
            r->bw.threads == 1 ? "" : "s", r->bw.impl, r->fma.rate);
+    if (isfinite(s->steal.median) || isfinite(s->verify_steal_pct)) {
+        printf("%-14s %.1f%% [%.1f - %.1f] of the CPU time the repeats wanted, %.1f%% in the verify costs\n", "host steal",
+               s->steal.median, s->steal.min, s->steal.max, s->verify_steal_pct);
+        if (s->steal.median > BENCH_STEAL_WARN_PCT || s->verify_steal_pct > BENCH_STEAL_WARN_PCT)
+            printf("%-14s WARNING: the host ran other work on these CPUs, and every parallel job waits for a\n"
+                   "%-14s descheduled one: the rates understate this machine (run again when it is quiet)\n", "", "");
+    } else {
+        printf("%-14s unknown (no steal counter in /proc/stat)\n", "host steal");
+    }
     printf("%-14s %.0f tok/s at %.1f GB/s; decode runs at %.0f%% of it", "roofline", s->roofline_tok_s, s->bandwidth.median,
            s->roofline_pct);
     if (!r->mtp_skipped) printf(", MTP decode at %.0f%%", s->mtp_roofline_pct);
@@ -563,10 +610,11 @@ int cmd_bench(int argc, char **argv) {
     res.decode = calloc((size_t)o.repeat, sizeof *res.decode);
     res.mtp = calloc((size_t)o.repeat, sizeof *res.mtp);
     res.bw_gbs = calloc((size_t)o.repeat, sizeof *res.bw_gbs);
+    res.steal_pct = calloc((size_t)o.repeat, sizeof *res.steal_pct);
     nx_model *m = NULL;
     char err[1024];
     int rc = 1;
-    if (!res.prefill || !res.decode || !res.mtp || !res.bw_gbs) {
+    if (!res.prefill || !res.decode || !res.mtp || !res.bw_gbs || !res.steal_pct) {
         cli_fail("out of memory");
         goto done;
     }
@@ -594,6 +642,7 @@ done:
     free(res.decode);
     free(res.mtp);
     free(res.bw_gbs);
+    free(res.steal_pct);
     nx_model_free(m);
     return rc;
 }

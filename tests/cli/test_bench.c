@@ -3,13 +3,16 @@
  * figures as null, bad options exit 2 with one line, and
  * nx_model_info.decode_bytes counts the main stack once (tied and untied,
  * HF and MLX layouts, the MTP head left out) and the state figures follow
- * from the shape.
+ * from the shape; the host steal reader (cli/host_steal.c, compiled in)
+ * parses /proc/stat's lines and refuses malformed ones.
  *
  * Runs are kept short (--prompt 32 --gen 16 --repeat 1) because the suite also
  * runs under AddressSanitizer; the figures are only checked for sanity. */
 #include "test.h"
 
 #include <jansson.h>
+
+#include "cli/host_steal.h"
 
 static char out_dir[1024];
 
@@ -97,6 +100,13 @@ static void bench_json_reports_every_figure(void) {
         if (T > 1) CHECKF(num(cost, key) > 0, "verify_cost[%d] = %g", T, num(cost, key));
     }
     CHECK(json_object_get(cost, "1") == NULL && json_object_get(cost, "9") == NULL);
+    /* the host's steal: a share, over the repeat and over the verify costs
+     * (Linux, where CI runs, has the counters) */
+    const json_t *sr = json_object_get(j, "steal_pct_range");
+    double steal = num(j, "steal_pct"), vsteal = num(j, "verify_steal_pct");
+    CHECKF(steal >= 0 && steal <= 100 && num(sr, "median") == steal && num(sr, "min") <= steal && steal <= num(sr, "max"),
+           "steal_pct %g", steal);
+    CHECKF(vsteal >= 0 && vsteal <= 100, "verify_steal_pct %g", vsteal);
     json_decref(j);
 }
 
@@ -121,9 +131,33 @@ static void bench_without_a_head_reports_mtp_as_null(void) {
     CHECK(nextn(args) == 0);
     char *out = captured("stdout");
     CHECKF(strstr(out, "skipped: the checkpoint has no MTP head") && strstr(out, "roofline") && strstr(out, "prefill") &&
-               strstr(out, "verify cost") && strstr(out, "GB/s"),
+               strstr(out, "verify cost") && strstr(out, "GB/s") && strstr(out, "host steal"),
            "%s", out);
     free(out);
+}
+
+static void host_steal_reads_proc_stat_lines(void) {
+    host_ticks a, b;
+    /* user nice system idle iowait irq softirq steal guest guest_nice */
+    CHECK(host_ticks_parse("cpu  100 5 20 9000 7 3 2 40 11 0\ncpu0 50 2 10 4500 3 1 1 20 5 0\n", &a) == 0 && a.ok);
+    CHECKF(a.busy == 100 + 5 + 20 + 3 + 2 && a.steal == 40, "busy %llu steal %llu", (unsigned long long)a.busy,
+           (unsigned long long)a.steal);
+    /* the aggregate line wherever it is; no guest columns is fine */
+    CHECK(host_ticks_parse("intr 5\ncpu  130 5 20 9100 7 3 2 50\n", &b) == 0 && b.ok);
+    double pct = host_steal_pct(&a, &b);   /* 30 busy, 10 stolen */
+    CHECKF(fabs(pct - 25.0) < 1e-12, "steal %g%%", pct);
+    CHECK(isnan(host_steal_pct(&b, &a)));   /* counters going backwards */
+    CHECK(isnan(host_steal_pct(&a, &a)));   /* nothing ran */
+    /* no steal column (kernels before 2.6.11), no aggregate line, garbage */
+    static const char *const bad[] = {"cpu  100 5 20 9000 7 3 2\n", "cpu0 1 2 3 4 5 6 7 8\n", "cpu  1 2 x 4 5 6 7 8\n", "",
+                                      "cpu  1 2 3 4 5 6 7 -8\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECKF(host_ticks_parse(bad[i], &b) == -1 && !b.ok, "'%s'", bad[i]);
+        CHECK(isnan(host_steal_pct(&a, &b)) && isnan(host_steal_pct(&b, &a)));
+    }
+    /* this machine's own file gives a reading (Linux) */
+    host_ticks_read(&b);
+    CHECK(b.ok && b.busy >= a.busy);
 }
 
 static void bad_bench_options_exit_2_with_one_line(void) {
@@ -201,6 +235,8 @@ static const nx_test tests[] = {
      bench_json_reports_every_figure},
     {"bench_without_a_head_reports_mtp_as_null", "no MTP head: MTP figures null in JSON, 'skipped' in the table",
      bench_without_a_head_reports_mtp_as_null},
+    {"host_steal_reads_proc_stat_lines", "host steal: /proc/stat's aggregate line parsed, malformed lines refused, shares",
+     host_steal_reads_proc_stat_lines},
     {"bad_bench_options_exit_2_with_one_line", "bad bench options exit 2 naming the option; a missing model exits 1",
      bad_bench_options_exit_2_with_one_line},
     {"decode_bytes_counts_the_main_stack_once",
