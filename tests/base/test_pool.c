@@ -1,11 +1,15 @@
 /* test_pool.c — the persistent thread pool: its default size (one per
  * physical core), ranges that cover [0, n) exactly once, its limits, a
- * slow thread's share going to the others, and each thread working through
- * its own contiguous share front to back. */
+ * slow thread's share going to the others, each thread working through
+ * its own contiguous share front to back, and jobs that do not wait for a
+ * worker held outside them (as a host descheduling its vCPU would). */
 #include "test.h"
 
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -151,6 +155,105 @@ static void each_thread_streams_through_its_own_share(void) {
     nx_pool_free(p);
 }
 
+/* A worker held in a signal handler until released: a thread that cannot
+ * run, as a vCPU the host has descheduled. */
+static volatile sig_atomic_t held, release_held;
+
+static void hold_here(int sig) {
+    (void)sig;
+    held = 1;
+    while (!release_held) nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    held = 0;
+}
+
+/* Releases the held worker after 3 s whatever happens, so that a pool that
+ * waits for it fails the test instead of hanging it. */
+static void *release_later(void *arg) {
+    (void)arg;
+    for (int w = 0; !release_held && w < 3000; w++) nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    release_held = 1;
+    return NULL;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The threads of this process (Linux: /proc/self/task) into tids[0..cap);
+ * returns how many there are. */
+static int list_threads(long *tids, int cap) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        const long tid = atol(e->d_name);
+        if (tid > 0 && n < cap) tids[n] = tid;
+        if (tid > 0) n++;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static void jobs_do_not_wait_for_a_worker_that_has_not_joined(void) {
+    char err[256];
+    nx_pool *p = NULL;
+    long before[64], after[64], worker = -1;
+    const int n_before = list_threads(before, 64);
+    CHECK(nx_pool_new(2, &p, err, sizeof err) == NX_OK);
+    if (!p) return;
+    /* the pool's worker: the one thread that was not there before */
+    const int n_after = list_threads(after, 64);
+    for (int a = 0; n_after == n_before + 1 && n_after <= 64 && a < n_after; a++) {
+        int old_one = 0;
+        for (int b = 0; b < n_before; b++) old_one |= after[a] == before[b];
+        if (!old_one) worker = after[a];
+    }
+    cover_job j = {calloc(1000, sizeof(atomic_int)), 0, 1, 0, 0};
+    nx_pool_run(p, mark, &j, 1000, 1);   /* the worker is up, and outside any job once this returns */
+    /* and after 50 ms idle it sleeps on the pool's condition variable, not
+     * in the few instructions where it holds the pool's mutex (held there,
+     * it would block the next job's start: a host can do that too, rarely) */
+    nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+    struct sigaction sa = {.sa_handler = hold_here}, old;
+    sigemptyset(&sa.sa_mask);
+    CHECK(sigaction(SIGUSR1, &sa, &old) == 0);
+    CHECKF(worker > 0, "the pool's worker thread not found in /proc/self/task (%d threads, then %d)", n_before, n_after);
+    held = release_held = 0;
+    if (worker > 0 && syscall(SYS_tgkill, (long)getpid(), worker, SIGUSR1) == 0) {
+        for (int w = 0; !held && w < 5000; w++) nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+        CHECK(held);
+        pthread_t watchdog;
+        const int have_watchdog = pthread_create(&watchdog, NULL, release_later, NULL) == 0;
+        CHECK(have_watchdog);
+        /* 100 jobs with the worker held: the caller claims everything, and
+         * each job ends without the worker, long before it is released
+         * (a pool that waited for every worker would wait here for good) */
+        const double t0 = now_s();
+        int ok = 1;
+        for (int rep = 0; rep < 100 && held; rep++) {
+            for (int i = 0; i < 1000; i++) atomic_store(&j.hits[i], 0);
+            nx_pool_run(p, mark, &j, 1000, 1);
+            for (int i = 0; i < 1000; i++) ok &= atomic_load(&j.hits[i]) == 1;
+        }
+        const double dt = now_s() - t0;
+        CHECKF(held && ok && dt < 2.0, "100 jobs with the worker held took %.3f s (worker still held: %d)", dt, (int)held);
+        release_held = 1;
+        if (have_watchdog) pthread_join(watchdog, NULL);
+        for (int w = 0; held && w < 5000; w++) nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+        CHECK(!held);
+    }
+    /* released, it joins jobs again: a job of 1000 single indices that
+     * waits in its first range for the worker to arrive */
+    slow_job s = {{0, 0}, 0};
+    nx_pool_run(p, slow_worker, &s, 1000, 1);
+    CHECKF(atomic_load(&s.worker_started) && atomic_load(&s.done_by[1]) > 0, "the released worker did %lld",
+           (long long)atomic_load(&s.done_by[1]));
+    sigaction(SIGUSR1, &old, NULL);
+    free(j.hits);
+    nx_pool_free(p);
+}
+
 static const nx_test tests[] = {
     {"default_size_is_one_per_physical_core", "nx_pool_new(0): 1 .. online CPUs threads; more than 256 refused",
      default_size_is_one_per_physical_core},
@@ -158,6 +261,9 @@ static const nx_test tests[] = {
      ranges_cover_every_index_once},
     {"a_slow_thread_leaves_its_share_to_the_others", "2 threads, the worker's first range 50 ms late: the caller does >= 70%",
      a_slow_thread_leaves_its_share_to_the_others},
+    {"jobs_do_not_wait_for_a_worker_that_has_not_joined",
+     "2 threads, the worker held in a signal handler: 100 jobs end on the caller alone; released, it joins again",
+     jobs_do_not_wait_for_a_worker_that_has_not_joined},
     {"each_thread_streams_through_its_own_share", "2 threads, n = 1000, grain 4: first ranges at 0 and 500, second ones where the first ended",
      each_thread_streams_through_its_own_share},
 };
