@@ -169,6 +169,12 @@ static void *pool_main(void *arg) {
     pool_worker *w = arg;
     nx_pool *p = w->pool;
     uint64_t seen = 0;
+#ifdef __linux__
+    /* "nx-pool-N" in top -H, gdb and /proc/self/task/N/comm (15 bytes at most) */
+    char name[16];
+    snprintf(name, sizeof name, "nx-pool-%d", w->tid % 1000);
+    pthread_setname_np(pthread_self(), name);
+#endif
     for (;;) {
         uint64_t g = atomic_load(&p->generation);
         for (int spin = 0; g == seen && spin < POOL_SPIN_ITERS; spin++) {

@@ -7,9 +7,10 @@
  * share and claims it front to back in halving pieces, and one that runs
  * out takes over the back half of another's, so one thread may be called
  * several times in a job -- one call at a time, so per-thread scratch
- * indexed by tid stays private. A thread that has not joined a job by the
- * time every index is claimed sits it out (its tid is then not called at
- * all), and the job ends without waiting for it. The split
+ * indexed by tid stays private. A worker that has not joined a job by the
+ * time the caller, its own claims done, closes it sits the job out (its tid
+ * is not called), and the job ends without waiting for it. Workers are
+ * named "nx-pool-N" (Linux). The split
  * only decides which thread computes which index; kernels compute each index
  * the same way whatever the split, so results do not depend on the thread
  * count or on timing.
