@@ -42,13 +42,47 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/err.h"
 
 #define POOL_MAX_THREADS 256
-#define POOL_SPIN_ITERS 2000    /* a few microseconds of spinning before sleeping */
+/* Pauses (~23 ns each on the avx512vnni VM) a worker spins on the
+ * generation counter before it sleeps, and the caller on the gate before it
+ * sleeps until the workers inside are done: long while the process has the
+ * cores to itself (a sleep costs a futex wake-up on the caller's path),
+ * short while it shares them with other work -- spinning is CPU time taken
+ * from that work, the scheduler makes the thread pay it back later, often in
+ * the middle of a claim the caller then waits for, and a spinning thread
+ * keeps its core looking busy. With a busy loop on the second core, 50
+ * against 2000 ran the q4 fixture's plain decode at 23.8-27.1 against
+ * 18.9-21.0 tok/s and MTP (K = 3) at 36.7-40.4 against 29.9-33.5; on a quiet
+ * machine 50 cost 3-5%. Adapting as below: 1.16x / 1.17x with the busy loop
+ * (paired medians, 4 pairs each), level without it (0.995x / 1.00x, 8 pairs;
+ * bench/RESULTS.md). The pool tells the two apart by
+ * the rate of its threads' involuntary context switches (getrusage), each
+ * thread looking at its own every POOL_ADAPT_JOBS jobs once POOL_ADAPT_S
+ * have passed: on the quiet VM 10-30 a second, for the thread that shared a
+ * core with the busy loop 2,000-2,500. One thread above POOL_SHARED_RATE
+ * makes every thread spin short for POOL_SHARED_S: a thread spinning on a
+ * free core keeps the scheduler from moving the crowded one there. */
+#define POOL_SPIN_QUIET 2000
+#define POOL_SPIN_SHARED 50
+#define POOL_ADAPT_JOBS 64
+#define POOL_ADAPT_S 0.05
+#define POOL_SHARED_RATE 200.0   /* involuntary switches a second */
+#define POOL_SHARED_S 1.0
+
+/* One thread's view (spin_adapt). */
+typedef struct {
+    long nivcsw;         /* involuntary context switches at the last look */
+    double t;            /* seconds (monotonic) at the last look          */
+    unsigned jobs;       /* jobs since the thread started                */
+    int spin;            /* POOL_SPIN_QUIET or POOL_SPIN_SHARED           */
+} spin_budget;
 
 /* A thread's unclaimed run of the current job, in units of the grain: the
  * next unit in the low 32 bits, the end in the high 32 -- one word, so that
@@ -82,7 +116,25 @@ struct nx_pool {
     void *ctx;
     int64_t n, grain;
     thread_run *runs;             /* [n_threads]: each thread's unclaimed run  */
+    spin_budget caller_spin;      /* the caller's (under run_lock)             */
+    /* until when (ms, CLOCK_MONOTONIC) every thread spins short */
+    atomic_llong shared_until_ms;
 };
+
+static void spin_adapt(nx_pool *p, spin_budget *b) {
+    if (++b->jobs % POOL_ADAPT_JOBS) return;
+#ifdef RUSAGE_THREAD
+    struct timespec ts;
+    struct rusage ru;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return;
+    const double t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    if (t - b->t < POOL_ADAPT_S || getrusage(RUSAGE_THREAD, &ru) != 0) return;
+    if (b->t > 0 && (double)(ru.ru_nivcsw - b->nivcsw) > POOL_SHARED_RATE * (t - b->t))
+        atomic_store(&p->shared_until_ms, (long long)(1e3 * (t + POOL_SHARED_S)));
+    b->spin = 1e3 * t < (double)atomic_load(&p->shared_until_ms) ? POOL_SPIN_SHARED : POOL_SPIN_QUIET;
+    b->nivcsw = ru.ru_nivcsw, b->t = t;
+#endif
+}
 
 #define GATE_CLOSED ((uint64_t)1 << 32)
 #define GATE_INSIDE 0xffffffffu
@@ -169,6 +221,7 @@ static void *pool_main(void *arg) {
     pool_worker *w = arg;
     nx_pool *p = w->pool;
     uint64_t seen = 0;
+    spin_budget budget = {.spin = POOL_SPIN_QUIET};
 #ifdef __linux__
     /* "nx-pool-N" in top -H, gdb and /proc/self/task/N/comm (15 bytes at most) */
     char name[16];
@@ -177,7 +230,7 @@ static void *pool_main(void *arg) {
 #endif
     for (;;) {
         uint64_t g = atomic_load(&p->generation);
-        for (int spin = 0; g == seen && spin < POOL_SPIN_ITERS; spin++) {
+        for (int spin = 0; g == seen && spin < budget.spin; spin++) {
             __builtin_ia32_pause();
             g = atomic_load(&p->generation);
         }
@@ -188,6 +241,7 @@ static void *pool_main(void *arg) {
         }
         if (atomic_load(&p->stop)) return NULL;
         seen = g;
+        spin_adapt(p, &budget);
         if (!gate_enter(p, g)) continue;   /* finished without this worker */
         pool_work(p, w->tid);
         gate_leave(p);
@@ -246,6 +300,7 @@ nx_status nx_pool_new(int n_threads, nx_pool **out, char *err, size_t errlen) {
     nx_pool *p = nx_calloc(1, sizeof *p);
     if (!p) return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the thread pool");
     p->n_threads = n_threads;
+    p->caller_spin.spin = POOL_SPIN_QUIET;
     p->runs = nx_alloc_aligned((size_t)n_threads * sizeof *p->runs);
     if (!p->runs) { nx_free(p); return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the thread pool"); }
     pthread_mutex_init(&p->mu, NULL);
@@ -336,12 +391,14 @@ void nx_pool_run(nx_pool *p, nx_range_fn fn, void *ctx, int64_t n, int64_t grain
      * yet (asleep, or its vCPU descheduled by the host) is not waited for. */
     const uint64_t v = atomic_fetch_or(&p->gate, GATE_CLOSED);
     if (v & GATE_INSIDE) {
-        for (int spin = 0; (atomic_load(&p->gate) & GATE_INSIDE) && spin < POOL_SPIN_ITERS; spin++) __builtin_ia32_pause();
+        for (int spin = 0; (atomic_load(&p->gate) & GATE_INSIDE) && spin < p->caller_spin.spin; spin++)
+            __builtin_ia32_pause();
         if (atomic_load(&p->gate) & GATE_INSIDE) {
             pthread_mutex_lock(&p->mu);
             while (atomic_load(&p->gate) & GATE_INSIDE) pthread_cond_wait(&p->done, &p->mu);
             pthread_mutex_unlock(&p->mu);
         }
     }
+    spin_adapt(p, &p->caller_spin);
     pthread_mutex_unlock(&p->run_lock);
 }
