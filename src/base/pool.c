@@ -67,7 +67,8 @@
  * thread looking at its own every POOL_ADAPT_JOBS jobs once POOL_ADAPT_S
  * have passed: on the quiet VM 10-30 a second, for the thread that shared a
  * core with the busy loop 2,000-2,500. One thread above POOL_SHARED_RATE
- * makes every thread spin short for POOL_SHARED_S: a thread spinning on a
+ * sets a deadline POOL_SHARED_S ahead, and each thread spins short from its
+ * next look until its first look past the deadline: a thread spinning on a
  * free core keeps the scheduler from moving the crowded one there. */
 #define POOL_SPIN_QUIET 2000
 #define POOL_SPIN_SHARED 50
@@ -76,11 +77,14 @@
 #define POOL_SHARED_RATE 200.0   /* involuntary switches a second */
 #define POOL_SHARED_S 1.0
 
-/* One thread's view (spin_adapt). */
+/* One thread's view (spin_adapt): a worker's own, or the callers' (in the
+ * pool, under run_lock: the counters are per thread, so a look by another
+ * caller thread than the last one only starts its count). */
 typedef struct {
     long nivcsw;         /* involuntary context switches at the last look */
-    double t;            /* seconds (monotonic) at the last look          */
-    unsigned jobs;       /* jobs since the thread started                */
+    double t;            /* seconds (monotonic) at the last look, 0: none */
+    pthread_t owner;     /* the thread whose look that was                */
+    unsigned jobs;       /* jobs (a worker: generations) seen             */
     int spin;            /* POOL_SPIN_QUIET or POOL_SPIN_SHARED           */
 } spin_budget;
 
@@ -129,6 +133,8 @@ static void spin_adapt(nx_pool *p, spin_budget *b) {
     if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return;
     const double t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     if (t - b->t < POOL_ADAPT_S || getrusage(RUSAGE_THREAD, &ru) != 0) return;
+    if (b->t > 0 && !pthread_equal(b->owner, pthread_self())) b->t = 0;   /* another caller: a new count */
+    b->owner = pthread_self();
     if (b->t > 0 && (double)(ru.ru_nivcsw - b->nivcsw) > POOL_SHARED_RATE * (t - b->t))
         atomic_store(&p->shared_until_ms, (long long)(1e3 * (t + POOL_SHARED_S)));
     b->spin = 1e3 * t < (double)atomic_load(&p->shared_until_ms) ? POOL_SPIN_SHARED : POOL_SPIN_QUIET;
@@ -241,10 +247,11 @@ static void *pool_main(void *arg) {
         }
         if (atomic_load(&p->stop)) return NULL;
         seen = g;
-        spin_adapt(p, &budget);
-        if (!gate_enter(p, g)) continue;   /* finished without this worker */
-        pool_work(p, w->tid);
-        gate_leave(p);
+        if (gate_enter(p, g)) {   /* else finished without this worker */
+            pool_work(p, w->tid);
+            gate_leave(p);
+        }
+        spin_adapt(p, &budget);   /* after the job: its system calls delay nothing */
     }
 }
 
