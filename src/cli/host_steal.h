@@ -6,7 +6,7 @@
  * milliseconds at a time. Every parallel job of a forward waits for its
  * slowest thread, so a decode on 2 threads runs at the speed of whichever
  * vCPU is off at the moment: 30-40% steal has made this project's 2-thread
- * q4 decode slower than its 1-thread decode (11-13 against 17-18 tok/s,
+ * q4 decode slower than its 1-thread decode (10-14 against 17-18 tok/s,
  * bench/RESULTS.md). Such a run says nothing about the code; the report
  * should say so instead of printing a low roofline share.
  *
