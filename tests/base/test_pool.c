@@ -179,12 +179,6 @@ static void *release_later(void *arg) {
     return NULL;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* The thread of this process named nx-pool-1 (Linux: /proc/self/task, the
  * name pool.c gives its first worker), or -1 unless there is exactly one:
  * found by name because a sanitizer may run threads of its own. */
@@ -231,14 +225,14 @@ static void jobs_do_not_wait_for_a_worker_that_has_not_joined(void) {
         /* 100 jobs with the worker held: the caller claims everything, and
          * each job ends without the worker, long before it is released
          * (a pool that waited for every worker would wait here for good) */
-        const double t0 = now_s();
+        const double t0 = nx_test_now();
         int ok = 1;
         for (int rep = 0; rep < 100 && held; rep++) {
             for (int i = 0; i < 1000; i++) atomic_store(&j.hits[i], 0);
             nx_pool_run(p, mark, &j, 1000, 1);
             for (int i = 0; i < 1000; i++) ok &= atomic_load(&j.hits[i]) == 1;
         }
-        const double dt = now_s() - t0;
+        const double dt = nx_test_now() - t0;
         CHECKF(held && ok && dt < 2.0, "100 jobs with the worker held took %.3f s (worker still held: %d)", dt, (int)held);
         release_held = 1;
         if (have_watchdog) pthread_join(watchdog, NULL);
