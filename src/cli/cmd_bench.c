@@ -11,9 +11,10 @@
  *   3. R repeats of: a plain greedy session (prefill P prompt tokens, then
  *      decode G tokens after the one the prefill emits, as llama-bench's pp/tg
  *      split it) and, when there is a drafter, the same with MTP. The two
- *      alternate so that drift on a shared machine hits both alike, and the
- *      speed-up is the median of each pair's ratio. Greedy MTP output must
- *      equal plain output; the bench checks it;
+ *      decode in turns of a few tokens (run_sessions) so that drift on a
+ *      shared machine hits both alike, and the speed-up is the median of each
+ *      repeat's ratio. Greedy MTP output must equal plain output; the bench
+ *      checks it;
  *   4. the cost of one T-token forward (T = 1..8, what a verify of T-1
  *      drafts costs, without the rollback record a session's verify
  *      writes: the MTP sessions' own rounds give that verify's time, draft
@@ -76,6 +77,7 @@ static const char *bench_help =
 #define BENCH_BW_BYTES_PER_THREAD ((size_t)16 << 20)
 #define BENCH_PROBE_PASSES 5
 #define BENCH_WARMUP_TOKENS 16
+#define BENCH_TURN 16                        /* tokens a session decodes before the other's turn */
 #define BENCH_MAX_REPEAT 100
 /* Above this share of stolen CPU time (median over the repeats, or over the
  * verify costs) the text report warns that the figures understate the
@@ -102,7 +104,7 @@ typedef struct {
     int threads;
     double load_s, mtp_load_s;
     double *prefill, *decode, *mtp;         /* [repeat] each                        */
-    double *bw_gbs;                          /* [repeat]: read GB/s probed right after its plain session */
+    double *bw_gbs;                          /* [repeat]: read GB/s probed right after its sessions */
     double *steal_pct;                       /* [repeat]: host steal over the repeat's sessions and probe, NAN unknown */
     double verify_steal_pct;                 /* host steal over the verify costs (step 4)  */
     size_t bw_bytes;                         /* the probes' buffer                   */
@@ -202,34 +204,52 @@ static double paired_median(const double *num, const double *den, int n, double 
     return range_of(tmp, n).median;
 }
 
-/* One greedy session: prefill the prompt (its first token into out[0]), then
- * decode until gen more tokens follow. With a drafter, its statistics are
- * added to *sum and its longest round to *k_max (each may be NULL). Returns
- * 0, or 1 after printing the error. */
-static int run_session(const nx_model *m, const nx_drafter *d, int draft, const int32_t *prompt, int n_prompt, long gen,
-                       int ctx, int32_t *out, double *prefill_s, double *decode_s, nx_spec_stats *sum, int *k_max) {
-    nx_spec_opts so = {.draft = d ? draft : 0, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
-    nx_spec *s = NULL;
+/* One repeat's greedy sessions over the same prompt: a plain one (index 0)
+ * and, with a drafter, an MTP one (index 1). Each prefills in turn (its
+ * first token into out[i][0]); then they decode gen more tokens in turns of
+ * BENCH_TURN tokens, the order of the two flipping every turn, so that a
+ * machine whose speed drifts slows both alike and the speed-up compares
+ * the same minutes: on this project's shared 2-core VMs, where a step's
+ * time moves by 1.3x within minutes, whole sessions one after the other
+ * gave an MTP session's ratio anywhere from 1.36x to 1.85x, turns of 16-32
+ * tokens 1.60x and 1.64x. A turn ends with the step that reaches its
+ * tokens; a step is capped only by gen, as in a session on its own. The
+ * drafter's statistics are added to *sum and its longest round to *k_max
+ * (each may be NULL). Returns 0, or 1 after printing the error. */
+static int run_sessions(const nx_model *m, const nx_drafter *d, int draft, const int32_t *prompt, int n_prompt,
+                        long gen, int ctx, int32_t *const out[2], double prefill_s[2], double decode_s[2],
+                        nx_spec_stats *sum, int *k_max) {
+    const int n = d ? 2 : 1;
+    nx_spec *s[2] = {NULL, NULL};
+    long done[2] = {0, 0};
     char err[1024];
-    if (nx_spec_new(m, d, ctx, &so, &s, err, sizeof err)) return cli_fail("%s", err);
     int rc = 1;
-    double t0 = cli_now();
-    if (nx_spec_prefill(s, prompt, n_prompt, out, err, sizeof err)) goto fail;
-    double t1 = cli_now();
-    for (long n = 0; n < gen;) {
-        int got = 0;
-        if (nx_spec_step(s, (int)(gen - n), out + 1 + n, &got, err, sizeof err)) goto fail;
-        if (got < 1) {
-            snprintf(err, sizeof err, "bench: a decode step emitted no token");
-            goto fail;
-        }
-        n += got;
+    for (int i = 0; i < n; i++) {
+        nx_spec_opts so = {.draft = i ? draft : 0, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
+        if (nx_spec_new(m, i ? d : NULL, ctx, &so, &s[i], err, sizeof err)) goto fail;
+        const double t0 = cli_now();
+        if (nx_spec_prefill(s[i], prompt, n_prompt, out[i], err, sizeof err)) goto fail;
+        prefill_s[i] = cli_now() - t0;
+        decode_s[i] = 0;
     }
-    *prefill_s = t1 - t0;
-    *decode_s = cli_now() - t1;
-    if (k_max) *k_max = nx_spec_max_draft(s);
-    if (sum && d) {
-        const nx_spec_stats *st = nx_spec_get_stats(s);
+    for (int turn = 0; done[0] < gen || done[n - 1] < gen; turn++)
+        for (int k = 0; k < n; k++) {
+            const int i = turn % 2 ? n - 1 - k : k;
+            const double t0 = cli_now();
+            for (long start = done[i]; done[i] < gen && done[i] - start < BENCH_TURN;) {
+                int got = 0;
+                if (nx_spec_step(s[i], (int)(gen - done[i]), out[i] + 1 + done[i], &got, err, sizeof err)) goto fail;
+                if (got < 1) {
+                    snprintf(err, sizeof err, "bench: a decode step emitted no token");
+                    goto fail;
+                }
+                done[i] += got;
+            }
+            decode_s[i] += cli_now() - t0;
+        }
+    if (d && k_max) *k_max = nx_spec_max_draft(s[1]);
+    if (d && sum) {
+        const nx_spec_stats *st = nx_spec_get_stats(s[1]);
         sum->rounds += st->rounds;
         sum->drafted += st->drafted;
         sum->accepted += st->accepted;
@@ -241,7 +261,8 @@ static int run_session(const nx_model *m, const nx_drafter *d, int draft, const 
     rc = 0;
 fail:
     if (rc) cli_fail("%s", err);
-    nx_spec_free(s);
+    nx_spec_free(s[0]);
+    nx_spec_free(s[1]);
     return rc;
 }
 
@@ -353,18 +374,22 @@ static int measure_model(const nx_model *m, const bench_opts *o, bench_result *r
     /* Warm-up (not timed): pages the mapped weights in and wakes the threads,
      * as llama-bench's warm-up run does. */
     int warm = o->prompt < BENCH_WARMUP_TOKENS ? (int)o->prompt : BENCH_WARMUP_TOKENS;
-    double ps, ds;
-    if (run_session(m, NULL, 0, prompt, warm, 2, (int)ctx, plain_out, &ps, &ds, NULL, NULL) ||
-        (d && run_session(m, d, o->draft, prompt, warm, 2, (int)ctx, mtp_out, &ps, &ds, NULL, NULL)))
-        goto done;
+    int32_t *const outs[2] = {plain_out, mtp_out};
+    double ps[2], ds[2];
+    if (run_sessions(m, d, o->draft, prompt, warm, 2, (int)ctx, outs, ps, ds, NULL, NULL)) goto done;
 
     res->mtp_matches = 1;
     host_ticks h0, h1;
     for (int r = 0; r < o->repeat; r++) {
         host_ticks_read(&h0);
-        if (run_session(m, NULL, 0, prompt, (int)o->prompt, o->gen, (int)ctx, plain_out, &ps, &ds, NULL, NULL)) goto done;
-        res->prefill[r] = (double)o->prompt / ps;
-        res->decode[r] = (double)o->gen / ds;
+        if (run_sessions(m, d, o->draft, prompt, (int)o->prompt, o->gen, (int)ctx, outs, ps, ds, &res->st, &res->k_max))
+            goto done;
+        res->prefill[r] = (double)o->prompt / ps[0];
+        res->decode[r] = (double)o->gen / ds[0];
+        if (d) {
+            res->mtp[r] = (double)o->gen / ds[1];
+            res->mtp_matches &= memcmp(plain_out, mtp_out, (size_t)(1 + o->gen) * sizeof *mtp_out) == 0;
+        }
         char err[1024];
         bench_probe bw;
         if (bench_read_bandwidth(res->bw_bytes, res->threads, BENCH_PROBE_PASSES, res->force_scalar, &bw, err, sizeof err)) {
@@ -372,12 +397,6 @@ static int measure_model(const nx_model *m, const bench_opts *o, bench_result *r
             goto done;
         }
         res->bw_gbs[r] = bw.rate;
-        if (d) {
-            if (run_session(m, d, o->draft, prompt, (int)o->prompt, o->gen, (int)ctx, mtp_out, &ps, &ds, &res->st, &res->k_max))
-                goto done;
-            res->mtp[r] = (double)o->gen / ds;
-            res->mtp_matches &= memcmp(plain_out, mtp_out, (size_t)(1 + o->gen) * sizeof *mtp_out) == 0;
-        }
         host_ticks_read(&h1);
         res->steal_pct[r] = host_steal_pct(&h0, &h1);
     }
@@ -422,7 +441,7 @@ static bench_summary summarize(bench_result *r, const bench_opts *o, const nx_mo
     bench_summary s;
     int n = (int)o->repeat, has_mtp = r->mtp_skipped == NULL;
     s.prefill = range_of(r->prefill, n);
-    /* each MTP run against the plain run just before it, before range_of
+    /* each MTP session against the plain session it took turns with, before range_of
      * sorts the rates; each repeat's decode against the bandwidth probed
      * after it */
     double tmp[BENCH_MAX_REPEAT];
