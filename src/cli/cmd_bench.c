@@ -77,7 +77,7 @@ static const char *bench_help =
 #define BENCH_BW_BYTES_PER_THREAD ((size_t)16 << 20)
 #define BENCH_PROBE_PASSES 5
 #define BENCH_WARMUP_TOKENS 16
-#define BENCH_TURN 16                        /* tokens a session decodes before the other's turn */
+#define BENCH_TURN 16                        /* tokens between the marks of the sessions' turns */
 #define BENCH_MAX_REPEAT 100
 /* Above this share of stolen CPU time (median over the repeats, or over the
  * verify costs) the text report warns that the figures understate the
@@ -205,17 +205,19 @@ static double paired_median(const double *num, const double *den, int n, double 
 }
 
 /* One repeat's greedy sessions over the same prompt: a plain one (index 0)
- * and, with a drafter, an MTP one (index 1). Each prefills in turn (its
- * first token into out[i][0]); then they decode gen more tokens in turns of
- * BENCH_TURN tokens, the order of the two flipping every turn, so that a
- * machine whose speed drifts slows both alike and the speed-up compares
- * the same minutes: on this project's shared 2-core VMs, where a step's
- * time moves by 1.3x within minutes, whole sessions one after the other
- * gave an MTP session's ratio anywhere from 1.36x to 1.85x, turns of 16-32
- * tokens 1.60x and 1.64x. A turn ends with the step that reaches its
- * tokens; a step is capped only by gen, as in a session on its own. The
- * drafter's statistics are added to *sum and its longest round to *k_max
- * (each may be NULL). Returns 0, or 1 after printing the error. */
+ * and, with a drafter, an MTP one (index 1), both alive at once. Each
+ * prefills in turn (its first token into out[i][0]); then they decode gen
+ * more tokens in turns, turn k taking each session to (k + 1) * BENCH_TURN
+ * tokens (or gen), the order of the two flipping every turn (plain, MTP,
+ * MTP, plain, ...), so that a machine whose speed drifts slows both alike
+ * and the speed-up compares the same minutes: on this project's shared
+ * 2-core VMs, where a step's time moves by 1.3x within minutes, whole
+ * sessions one after the other gave an MTP session's ratio anywhere from
+ * 1.36x to 1.85x, turns of 16-32 tokens 1.60x and 1.64x. A turn ends with
+ * the step that reaches its mark; a step is capped only by gen, as in a
+ * session on its own. The drafter's statistics are added to *sum and its
+ * longest round to *k_max (each may be NULL). Returns 0, or 1 after
+ * printing the error. */
 static int run_sessions(const nx_model *m, const nx_drafter *d, int draft, const int32_t *prompt, int n_prompt,
                         long gen, int ctx, int32_t *const out[2], double prefill_s[2], double decode_s[2],
                         nx_spec_stats *sum, int *k_max) {
@@ -236,7 +238,8 @@ static int run_sessions(const nx_model *m, const nx_drafter *d, int draft, const
         for (int k = 0; k < n; k++) {
             const int i = turn % 2 ? n - 1 - k : k;
             const double t0 = cli_now();
-            for (long start = done[i]; done[i] < gen && done[i] - start < BENCH_TURN;) {
+            const long until = (turn + 1) * (long)BENCH_TURN < gen ? (turn + 1) * (long)BENCH_TURN : gen;
+            while (done[i] < until) {
                 int got = 0;
                 if (nx_spec_step(s[i], (int)(gen - done[i]), out[i] + 1 + done[i], &got, err, sizeof err)) goto fail;
                 if (got < 1) {

@@ -19,8 +19,9 @@ static float *normals(nx_test_rng *r, int64_t n, float sigma) {
 
 static void test_value_sum_twins_agree_bit_for_bit(void) {
     static const int64_t hds[] = {1, 7, 16, 33, 256};
-    /* runs of 64 positions: whole, one past, two; 60 and 62: a run ends inside a block of 4 or 9 tokens */
-    static const int64_t ctxs[] = {1, 2, 17, 100, 64, 65, 130, 60, 62};
+    /* runs of 64 positions: whole, one past, two; a run ending inside a block, past its first token (62: blocks
+     * of 4, 5 and 9; 63: of 3; 60: the second group of 4 tokens in a block of 9) */
+    static const int64_t ctxs[] = {1, 2, 17, 100, 64, 65, 130, 60, 62, 63};
     static const int Ts[] = {1, 2, 3, 4, 5, 9};   /* the 16-lane set takes up to 4 tokens at once */
     nx_test_rng r = {0xA77E11ULL};
     if (!kn_init(0)) fprintf(stderr, "  note: no AVX2 here; the twins are compared scalar with scalar\n");
