@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
     volatile unsigned sink = 0;
     for (int r = 0; r < reps; r++) {
         for (size_t i = 0; i < flush_n; i += 64) sink += flush[i];
-        const double t0 = bench_now();
+        const double t0 = nx_now_s();
         for (int l = 0; l < LAYERS; l++)
             for (int h = 0; h < NKV; h++) {
                 const kn_attn_block b = {.out = out, .ldo = HD, .ldo_t = G * HD, .q = q, .ldq = HD, .ldq_t = G * HD,
@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
                                          .n0 = ctx - T, .hd = HD, .scale = 0.0625f};
                 kn_attention(&b, scores);
             }
-        s[r] = bench_now() - t0;
+        s[r] = nx_now_s() - t0;
     }
     printf("kernels %s, ctx %lld, T %d: %.3f ms per step (6 layers x 2 KV heads, one thread, cold cache), median of %d\n",
            kn_impl_name(), (long long)ctx, T, bench_median(s, reps) * 1e3, reps);

@@ -97,9 +97,9 @@ int main(int argc, char **argv) {
     for (int k = 0; k < nts; k++) {
         const int T = ts[k];
         for (int rep = -1; rep < reps; rep++) {   /* rep -1: warm-up */
-            const double t0 = bench_now();
+            const double t0 = nx_now_s();
             for (int i = 0; i < nm; i++) mdl_linear(m, &sc, mats[i], x, T, y);
-            if (rep >= 0) s[rep] = bench_now() - t0;
+            if (rep >= 0) s[rep] = nx_now_s() - t0;
         }
         const double med = bench_median(s, reps);
         if (T == 1) base = med;   /* the ratio column needs T = 1 measured first */

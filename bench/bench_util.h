@@ -1,20 +1,13 @@
-/* bench_util.h — the clock and the median the benchmark programs share. */
+/* bench_util.h — the median and the kernel choice the benchmark programs share (the clock: base/clock.h). */
 #ifndef NX_BENCH_UTIL_H
 #define NX_BENCH_UTIL_H
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "model/model.h"
 #include "nextn.h"
-
-/* Monotonic seconds. */
-static inline double bench_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static inline int bench_cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

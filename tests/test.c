@@ -4,7 +4,6 @@
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 int nx_test_failures;
@@ -68,12 +67,6 @@ float nx_test_rng_normal(nx_test_rng *r, float sigma) {
     double u1 = ((double)(nx_test_rng_next(r) >> 11) + 1.0) * 0x1p-53;   /* away from 0 for the log */
     double u2 = (double)(nx_test_rng_next(r) >> 11) * 0x1p-53;
     return (float)(sigma * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
-double nx_test_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int nx_test_write_file(const char *path, const void *data, size_t n) {

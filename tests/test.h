@@ -74,9 +74,6 @@ uint64_t nx_test_rng_next(nx_test_rng *r);
 /* A draw from N(0, sigma^2) by Box-Muller. */
 float nx_test_rng_normal(nx_test_rng *r, float sigma);
 
-/* Seconds on the monotonic clock, for tests that bound how long work takes. */
-double nx_test_now(void);
-
 /* Reads a 2-D (or 1-D, as [1, n]) little-endian float32 .npy file; caller
  * frees. NULL on any error. A 3-D file returns its first axis folded into rows. */
 float *nx_test_read_npy(const char *path, long *rows, long *cols);

@@ -43,10 +43,10 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/err.h"
 
 #define POOL_MAX_THREADS 256
@@ -121,17 +121,15 @@ struct nx_pool {
     int64_t n, grain;
     thread_run *runs;             /* [n_threads]: each thread's unclaimed run  */
     spin_budget caller_spin;      /* the caller's (under run_lock)             */
-    /* until when (ms, CLOCK_MONOTONIC) every thread spins short */
+    /* until when (ms, nx_now_s's clock) every thread spins short */
     atomic_llong shared_until_ms;
 };
 
 static void spin_adapt(nx_pool *p, spin_budget *b) {
     if (++b->jobs % POOL_ADAPT_JOBS) return;
 #ifdef RUSAGE_THREAD
-    struct timespec ts;
     struct rusage ru;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return;
-    const double t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    const double t = nx_now_s();
     if (t - b->t < POOL_ADAPT_S || getrusage(RUSAGE_THREAD, &ru) != 0) return;
     if (b->t > 0 && !pthread_equal(b->owner, pthread_self())) b->t = 0;   /* another caller: a new count */
     b->owner = pthread_self();

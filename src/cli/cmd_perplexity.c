@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
 
@@ -25,12 +24,6 @@ static const char *perplexity_help =
     "  --ids IDS          token ids instead of a text (comma-separated)\n"
     "  --ctx N            window length in tokens (default 512, at least 2)\n"
     "  --json             one JSON object: perplexity, perplexity_se, nll_mean, tokens, windows, ctx, seconds\n";
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Adds the scores of window ids[0..n) (n >= 2) to *sum and *sum2 (the NLL
  * and its square over tokens). Returns 0, or 1 with the error printed. */
@@ -107,7 +100,7 @@ int cmd_perplexity(int argc, char **argv) {
         goto done;
     }
     if (!(m = cli_load_model(&mo))) goto done;
-    double sum = 0, sum2 = 0, t0 = now_s();
+    double sum = 0, sum2 = 0, t0 = cli_now();
     int windows = 0, scored = 0;
     for (int at = 0; at < n; at += (int)ctx) {
         int w = n - at < ctx ? n - at : (int)ctx;
@@ -115,7 +108,7 @@ int cmd_perplexity(int argc, char **argv) {
         if (score_window(m, ids + at, w, &sum, &sum2)) goto done;
         windows++, scored += w - 1;
     }
-    double secs = now_s() - t0, mean = sum / scored;
+    double secs = cli_now() - t0, mean = sum / scored;
     /* the standard error of the mean NLL, carried to the perplexity (delta method) */
     double var = scored > 1 ? (sum2 / scored - mean * mean) * scored / (scored - 1) : 0;
     double ppl = exp(mean), se = ppl * sqrt(var > 0 ? var / scored : 0);

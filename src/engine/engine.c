@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/pool.h"
 #include "engine/cache.h"
@@ -111,13 +112,6 @@ struct nx_engine {
     char msgs[ENG_MAX_ROWS][512];
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-
 /* ---- requests: ownership and output --------------------------------------- */
 
 static void request_destroy(nx_request *r) {
@@ -160,7 +154,7 @@ static int request_push(nx_request *r, const int32_t *ids, const nx_token_logpro
         if (r->so.logprobs) memcpy(r->lp + r->n_out, lp, (size_t)n * sizeof *lp);
         r->n_out += n;
         r->info.completion_tokens = r->n_out;
-        if (r->info.ttft_s == 0 && n) r->info.ttft_s = now_s() - r->t_submit;
+        if (r->info.ttft_s == 0 && n) r->info.ttft_s = nx_now_s() - r->t_submit;
         pthread_cond_broadcast(&r->cv);
         if (r->notify) r->notify(r->notify_ctx);
     }
@@ -172,7 +166,7 @@ static void request_finish(nx_request *r, nx_finish f, const char *error) {
     pthread_mutex_lock(&r->mu);
     if (r->finish == NX_FINISH_NONE) {
         r->finish = f;
-        r->info.total_s = now_s() - r->t_submit;
+        r->info.total_s = nx_now_s() - r->t_submit;
         if (r->info.ttft_s == 0) r->info.ttft_s = r->info.total_s;
         if (error) snprintf(r->info.error, sizeof r->info.error, "%s", error);
     }
@@ -303,7 +297,7 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
     r->owners = 2;
     r->notify = o->notify;
     r->notify_ctx = o->notify_ctx;
-    r->t_submit = now_s();
+    r->t_submit = nx_now_s();
     r->info.prompt_tokens = o->n_prompt;
     pthread_mutex_init(&r->mu, NULL);
     /* timed waits on the monotonic clock: a wall-clock step cannot stall them */
@@ -510,11 +504,11 @@ static void rows_decode(nx_engine *e, nx_request **rows, int n) {
         /* one token at most: a round without drafts */
         max_emit[i] = !drafting || room < 1 ? 1 : room;
     }
-    double t0 = now_s();
+    double t0 = nx_now_s();
     nx_spec_step_batch(e->batch, ss, n, max_emit, &e->emitted[0][0], e->n_emitted, e->status, &e->msgs[0][0], sizeof e->msgs[0]);
     int tokens = 0;
     for (int i = 0; i < n; i++) tokens += e->status[i] ? 0 : e->n_emitted[i];
-    observe_drafting(e, n, drafting, tokens, now_s() - t0);
+    observe_drafting(e, n, drafting, tokens, nx_now_s() - t0);
     for (int i = 0; i < n; i++) {
         nx_request *r = rows[i];
         if (e->status[i] == NX_ERANGE) request_finish(r, NX_FINISH_LENGTH, NULL); /* the context is full */
@@ -621,7 +615,7 @@ static void *engine_main(void *arg) {
             r->next = NULL;
             r->phase = RQ_PREFILL;
             pthread_mutex_lock(&r->mu);
-            r->info.queue_s = now_s() - r->t_submit;
+            r->info.queue_s = nx_now_s() - r->t_submit;
             pthread_mutex_unlock(&r->mu);
             e->rows[i] = r;
         }
@@ -645,9 +639,9 @@ static void *engine_main(void *arg) {
             else if (r->phase == RQ_PREFILL) row_prefill(e, r);
             else if (r->phase == RQ_DECODE) dec[decoded++] = r;
         }
-        double t0 = now_s();
+        double t0 = nx_now_s();
         if (decoded) rows_decode(e, dec, decoded);
-        double dt = now_s() - t0;
+        double dt = nx_now_s() - t0;
 
         pthread_mutex_lock(&e->mu);
         if (decoded) {

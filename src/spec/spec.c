@@ -27,18 +27,12 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "sample/sample.h"
 #include "spec/spec.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- errors and state checks -------------------------------------------- */
 
@@ -350,12 +344,12 @@ nx_status nx_spec_prefill(nx_spec *s, const int32_t *prompt, int n, int32_t *fir
     if (n < 1) return nx_fail(err, errlen, NX_EINVAL, "prefill: empty prompt");
     if (n + 1 > s->max_ctx)
         return nx_fail(err, errlen, NX_ERANGE, "prefill: %d prompt tokens leave no room in a context of %d", n, s->max_ctx);
-    double t0 = now_s();
+    double t0 = nx_now_s();
     memcpy(s->hist, prompt, (size_t)n * sizeof *s->hist);
     s->n = 0;
     nx_status st = feed(s, n, -1, first, err, errlen);
     if (st) return st;
-    s->stats.prefill_s += now_s() - t0;
+    s->stats.prefill_s += nx_now_s() - t0;
     s->state = SPEC_READY;
     assert(spec_invariants(s));
     return NX_OK;
@@ -373,12 +367,12 @@ static nx_status extend(nx_spec *s, const char *call, const int32_t *tokens, int
                        s->n + 1);
     nx_status st = check_tokens(s, call, tokens, n, err, errlen);
     if (st) return st;
-    double t0 = now_s();
+    double t0 = nx_now_s();
     if (s->d) flush_deferred(s);
     if (n) memcpy(s->hist + s->n + 1, tokens, (size_t)n * sizeof *tokens); /* after the pending token */
     st = next_known ? feed(s, n, tokens[n - 1], NULL, err, errlen) : feed(s, n + 1, -1, first, err, errlen);
     if (st) return st;
-    s->stats.prefill_s += now_s() - t0;
+    s->stats.prefill_s += nx_now_s() - t0;
     assert(spec_invariants(s));
     return NX_OK;
 }
@@ -395,12 +389,12 @@ nx_status nx_spec_absorb(nx_spec *s, const int32_t *tokens, int n, char *err, si
         return nx_fail(err, errlen, NX_ERANGE, "absorb: %d tokens leave no room in a context of %d", n, s->max_ctx);
     nx_status st = check_tokens(s, "absorb", tokens, n, err, errlen);
     if (st) return st;
-    double t0 = now_s();
+    double t0 = nx_now_s();
     memcpy(s->hist, tokens, (size_t)n * sizeof *s->hist);
     s->n = 0;
     st = feed(s, n - 1, tokens[n - 1], NULL, err, errlen);
     if (st) return st;
-    s->stats.prefill_s += now_s() - t0;
+    s->stats.prefill_s += nx_now_s() - t0;
     s->state = SPEC_READY;
     assert(spec_invariants(s));
     return NX_OK;
@@ -425,7 +419,7 @@ static void draft_start(nx_spec *s, int k) {
 
 static void draft_done(nx_spec *s, double t0) {
     s->state = SPEC_DRAFTED;
-    s->stats.draft_s += now_s() - t0;
+    s->stats.draft_s += nx_now_s() - t0;
 }
 
 nx_status nx_spec_draft(nx_spec *s, int k, int32_t *drafts, int *n_drafts, char *err, size_t errlen) {
@@ -435,7 +429,7 @@ nx_status nx_spec_draft(nx_spec *s, int k, int32_t *drafts, int *n_drafts, char 
     if (k <= 0) return NX_OK;
     if (!s->d) return nx_fail(err, errlen, NX_ESTATE, "draft: this session has no drafter");
     if ((k = draft_len(s, k)) == 0) return NX_OK;
-    double t0 = now_s();
+    double t0 = nx_now_s();
     draft_start(s, k);
     /* recursive steps: the head's own output m feeds the next entry (spec §5.4);
      * these entries are provisional and dropped at commit */
@@ -536,7 +530,7 @@ static void verify_decide(nx_spec *s, float *vlogits) {
 nx_status nx_spec_verify(nx_spec *s, char *err, size_t errlen) {
     nx_status st = verify_begin(s, err, errlen);
     if (st) return st;
-    double t0 = now_s();
+    double t0 = nx_now_s();
     int K = s->k;
     int32_t *block = s->hist + s->n; /* [b, d_1, ..., d_K] */
     nx_forward_out fo = {.logits = s->vlogits, .all_rows = 1};
@@ -547,7 +541,7 @@ nx_status nx_spec_verify(nx_spec *s, char *err, size_t errlen) {
            : nx_forward(s->m, s->target, block, 1, &fo, msg, sizeof msg);
     if (st) return fail_sticky(s, st, msg, err, errlen);
     verify_decide(s, s->vlogits);
-    s->stats.verify_s += now_s() - t0;
+    s->stats.verify_s += nx_now_s() - t0;
     return NX_OK;
 }
 
@@ -557,7 +551,7 @@ static nx_status commit(nx_spec *s, int32_t *emitted, int *n_emitted, int head_l
     *n_emitted = 0;
     lp_clear(s);   /* verify_decide's entries stay in s->lp; counted once the commit succeeds */
     if (s->state != SPEC_VERIFIED) return wrong_state(s, "commit", err, errlen);
-    double t0 = now_s();
+    double t0 = nx_now_s();
     int a = s->accepted, K = s->k;
     char msg[512];
     nx_status st = K ? mdl_rollback_to(s->target, a + 1, msg, sizeof msg) : NX_OK;
@@ -577,7 +571,7 @@ static nx_status commit(nx_spec *s, int32_t *emitted, int *n_emitted, int head_l
     s->n += a + 1;
     s->stats.emitted += a + 1;
     s->state = SPEC_READY;
-    s->stats.commit_s += now_s() - t0;
+    s->stats.commit_s += nx_now_s() - t0;
     assert(spec_invariants(s));
     return NX_OK;
 }
@@ -614,11 +608,11 @@ nx_status nx_spec_step(nx_spec *s, int max_emit, int32_t *emitted, int *n_emitte
     int k = round_k(s, max_emit);
     int32_t drafts[NX_SPEC_MAX_DRAFT];
     int nd;
-    double t0 = now_s();
+    double t0 = nx_now_s();
     nx_status st = nx_spec_draft(s, k, drafts, &nd, err, errlen);
     if (!st) st = nx_spec_verify(s, err, errlen);
     if (!st) st = nx_spec_commit(s, emitted, n_emitted, err, errlen);
-    if (!st && s->auto_k) spec_auto_observe(&s->au, nd, s->accepted, now_s() - t0);
+    if (!st && s->auto_k) spec_auto_observe(&s->au, nd, s->accepted, nx_now_s() - t0);
     return st;
 }
 
@@ -741,11 +735,11 @@ static void verify_group(nx_spec_batch *b, nx_spec *const *ss, const int *idx, i
         if (s->d) mixed |= prenorm >= 0 && p != prenorm, prenorm = p;
     }
     char fmsg[512];
-    double t0 = now_s();
+    double t0 = nx_now_s();
     /* one forward gives one kind of hidden row: every drafter must read it */
     nx_status fst = mixed ? nx_fail(fmsg, sizeof fmsg, NX_EINVAL, "batch: the sessions' drafters read different hidden rows")
                           : mdl_forward_batch(b->m, items, n, b->logits, b->hidden, prenorm > 0, fmsg, sizeof fmsg);
-    double dt = now_s() - t0;
+    double dt = nx_now_s() - t0;
     int64_t V = b->m->cfg.vocab_size, H = b->m->cfg.hidden_size, row = 0;
     for (int i = 0; i < n; i++) {
         nx_spec *s = ss[idx[i]];
@@ -768,7 +762,7 @@ nx_status nx_spec_step_batch(nx_spec_batch *b, nx_spec *const *ss, int n, const 
     int nd = 0;
     if (n > 64) return NX_EINVAL; /* the round's lists below hold 64 */
     /* 1. draft: each session its own length; the recursive steps together */
-    double t0 = now_s();
+    double t0 = nx_now_s();
     for (int i = 0; i < n; i++) {
         nx_spec *s = ss[i];
         char *msg = msgs + (size_t)i * msglen;
@@ -806,7 +800,7 @@ nx_status nx_spec_step_batch(nx_spec_batch *b, nx_spec *const *ss, int n, const 
     if (ng) verify_group(b, ss, idx, ng, st, msgs, msglen);
 
     /* 3. commit each, then the next round's first drafts in one head pass */
-    double dt = now_s() - t0;
+    double dt = nx_now_s() - t0;
     nx_spec *scored[64];
     int nsc = 0, total_rows = 0;
     for (int i = 0; i < n; i++) total_rows += !st[i] && ss[i]->state == SPEC_VERIFIED ? ss[i]->k + 1 : 0;
