@@ -53,7 +53,11 @@ static float definition(const float *w, int64_t cols, const int8_t *xq, float d,
 }
 
 static void scores_equal_the_definition_in_every_kernel_set(void) {
-    static const int64_t shapes[][2] = {{1, 64}, {3, 128}, {4, 192}, {5, 960}, {13, 1088}, {7, 8192}, {9, 64 * 130}};
+    /* rows past 8 and 16: the AVX-512 blocks of 8 rows and their tails, at
+     * every width that kernel names (1024 .. 5120 columns) and others */
+    static const int64_t shapes[][2] = {{1, 64},   {3, 128},    {4, 192},   {5, 960},   {13, 1088},
+                                        {7, 8192}, {9, 64 * 130}, {21, 1024}, {18, 2048}, {17, 2560},
+                                        {16, 3072}, {10, 4096}, {11, 5120}, {19, 640}};
     static const kn_isa sets[] = {KN_ISA_SCALAR, KN_ISA_AVX2, KN_ISA_AVX512VNNI};
     int tried = 0;
     for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
