@@ -3,6 +3,7 @@
 
 #include <assert.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kernels/act.h"
 #include "kernels/avx2.h"
@@ -97,8 +98,15 @@ KN_VNNI_INLINE float hsum_halves_avx512(__m512 acc01, __m512 acc23) {
     return _mm_cvtss_f32(kn_hsum_avx2(acc, 4));
 }
 
-KN_VNNI void kn_gated_delta_step_avx512(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
-                                        float alpha, float beta, float *o, int dk, int dv) {
+/* A row's 16 new values: past the caches (a non-temporal store; out
+ * 64-byte aligned) or as usual. */
+KN_VNNI_INLINE void store16_avx512(float *out, __m512 v, int stream) {
+    if (stream) _mm512_stream_ps(out, v);
+    else _mm512_storeu_ps(out, v);
+}
+
+KN_VNNI_INLINE void delta_step_avx512(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
+                                      float alpha, float beta, float *o, int dk, int dv, int stream) {
     if (dk % 32) {
         kn_gated_delta_step_rows(S_out, S_in, q, k, v, alpha, beta, o, dk, dv);
         return;
@@ -124,8 +132,8 @@ KN_VNNI void kn_gated_delta_step_avx512(float *S_out, const float *S_in, const f
             for (int j = 0; j < 8; j += 2) {
                 const __m512 n0 = _mm512_fmadd_ps(dlt, kv[j], _mm512_mul_ps(av, r[j]));
                 const __m512 n1 = _mm512_fmadd_ps(dlt, kv[j + 1], _mm512_mul_ps(av, r[j + 1]));
-                _mm512_storeu_ps(out + 16 * j, n0);
-                _mm512_storeu_ps(out + 16 * j + 16, n1);
+                store16_avx512(out + 16 * j, n0, stream);
+                store16_avx512(out + 16 * j + 16, n1, stream);
                 a01 = _mm512_fmadd_ps(n0, qv[j], a01);
                 a23 = _mm512_fmadd_ps(n1, qv[j + 1], a23);
             }
@@ -149,12 +157,29 @@ KN_VNNI void kn_gated_delta_step_avx512(float *S_out, const float *S_in, const f
             const __m512 n0 = _mm512_fmadd_ps(dlt, _mm512_loadu_ps(k + j), _mm512_mul_ps(av, _mm512_loadu_ps(row + j)));
             const __m512 n1 =
                 _mm512_fmadd_ps(dlt, _mm512_loadu_ps(k + j + 16), _mm512_mul_ps(av, _mm512_loadu_ps(row + j + 16)));
-            _mm512_storeu_ps(out + j, n0);
-            _mm512_storeu_ps(out + j + 16, n1);
+            store16_avx512(out + j, n0, stream);
+            store16_avx512(out + j + 16, n1, stream);
             a01 = _mm512_fmadd_ps(n0, _mm512_loadu_ps(q + j), a01);
             a23 = _mm512_fmadd_ps(n1, _mm512_loadu_ps(q + j + 16), a23);
         }
         o[i] = hsum_halves_avx512(a01, a23);
     }
 }
+
+KN_VNNI void kn_gated_delta_step_avx512(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
+                                        float alpha, float beta, float *o, int dk, int dv) {
+    delta_step_avx512(S_out, S_in, q, k, v, alpha, beta, o, dk, dv, 0);
+}
+
+/* The stores stream only where every row starts on a cache line (S_out
+ * aligned, dk a multiple of 16: always for the dk % 32 == 0 rows here). */
+KN_VNNI void kn_gated_delta_step_stream_avx512(float *S_out, const float *S_in, const float *q, const float *k,
+                                               const float *v, float alpha, float beta, float *o, int dk, int dv) {
+    if ((uintptr_t)S_out % 64 == 0) delta_step_avx512(S_out, S_in, q, k, v, alpha, beta, o, dk, dv, 1);
+    else delta_step_avx512(S_out, S_in, q, k, v, alpha, beta, o, dk, dv, 0);
+}
+
+void kn_store_fence(void) { _mm_sfence(); }
+#else
+void kn_store_fence(void) {}
 #endif

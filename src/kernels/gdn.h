@@ -35,6 +35,15 @@ void kn_conv_silu(float *out, const float *const rows[], int64_t ld, int T, cons
  * rollback's replay passes k as q and discards o; tests/kernels/test_gdn.c). */
 void kn_gated_delta_step(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                          float beta, float *o, int dk, int dv);
+/* The same step for an S_out nobody reads soon (a verify's state after its
+ * block: the next forward reads it from DRAM anyway): where the set can, S_out
+ * is written past the caches with non-temporal stores, which skip reading
+ * each line first; the same bits either way. Call kn_store_fence before
+ * another thread may read S_out. */
+void kn_gated_delta_step_stream(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
+                                float alpha, float beta, float *o, int dk, int dv);
+/* Orders the non-temporal stores above before any later store (sfence). */
+void kn_store_fence(void);
 
 /* The twins behind kn_conv_silu (the same C compiled for the baseline and
  * for AVX2; no FMA contraction, so the same bits). */
@@ -53,6 +62,8 @@ void kn_gated_delta_step_rows(float *S_out, const float *S_in, const float *q, c
 #if defined(__x86_64__) || defined(__i386__)
 void kn_gated_delta_step_avx512(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
                                 float alpha, float beta, float *o, int dk, int dv);
+void kn_gated_delta_step_stream_avx512(float *S_out, const float *S_in, const float *q, const float *k,
+                                       const float *v, float alpha, float beta, float *o, int dk, int dv);
 #endif
 
 #endif

@@ -822,6 +822,8 @@ typedef struct {
     int64_t (*top_k_collect)(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey);
     void (*gated_delta_step)(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                              float beta, float *o, int dk, int dv);
+    void (*gated_delta_step_stream)(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
+                                    float alpha, float beta, float *o, int dk, int dv);
     void (*conv_silu)(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
                       int64_t c1);
 } kn_impl;
@@ -837,7 +839,8 @@ static const kn_impl kn_impl_scalar = {
     .affine_quantize_row = kn_affine_quantize_row_ref,
     .affine_row_f32 = kn_affine_row_f32_ref, .fp_row_f32 = kn_fp_row_f32_ref, .sketch_scores = kn_sketch_scores_ref,
     .top_k_collect = kn_top_k_collect_ref,
-    .gated_delta_step = kn_gated_delta_step_rows, .conv_silu = kn_conv_silu_ref};
+    .gated_delta_step = kn_gated_delta_step_rows, .gated_delta_step_stream = kn_gated_delta_step_rows,
+    .conv_silu = kn_conv_silu_ref};
 #if KN_HAVE_X86
 static const kn_impl kn_impl_avx2 = {
     .name = "avx2", .matmul_rows = matmul_rows_avx2, .matmul_rows_stream_f32 = matmul_rows_stream_f32_avx2,
@@ -850,7 +853,8 @@ static const kn_impl kn_impl_avx2 = {
     .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,
     .top_k_collect = kn_top_k_collect_ref,
-    .gated_delta_step = kn_gated_delta_step_rows, .conv_silu = kn_conv_silu_avx2};
+    .gated_delta_step = kn_gated_delta_step_rows, .gated_delta_step_stream = kn_gated_delta_step_rows,
+    .conv_silu = kn_conv_silu_avx2};
 /* The AVX2 set with the int8 product and the sketch scores on vpdpbusd
  * (quant_qx.inc, sketch.c), and the dense row-by-row products, the gated
  * delta step and the attention value sums on 16-lane vectors. */
@@ -866,7 +870,8 @@ static const kn_impl kn_impl_avx512vnni = {
     .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2,
     .sketch_scores = kn_sketch_scores_avx512vnni,
     .top_k_collect = kn_top_k_collect_avx512vnni,
-    .gated_delta_step = kn_gated_delta_step_avx512, .conv_silu = kn_conv_silu_avx2};
+    .gated_delta_step = kn_gated_delta_step_avx512, .gated_delta_step_stream = kn_gated_delta_step_stream_avx512,
+    .conv_silu = kn_conv_silu_avx2};
 #endif
 
 static _Atomic(const kn_impl *) kn_active = &kn_impl_scalar;
@@ -1001,6 +1006,11 @@ void kn_mat_prefetch_row(const kn_mat *w, int64_t r) {
 void kn_gated_delta_step(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                          float beta, float *o, int dk, int dv) {
     active()->gated_delta_step(S_out, S_in, q, k, v, alpha, beta, o, dk, dv);
+}
+
+void kn_gated_delta_step_stream(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
+                                float alpha, float beta, float *o, int dk, int dv) {
+    active()->gated_delta_step_stream(S_out, S_in, q, k, v, alpha, beta, o, dk, dv);
 }
 
 void kn_conv_silu(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,

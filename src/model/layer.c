@@ -379,13 +379,21 @@ static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
     int64_t CD = cfg_conv_dim(c), KD = cfg_key_dim(c), VD = cfg_value_dim(c), head = (int64_t)Dv * Dk;
     int64_t RW = mdl_replay_row(c);
     float eps = (float)c->rms_norm_eps;
+    int streamed = 0;
     for (int64_t ij = j0; ij < j1; ij++) {
         const mdl_seg *sg = &g->segs[ij / Hv];
         int64_t jh = ij % Hv;
-        /* a verify's token 0 reads the state before the block and writes
-         * recurrent_out, where the later tokens advance it in place */
+        /* a verify keeps the state before the block: its token 0 reads that
+         * and writes the thread's scratch head, the later tokens advance the
+         * scratch, and the last writes recurrent_out past the caches, so its
+         * lines are not read first (a plain step's traffic: the state read
+         * once and written once). Against every token on recurrent_out (18
+         * MB a verify read for ownership at the 0.8B shape): MTP sessions at
+         * K = 3 on the q4 fixture, both ways in turn in one process, verify
+         * 0.975-0.979x the time, tokens a second 1.016-1.022x (q8: level) */
         const float *S_before = sg->recurrent + jh * head;
-        float *S = (sg->recurrent_out ? sg->recurrent_out : sg->recurrent) + jh * head;
+        const int record = sg->recurrent_out != NULL;
+        float *S = record ? sc->gdn_head + (int64_t)tid * head : sg->recurrent + jh * head;
         int64_t kh = jh / r; /* value head j reads key head j // r (HF grouped order) */
         for (int i = 0; i < sg->T; i++) {
             int t = sg->row0 + i;
@@ -398,11 +406,18 @@ static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
                 gates[jh] = alpha;
                 gates[Hv + jh] = beta;
             }
-            kn_gated_delta_step(S, i == 0 ? S_before : S, row + kh * Dk, row + KD + kh * Dk, row + 2 * KD + jh * Dv, alpha,
-                                beta, o, Dk, Dv);
+            const float *S_in = i == 0 ? S_before : S;
+            const float *q = row + kh * Dk, *k = row + KD + kh * Dk, *v = row + 2 * KD + jh * Dv;
+            if (record && i == sg->T - 1) {
+                kn_gated_delta_step_stream(sg->recurrent_out + jh * head, S_in, q, k, v, alpha, beta, o, Dk, Dv);
+                streamed = 1;
+            } else {
+                kn_gated_delta_step(S, S_in, q, k, v, alpha, beta, o, Dk, Dv);
+            }
             kn_rmsnorm_gated(o, o, sc->zbuf + t * VD + jh * Dv, L->gnorm, Dv, eps);
         }
     }
+    if (streamed) kn_store_fence();
 }
 
 int64_t mdl_replay_row(const cfg_model *c) { return cfg_key_dim(c) + cfg_value_dim(c) + 2 * (int64_t)c->linear_v_heads; }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "kernels/gdn.h"
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
@@ -153,11 +154,15 @@ static void test_gated_delta_simd_sets_agree_bit_for_bit(void) {
     kn_init(0);
 }
 
-/* The new state never reads q (only o does): a rollback's replay passes k
- * for q and must get the verify's state bits. Every set this CPU runs, each
- * path of the AVX-512 step (dk = 128, other multiples of 32, the rest). */
-static void test_gated_delta_state_does_not_read_q(void) {
-    static const int dims[][2] = {{128, 128}, {64, 96}, {33, 17}};
+/* Two ways to the same bits, on every set this CPU runs and every path of
+ * the AVX-512 step (dk = 128, other multiples of 32, the rest):
+ * - the new state never reads q (only o does): a rollback's replay passes k
+ *   for q and must get the verify's state bits;
+ * - the streaming step (a verify's last token: non-temporal stores where the
+ *   set has them) writes the step's S and o, to an aligned out and to one
+ *   that is not (plain stores there). */
+static void test_gated_delta_state_ignores_q_and_the_stores(void) {
+    static const int dims[][2] = {{128, 128}, {128, 7}, {64, 96}, {32, 3}, {33, 17}};
     nx_test_rng r = {0x9A7E5ULL};
     int sets = 0;
     for (int isa = KN_ISA_SCALAR; isa <= KN_ISA_BEST; isa++) {
@@ -165,15 +170,24 @@ static void test_gated_delta_state_does_not_read_q(void) {
         sets++;
         for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
             const int dk = dims[di][0], dv = dims[di][1];
-            const size_t bytes = (size_t)dk * (size_t)dv * sizeof(float);
+            const size_t bytes = (size_t)dk * (size_t)dv * sizeof(float), obytes = (size_t)dv * sizeof(float);
             float *S0 = normals(&r, (int64_t)dk * dv, 0.3f), *Sq = malloc(bytes), *Sk = malloc(bytes);
             float *q = normals(&r, dk, 0.1f), *k = normals(&r, dk, 0.1f), *v = normals(&r, dv, 1.0f);
-            float *o = malloc((size_t)dv * sizeof *o);
+            float *o = malloc(obytes), *o_want = malloc(obytes), *mem = nx_alloc_aligned(bytes + 64);
             memcpy(Sq, S0, bytes), memcpy(Sk, S0, bytes);
-            kn_gated_delta_step(Sq, Sq, q, k, v, 0.8f, 0.4f, o, dk, dv);
+            kn_gated_delta_step(Sq, Sq, q, k, v, 0.8f, 0.4f, o_want, dk, dv);
             kn_gated_delta_step(Sk, Sk, k, k, v, 0.8f, 0.4f, o, dk, dv);
             CHECKF(memcmp(Sq, Sk, bytes) == 0, "%s dk=%d dv=%d: the state depends on q", kn_impl_name(), dk, dv);
-            free(S0), free(Sq), free(Sk), free(q), free(k), free(v), free(o);
+            for (int shift = 0; shift < 2; shift++) {   /* out aligned, then one float off */
+                float *out = mem + shift;
+                memset(out, 0xff, bytes), memset(o, 0xff, obytes);
+                kn_gated_delta_step_stream(out, S0, q, k, v, 0.8f, 0.4f, o, dk, dv);
+                kn_store_fence();
+                CHECKF(memcmp(out, Sq, bytes) == 0 && memcmp(o, o_want, obytes) == 0,
+                       "%s dk=%d dv=%d shift %d: the streamed step differs", kn_impl_name(), dk, dv, shift);
+            }
+            free(S0), free(Sq), free(Sk), free(q), free(k), free(v), free(o), free(o_want);
+            nx_free_aligned(mem);
         }
     }
     CHECK(sets >= 1);
@@ -220,8 +234,9 @@ static const nx_test tests[] = {
     {"gated_delta_simd_sets_agree_bit_for_bit",
      "avx512vnni step == avx2 step bit for bit (S and o), in and out of place, dk 128 / other multiples of 32 / rest",
      test_gated_delta_simd_sets_agree_bit_for_bit},
-    {"gated_delta_state_does_not_read_q", "the new state's bits are the same with q = k, every kernel set and path",
-     test_gated_delta_state_does_not_read_q},
+    {"gated_delta_state_ignores_q_and_the_stores",
+     "the same state bits with q = k, and from the streaming step (S and o, aligned out or not); every set and path",
+     test_gated_delta_state_ignores_q_and_the_stores},
     {"gated_rmsnorm_follows_the_formula", "x rsqrt(mean x^2 + eps) w silu(z), in place too, past 256 elements",
      test_gated_rmsnorm_follows_the_formula},
 };
