@@ -35,13 +35,27 @@ void kn_conv_silu(float *out, const float *const rows[], int64_t ld, int T, cons
  * rollback's replay passes k as q and discards o; tests/kernels/test_gdn.c). */
 void kn_gated_delta_step(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                          float beta, float *o, int dk, int dv);
-/* The same step for an S_out nobody reads soon (a verify's state after its
- * block: the next forward reads it from DRAM anyway): where the set can, S_out
- * is written past the caches with non-temporal stores, which skip reading
- * each line first; the same bits either way. Call kn_store_fence before
- * another thread may read S_out. */
-void kn_gated_delta_step_stream(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
-                                float alpha, float beta, float *o, int dk, int dv);
+/* The tokens of kn_gated_delta_steps: token t's q, k and v start t * ld
+ * floats after the first's, its output t * ldo after o (ldo 0: every token
+ * writes the same o), its gates are alpha[t] and beta[t]. */
+typedef struct {
+    int T;
+    const float *q, *k, *v;
+    int64_t ld;
+    const float *alpha, *beta;
+    float *o;
+    int64_t ldo;
+} kn_delta_tokens;
+
+/* T steps in order, the same bits as T kn_gated_delta_step calls (the first
+ * from S_in to S_out, the rest in place on S_out), taking the state a part
+ * at a time through every token: S_in read once and S_out written once,
+ * where T calls pass over the whole state T times. stream: S_out is
+ * nobody's to read soon (a verify's state after its block, which the next
+ * forward reads from DRAM anyway), so where the set can it is written past
+ * the caches with non-temporal stores that skip reading each line first
+ * (the same bits); call kn_store_fence before another thread reads it. */
+void kn_gated_delta_steps(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream);
 /* Orders the non-temporal stores above before any later store (sfence). */
 void kn_store_fence(void);
 
@@ -54,16 +68,17 @@ void kn_conv_silu_avx2(float *out, const float *const rows[], int64_t ld, int T,
                        int64_t c1);
 #endif
 
-/* The twins behind kn_gated_delta_step (matmul.c's kn_select picks one set):
- * row by row through kn_dot_f32 and kn_scale_axpy_dot_f32 (the scalar and
- * AVX2 sets), and the same bits as the AVX2 set on 16-lane vectors. */
+/* The twins behind kn_gated_delta_step and kn_gated_delta_steps
+ * (matmul.c's kn_select picks one set): row by row through kn_dot_f32 and
+ * kn_scale_axpy_dot_f32 (the scalar and AVX2 sets), and the same bits as
+ * the AVX2 set on 16-lane vectors. */
 void kn_gated_delta_step_rows(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                               float beta, float *o, int dk, int dv);
+void kn_gated_delta_steps_rows(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream);
 #if defined(__x86_64__) || defined(__i386__)
 void kn_gated_delta_step_avx512(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
                                 float alpha, float beta, float *o, int dk, int dv);
-void kn_gated_delta_step_stream_avx512(float *S_out, const float *S_in, const float *q, const float *k,
-                                       const float *v, float alpha, float beta, float *o, int dk, int dv);
+void kn_gated_delta_steps_avx512(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream);
 #endif
 
 #endif

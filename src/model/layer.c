@@ -368,9 +368,17 @@ static void conv_channels(void *ctx, int64_t c0, int64_t c1, int tid) {
 }
 
 /* One index per (segment, value head): that head's recurrence over the
- * segment's tokens in order, then the gated RMSNorm of each output. Heads and
- * sequences are independent. */
+ * segment's tokens in order (kn_gated_delta_steps: the state read once and
+ * written once), then the gated RMSNorm of each output. Heads and
+ * sequences are independent. A verify keeps the state from before its block
+ * (recurrent) and writes the state after it to recurrent_out, past the
+ * caches: its lines are not read for ownership first, so the verify moves a
+ * plain step's state bytes (read once, written once). Against writing it
+ * through the caches (18 MB a verify at the 0.8B shape): MTP sessions at K =
+ * 3 on the q4 fixture, both ways in turn in one process, verify 0.975-0.979x
+ * the time, tokens a second 1.016-1.022x (q8: level). */
 static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
+    (void)tid;
     const gdn_job *g = ctx;
     const cfg_model *c = &g->m->cfg;
     const mdl_layer *L = g->L;
@@ -383,39 +391,29 @@ static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
     for (int64_t ij = j0; ij < j1; ij++) {
         const mdl_seg *sg = &g->segs[ij / Hv];
         int64_t jh = ij % Hv;
-        /* a verify keeps the state before the block: its token 0 reads that
-         * and writes the thread's scratch head, the later tokens advance the
-         * scratch, and the last writes recurrent_out past the caches, so its
-         * lines are not read first (a plain step's traffic: the state read
-         * once and written once). Against every token on recurrent_out (18
-         * MB a verify read for ownership at the 0.8B shape): MTP sessions at
-         * K = 3 on the q4 fixture, both ways in turn in one process, verify
-         * 0.975-0.979x the time, tokens a second 1.016-1.022x (q8: level) */
-        const float *S_before = sg->recurrent + jh * head;
-        const int record = sg->recurrent_out != NULL;
-        float *S = record ? sc->gdn_head + (int64_t)tid * head : sg->recurrent + jh * head;
         int64_t kh = jh / r; /* value head j reads key head j // r (HF grouped order) */
+        assert(sg->T <= MDL_CHUNK);
+        float alpha[MDL_CHUNK], beta[MDL_CHUNK];
         for (int i = 0; i < sg->T; i++) {
             int t = sg->row0 + i;
-            const float *row = sc->conv_out + t * CD;
-            float beta = kn_sigmoid(sc->bbuf[t * Hv + jh]);
-            float alpha = expf(L->neg_exp_a[jh] * kn_softplus(sc->abuf[t * Hv + jh] + L->dt_bias[jh]));
-            float *o = sc->mix + t * VD + jh * Dv;
+            beta[i] = kn_sigmoid(sc->bbuf[t * Hv + jh]);
+            alpha[i] = expf(L->neg_exp_a[jh] * kn_softplus(sc->abuf[t * Hv + jh] + L->dt_bias[jh]));
             if (sg->replay) {
                 float *gates = sg->replay + i * RW + KD + VD;
-                gates[jh] = alpha;
-                gates[Hv + jh] = beta;
+                gates[jh] = alpha[i];
+                gates[Hv + jh] = beta[i];
             }
-            const float *S_in = i == 0 ? S_before : S;
-            const float *q = row + kh * Dk, *k = row + KD + kh * Dk, *v = row + 2 * KD + jh * Dv;
-            if (record && i == sg->T - 1) {
-                kn_gated_delta_step_stream(sg->recurrent_out + jh * head, S_in, q, k, v, alpha, beta, o, Dk, Dv);
-                streamed = 1;
-            } else {
-                kn_gated_delta_step(S, S_in, q, k, v, alpha, beta, o, Dk, Dv);
-            }
-            kn_rmsnorm_gated(o, o, sc->zbuf + t * VD + jh * Dv, L->gnorm, Dv, eps);
         }
+        const float *row0 = sc->conv_out + sg->row0 * CD;   /* token i's q | k | v: CD floats apart */
+        float *o0 = sc->mix + sg->row0 * VD + jh * Dv;
+        const kn_delta_tokens tk = {sg->T, row0 + kh * Dk, row0 + KD + kh * Dk, row0 + 2 * KD + jh * Dv, CD, alpha, beta,
+                                    o0, VD};
+        const int record = sg->recurrent_out != NULL;
+        float *S = sg->recurrent + jh * head;
+        kn_gated_delta_steps(record ? sg->recurrent_out + jh * head : S, S, &tk, Dk, Dv, record);
+        streamed |= record;
+        for (int i = 0; i < sg->T; i++)
+            kn_rmsnorm_gated(o0 + i * VD, o0 + i * VD, sc->zbuf + (sg->row0 + i) * VD + jh * Dv, L->gnorm, Dv, eps);
     }
     if (streamed) kn_store_fence();
 }
@@ -438,15 +436,18 @@ static void replay_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
     const int Hv = c->linear_v_heads, Dk = c->linear_k_dim, Dv = c->linear_v_dim, r = c->linear_v_heads / c->linear_k_heads;
     const int64_t KD = cfg_key_dim(c), VD = cfg_value_dim(c), RW = mdl_replay_row(c), head = (int64_t)Dv * Dk;
     float *o = rb->replay_o + (int64_t)tid * Dv;
+    assert(j->keep <= MDL_CHUNK);
     for (int64_t ij = j0; ij < j1; ij++) {
         const int l = (int)(ij / Hv), jh = (int)(ij % Hv);
         if (c->layer_full[l]) continue;
         float *S = j->s->recurrent[l] + jh * head;
         const float *row = rb->replay[l];
-        for (int i = 0; i < j->keep; i++, row += RW) {
-            const float *k = row + (jh / r) * Dk;   /* k as q too: only o reads q */
-            kn_gated_delta_step(S, S, k, k, row + KD + jh * Dv, row[KD + VD + jh], row[KD + VD + Hv + jh], o, Dk, Dv);
-        }
+        float alpha[MDL_CHUNK], beta[MDL_CHUNK];
+        for (int i = 0; i < j->keep; i++) alpha[i] = row[i * RW + KD + VD + jh], beta[i] = row[i * RW + KD + VD + Hv + jh];
+        /* k as q too (only o reads q), every o into one discarded row */
+        const float *k = row + (jh / r) * Dk;
+        const kn_delta_tokens tk = {j->keep, k, k, row + KD + jh * Dv, RW, alpha, beta, o, 0};
+        kn_gated_delta_steps(S, S, &tk, Dk, Dv, 0);
     }
 }
 

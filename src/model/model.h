@@ -131,9 +131,6 @@ typedef struct {
      * per thread per position, against 24 KB per position of KV cache. */
     float *scores;
     void *qx;                     /* kn_qx buffer: int8 activations of C rows of the widest linear input */
-    /* [n_threads][Dv * Dk]: a value head's recurrent state between a
-     * verify's first and last token (mdl_gdn_segs); NULL without GDN layers */
-    float *gdn_head;
 } mdl_scratch;
 
 nx_status mdl_scratch_init(mdl_scratch *sc, const nx_model *m, int max_ctx);

@@ -35,8 +35,6 @@ nx_status mdl_scratch_init(mdl_scratch *sc, const nx_model *m, int max_ctx) {
              (sc->scores = nx_alloc_aligned((size_t)nx_pool_size(m->pool) * MDL_ATTN_TOKENS *
                                             (size_t)(c->n_heads / c->n_kv_heads) * (size_t)max_ctx * F)) &&
              (sc->qx = nx_alloc_aligned(kn_qx_bytes((int)C, (int64_t)in_max)));
-    const size_t head = (size_t)c->linear_v_dim * (size_t)c->linear_k_dim;
-    if (ok && head) ok = (sc->gdn_head = nx_alloc_aligned((size_t)nx_pool_size(m->pool) * head * F)) != NULL;
     if (!ok) {
         mdl_scratch_free(sc);
         return NX_ENOMEM;
@@ -46,7 +44,7 @@ nx_status mdl_scratch_init(mdl_scratch *sc, const nx_model *m, int max_ctx) {
 
 void mdl_scratch_free(mdl_scratch *sc) {
     float *all[] = {sc->x, sc->xn, sc->proj, sc->kbuf, sc->vbuf, sc->zbuf, sc->bbuf, sc->abuf, sc->conv_out,
-                    sc->mix, sc->ff1, sc->ff2, sc->out, sc->hfinal, sc->rope, sc->scores, sc->gdn_head};
+                    sc->mix, sc->ff1, sc->ff2, sc->out, sc->hfinal, sc->rope, sc->scores};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) nx_free_aligned(all[i]);
     nx_free_aligned(sc->qx);
     memset(sc, 0, sizeof *sc);

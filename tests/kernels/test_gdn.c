@@ -154,44 +154,58 @@ static void test_gated_delta_simd_sets_agree_bit_for_bit(void) {
     kn_init(0);
 }
 
-/* Two ways to the same bits, on every set this CPU runs and every path of
- * the AVX-512 step (dk = 128, other multiples of 32, the rest):
- * - the new state never reads q (only o does): a rollback's replay passes k
- *   for q and must get the verify's state bits;
- * - the streaming step (a verify's last token: non-temporal stores where the
- *   set has them) writes the step's S and o, to an aligned out and to one
- *   that is not (plain stores there). */
-static void test_gated_delta_state_ignores_q_and_the_stores(void) {
+/* kn_gated_delta_steps == T kn_gated_delta_step calls (the first from S_in,
+ * the rest in place), state and every token's o bit for bit: T 1, 2, 3, 5,
+ * in place and not, streamed or not, into an aligned out and one a float
+ * off, tokens strided as the model lays them; every set this CPU runs and
+ * every path of the AVX-512 steps (dk = 128, other multiples of 32, the
+ * rest; blocks of rows and their ends). And the state never reads q (only
+ * o does): a rollback's replay passes k for q and must get the verify's
+ * state bits. */
+static void test_gated_delta_steps_equal_single_steps(void) {
     static const int dims[][2] = {{128, 128}, {128, 7}, {64, 96}, {32, 3}, {33, 17}};
-    nx_test_rng r = {0x9A7E5ULL};
+    static const int Ts[] = {1, 2, 3, 5};
+    nx_test_rng r = {0x57E95ULL};
     int sets = 0;
     for (int isa = KN_ISA_SCALAR; isa <= KN_ISA_BEST; isa++) {
         if (kn_select((kn_isa)isa) != (kn_isa)isa) continue;
         sets++;
         for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
             const int dk = dims[di][0], dv = dims[di][1];
-            const size_t bytes = (size_t)dk * (size_t)dv * sizeof(float), obytes = (size_t)dv * sizeof(float);
-            float *S0 = normals(&r, (int64_t)dk * dv, 0.3f), *Sq = malloc(bytes), *Sk = malloc(bytes);
-            float *q = normals(&r, dk, 0.1f), *k = normals(&r, dk, 0.1f), *v = normals(&r, dv, 1.0f);
-            float *o = malloc(obytes), *o_want = malloc(obytes), *mem = nx_alloc_aligned(bytes + 64);
-            memcpy(Sq, S0, bytes), memcpy(Sk, S0, bytes);
-            kn_gated_delta_step(Sq, Sq, q, k, v, 0.8f, 0.4f, o_want, dk, dv);
-            kn_gated_delta_step(Sk, Sk, k, k, v, 0.8f, 0.4f, o, dk, dv);
-            CHECKF(memcmp(Sq, Sk, bytes) == 0, "%s dk=%d dv=%d: the state depends on q", kn_impl_name(), dk, dv);
-            for (int shift = 0; shift < 2; shift++) {   /* out aligned, then one float off */
-                float *out = mem + shift;
-                memset(out, 0xff, bytes), memset(o, 0xff, obytes);
-                kn_gated_delta_step_stream(out, S0, q, k, v, 0.8f, 0.4f, o, dk, dv);
-                kn_store_fence();
-                CHECKF(memcmp(out, Sq, bytes) == 0 && memcmp(o, o_want, obytes) == 0,
-                       "%s dk=%d dv=%d shift %d: the streamed step differs", kn_impl_name(), dk, dv, shift);
+            const int64_t ld = 2 * dk + dv + 3, ldo = dv + 1, n = (int64_t)dk * dv;
+            const size_t bytes = (size_t)n * sizeof(float);
+            float *S0 = normals(&r, n, 0.3f), *want = malloc(bytes), *mem = nx_alloc_aligned(bytes + 64);
+            float *qkv = normals(&r, 5 * ld, 0.1f), *o_want = malloc((size_t)(5 * ldo) * sizeof(float));
+            float *o = malloc((size_t)(5 * ldo) * sizeof(float)), alpha[5], beta[5];
+            for (int t = 0; t < 5; t++) alpha[t] = 0.95f - 0.07f * (float)t, beta[t] = 0.2f + 0.15f * (float)t;
+            for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+                const int T = Ts[ti];
+                for (int t = 0; t < T; t++) {
+                    const float *x = qkv + t * ld;
+                    kn_gated_delta_step(want, t ? want : S0, x, x + dk, x + 2 * dk, alpha[t], beta[t], o_want + t * ldo,
+                                        dk, dv);
+                }
+                /* mode bit 0: stream, 1: in place, 2: out a float off, 3: k as q too */
+                for (int mode = 0; mode < 16; mode++) {
+                    const int stream = mode & 1, in_place = mode >> 1 & 1, k_as_q = mode >> 3;
+                    float *out = mem + (mode >> 2);
+                    memcpy(out, S0, bytes);
+                    memset(o, 0xff, (size_t)(5 * ldo) * sizeof(float));
+                    const kn_delta_tokens tk = {T, k_as_q ? qkv + dk : qkv, qkv + dk, qkv + 2 * dk, ld, alpha, beta, o, ldo};
+                    kn_gated_delta_steps(out, in_place ? out : S0, &tk, dk, dv, stream);
+                    kn_store_fence();
+                    int same = memcmp(out, want, bytes) == 0;
+                    for (int t = 0; t < T && !k_as_q; t++)
+                        same &= memcmp(o + t * ldo, o_want + t * ldo, (size_t)dv * sizeof(float)) == 0;
+                    CHECKF(same, "%s dk=%d dv=%d T=%d mode %d: steps differ from single steps", kn_impl_name(), dk, dv, T,
+                           mode);
+                }
             }
-            free(S0), free(Sq), free(Sk), free(q), free(k), free(v), free(o), free(o_want);
+            free(S0), free(want), free(qkv), free(o_want), free(o);
             nx_free_aligned(mem);
         }
     }
     CHECK(sets >= 1);
-    if (sets < 3) fprintf(stderr, "  note: %d of the 3 kernel sets run on this CPU; the others were not checked\n", sets);
     kn_init(0);
 }
 
@@ -234,9 +248,10 @@ static const nx_test tests[] = {
     {"gated_delta_simd_sets_agree_bit_for_bit",
      "avx512vnni step == avx2 step bit for bit (S and o), in and out of place, dk 128 / other multiples of 32 / rest",
      test_gated_delta_simd_sets_agree_bit_for_bit},
-    {"gated_delta_state_ignores_q_and_the_stores",
-     "the same state bits with q = k, and from the streaming step (S and o, aligned out or not); every set and path",
-     test_gated_delta_state_ignores_q_and_the_stores},
+    {"gated_delta_steps_equal_single_steps",
+     "T steps at once == T single steps bit for bit (S, every o): T 1-5, in place or not, streamed or not, every set; "
+     "the state the same with q = k",
+     test_gated_delta_steps_equal_single_steps},
     {"gated_rmsnorm_follows_the_formula", "x rsqrt(mean x^2 + eps) w silu(z), in place too, past 256 elements",
      test_gated_rmsnorm_follows_the_formula},
 };
