@@ -208,23 +208,29 @@ KN_VNNI void kn_gated_delta_step_avx512(float *S_out, const float *S_in, const f
  * both ways in turn in one process); it needs no scratch state, and a
  * rollback's replay takes the state through its tokens at once too. (Each
  * row through all tokens in registers, one or two rows at a time, was no
- * faster: a row's tokens are one dependency chain.) The rest row by row. */
+ * faster: a row's tokens are one dependency chain.) Rows of more than 4096
+ * floats go token by token over the whole head; dk not a multiple of 32
+ * row by row (kn_gated_delta_steps_rows, which never streams). */
 KN_VNNI void kn_gated_delta_steps_avx512(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv,
                                          int stream) {
-    if (dk % 32 || dk > 4096) {   /* a block holds at least one row */
+    assert(tk->T >= 0);
+    if (dk % 32) {
         kn_gated_delta_steps_rows(S_out, S_in, tk, dk, dv, stream);
         return;
     }
     stream = stream && (uintptr_t)S_out % 64 == 0;
     float blk[4096] __attribute__((aligned(64)));   /* 16 KB */
-    const int rows = tk->T == 1 ? dv : (int)(sizeof blk / sizeof *blk) / dk;
+    /* one token, or rows too long for a block: each token over the whole
+     * head (the later ones in place on S_out) */
+    const int whole = tk->T == 1 || dk > (int)(sizeof blk / sizeof *blk);
+    const int rows = whole ? dv : (int)(sizeof blk / sizeof *blk) / dk;
     for (int b0 = 0; b0 < dv; b0 += rows) {
         const int nb = dv - b0 < rows ? dv - b0 : rows;
         const int64_t off = (int64_t)b0 * dk;
         for (int t = 0; t < tk->T; t++) {
             const int last = t == tk->T - 1;
-            const float *in = t ? blk : S_in + off;
-            float *out = last ? S_out + off : blk;
+            const float *in = t ? (whole ? S_out : blk) : S_in + off;
+            float *out = last || whole ? S_out + off : blk;
             if (last && stream)
                 delta_step_avx512(out, in, tok_q(tk, t), tok_k(tk, t), tok_v(tk, t) + b0, tk->alpha[t], tk->beta[t],
                                   tok_o(tk, t) + b0, dk, nb, 1);

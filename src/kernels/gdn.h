@@ -47,14 +47,16 @@ typedef struct {
     int64_t ldo;
 } kn_delta_tokens;
 
-/* T steps in order, the same bits as T kn_gated_delta_step calls (the first
- * from S_in to S_out, the rest in place on S_out), taking the state a part
- * at a time through every token: S_in read once and S_out written once,
- * where T calls pass over the whole state T times. stream: S_out is
- * nobody's to read soon (a verify's state after its block, which the next
- * forward reads from DRAM anyway), so where the set can it is written past
- * the caches with non-temporal stores that skip reading each line first
- * (the same bits); call kn_store_fence before another thread reads it. */
+/* T >= 0 steps in order, the same bits as T kn_gated_delta_step calls (the
+ * first from S_in to S_out, the rest in place on S_out; S_in and S_out the
+ * same array or not overlapping), taking the state a part at a time through
+ * every token: S_in read once and S_out written once, where T calls pass
+ * over the whole state T times. stream: S_out is nobody's to read soon (a
+ * verify's state after its block, which the next forward reads from DRAM
+ * anyway), so it is written past the caches with non-temporal stores that
+ * skip reading each line first (the same bits) where the set can: the
+ * avx512vnni set, dk a multiple of 32, S_out 64-byte aligned. Call
+ * kn_store_fence before another thread reads it. */
 void kn_gated_delta_steps(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream);
 /* Orders the non-temporal stores above before any later store (sfence). */
 void kn_store_fence(void);

@@ -376,7 +376,9 @@ static void conv_channels(void *ctx, int64_t c0, int64_t c1, int tid) {
  * plain step's state bytes (read once, written once). Against writing it
  * through the caches (18 MB a verify at the 0.8B shape): MTP sessions at K =
  * 3 on the q4 fixture, both ways in turn in one process, verify 0.975-0.979x
- * the time, tokens a second 1.016-1.022x (q8: level). */
+ * the time, tokens a second 1.016-1.022x (q8: level); measured with the
+ * later tokens on a per-thread scratch head, which kn_gated_delta_steps'
+ * blocks then matched (bench/RESULTS.md, twenty-third session). */
 static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
     (void)tid;
     const gdn_job *g = ctx;

@@ -158,12 +158,13 @@ static void test_gated_delta_simd_sets_agree_bit_for_bit(void) {
  * the rest in place), state and every token's o bit for bit: T 1, 2, 3, 5,
  * in place and not, streamed or not, into an aligned out and one a float
  * off, tokens strided as the model lays them; every set this CPU runs and
- * every path of the AVX-512 steps (dk = 128, other multiples of 32, the
- * rest; blocks of rows and their ends). And the state never reads q (only
+ * every path of the AVX-512 steps (dk = 128, other multiples of 32 and
+ * those too long for a block, the rest; blocks of rows and their ends), and
+ * nothing written past the outputs. And the state never reads q (only
  * o does): a rollback's replay passes k for q and must get the verify's
  * state bits. */
 static void test_gated_delta_steps_equal_single_steps(void) {
-    static const int dims[][2] = {{128, 128}, {128, 7}, {64, 96}, {32, 3}, {33, 17}};
+    static const int dims[][2] = {{128, 128}, {128, 7}, {64, 96}, {32, 3}, {33, 17}, {4128, 3}};
     static const int Ts[] = {1, 2, 3, 5};
     nx_test_rng r = {0x57E95ULL};
     int sets = 0;
@@ -185,18 +186,27 @@ static void test_gated_delta_steps_equal_single_steps(void) {
                     kn_gated_delta_step(want, t ? want : S0, x, x + dk, x + 2 * dk, alpha[t], beta[t], o_want + t * ldo,
                                         dk, dv);
                 }
-                /* mode bit 0: stream, 1: in place, 2: out a float off, 3: k as q too */
+                /* mode bit 0: stream, 1: in place, 2: out a float off, 3: the
+                 * replay's tokens (k as q too, every o into one row) */
                 for (int mode = 0; mode < 16; mode++) {
                     const int stream = mode & 1, in_place = mode >> 1 & 1, k_as_q = mode >> 3;
-                    float *out = mem + (mode >> 2);
+                    float *out = mem + (mode >> 2 & 1);
                     memcpy(out, S0, bytes);
                     memset(o, 0xff, (size_t)(5 * ldo) * sizeof(float));
-                    const kn_delta_tokens tk = {T, k_as_q ? qkv + dk : qkv, qkv + dk, qkv + 2 * dk, ld, alpha, beta, o, ldo};
+                    const kn_delta_tokens tk = {T,    k_as_q ? qkv + dk : qkv, qkv + dk, qkv + 2 * dk, ld, alpha, beta, o,
+                                                k_as_q ? 0 : ldo};
                     kn_gated_delta_steps(out, in_place ? out : S0, &tk, dk, dv, stream);
                     kn_store_fence();
                     int same = memcmp(out, want, bytes) == 0;
                     for (int t = 0; t < T && !k_as_q; t++)
                         same &= memcmp(o + t * ldo, o_want + t * ldo, (size_t)dv * sizeof(float)) == 0;
+                    /* nothing written past each token's dv outputs, nor past the last token */
+                    const unsigned char *ob = (const unsigned char *)o;
+                    for (int64_t b = 0; b < 5 * ldo * (int64_t)sizeof(float); b++) {
+                        const int64_t e = b / (int64_t)sizeof(float), t = e / ldo;
+                        const int written = k_as_q ? e < dv : t < T && e % ldo < dv;
+                        if (!written) same &= ob[b] == 0xff;
+                    }
                     CHECKF(same, "%s dk=%d dv=%d T=%d mode %d: steps differ from single steps", kn_impl_name(), dk, dv, T,
                            mode);
                 }

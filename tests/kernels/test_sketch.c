@@ -54,10 +54,11 @@ static float definition(const float *w, int64_t cols, const int8_t *xq, float d,
 
 static void scores_equal_the_definition_in_every_kernel_set(void) {
     /* rows past 8 and 16: the AVX-512 blocks of 8 rows and their tails, at
-     * every width that kernel names (1024 .. 5120 columns) and others */
-    static const int64_t shapes[][2] = {{1, 64},   {3, 128},    {4, 192},   {5, 960},   {13, 1088},
-                                        {7, 8192}, {9, 64 * 130}, {21, 1024}, {18, 2048}, {17, 2560},
-                                        {16, 3072}, {10, 4096}, {11, 5120}, {19, 640}};
+     * every width that kernel names (1024 .. 5120 columns) and others (whole
+     * vectors of words or not, fewer than 8 words) */
+    static const int64_t shapes[][2] = {{1, 64},    {3, 128},   {4, 192},   {5, 960},   {13, 1088}, {7, 8192},
+                                        {9, 64 * 130}, {21, 1024}, {18, 2048}, {17, 2560}, {16, 3072}, {10, 4096},
+                                        {11, 5120}, {19, 640},  {9, 192},   {9, 512},   {9, 8192}};
     static const kn_isa sets[] = {KN_ISA_SCALAR, KN_ISA_AVX2, KN_ISA_AVX512VNNI};
     int tried = 0;
     for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
@@ -83,7 +84,7 @@ static void scores_equal_the_definition_in_every_kernel_set(void) {
                 float d;
                 int32_t sum;
                 CHECK(kn_sketch_quantize_x(x, cols, xq, &d, &sum));
-                /* odd ranges: 4-row blocks and their tails */
+                /* odd ranges: blocks of rows and their tails */
                 for (int64_t r0 = 0; r0 < rows && r0 < 2; r0++) {
                     const int64_t r1 = rows - (rows > 2 && r0 == 1);
                     for (int64_t i = 0; i < rows; i++) y[i] = -1234.5f;
