@@ -229,7 +229,7 @@ KN_VNNI void kn_gated_delta_steps_avx512(float *S_out, const float *S_in, const 
         const int64_t off = (int64_t)b0 * dk;
         for (int t = 0; t < tk->T; t++) {
             const int last = t == tk->T - 1;
-            const float *in = t ? (whole ? S_out : blk) : S_in + off;
+            const float *in = t ? (whole ? S_out + off : blk) : S_in + off;
             float *out = last || whole ? S_out + off : blk;
             if (last && stream)
                 delta_step_avx512(out, in, tok_q(tk, t), tok_k(tk, t), tok_v(tk, t) + b0, tk->alpha[t], tk->beta[t],

@@ -193,7 +193,7 @@ static void test_gated_delta_steps_equal_single_steps(void) {
                     float *out = mem + (mode >> 2 & 1);
                     memcpy(out, S0, bytes);
                     memset(o, 0xff, (size_t)(5 * ldo) * sizeof(float));
-                    const kn_delta_tokens tk = {T,    k_as_q ? qkv + dk : qkv, qkv + dk, qkv + 2 * dk, ld, alpha, beta, o,
+                    const kn_delta_tokens tk = {T, k_as_q ? qkv + dk : qkv, qkv + dk, qkv + 2 * dk, ld, alpha, beta, o,
                                                 k_as_q ? 0 : ldo};
                     kn_gated_delta_steps(out, in_place ? out : S0, &tk, dk, dv, stream);
                     kn_store_fence();
