@@ -59,32 +59,19 @@ KN_AVX2 void kn_conv_silu_avx2(float *out, const float *const rows[], int64_t ld
 /* Rows of dk floats GDN_PREFETCH_BYTES make (at least one). */
 static inline int gdn_ahead(int dk) { return dk * 4 >= GDN_PREFETCH_BYTES ? 1 : GDN_PREFETCH_BYTES / (dk * 4); }
 
-/* Per row i of S (output channel i), with S k = alpha (S_old k):
- *   m = S_old[i] . k;  delta = beta (v[i] - alpha m)
- *   S[i] = alpha S_old[i] + delta k;  o[i] = S[i] . q
- * Two passes over the row (a dot product, then the update and the read-out
- * together) rather than four (decay, dot, axpy, dot). */
-void kn_gated_delta_step_rows(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
-                              float beta, float *o, int dk, int dv) {
-    const int ahead = gdn_ahead(dk);
-    for (int i = 0; i < dv; i++) {
-        const float *row = S_in + (int64_t)i * dk;
-        if (i + ahead < dv) kn_prefetch_bytes(row + (int64_t)ahead * dk, (size_t)dk * sizeof(float));
-        const float m = kn_dot_f32(row, k, dk);
-        const float delta = beta * (v[i] - alpha * m);
-        o[i] = kn_scale_axpy_dot_f32(S_out + (int64_t)i * dk, row, alpha, delta, k, q, dk);
-    }
-}
-
 /* Token t's vectors of tk. */
 static inline const float *tok_q(const kn_delta_tokens *tk, int t) { return tk->q + (int64_t)t * tk->ld; }
 static inline const float *tok_k(const kn_delta_tokens *tk, int t) { return tk->k + (int64_t)t * tk->ld; }
 static inline const float *tok_v(const kn_delta_tokens *tk, int t) { return tk->v + (int64_t)t * tk->ld; }
 static inline float *tok_o(const kn_delta_tokens *tk, int t) { return tk->o + (int64_t)t * tk->ldo; }
 
-/* kn_gated_delta_step_rows' row step for every token, row by row (rows are
- * independent: token t's row i reads only row i of the state). No stores
- * that stream here. */
+/* Per row i of S (output channel i), with S k = alpha (S_old k):
+ *   m = S_old[i] . k;  delta = beta (v[i] - alpha m)
+ *   S[i] = alpha S_old[i] + delta k;  o[i] = S[i] . q
+ * Two passes over the row (a dot product, then the update and the read-out
+ * together) rather than four (decay, dot, axpy, dot). Row by row through
+ * every token (rows are independent: token t's row i reads only row i of
+ * the state). No stores that stream here. */
 void kn_gated_delta_steps_rows(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream) {
     (void)stream;
     const int ahead = gdn_ahead(dk);
@@ -101,7 +88,7 @@ void kn_gated_delta_steps_rows(float *S_out, const float *S_in, const kn_delta_t
 }
 
 #if KN_HAVE_X86
-/* The step of kn_gated_delta_step_rows on the AVX2 set, on 16-lane vectors,
+/* The step of kn_gated_delta_steps_rows on the AVX2 set, on 16-lane vectors,
  * for dk a multiple of 32 (the model's 128). Same bits: the dot products
  * keep matmul.c's "Dot product layout", 8-lane accumulator k of element i
  * being (i / 8) % 4 -- here the halves of two 16-lane accumulators, [acc0 |
@@ -131,10 +118,7 @@ KN_VNNI_INLINE void store16_avx512(float *out, __m512 v, int stream) {
 
 KN_VNNI_INLINE void delta_step_avx512(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
                                       float alpha, float beta, float *o, int dk, int dv, int stream) {
-    if (dk % 32) {
-        kn_gated_delta_step_rows(S_out, S_in, q, k, v, alpha, beta, o, dk, dv);
-        return;
-    }
+    assert(dk % 32 == 0);
     const __m512 av = _mm512_set1_ps(alpha);
     const int ahead = gdn_ahead(dk);
     if (dk == 128) {   /* k, q and the row in registers */
@@ -188,11 +172,6 @@ KN_VNNI_INLINE void delta_step_avx512(float *S_out, const float *S_in, const flo
         }
         o[i] = hsum_halves_avx512(a01, a23);
     }
-}
-
-KN_VNNI void kn_gated_delta_step_avx512(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
-                                        float alpha, float beta, float *o, int dk, int dv) {
-    delta_step_avx512(S_out, S_in, q, k, v, alpha, beta, o, dk, dv, 0);
 }
 
 /* One token goes straight from S_in to S_out. Several take the state a

@@ -70,16 +70,12 @@ void kn_conv_silu_avx2(float *out, const float *const rows[], int64_t ld, int T,
                        int64_t c1);
 #endif
 
-/* The twins behind kn_gated_delta_step and kn_gated_delta_steps
- * (matmul.c's kn_select picks one set): row by row through kn_dot_f32 and
- * kn_scale_axpy_dot_f32 (the scalar and AVX2 sets), and the same bits as
- * the AVX2 set on 16-lane vectors. */
-void kn_gated_delta_step_rows(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
-                              float beta, float *o, int dk, int dv);
+/* The twins behind kn_gated_delta_steps, and so kn_gated_delta_step (one
+ * token) too (matmul.c's kn_select picks one set): row by row through
+ * kn_dot_f32 and kn_scale_axpy_dot_f32 (the scalar and AVX2 sets), and the
+ * same bits as the AVX2 set on 16-lane vectors. */
 void kn_gated_delta_steps_rows(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream);
 #if defined(__x86_64__) || defined(__i386__)
-void kn_gated_delta_step_avx512(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
-                                float alpha, float beta, float *o, int dk, int dv);
 void kn_gated_delta_steps_avx512(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream);
 #endif
 

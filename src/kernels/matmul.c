@@ -820,8 +820,6 @@ typedef struct {
     void (*fp_row_f32)(const kn_mat *w, int64_t row, float *out);
     void (*sketch_scores)(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1);
     int64_t (*top_k_collect)(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey);
-    void (*gated_delta_step)(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
-                             float beta, float *o, int dk, int dv);
     void (*gated_delta_steps)(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream);
     void (*conv_silu)(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
                       int64_t c1);
@@ -838,7 +836,7 @@ static const kn_impl kn_impl_scalar = {
     .affine_quantize_row = kn_affine_quantize_row_ref,
     .affine_row_f32 = kn_affine_row_f32_ref, .fp_row_f32 = kn_fp_row_f32_ref, .sketch_scores = kn_sketch_scores_ref,
     .top_k_collect = kn_top_k_collect_ref,
-    .gated_delta_step = kn_gated_delta_step_rows, .gated_delta_steps = kn_gated_delta_steps_rows,
+    .gated_delta_steps = kn_gated_delta_steps_rows,
     .conv_silu = kn_conv_silu_ref};
 #if KN_HAVE_X86
 static const kn_impl kn_impl_avx2 = {
@@ -852,7 +850,7 @@ static const kn_impl kn_impl_avx2 = {
     .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,
     .top_k_collect = kn_top_k_collect_ref,
-    .gated_delta_step = kn_gated_delta_step_rows, .gated_delta_steps = kn_gated_delta_steps_rows,
+    .gated_delta_steps = kn_gated_delta_steps_rows,
     .conv_silu = kn_conv_silu_avx2};
 /* The AVX2 set with the int8 product and the sketch scores on vpdpbusd
  * (quant_qx.inc, sketch.c), and the dense row-by-row products, the gated
@@ -869,7 +867,7 @@ static const kn_impl kn_impl_avx512vnni = {
     .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2,
     .sketch_scores = kn_sketch_scores_avx512vnni,
     .top_k_collect = kn_top_k_collect_avx512vnni,
-    .gated_delta_step = kn_gated_delta_step_avx512, .gated_delta_steps = kn_gated_delta_steps_avx512,
+    .gated_delta_steps = kn_gated_delta_steps_avx512,
     .conv_silu = kn_conv_silu_avx2};
 #endif
 
@@ -1004,7 +1002,8 @@ void kn_mat_prefetch_row(const kn_mat *w, int64_t r) {
 
 void kn_gated_delta_step(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                          float beta, float *o, int dk, int dv) {
-    active()->gated_delta_step(S_out, S_in, q, k, v, alpha, beta, o, dk, dv);
+    const kn_delta_tokens tk = {1, q, k, v, 0, &alpha, &beta, o, 0};
+    active()->gated_delta_steps(S_out, S_in, &tk, dk, dv, 0);
 }
 
 void kn_gated_delta_steps(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream) {
