@@ -159,12 +159,14 @@ static void test_gated_delta_simd_sets_agree_bit_for_bit(void) {
  * in place and not, streamed or not, into an aligned out and one a float
  * off, tokens strided as the model lays them; every set this CPU runs and
  * every path of the AVX-512 steps (dk = 128, other multiples of 32 and
- * those too long for a block, the rest; blocks of rows and their ends), and
+ * those too long for a block, the rest; blocks of rows, their groups of 16
+ * and the rows past them, blocks of one group), and
  * nothing written past the outputs. And the state never reads q (only
  * o does): a rollback's replay passes k for q and must get the verify's
  * state bits. */
 static void test_gated_delta_steps_equal_single_steps(void) {
-    static const int dims[][2] = {{128, 128}, {128, 7}, {64, 96}, {32, 3}, {33, 17}, {4128, 3}};
+    static const int dims[][2] = {{128, 128}, {128, 7}, {128, 37}, {64, 96}, {96, 40}, {256, 16},
+                                  {32, 3},    {33, 17}, {4128, 3}};
     static const int Ts[] = {1, 2, 3, 5};
     nx_test_rng r = {0x57E95ULL};
     int sets = 0;
