@@ -95,14 +95,16 @@ void kn_gated_delta_steps_rows(float *S_out, const float *S_in, const kn_delta_t
  * acc1] over elements 32j .. 32j+15 and [acc2 | acc3] over 32j+16 .. 32j+31,
  * which see the same FMAs in the same order -- and the horizontal sum
  * combines the four 8-lane halves as kn_hsum_avx2 does. The update rounds as
- * kn_scale_axpy_dot_f32 does (a * S_old, then one FMA). What it saves: half
- * the vector operations, two calls a row, and for dk = 128 the second load of
- * the row, which stays in eight registers between the passes. One thread
+ * kn_scale_axpy_dot_f32 does (a * S_old, then one FMA). What the row-by-row
+ * step (delta_rows_avx512) saves: half the vector operations, two calls a
+ * row, and for dk = 128 the second load of the row, which stays in eight
+ * registers between the passes. One thread
  * over the 0.8B shape's 18 layers x 16 heads of 128 x 128 (18 MB): 3 tokens
  * a head 2.12 -> 1.44 ms; 1 token 0.71 -> 0.75 ms (memory bound either way).
  * Two rows side by side (q reloaded, 28 vector registers) ran 1.10x slower;
  * one body for dk = 128 and the rest (k and q loaded each row, the row's
- * first 128 elements kept in an array) 1.5-2x slower than the two below. */
+ * first 128 elements kept in an array) 1.5-2x slower than its two bodies.
+ * Blocks of several tokens take 16 rows at a time (delta_group16_avx512). */
 KN_VNNI_INLINE float hsum_halves_avx512(__m512 acc01, __m512 acc23) {
     const __m256 acc[4] = {_mm512_castps512_ps256(acc01), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc01), 1)),
                            _mm512_castps512_ps256(acc23), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc23), 1))};
@@ -185,7 +187,7 @@ KN_VNNI_INLINE void delta_rows_avx512(float *S_out, const float *S_in, const flo
  *   quad:  lanes 0-3 + 4-7 of 4 rows (kn_hsum_avx2's 128-bit halves)
  *   oct:   lanes 0, 1 + lanes 2, 3 of 8 rows (its movehl)
  *   last:  lane 0 + lane 1 of 16 rows (its movehdup).
- * Z[p] = pair(row p % 2 * 8 + p / 2, that row + 4) (group16_rows): quad(Z0,
+ * Z[p] = pair(row p % 2 * 8 + p / 2, that row + 4) (group16_row): quad(Z0,
  * Z1) holds rows 0, 4, 8, 12, quad(Z2, Z3) rows 1, 5, 9, 13, and so on,
  * which leaves row i in lane i. */
 KN_VNNI_INLINE __m512 fold_pair_avx512(__m512 xa, __m512 ya, __m512 xb, __m512 yb) {
@@ -213,9 +215,10 @@ static inline int group16_row(int p, int h) { return p % 2 * 8 + p / 2 + 4 * h; 
  * three passes: the 16 dot products S_old k, reduced together; the 16
  * deltas as one vector; each row's update and read-out, whose dot products
  * are reduced together too. A row's chain (dot, horizontal sum, delta,
- * update, dot, horizontal sum) no longer waits on the row before it. k and
- * q stay in registers for dk <= 128 (dk is a constant after inlining). The
- * first pass prefetches row r + 16 for r < pf (the next group's rows).
+ * update, dot, horizontal sum) no longer waits on the row before it. For
+ * dk = 128 (a constant after inlining) k and q stay in registers; other dk
+ * read them from memory. The first pass prefetches row r + 16 for r < pf
+ * (the next group's rows).
  * Measured on the 2-core Zen 5 VM, one thread, 128 x 128 heads, the old
  * row-by-row steps and these in turn (best of 30): a head in L2 9.4-11.6 ->
  * 7.0-8.0 ns a row and token (T = 2-4); the 0.8B shape's 288 heads (18 MB)
@@ -225,7 +228,7 @@ static inline int group16_row(int p, int h) { return p % 2 * 8 + p / 2 + 4 * h; 
 KN_VNNI_INLINE void delta_group16_avx512(float *S_out, const float *S_in, const float *q, const float *k,
                                          const float *v, float alpha, float beta, float *o, int dk, int stream,
                                          int pf) {
-    const int reg = dk <= 128;
+    const int reg = dk == 128;
     __m512 Z[8], kr[8], qr[8];
     if (reg)
         for (int j = 0; j < dk / 16; j++) kr[j] = _mm512_loadu_ps(k + 16 * j), qr[j] = _mm512_loadu_ps(q + 16 * j);
@@ -299,7 +302,7 @@ KN_VNNI_INLINE void delta_block_avx512(float *S_out, const float *S_in, const fl
  * block of rows at a time (16 KB: it stays in L1), every token's step on the
  * block in turn: the first reads S_in, the last writes S_out (streaming
  * where asked and every row starts on a cache line: S_out aligned, dk a
- * multiple of 16 here), the others run on the block, whose rows are
+ * multiple of 32 here), the others run on the block, whose rows are
  * independent (the single step's operations, 16 rows at a time:
  * delta_block_avx512, the same bits; the whole-head path row by row).
  * Against token by token over the whole head (a verify's later tokens on

@@ -160,13 +160,13 @@ static void test_gated_delta_simd_sets_agree_bit_for_bit(void) {
  * off, tokens strided as the model lays them; every set this CPU runs and
  * every path of the AVX-512 steps (dk = 128, other multiples of 32 and
  * those too long for a block, the rest; blocks of rows, their groups of 16
- * and the rows past them, blocks of one group), and
- * nothing written past the outputs. And the state never reads q (only
- * o does): a rollback's replay passes k for q and must get the verify's
+ * and the rows past them, blocks of one group), and nothing written around
+ * the state or past the outputs. And the state never reads q (only o
+ * does): a rollback's replay passes k for q and must get the verify's
  * state bits. */
 static void test_gated_delta_steps_equal_single_steps(void) {
-    static const int dims[][2] = {{128, 128}, {128, 7}, {128, 37}, {64, 96}, {96, 40}, {256, 16},
-                                  {32, 3},    {33, 17}, {4128, 3}};
+    static const int dims[][2] = {{128, 128}, {128, 7},  {128, 37}, {128, 50}, {128, 16}, {64, 96}, {96, 40},
+                                  {32, 40},   {192, 21}, {256, 16}, {32, 3},   {33, 17},  {4128, 3}};
     static const int Ts[] = {1, 2, 3, 5};
     nx_test_rng r = {0x57E95ULL};
     int sets = 0;
@@ -193,6 +193,7 @@ static void test_gated_delta_steps_equal_single_steps(void) {
                 for (int mode = 0; mode < 16; mode++) {
                     const int stream = mode & 1, in_place = mode >> 1 & 1, k_as_q = mode >> 3;
                     float *out = mem + (mode >> 2 & 1);
+                    memset(mem, 0xa5, bytes + 64);
                     memcpy(out, S0, bytes);
                     memset(o, 0xff, (size_t)(5 * ldo) * sizeof(float));
                     const kn_delta_tokens tk = {T, k_as_q ? qkv + dk : qkv, qkv + dk, qkv + 2 * dk, ld, alpha, beta, o,
@@ -202,7 +203,11 @@ static void test_gated_delta_steps_equal_single_steps(void) {
                     int same = memcmp(out, want, bytes) == 0;
                     for (int t = 0; t < T && !k_as_q; t++)
                         same &= memcmp(o + t * ldo, o_want + t * ldo, (size_t)dv * sizeof(float)) == 0;
-                    /* nothing written past each token's dv outputs, nor past the last token */
+                    /* nothing written around the state, past each token's dv
+                     * outputs, nor past the last token */
+                    const unsigned char *m0 = (const unsigned char *)mem, *s0 = (const unsigned char *)out;
+                    for (const unsigned char *b = m0; b < m0 + bytes + 64; b++)
+                        if (b < s0 || b >= s0 + bytes) same &= *b == 0xa5;
                     const unsigned char *ob = (const unsigned char *)o;
                     for (int64_t b = 0; b < 5 * ldo * (int64_t)sizeof(float); b++) {
                         const int64_t e = b / (int64_t)sizeof(float), t = e / ldo;
