@@ -872,6 +872,7 @@ static const kn_impl kn_impl_avx512vnni = {
 #endif
 
 static _Atomic(const kn_impl *) kn_active = &kn_impl_scalar;
+static _Atomic int kn_wide_l1;   /* kn_tuning.wide_l1 */
 
 /* The active table; relaxed: it only changes between model loads, and each
  * table is constant. */
@@ -892,6 +893,16 @@ static int kn_cpu_has_avx512vnni(void) {
     return kn_cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
+
+/* AMD family 0x1A (Zen 5) or later: CPUID leaf 0's vendor, leaf 1's base
+ * family 0xF plus its extended family. */
+static int kn_cpu_is_amd_zen5(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u) return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    const unsigned base = (a >> 8) & 0xf, ext = (a >> 20) & 0xff;
+    return base == 0xf && base + ext >= 0x1a;
+}
 #endif
 
 kn_isa kn_isa_available(kn_isa max) {
@@ -911,8 +922,17 @@ kn_isa kn_select(kn_isa max) {
     else if (isa == KN_ISA_AVX2) pick = &kn_impl_avx2;
 #endif
     atomic_store_explicit(&kn_active, pick, memory_order_relaxed);   /* one store: never a set in between */
+    int wide_l1 = 0;
+#if KN_HAVE_X86
+    wide_l1 = isa == KN_ISA_AVX512VNNI && kn_cpu_is_amd_zen5();
+#endif
+    atomic_store_explicit(&kn_wide_l1, wide_l1, memory_order_relaxed);
     return kn_isa_active();
 }
+
+kn_tuning kn_tuning_active(void) { return (kn_tuning){atomic_load_explicit(&kn_wide_l1, memory_order_relaxed)}; }
+
+void kn_tuning_set(kn_tuning t) { atomic_store_explicit(&kn_wide_l1, t.wide_l1 != 0, memory_order_relaxed); }
 
 kn_isa kn_isa_active(void) {
 #if KN_HAVE_X86

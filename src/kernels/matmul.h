@@ -85,6 +85,25 @@ int kn_init(int force_reference);
 kn_isa kn_isa_active(void);
 const char *kn_impl_name(void);
 
+/* Choices within a kernel set that suit one CPU better than another; the
+ * same bits either way. kn_select sets them for the CPU it runs on.
+ *   wide_l1: int8 products of more than KN_QXBLOCK activation rows (quant.c)
+ *     prefetch weight rows into L1 instead of L2, and 5 rows with packed
+ *     4-bit pairs run as passes of 4 and 1 rather than one of 5. Chosen for
+ *     AMD Zen 5 (family 0x1A), where every step matrix and the LM head of
+ *     the 0.8B-shape q4 fixture (2 threads) took 0.78x the time at T = 5,
+ *     0.86x at T = 8, 0.99x at T = 32, and whole verifies with their
+ *     rollback 0.91x at T = 5 and 0.94x at T = 8 (q8 0.98-0.99x, 512-token
+ *     prefills level), both ways in turn in one process; a Zen 4 VM
+ *     preferred L2 for wide passes and a Sapphire Rapids VM one pass of 5
+ *     (bench/RESULTS.md, twenty-fourth session). */
+typedef struct {
+    int wide_l1;
+} kn_tuning;
+kn_tuning kn_tuning_active(void);
+/* Replaces the tuning kn_select chose until the next kn_select (tests, benchmarks). */
+void kn_tuning_set(kn_tuning t);
+
 /* Y[t*ldy + r] = sum_c W[r][c] * X[t*ldx + c]   for t in [0,T), r in [r0,r1).
  * A row-range worker: the caller splits [0, rows) across threads. W may be
  * dense or affine; an affine product equals, bit for bit, the same twin's

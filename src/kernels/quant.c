@@ -680,7 +680,8 @@ static inline int64_t qx_prefetch_rows_avx512vnni(int bits, int packed, size_t r
 /* Prefetches one row's codes (cb bytes), scales and biases (sb bytes each):
  * into L1 for a step or a verify, into L2 only for a wide pass (T >
  * KN_QXBLOCK), whose activation rows fill L1 (there, 2-thread q4 passes at T
- * = 8 and 32: 0.92x and 0.95x the time of no prefetch; into L1: slower). A
+ * = 8 and 32: 0.92x and 0.95x the time of no prefetch; into L1: slower),
+ * except on CPUs whose kn_tuning says wide_l1 (matmul.h: Zen 5). A
  * wide pass runs two rows at once, and this VM's hardware prefetcher does
  * not follow two streams: in a trial that paired rows from T = 3, q8 (not
  * prefetched then) ran 1.8-2x slower at T = 3 and 4. */

@@ -787,14 +787,17 @@ static void test_int8_rows_are_bit_identical_whatever_t_and_row_range(void) {
             qmat q = make_affine(&r, MAX_ROWS, n, bit_widths[b], groups[g], sdtypes[(b + g) % N_SD], WEIGHT_SIGMA);
             float *x = make_acts(&r, MAX_T * n);
             kn_qx qx = make_qx(MAX_T, &q.m);
-            for (int k = 0; k < int8_variants(&q.m); k++) {
-                if (!use_int8_variant(&q.m, k, &q.packed)) continue;
-                kn_quantize_x(&qx, x, n);
-                char what[96];
-                describe(what, sizeof what, &q.m, 1);
-                qx_rows_ctx ctx = {&q.m, &qx};
-                check_bit_exact(int8_rows, &ctx, q.m.rows, what);
-            }
+            for (int k = 0; k < int8_variants(&q.m); k++)
+                for (int tune = 0; tune < 2; tune++) {   /* kn_tuning: both ways on any CPU */
+                    if (!use_int8_variant(&q.m, k, &q.packed)) continue;
+                    kn_tuning_set((kn_tuning){.wide_l1 = tune});
+                    kn_quantize_x(&qx, x, n);
+                    char what[112];
+                    describe(what, sizeof what, &q.m, 1);
+                    snprintf(what + strlen(what), sizeof what - strlen(what), " wide_l1=%d", tune);
+                    qx_rows_ctx ctx = {&q.m, &qx};
+                    check_bit_exact(int8_rows, &ctx, q.m.rows, what);
+                }
             free(qx.q), free(x);
             free_affine(&q);
         }
@@ -1033,7 +1036,8 @@ static const nx_test tests[] = {
      "scalar == each SIMD set (avx2, avx512vnni; lanes also packed) bit for bit, = dequantized W times dequantized x, within sum|w| d/2 of the f32 product",
      test_int8_matmul_twins_agree_and_stay_within_the_activation_rounding},
     {"int8_rows_are_bit_identical_whatever_t_and_row_range",
-     "Y[t][r] is the same bits for T=1..16 and uneven row ranges, every bit width and group, every kernel set",
+     "Y[t][r] is the same bits for T=1..16 and uneven row ranges, every bit width and group, every kernel set, "
+     "both kn_tuning choices",
      test_int8_rows_are_bit_identical_whatever_t_and_row_range},
     {"int8_matmul_on_long_and_many_rows_matches_the_reference",
      "8 to 56 groups a row and 30 rows: every kernel set bit for bit, T = 5 and T = 3 equal T = 1 row by row",
