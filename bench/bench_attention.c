@@ -10,11 +10,14 @@
  * each call kn_attention on ONE thread, for the T tokens after CTX - T cached ones. Before each step a 64 MB
  * buffer is read, as a step's weights would, so the caches come from DRAM.
  * Prints the median step time. NEXTN_BENCH_KERNELS=avx2 (or scalar,
- * avx512vnni) times an older kernel set. Do not run it while a build runs. */
+ * avx512vnni) times an older kernel set; NEXTN_BENCH_KV=f16 a cache of f16
+ * rows (nx_load_opts.kv_cache). Do not run it while a build runs. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fp16.h"
 #include "bench_util.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
@@ -29,18 +32,24 @@ int main(int argc, char **argv) {
         return 2;
     }
     bench_select_kernels();
+    const char *kv_env = getenv("NEXTN_BENCH_KV");
+    const nx_dtype dt = kv_env && strcmp(kv_env, "f16") == 0 ? NX_DT_F16 : NX_DT_F32;
+    const size_t es = dt == NX_DT_F16 ? 2 : 4;
     const size_t kvn = (size_t)ctx * NKV * HD, flush_n = (size_t)64 << 20;
-    float *k[LAYERS], *v[LAYERS];
+    void *k[LAYERS], *v[LAYERS];
     float *q = malloc((size_t)T * G * HD * sizeof *q), *out = malloc((size_t)T * G * HD * sizeof *out);
     float *scores = malloc((size_t)T * G * (size_t)ctx * sizeof *scores);
     double *s = malloc((size_t)reps * sizeof *s);
     unsigned char *flush = malloc(flush_n);
     if (!q || !out || !scores || !s || !flush) return 1;
     for (int l = 0; l < LAYERS; l++) {
-        k[l] = malloc(kvn * sizeof(float)), v[l] = malloc(kvn * sizeof(float));
+        k[l] = malloc(kvn * es), v[l] = malloc(kvn * es);
         if (!k[l] || !v[l]) return 1;
-        for (size_t i = 0; i < kvn; i++)
-            k[l][i] = (float)(i * 2654435761u % 1000) * 1e-3f - 0.5f, v[l][i] = (float)(i * 40503u % 1000) * 1e-3f - 0.5f;
+        for (size_t i = 0; i < kvn; i++) {
+            const float kf = (float)(i * 2654435761u % 1000) * 1e-3f - 0.5f, vf = (float)(i * 40503u % 1000) * 1e-3f - 0.5f;
+            if (dt == NX_DT_F16) ((uint16_t *)k[l])[i] = nx_f32_to_f16(kf), ((uint16_t *)v[l])[i] = nx_f32_to_f16(vf);
+            else ((float *)k[l])[i] = kf, ((float *)v[l])[i] = vf;
+        }
     }
     for (int i = 0; i < T * G * HD; i++) q[i] = (float)(i % 17) * 0.01f;
     memset(flush, 1, flush_n);
@@ -51,14 +60,16 @@ int main(int argc, char **argv) {
         for (int l = 0; l < LAYERS; l++)
             for (int h = 0; h < NKV; h++) {
                 const kn_attn_block b = {.out = out, .ldo = HD, .ldo_t = G * HD, .q = q, .ldq = HD, .ldq_t = G * HD,
-                                         .G = G, .T = T, .k = k[l] + h * ctx * HD, .v = v[l] + h * ctx * HD, .kv_stride = HD,
+                                         .G = G, .T = T, .k = (char *)k[l] + h * ctx * HD * es,
+                                         .v = (char *)v[l] + h * ctx * HD * es, .kv_dtype = dt, .kv_stride = HD,
                                          .n0 = ctx - T, .hd = HD, .scale = 0.0625f};
                 kn_attention(&b, scores);
             }
         s[r] = nx_now_s() - t0;
     }
-    printf("kernels %s, ctx %lld, T %d: %.3f ms per step (6 layers x 2 KV heads, one thread, cold cache), median of %d\n",
-           kn_impl_name(), (long long)ctx, T, bench_median(s, reps) * 1e3, reps);
+    printf("kernels %s, %s cache, ctx %lld, T %d: %.3f ms per step (6 layers x 2 KV heads, one thread, cold cache), "
+           "median of %d\n", kn_impl_name(), dt == NX_DT_F16 ? "f16" : "f32", (long long)ctx, T,
+           bench_median(s, reps) * 1e3, reps);
     for (int l = 0; l < LAYERS; l++) free(k[l]), free(v[l]);
     free(q), free(out), free(scores), free(s), free(flush);
     return 0;

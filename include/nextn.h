@@ -60,6 +60,21 @@ typedef enum {
  * for any other name. */
 nx_status nx_kernels_parse(const char *name, nx_kernels *out);
 
+/* How sequence states store the K and V rows of the attention layers (the
+ * MTP head's too): what every step's attention streams, the one part of a
+ * step that grows with the context. */
+typedef enum {
+    NX_KV_F32 = 0,          /* f32: the rows exactly as computed (the default)  */
+    NX_KV_F16               /* IEEE half: half the memory and half the bytes a
+                               step reads; each element rounded to nearest
+                               even, magnitudes past 65504 stored as +-65504.
+                               Steps and verifies read the same rows, so MTP
+                               output stays identical to plain decoding */
+} nx_kv_cache;
+
+/* The layout named "f32" or "f16" in *out; NX_EINVAL for any other name. */
+nx_status nx_kv_cache_parse(const char *name, nx_kv_cache *out);
+
 typedef struct {
     int n_threads;          /* worker threads for kernels; <= 0: one per core   */
     int force_reference;    /* 1: route every kernel to its scalar reference    */
@@ -73,6 +88,7 @@ typedef struct {
                                process-wide: each successful load sets them
                                for every model (as does nx_quantize, to the
                                newest), so load while no other model runs */
+    nx_kv_cache kv_cache;   /* the KV cache layout of this model's states       */
 } nx_load_opts;
 
 /* Loads a Qwen3.5 checkpoint directory: config.json plus model.safetensors or
@@ -114,13 +130,15 @@ typedef struct {
                                         and written once (f32)                  */
     int64_t kv_bytes_per_pos;        /* KV cache bytes one decode step reads per
                                         position it attends to: K and V of every
-                                        attention layer (f32)                   */
+                                        attention layer (in the kv_cache layout
+                                        the model was loaded with)              */
     int n_files, n_tensors;
     const char *quantization;        /* "none" or a description                 */
     int n_threads;                   /* worker threads of the model's pool       */
     const char *kernels;             /* the kernel set this load selected:
                                         "avx512vnni", "avx2" or "scalar" (a
                                         later load may select another)          */
+    const char *kv_cache;            /* "f32" or "f16" (nx_load_opts.kv_cache)  */
 } nx_model_info;
 
 const nx_model_info *nx_model_get_info(const nx_model *m);

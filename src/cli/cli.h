@@ -62,7 +62,7 @@ const char *cli_value(int argc, char **argv, int *i);
 const char *cli_default_model(void);
 
 /* Options every model-loading command takes: -m DIR, -t N, --ref, --kernels,
- * --f32-activations. */
+ * --f32-activations, --kv-cache. */
 typedef struct {
     const char *dir;
     nx_load_opts load;
@@ -74,7 +74,9 @@ typedef struct {
     "  --ref              use the scalar reference kernels (slow; for checking)\n"                 \
     "  --kernels SET      newest kernel set to use: auto (default: the newest this CPU runs),\n" \
     "                     avx512vnni, avx2 or scalar (avx512vnni and avx2 give the same bits)\n" \
-    "  --f32-activations  quantized weights multiply f32 activations, not int8 (slower, closer)\n"
+    "  --f32-activations  quantized weights multiply f32 activations, not int8 (slower, closer)\n" \
+    "  --kv-cache f32|f16 how states store attention's K and V rows (default f32; f16: half\n"  \
+    "                     the memory and the bytes a step reads at long contexts)\n"
 
 /* If argv[*i] is one of the model options, consumes it (and its value) and
  * returns 1; returns 0 if it is not; -1 (error printed) on a bad value. */

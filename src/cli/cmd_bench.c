@@ -502,6 +502,7 @@ static int print_json(const bench_result *r, const bench_summary *s, const bench
     PUT("weight_dtype", json_string(in->weight_dtype));
     PUT("threads", json_integer(r->threads));
     PUT("kernels", json_string(in->kernels));
+    PUT("kv_cache", json_string(in->kv_cache));
     PUT("prompt_tokens", json_integer(o->prompt));
     PUT("gen_tokens", json_integer(o->gen));
     PUT("repeat", json_integer(o->repeat));
@@ -563,9 +564,9 @@ static void print_range(const char *what, bench_range r) {
 }
 
 static void print_text(const bench_result *r, const bench_summary *s, const bench_opts *o, const nx_model_info *in) {
-    printf("nextn bench    %s: %.2f M params, %s; %d thread%s, %s kernels; prompt %ld, gen %ld, %ld repeat%s\n",
-           in->dir, (double)in->n_params / 1e6, in->weight_dtype, r->threads, r->threads == 1 ? "" : "s", in->kernels,
-           o->prompt, o->gen, o->repeat, o->repeat == 1 ? "" : "s");
+    printf("nextn bench    %s: %.2f M params, %s; %d thread%s, %s kernels, %s KV cache; prompt %ld, gen %ld, "
+           "%ld repeat%s\n", in->dir, (double)in->n_params / 1e6, in->weight_dtype, r->threads, r->threads == 1 ? "" : "s",
+           in->kernels, in->kv_cache, o->prompt, o->gen, o->repeat, o->repeat == 1 ? "" : "s");
     printf("load           %.3f s model", r->load_s);
     if (!r->mtp_skipped) printf(", %.3f s MTP head", r->mtp_load_s);
     printf("\n%-14s %10s        [min - max]\n", "", "median");

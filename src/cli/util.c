@@ -180,6 +180,15 @@ int cli_model_option(int argc, char **argv, int *i, cli_model_opts *o) {
         o->load.f32_activations = 1;
         return 1;
     }
+    if (strcmp(a, "--kv-cache") == 0) {
+        const char *v = cli_value(argc, argv, i);
+        if (!v) return -1;
+        if (nx_kv_cache_parse(v, &o->load.kv_cache)) {
+            cli_usage_error("--kv-cache wants f32 or f16, got '%s'", v);
+            return -1;
+        }
+        return 1;
+    }
     return 0;
 }
 

@@ -4,7 +4,9 @@
  * A block is T tokens of one sequence and the G query heads of one KV head:
  * row (j, h) for j < T, h < G. Token j sees cache rows 0 .. n0 + j (its own
  * row included), so a block of T = 1 is a decode step, T = K + 1 a verify and
- * larger T a prefill chunk. Cache rows are hd floats, kv_stride floats apart.
+ * larger T a prefill chunk. Cache rows are hd elements, kv_stride elements
+ * apart, of f32 or of IEEE half (f16: half the bytes to stream; each element
+ * widens to f32 exactly, and everything after the load is the f32 math).
  * Per row: scores = (q . k_t) * scale (kn_dot_f32's sums), kn_softmax_f32, then
  * out = sum_t p_t v_t accumulated in order of t, one multiply and one add per
  * element (kn_axpy_f32's operations). The rows share each loaded k_t and v_t
@@ -15,6 +17,7 @@
 #define NX_KERNELS_ATTENTION_H
 
 #include <stdint.h>
+#include "base/dtype.h"
 
 typedef struct {
     float *out;
@@ -22,7 +25,8 @@ typedef struct {
     const float *q;
     int64_t ldq, ldq_t;       /* query row (j, h) at q + j * ldq_t + h * ldq          */
     int G, T;                 /* query heads, tokens                                  */
-    const float *k, *v;       /* row t of the cache at k + t * kv_stride (and v)      */
+    const void *k, *v;        /* row t of the cache at element t * kv_stride of k (v) */
+    nx_dtype kv_dtype;        /* the cache's elements: NX_DT_F32 (0) or NX_DT_F16     */
     int64_t kv_stride;
     int64_t n0;               /* token j sees rows 0 .. n0 + j                        */
     int hd;                   /* head dim                                             */
@@ -36,16 +40,24 @@ void kn_attention(const kn_attn_block *b, float *scores);
 /* out row (j, h) = sum over t <= n0 + j of p[(j * G + h) * ldp + t] * v_t,
  * for j < T, h < G, each column starting from 0 and adding the products in
  * order of t (multiply, then add: no fused multiply-add), so every twin
- * gives kn_axpy_f32's bits, whatever T and vector width. */
-void kn_attn_values_f32(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
-                        const float *v, int64_t kv_stride, int64_t hd);
-void kn_attn_values_f32_ref(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T,
-                            int64_t n0, const float *v, int64_t kv_stride, int64_t hd);
+ * gives kn_axpy_f32's bits on the rows widened to f32, whatever T and
+ * vector width. v's rows are of vdt (NX_DT_F32 or NX_DT_F16). */
+void kn_attn_values(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
+                    const void *v, nx_dtype vdt, int64_t kv_stride, int64_t hd);
+void kn_attn_values_ref(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
+                        const void *v, nx_dtype vdt, int64_t kv_stride, int64_t hd);
 #if defined(__x86_64__) || defined(__i386__)
-void kn_attn_values_f32_avx2(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T,
-                             int64_t n0, const float *v, int64_t kv_stride, int64_t hd);
-void kn_attn_values_f32_avx512(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T,
-                               int64_t n0, const float *v, int64_t kv_stride, int64_t hd);
+void kn_attn_values_avx2(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
+                         const void *v, nx_dtype vdt, int64_t kv_stride, int64_t hd);
+void kn_attn_values_avx512(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T,
+                           int64_t n0, const void *v, nx_dtype vdt, int64_t kv_stride, int64_t hd);
 #endif
+
+/* Writes n f32 values x as one cache row of dt at dst: a copy for
+ * NX_DT_F32; for NX_DT_F16 each rounded to nearest even, magnitudes past
+ * f16's largest finite value (65504) stored as +-65504 rather than
+ * infinity (a NaN stays NaN), so that one outlier cannot turn every later
+ * score of its head into NaN. */
+void kn_attn_store_row(void *dst, nx_dtype dt, const float *x, int64_t n);
 
 #endif

@@ -291,7 +291,6 @@ KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, in
 _Static_assert(KN_TILE_COLS > 0 && KN_TILE_COLS % 32 == 0, "a chunk must hold whole 32-column blocks");
 _Static_assert(KN_TILE_GROUP % 12 == 0, "a group is a multiple of every tile height");
 #define KN_TILE_MIN_T 2    /* fewer activation rows go row by row (see matmul_rows_fmt_avx2) */
-#define KN_TILE_NEVER INT32_MAX   /* kn_matmul_rows_stream: row by row whatever T is */
 _Static_assert(KN_TILE_MIN_T >= 2, "the AVX2 tiles take 2 to 4 activation rows, never 1");
 
 /* a[r][t] = fma(w_r[i..i+8), x_t[i..i+8), a[r][t]) over the tile; a macro
@@ -355,7 +354,7 @@ KN_AVX2_INLINE void dot_tile_avx2(const void *w, size_t row_bytes, int rw, nx_dt
 static inline int tile_rows(int nt) { return nt == 4 ? 2 : nt == 3 ? 3 : 4; }
 
 /* All rows [r0, r1) of one weight format; dt is a constant in each caller.
- * Below tiles_from activation rows (decode; KN_TILE_MIN_T = 2 in the model's
+ * Below KN_TILE_MIN_T activation rows (decode; KN_TILE_MIN_T = 2 in the model's
  * products) the rows go one by one through dot_rows_avx2: that is bound by
  * memory, and one stream per thread is what the prefetcher follows best.
  * From 2 rows (verify blocks, prefill chunks) row by row reloads every
@@ -375,11 +374,11 @@ static inline int tile_rows(int nt) { return nt == 4 ? 2 : nt == 3 ? 3 : 4; }
  * (dot_rows_avx2). A 500-token bf16 prefill of the same model took 0.92x the
  * wall time of row by row (whole-process A/B, median of 4 pairs). */
 KN_AVX2_INLINE void matmul_rows_fmt_avx2(const kn_mat *w, nx_dtype dt, const float *x, int64_t ldx, int T,
-                                         float *y, int64_t ldy, int64_t r0, int64_t r1, int tiles_from) {
+                                         float *y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t n = w->cols;
     const size_t row_bytes = (size_t)kn_row_stride(w) * nx_dtype_size(dt);
     int64_t r = r0;
-    if (T >= tiles_from)
+    if (T >= KN_TILE_MIN_T)
         for (; r + KN_TILE_GROUP <= r1; r += KN_TILE_GROUP) {
             const char *wg = (const char *)w->data + (size_t)r * row_bytes;
             for (int t = 0; t < T;) {
@@ -417,22 +416,17 @@ KN_AVX2_INLINE void matmul_rows_fmt_avx2(const kn_mat *w, nx_dtype dt, const flo
 
 static KN_AVX2 void matmul_rows_f32_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
                                          int64_t ldy, int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx2(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
+    matmul_rows_fmt_avx2(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1);
 }
 
 static KN_AVX2 void matmul_rows_bf16_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
                                           int64_t ldy, int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx2(w, NX_DT_BF16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
+    matmul_rows_fmt_avx2(w, NX_DT_BF16, x, ldx, T, y, ldy, r0, r1);
 }
 
 static KN_AVX2 void matmul_rows_f16_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
                                          int64_t ldy, int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx2(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
-}
-
-static KN_AVX2 void matmul_rows_stream_f32_avx2(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
-                                                int64_t ldy, int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx2(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_NEVER);
+    matmul_rows_fmt_avx2(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1);
 }
 
 /* A SIMD set's dense product for one format (f32, bf16, f16). */
@@ -711,18 +705,18 @@ KN_VNNI_INLINE void dot_tile_avx512(const void *w, size_t row_bytes, int rw, nx_
                 finish_pairs_avx512(part[0][r][t], part[1][r][t], w0 + (size_t)r * row_bytes, dt, x + (int64_t)t * ldx, n);
 }
 
-/* matmul_rows_fmt_avx2 on 16-lane vectors: from tiles_from activation rows,
+/* matmul_rows_fmt_avx2 on 16-lane vectors: from KN_TILE_MIN_T activation rows,
  * groups of KN_TILE_GROUP weight rows in 4 x 4 tiles (the last 1-3
  * activation rows as 4 x nt); rows short of a group, and fewer activation
  * rows, through dot_rows_avx512, four activation rows a pass. (Tiles from 2
  * rows, see matmul_rows_fmt_avx2: bf16 generate --draft 2 -n 128, three
  * pairs, 20.5 / 20.7 / 18.1 -> 24.4 / 30.5 / 26.8 tok/s.) */
 KN_VNNI_INLINE void matmul_rows_fmt_avx512(const kn_mat *w, nx_dtype dt, const float *x, int64_t ldx, int T, float *y,
-                                           int64_t ldy, int64_t r0, int64_t r1, int tiles_from) {
+                                           int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t n = w->cols;
     const size_t row_bytes = (size_t)kn_row_stride(w) * nx_dtype_size(dt);
     int64_t r = r0;
-    if (T >= tiles_from)
+    if (T >= KN_TILE_MIN_T)
         for (; r + KN_TILE_GROUP <= r1; r += KN_TILE_GROUP) {
             const char *wg = (const char *)w->data + (size_t)r * row_bytes;
             const int pf = r + 2 * KN_TILE_GROUP <= r1;   /* the next group exists */
@@ -760,22 +754,17 @@ _Static_assert(KN_TILE_GROUP % 4 == 0, "a group is whole 4-row tiles");
 
 static KN_VNNI void matmul_rows_f32_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                            int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx512(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
+    matmul_rows_fmt_avx512(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1);
 }
 
 static KN_VNNI void matmul_rows_bf16_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                             int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx512(w, NX_DT_BF16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
+    matmul_rows_fmt_avx512(w, NX_DT_BF16, x, ldx, T, y, ldy, r0, r1);
 }
 
 static KN_VNNI void matmul_rows_f16_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                                            int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx512(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1, KN_TILE_MIN_T);
-}
-
-static KN_VNNI void matmul_rows_stream_f32_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y,
-                                                  int64_t ldy, int64_t r0, int64_t r1) {
-    matmul_rows_fmt_avx512(w, NX_DT_F32, x, ldx, T, y, ldy, r0, r1, KN_TILE_NEVER);
+    matmul_rows_fmt_avx512(w, NX_DT_F16, x, ldx, T, y, ldy, r0, r1);
 }
 
 static void matmul_rows_avx512(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
@@ -798,8 +787,6 @@ typedef struct {
     const char *name;
     void (*matmul_rows)(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
                         int64_t r0, int64_t r1);
-    void (*matmul_rows_stream_f32)(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy,
-                                   int64_t r0, int64_t r1);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
     void (*scale_f32)(float *y, float a, int64_t n);
@@ -809,8 +796,8 @@ typedef struct {
     void (*sigmoid_gate_f32)(float *y, const float *g, int64_t n);
     void (*softmax_f32)(float *p, int64_t n, float scale);
     double (*sum_exp_f32)(const float *x, int64_t n, float mx);
-    void (*attn_values_f32)(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
-                            const float *v, int64_t kv_stride, int64_t hd);
+    void (*attn_values)(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
+                        const void *v, nx_dtype vdt, int64_t kv_stride, int64_t hd);
     void (*quantize_x)(kn_qx *qx, const float *x, int64_t ldx);
     void (*matmul_qx_rows)(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
     void (*fp_qx_rows)(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
@@ -826,12 +813,12 @@ typedef struct {
 } kn_impl;
 
 static const kn_impl kn_impl_scalar = {
-    .name = "scalar", .matmul_rows = kn_matmul_rows_ref, .matmul_rows_stream_f32 = kn_matmul_rows_ref,
+    .name = "scalar", .matmul_rows = kn_matmul_rows_ref,
     .dot_f32 = kn_dot_f32_ref, .axpy_f32 = kn_axpy_f32_ref, .scale_f32 = kn_scale_f32_ref, .argmax_f32 = kn_argmax_f32_ref,
     .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .silu_mul_f32 = kn_silu_mul_f32_ref,
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_ref, .softmax_f32 = kn_softmax_f32_ref,
     .sum_exp_f32 = kn_sum_exp_f32_ref,
-    .attn_values_f32 = kn_attn_values_f32_ref, .quantize_x = kn_quantize_x_ref,
+    .attn_values = kn_attn_values_ref, .quantize_x = kn_quantize_x_ref,
     .matmul_qx_rows = kn_matmul_qx_rows_ref, .fp_qx_rows = kn_fp_matmul_qx_rows_ref,
     .affine_quantize_row = kn_affine_quantize_row_ref,
     .affine_row_f32 = kn_affine_row_f32_ref, .fp_row_f32 = kn_fp_row_f32_ref, .sketch_scores = kn_sketch_scores_ref,
@@ -840,12 +827,12 @@ static const kn_impl kn_impl_scalar = {
     .conv_silu = kn_conv_silu_ref};
 #if KN_HAVE_X86
 static const kn_impl kn_impl_avx2 = {
-    .name = "avx2", .matmul_rows = matmul_rows_avx2, .matmul_rows_stream_f32 = matmul_rows_stream_f32_avx2,
+    .name = "avx2", .matmul_rows = matmul_rows_avx2,
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2,
     .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2, .softmax_f32 = kn_softmax_f32_avx2,
     .sum_exp_f32 = kn_sum_exp_f32_avx2,
-    .attn_values_f32 = kn_attn_values_f32_avx2, .quantize_x = kn_quantize_x_avx2,
+    .attn_values = kn_attn_values_avx2, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx2, .fp_qx_rows = kn_fp_matmul_qx_rows_avx2,
     .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,
@@ -856,12 +843,12 @@ static const kn_impl kn_impl_avx2 = {
  * (quant_qx.inc, sketch.c), and the dense row-by-row products, the gated
  * delta step and the attention value sums on 16-lane vectors. */
 static const kn_impl kn_impl_avx512vnni = {
-    .name = "avx512vnni", .matmul_rows = matmul_rows_avx512, .matmul_rows_stream_f32 = matmul_rows_stream_f32_avx512,
+    .name = "avx512vnni", .matmul_rows = matmul_rows_avx512,
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2,
     .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2, .softmax_f32 = kn_softmax_f32_avx2,
     .sum_exp_f32 = kn_sum_exp_f32_avx2,
-    .attn_values_f32 = kn_attn_values_f32_avx512, .quantize_x = kn_quantize_x_avx2,
+    .attn_values = kn_attn_values_avx512, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .fp_qx_rows = kn_fp_matmul_qx_rows_avx512vnni,
     .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2,
@@ -952,16 +939,6 @@ void kn_matmul_rows(const kn_mat *w, const float *x, int64_t ldx, int T, float *
     active()->matmul_rows(w, x, ldx, T, y, ldy, r0, r1);
 }
 
-void kn_matmul_rows_stream(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
-                           int64_t r1) {
-    if (w->bits || w->fp || w->dtype != NX_DT_F32) {
-        kn_matmul_rows(w, x, ldx, T, y, ldy, r0, r1);
-        return;
-    }
-    assert_matmul_args(w, x, ldx, T, y, ldy, r0, r1);
-    if (T > 0 && r0 < r1) active()->matmul_rows_stream_f32(w, x, ldx, T, y, ldy, r0, r1);
-}
-
 float kn_dot_f32(const float *a, const float *b, int64_t n) { return active()->dot_f32(a, b, n); }
 
 void kn_axpy_f32(float *y, float a, const float *x, int64_t n) { active()->axpy_f32(y, a, x, n); }
@@ -982,9 +959,9 @@ void kn_softmax_f32(float *p, int64_t n, float scale) { active()->softmax_f32(p,
 
 double kn_sum_exp_f32(const float *x, int64_t n, float mx) { return active()->sum_exp_f32(x, n, mx); }
 
-void kn_attn_values_f32(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
-                        const float *v, int64_t kv_stride, int64_t hd) {
-    active()->attn_values_f32(out, ldo, ldo_t, p, ldp, G, T, n0, v, kv_stride, hd);
+void kn_attn_values(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
+                    const void *v, nx_dtype vdt, int64_t kv_stride, int64_t hd) {
+    active()->attn_values(out, ldo, ldo_t, p, ldp, G, T, n0, v, vdt, kv_stride, hd);
 }
 
 void kn_quantize_x(kn_qx *qx, const float *x, int64_t ldx) { active()->quantize_x(qx, x, ldx); }

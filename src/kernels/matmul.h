@@ -117,15 +117,6 @@ void kn_matmul_rows(const kn_mat *w, const float *x, int64_t ldx, int T,
  * one row by row. */
 #define KN_TILE_GROUP 12
 
-/* kn_matmul_rows, the same bits, but row by row whatever T is: for a short
- * f32 W streamed in once, in order, against a few activation rows (a
- * one-token attention step's K rows against its query heads), where the
- * hardware prefetcher follows one stream of rows and tiles measured 1.7x
- * slower (bench-attention 660 and 3000, 8 alternating pairs each). Other
- * formats take kn_matmul_rows. */
-void kn_matmul_rows_stream(const kn_mat *w, const float *x, int64_t ldx, int T, float *y, int64_t ldy, int64_t r0,
-                           int64_t r1);
-
 /* Converts row `row` of w to f32 (embedding lookup): out[0..cols). An affine
  * row is dequantized: out[c] = fmaf(scale, q, bias), the weights the matmul
  * uses. */

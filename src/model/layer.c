@@ -221,6 +221,11 @@ static const mdl_seg *block_of(const attn_job *j, int64_t b, int *first) {
     return &j->segs[i];
 }
 
+/* KV head h's row for position p in cache c (kv.k or kv.v) of kv. */
+static void *kv_row(mdl_kv kv, void *c, int h, int p, int hd) {
+    return (char *)c + (((size_t)h * (size_t)kv.cap + (size_t)p) * (size_t)hd) * nx_dtype_size(kv.dtype);
+}
+
 /* One (block, KV head) pair per index: softmax attention of the query heads
  * that share the KV head, each row over positions 0..pos+t of its own
  * sequence, then the sigmoid output gate. */
@@ -238,9 +243,9 @@ static void attention_rows(void *ctx, int64_t i0, int64_t i1, int tid) {
         const float *q = sc->proj + t0 * qstride + (int64_t)h0 * ldq;
         float *o = sc->mix + (int64_t)t0 * Nh * hd + (int64_t)h0 * hd;
         const kn_attn_block b = {.out = o, .ldo = hd, .ldo_t = (int64_t)Nh * hd, .q = q, .ldq = ldq, .ldq_t = qstride,
-                                 .G = group, .T = T, .k = g->kv.k + (int64_t)kvh * g->kv.cap * hd,
-                                 .v = g->kv.v + (int64_t)kvh * g->kv.cap * hd, .kv_stride = hd, .n0 = g->pos + first,
-                                 .hd = hd, .scale = 1.0f / sqrtf((float)hd)};
+                                 .G = group, .T = T, .k = kv_row(g->kv, g->kv.k, kvh, 0, hd),
+                                 .v = kv_row(g->kv, g->kv.v, kvh, 0, hd), .kv_dtype = g->kv.dtype, .kv_stride = hd,
+                                 .n0 = g->pos + first, .hd = hd, .scale = 1.0f / sqrtf((float)hd)};
         kn_attention(&b, scores);
         if (gated)
             for (int t = 0; t < T; t++)
@@ -270,10 +275,11 @@ static void attention_kv_rows(const nx_model *m, const mdl_layer *L, mdl_scratch
         int p = g->pos + (t - g->row0);
         assert(p < g->kv.cap);   /* past it, head h's rows would run into head h + 1's */
         for (int h = 0; h < Nkv; h++) {                /* k: per-head norm, RoPE, append; v: append */
-            const int64_t at = ((int64_t)h * g->kv.cap + p) * hd;
-            kn_rmsnorm(g->kv.k + at, sc->kbuf + t * kvd + h * hd, L->k_norm, hd, (float)c->rms_norm_eps);
-            kn_rope_apply(g->kv.k + at, cs, rd);
-            memcpy(g->kv.v + at, sc->vbuf + t * kvd + h * hd, (size_t)hd * sizeof(float));
+            float *k = sc->kbuf + t * kvd + h * hd;
+            kn_rmsnorm(k, k, L->k_norm, hd, (float)c->rms_norm_eps);
+            kn_rope_apply(k, cs, rd);
+            kn_attn_store_row(kv_row(g->kv, g->kv.k, h, p, hd), g->kv.dtype, k, hd);
+            kn_attn_store_row(kv_row(g->kv, g->kv.v, h, p, hd), g->kv.dtype, sc->vbuf + t * kvd + h * hd, hd);
         }
     }
 }

@@ -423,6 +423,8 @@ static uint64_t model_identity(const nx_model *m) {
      * (kernels/quant.h), so their states saved under one mode are not valid
      * under the other; dense models are the same in both. */
     if (m->cfg.has_quantization) XXH64_update(h, &m->f32_activations, sizeof m->f32_activations);
+    /* So does a KV cache of halves; f32's identity is what it always was. */
+    if (m->kv_dtype != NX_DT_F32) XXH64_update(h, "kv-f16", 6);
     for (int i = 0; i < st_count(m->st); i++) {
         const st_tensor *t = st_at(m->st, i);
         XXH64_update(h, t->name, strlen(t->name) + 1);
@@ -586,6 +588,7 @@ static void fill_info(nx_model *m) {
     in->n_mtp_tensors = m->n_mtp_tensors;
     in->n_threads = nx_pool_size(m->pool);
     in->kernels = kn_impl_name();
+    in->kv_cache = m->kv_dtype == NX_DT_F16 ? "f16" : "f32";
     in->quantization = "none";
     if (c->has_quantization) {
         snprintf(m->quant_desc, sizeof m->quant_desc, "mlx %s, %d bits, group %d%s", cfg_qmode_name(c->q_mode), c->q_bits,
@@ -601,7 +604,7 @@ static void fill_info(nx_model *m) {
     const int64_t recurrent = (int64_t)c->linear_v_heads * c->linear_v_dim * c->linear_k_dim,
                   conv = (int64_t)(c->conv_kernel - 1) * cfg_conv_dim(c);
     in->state_bytes = (int64_t)in->n_linear_attention * 2 * (recurrent + conv) * (int64_t)sizeof(float);
-    in->kv_bytes_per_pos = (int64_t)in->n_full_attention * 2 * c->n_kv_heads * c->head_dim * (int64_t)sizeof(float);
+    in->kv_bytes_per_pos = (int64_t)in->n_full_attention * 2 * c->n_kv_heads * c->head_dim * (int64_t)nx_dtype_size(m->kv_dtype);
 }
 
 static const char *const kernel_names[] = {[NX_KERNELS_AUTO] = "auto", [NX_KERNELS_SCALAR] = "scalar",
@@ -624,6 +627,13 @@ nx_status nx_kernels_parse(const char *name, nx_kernels *out) {
     return NX_EINVAL;
 }
 
+nx_status nx_kv_cache_parse(const char *name, nx_kv_cache *out) {
+    if (name && strcmp(name, "f32") == 0) *out = NX_KV_F32;
+    else if (name && strcmp(name, "f16") == 0) *out = NX_KV_F16;
+    else return NX_EINVAL;
+    return NX_OK;
+}
+
 nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **out, char *err, size_t errlen) {
     *out = NULL;
     nx_load_opts defaults = {0};
@@ -631,6 +641,8 @@ nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **ou
     kn_isa isa;
     if (mdl_kernels_isa(opts->kernels, &isa))
         return nx_fail(err, errlen, NX_EINVAL, "loading %s: unknown kernel set %d", dir, (int)opts->kernels);
+    if (opts->kv_cache != NX_KV_F32 && opts->kv_cache != NX_KV_F16)
+        return nx_fail(err, errlen, NX_EINVAL, "loading %s: unknown KV cache layout %d", dir, (int)opts->kv_cache);
     nx_model *m = nx_calloc(1, sizeof *m);
     if (!m || !(m->dir = nx_strdup(dir))) {
         nx_free(m);
@@ -650,6 +662,7 @@ nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **ou
     }
     m->layout_mlx = detect_mlx_layout(m);
     m->f32_activations = opts->f32_activations != 0;
+    m->kv_dtype = opts->kv_cache == NX_KV_F16 ? NX_DT_F16 : NX_DT_F32;
     m->layers = nx_calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) { st = nx_fail(err, errlen, NX_ENOMEM, "out of memory"); goto fail; }
 

@@ -95,6 +95,7 @@ struct nx_model {
     nx_pool *pool;
     int layout_mlx;               /* 1: norms already store 1+w (mlx-community) */
     int f32_activations;          /* nx_load_opts: no int8 activations          */
+    nx_dtype kv_dtype;            /* nx_load_opts.kv_cache: NX_DT_F32 or NX_DT_F16 */
     int pack_lanes;               /* SIMD int8 products: lanes matrices get packed rows (mdl_pack_mats) */
     const char *prefix;           /* tensor name prefix of the language model  */
     kn_mat embed;                 /* [V, H]                                    */
@@ -164,8 +165,8 @@ struct nx_state {
     int pos;                      /* tokens held                               */
     int max_ctx;
     /* per full-attention layer l (indexed by layer; NULL for GDN layers) */
-    float **k_cache;              /* [Nkv][max_ctx][hd], post-norm post-RoPE K (mdl_kv) */
-    float **v_cache;              /* [Nkv][max_ctx][hd]                        */
+    void **k_cache;               /* [Nkv][max_ctx][hd] of m->kv_dtype, post-norm post-RoPE K (mdl_kv) */
+    void **v_cache;               /* [Nkv][max_ctx][hd]                        */
     /* per GDN layer (NULL for attention layers) */
     float **conv_state;           /* [Kc-1][CD] last pre-conv rows             */
     float **recurrent;            /* [Hv][Dv][Dk]                              */
@@ -227,8 +228,9 @@ void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int row0, int pos, int T)
  * heads interleaved by position cost it a third more at 3000 positions:
  * cache lines of one head were 2 KB apart, pages held 2 of its rows). */
 typedef struct {
-    float *k, *v;
+    void *k, *v;                  /* elements of dtype                         */
     int cap;
+    nx_dtype dtype;               /* the model's kv_dtype: NX_DT_F32 or NX_DT_F16 */
 } mdl_kv;
 
 /* Rows [row0, row0 + T) of a chunk that continue one sequence from position

@@ -36,7 +36,7 @@ static void part_load(const ckpt_part *q, const unsigned char *src) {
 
 static int parts_of(nx_spec *s, ckpt_part *parts, int cap) {
     const cfg_model *c = &s->m->cfg;
-    size_t hd = (size_t)c->head_dim, Nkv = (size_t)c->n_kv_heads, F = sizeof(float);
+    size_t hd = (size_t)c->head_dim, Nkv = (size_t)c->n_kv_heads, F = sizeof(float), E = nx_dtype_size(s->m->kv_dtype);
     size_t conv = (size_t)(c->conv_kernel - 1) * (size_t)cfg_conv_dim(c);
     size_t rec = (size_t)c->linear_v_heads * (size_t)c->linear_v_dim * (size_t)c->linear_k_dim;
     size_t H = (size_t)c->hidden_size, n = (size_t)s->n;
@@ -45,7 +45,7 @@ static int parts_of(nx_spec *s, ckpt_part *parts, int cap) {
     (k < cap ? (parts[k] = (ckpt_part){(char *)(ptr), (nbytes), (npieces), (gap)}, k++) : k)
 #define PART(ptr, nbytes) PARTS(ptr, nbytes, 1, 0)
     /* the first `rows` positions of a cache of `max` (mdl_kv's layout) */
-#define KV_PARTS(cache, rows, max) PARTS(cache, (size_t)(rows) * hd * F, Nkv, (size_t)(max) * hd * F)
+#define KV_PARTS(cache, rows, max) PARTS(cache, (size_t)(rows) * hd * E, Nkv, (size_t)(max) * hd * E)
     PART(s->hist, (n + 1) * sizeof *s->hist);
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_full[l]) {

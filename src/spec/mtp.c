@@ -303,16 +303,18 @@ nx_status nx_drafter_load(const nx_model *target, const char *dir, const nx_draf
 
 /* ---- running entries ----------------------------------------------------- */
 
-static mdl_kv mtp_rows_kv(const mtp_rows *r) { return (mdl_kv){r->k_cache, r->v_cache, r->max_ctx}; }
+static mdl_kv mtp_rows_kv(const mtp_rows *r) {
+    return (mdl_kv){r->k_cache, r->v_cache, r->max_ctx, r->d->target->kv_dtype};
+}
 
 nx_status mtp_rows_init(mtp_rows *r, const nx_drafter *d, int max_ctx, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     const cfg_model *c = &d->target->cfg;
-    size_t kvd = (size_t)c->n_kv_heads * c->head_dim, H = (size_t)c->hidden_size;
+    size_t kv_row = (size_t)c->n_kv_heads * c->head_dim * nx_dtype_size(d->target->kv_dtype), H = (size_t)c->hidden_size;
     r->d = d;
     r->max_ctx = max_ctx;
-    int ok = (r->k_cache = nx_alloc_aligned((size_t)max_ctx * kvd * sizeof(float))) &&
-             (r->v_cache = nx_alloc_aligned((size_t)max_ctx * kvd * sizeof(float))) &&
+    int ok = (r->k_cache = nx_alloc_aligned((size_t)max_ctx * kv_row)) &&
+             (r->v_cache = nx_alloc_aligned((size_t)max_ctx * kv_row)) &&
              (r->u = nx_alloc_aligned((size_t)MDL_CHUNK * 2 * H * sizeof(float))) &&
              (r->m = nx_alloc_aligned(H * sizeof(float))) &&
              (r->logits = nx_alloc_aligned((size_t)c->vocab_size * sizeof(float))) &&

@@ -218,6 +218,7 @@ static void bad_use_exits_2_with_one_line(void) {
         {"inspect --bogus", 2, "unknown option '--bogus'"},
         {"inspect -t 0 -m x", 2, "--threads"},
         {"inspect --kernels avx512 -m x", 2, "--kernels"},
+        {"inspect --kv-cache f8 -m x", 2, "--kv-cache wants f32 or f16"},
         {"inspect -m /nonexistent/model", 1, "/nonexistent/model"},
         {"generate -m '" GOLDEN "/hf' --prompt-ids 1,99999", 1, "99999"},
         {"generate -m x --prompt-ids 1 --logit-bias 5=2", 2, "--logit-bias"},

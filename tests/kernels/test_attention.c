@@ -1,11 +1,16 @@
 /* test_attention.c — grouped-query attention (kernels/attention.h): the value
  * sum's twins agree bit for bit, each row of a block (token, head) equals that
  * row alone (so sharing a KV head's loads across heads and tokens changes
- * nothing), and the result follows softmax attention written out in double. */
+ * nothing), and the result follows softmax attention written out in double;
+ * a cache of f16 rows gives the bits of the f32 cache holding the same
+ * values, and rows are stored in it rounded and saturated. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/fp16.h"
 
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
@@ -15,6 +20,13 @@ static float *normals(nx_test_rng *r, int64_t n, float sigma) {
     float *v = malloc((size_t)n * sizeof *v);
     for (int64_t i = 0; i < n; i++) v[i] = nx_test_rng_normal(r, sigma);
     return v;
+}
+
+/* The f16 copy of n floats, and the f32 values it holds written back into x. */
+static uint16_t *to_f16(float *x, int64_t n) {
+    uint16_t *h = malloc((size_t)n * sizeof *h);
+    for (int64_t i = 0; i < n; i++) x[i] = nx_f16_to_f32(h[i] = nx_f32_to_f16(x[i]));
+    return h;
 }
 
 static void test_value_sum_twins_agree_bit_for_bit(void) {
@@ -33,11 +45,18 @@ static void test_value_sum_twins_agree_bit_for_bit(void) {
                     const int64_t hd = hds[hi], n = ctxs[ci] + T - 1, stride = hd * 2 + 3, ldo = hd + 5, ldp = n + 2;
                     const int64_t ldo_t = G * ldo + 3, nout = T * ldo_t;
                     float *v = normals(&r, n * stride, 1.0f), *p = normals(&r, T * G * ldp, 0.3f);
+                    uint16_t *vh = to_f16(v, n * stride);   /* v now holds the values vh holds */
                     float *ya = malloc((size_t)nout * sizeof *ya), *yr = malloc((size_t)nout * sizeof *yr);
-                    for (int64_t i = 0; i < nout; i++) ya[i] = yr[i] = -5.0f;
-                    kn_attn_values_f32(ya, ldo, ldo_t, p, ldp, G, T, n - T, v, stride, hd);
-                    kn_attn_values_f32_ref(yr, ldo, ldo_t, p, ldp, G, T, n - T, v, stride, hd);
+                    float *yh = malloc((size_t)nout * sizeof *yh), *yhr = malloc((size_t)nout * sizeof *yhr);
+                    for (int64_t i = 0; i < nout; i++) ya[i] = yr[i] = yh[i] = yhr[i] = -5.0f;
+                    kn_attn_values(ya, ldo, ldo_t, p, ldp, G, T, n - T, v, NX_DT_F32, stride, hd);
+                    kn_attn_values_ref(yr, ldo, ldo_t, p, ldp, G, T, n - T, v, NX_DT_F32, stride, hd);
+                    kn_attn_values(yh, ldo, ldo_t, p, ldp, G, T, n - T, vh, NX_DT_F16, stride, hd);
+                    kn_attn_values_ref(yhr, ldo, ldo_t, p, ldp, G, T, n - T, vh, NX_DT_F16, stride, hd);
                     CHECKF(memcmp(ya, yr, (size_t)nout * sizeof *ya) == 0, "%s hd=%lld n=%lld T=%d G=%d: the twins differ",
+                           kn_impl_name(), (long long)hd, (long long)n, T, G);
+                    CHECKF(memcmp(yh, ya, (size_t)nout * sizeof *ya) == 0 && memcmp(yhr, ya, (size_t)nout * sizeof *ya) == 0,
+                           "%s hd=%lld n=%lld T=%d G=%d: f16 rows differ from the f32 rows of their values",
                            kn_impl_name(), (long long)hd, (long long)n, T, G);
                     int gaps = 0;   /* the columns between rows are left alone */
                     for (int64_t i = 0; i < nout; i++) {
@@ -46,7 +65,7 @@ static void test_value_sum_twins_agree_bit_for_bit(void) {
                         gaps += !in_row && ya[j * ldo_t + w] != -5.0f;
                     }
                     CHECK(gaps == 0);
-                    free(v), free(p), free(ya), free(yr);
+                    free(v), free(vh), free(p), free(ya), free(yr), free(yh), free(yhr);
                 }
     kn_init(0);
 }
@@ -72,15 +91,29 @@ static void test_blocks_equal_single_rows_and_follow_softmax(void) {
                 /* query, then its gate, as the model stores them; tokens 6 heads apart */
                 const int64_t ldq = 2 * HD, ldq_t = 6 * ldq, ldo_t = 6 * HD;
                 float *k = normals(&r, kv_len, 1.0f), *v = normals(&r, kv_len, 1.0f), *q = normals(&r, T * ldq_t, 1.0f);
+                /* every other case with an f16 cache; k and v then hold its values */
+                const int f16 = (int)(ti + ni + (size_t)G) % 2;
+                uint16_t *kh = f16 ? to_f16(k, kv_len) : NULL, *vh = f16 ? to_f16(v, kv_len) : NULL;
                 float *scores = malloc((size_t)(T * G * n_all) * sizeof *scores), one[HD];
                 float *out = malloc((size_t)(T * ldo_t) * sizeof *out), *simd = malloc((size_t)(T * ldo_t) * sizeof *simd);
+                float *of32 = malloc((size_t)(T * ldo_t) * sizeof *of32);
                 int have_simd = 0;
                 for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
                     if (kn_select(sets[si]) != sets[si]) continue;   /* the CPU lacks it */
                     memset(out, 0, (size_t)(T * ldo_t) * sizeof *out);
                     kn_attn_block b = {.out = out, .ldo = HD, .ldo_t = ldo_t, .q = q, .ldq = ldq, .ldq_t = ldq_t,
                                        .G = G, .T = T, .k = k, .v = v, .kv_stride = STRIDE, .n0 = n0, .hd = HD, .scale = scale};
+                    if (f16) {   /* the f32 cache of the same values first: the f16 one gives its bits */
+                        memset(of32, 0, (size_t)(T * ldo_t) * sizeof *of32);
+                        b.out = of32;
+                        kn_attention(&b, scores);
+                        b.out = out, b.k = kh, b.v = vh, b.kv_dtype = NX_DT_F16;
+                    }
                     kn_attention(&b, scores);
+                    if (f16)
+                        CHECKF(memcmp(out, of32, (size_t)(T * ldo_t) * sizeof *out) == 0,
+                               "%s T=%d n0=%d G=%d: the f16 cache differs from the f32 cache of its values",
+                               kn_impl_name(), T, n0, G);
                     if (sets[si] != KN_ISA_SCALAR) {
                         if (have_simd)
                             CHECKF(memcmp(out, simd, (size_t)(T * ldo_t) * sizeof *out) == 0,
@@ -116,19 +149,46 @@ static void test_blocks_equal_single_rows_and_follow_softmax(void) {
                     CHECKF(off == 0, "%s T=%d n0=%d G=%d: %d outputs off softmax attention", kn_impl_name(), T, n0, G,
                            off);
                 }
-                free(k), free(v), free(q), free(scores), free(out), free(simd);
+                free(k), free(v), free(kh), free(vh), free(q), free(scores), free(out), free(simd), free(of32);
             }
     kn_init(0);
 }
 
+/* kn_attn_store_row: f32 rows copied; f16 rows rounded to nearest even,
+ * saturated at +-65504 rather than infinite, NaN kept, nothing written past
+ * the row. */
+static void test_store_row_rounds_and_saturates(void) {
+    const float x[] = {1.0f, -2.5f, 0.1f, 1.0f + 0x1p-11f, 1.0f + 0x1p-11f + 0x1p-12f, 65504.0f, 65519.0f, 7e4f,
+                       -1e30f, INFINITY, -INFINITY, NAN, 0x1p-20f, -0.0f};
+    enum { N = sizeof x / sizeof *x };
+    const uint16_t want[N] = {0x3c00, 0xc100, 0x2e66, 0x3c00, 0x3c01, 0x7bff, 0x7bff, 0x7bff,
+                              0xfbff, 0x7bff, 0xfbff, 0, 0x0010, 0x8000};
+    uint16_t h[N + 1];
+    h[N] = 0xabcd;
+    kn_attn_store_row(h, NX_DT_F16, x, N);
+    for (int i = 0; i < N; i++) {
+        if (isnan(x[i])) CHECKF(isnan(nx_f16_to_f32(h[i])), "element %d: NaN stored as 0x%04x", i, h[i]);
+        else CHECKF(h[i] == want[i], "element %d (%g): stored 0x%04x, want 0x%04x", i, (double)x[i], h[i], want[i]);
+    }
+    CHECK(h[N] == 0xabcd);
+    float f[N + 1];
+    f[N] = 3.0f;
+    kn_attn_store_row(f, NX_DT_F32, x, N);
+    CHECK(memcmp(f, x, sizeof x) == 0 && f[N] == 3.0f);
+}
+
 static const nx_test tests[] = {
     {"value_sum_twins_agree_bit_for_bit",
-     "kn_attn_values_f32 == its scalar twin: odd head sizes, 1-6 heads, blocks of 1-9 tokens, strides",
+     "kn_attn_values == its scalar twin, f32 and f16 rows (== the f32 rows of their values): odd head sizes, "
+     "1-6 heads, blocks of 1-9 tokens, strides",
      test_value_sum_twins_agree_bit_for_bit},
     {"blocks_equal_single_rows_and_follow_softmax",
      "each row of a block of T tokens x G heads == that row alone, bit for bit; within 1e-5 of softmax attention "
-     "in double; every kernel set, the SIMD ones equal; exact-size cache and scores",
+     "in double; every kernel set, the SIMD ones equal; exact-size cache and scores; an f16 cache == the f32 "
+     "cache of its values",
      test_blocks_equal_single_rows_and_follow_softmax},
+    {"store_row_rounds_and_saturates", "f16 cache rows: nearest even, +-65504 for larger magnitudes, NaN kept",
+     test_store_row_rounds_and_saturates},
 };
 
 NX_TEST_MAIN(tests)

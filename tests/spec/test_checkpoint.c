@@ -280,9 +280,12 @@ static void absorbed_pieces_and_memory_snapshots_continue_exactly(void) {
 
 /* The first n rows of each KV head of two caches of cap_a and cap_b
  * positions (model.h's mdl_kv layout): 1 if they are the same. */
-static int same_heads(const float *a, int cap_a, const float *b, int cap_b, int n, int n_kv, int hd) {
+/* The first n rows of each of n_kv heads of two caches of elements of es
+ * bytes, cap_a and cap_b rows a head. */
+static int same_heads(const void *a, int cap_a, const void *b, int cap_b, int n, int n_kv, int hd, size_t es) {
+    const char *ca = a, *cb = b;
     for (int h = 0; h < n_kv; h++)
-        if (memcmp(a + (size_t)h * cap_a * hd, b + (size_t)h * cap_b * hd, (size_t)n * hd * sizeof *a) != 0) return 0;
+        if (memcmp(ca + (size_t)h * cap_a * hd * es, cb + (size_t)h * cap_b * hd * es, (size_t)n * hd * es) != 0) return 0;
     return 1;
 }
 
@@ -291,16 +294,25 @@ static int same_heads(const float *a, int cap_a, const float *b, int cap_b, int 
  * A snapshot taken in a session of 256 positions restores into sessions of
  * 120 and 300 with every head's K and V rows (the target's and the
  * drafter's) as they were, and each continues as the uninterrupted session
- * does. */
-static void checkpoints_move_between_contexts(void) {
-    nx_model *m = nx_test_model(NX_TEST_DATA "/golden/llamacpp-tiny-a-untied-bf16/hf", 2);
+ * does; with caches of f32 and of f16 rows. A model loaded with the other
+ * layout refuses the snapshot. */
+static void checkpoints_move_between_contexts_one(nx_kv_cache layout) {
+    const char *dir = NX_TEST_DATA "/golden/llamacpp-tiny-a-untied-bf16/hf";
+    char err[512];
+    nx_model *m = NULL, *other = NULL;
+    nx_load_opts lo = {.n_threads = 2, .kv_cache = layout}, lo_other = {.n_threads = 2, .kv_cache = !layout};
+    CHECKF(nx_model_load(dir, &lo, &m, err, sizeof err) == NX_OK, "%s", err);
+    CHECKF(nx_model_load(dir, &lo_other, &other, err, sizeof err) == NX_OK, "%s", err);
     nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
-    if (!d) return;
+    if (!d || !other) {
+        nx_model_free(other), nx_model_free(m);
+        return;
+    }
     static const int ctxs[] = {120, 300};
     const cfg_model *cfg = &m->cfg;
     const int nkv = cfg->n_kv_heads, hd = cfg->head_dim;
+    const size_t es = layout == NX_KV_F16 ? 2 : 4;
     CHECK(nkv == 2);
-    char err[512];
     for (int K = 0; K <= 3; K += 3) {
         nx_drafter *dk = K ? d : NULL;
         int32_t a[64], b[64];
@@ -320,27 +332,42 @@ static void checkpoints_move_between_contexts(void) {
             int bad = 0;
             for (int l = 0; l < cfg->n_layers; l++)
                 if (cfg->layer_full[l])
-                    bad += !same_heads(s->target->k_cache[l], 256, t->target->k_cache[l], cap, n, nkv, hd) +
-                           !same_heads(s->target->v_cache[l], 256, t->target->v_cache[l], cap, n, nkv, hd);
+                    bad += !same_heads(s->target->k_cache[l], 256, t->target->k_cache[l], cap, n, nkv, hd, es) +
+                           !same_heads(s->target->v_cache[l], 256, t->target->v_cache[l], cap, n, nkv, hd, es);
             if (dk)
-                bad += !same_heads(s->rows.k_cache, 256, t->rows.k_cache, cap, rows, nkv, hd) +
-                       !same_heads(s->rows.v_cache, 256, t->rows.v_cache, cap, rows, nkv, hd);
+                bad += !same_heads(s->rows.k_cache, 256, t->rows.k_cache, cap, rows, nkv, hd, es) +
+                       !same_heads(s->rows.v_cache, 256, t->rows.v_cache, cap, rows, nkv, hd, es);
             CHECKF(bad == 0, "K %d context %d: %d caches differ after the restore", K, cap, bad);
             memcpy(b, a, 30 * sizeof *b);
             run_to(t, b, 30, 60);
             CHECKF(memcmp(a, b, 60 * sizeof *a) == 0, "K %d: restored into a context of %d, the session diverges", K, cap);
             nx_spec_free(t);
         }
+        if (!K) {   /* the other layout's rows would be read as garbage: refused, and the session left as it was */
+            nx_spec *o = session_ctx(other, NULL, 0, 256);
+            CHECKF(nx_spec_restore(o, blob, len, err, sizeof err) == NX_EINVAL && strstr(err, "another model"),
+                   "layout %d: restored into the other layout (%s)", (int)layout, err);
+            int32_t first;
+            CHECK(nx_spec_prefill(o, prompt, 6, &first, err, sizeof err) == NX_OK);
+            nx_spec_free(o);
+        }
         nx_free(blob);
         nx_spec_free(s);
     }
     nx_drafter_free(d);
+    nx_model_free(other);
     nx_model_free(m);
+}
+
+static void checkpoints_move_between_contexts(void) {
+    checkpoints_move_between_contexts_one(NX_KV_F32);
+    checkpoints_move_between_contexts_one(NX_KV_F16);
 }
 
 static const nx_test tests[] = {
     {"checkpoints_move_between_contexts",
-     "2 KV heads: a snapshot of a 256-position session restores into 120 and 300 and continues exactly (K 0, 3)",
+     "2 KV heads: a snapshot of a 256-position session restores into 120 and 300 and continues exactly (K 0, 3), "
+     "f32 and f16 caches; the other layout refuses it",
      checkpoints_move_between_contexts},
     {"restored_session_continues_exactly", "save after 20 tokens, restore, add a turn, go on: equals the uninterrupted run",
      restored_session_continues_exactly},

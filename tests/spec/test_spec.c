@@ -226,6 +226,52 @@ static void greedy_speculative_output_equals_plain(void) {
     }
 }
 
+/* A KV cache of f16 rows (nx_load_opts.kv_cache): steps and verifies read
+ * the same rows, so speculative output equals plain output with that cache
+ * bit for bit; the logits stay close to the f32 cache's; it reads half the
+ * bytes a position. */
+static void f16_kv_cache_keeps_speculation_exact(void) {
+    const char *dir = nx_test_fixture("spec-kv16", "--preset tiny --seed 5 --copy-head 0.015");
+    char err[512];
+    nx_model *m = NULL, *m32 = nx_test_model(dir, 2);
+    nx_load_opts lo = {.n_threads = 2, .kv_cache = NX_KV_F16};
+    CHECKF(nx_model_load(dir, &lo, &m, err, sizeof err) == NX_OK, "%s", err);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d || !m32) {
+        nx_model_free(m), nx_model_free(m32);
+        return;
+    }
+    const nx_model_info *in = nx_model_get_info(m);
+    CHECK(2 * in->kv_bytes_per_pos == nx_model_get_info(m32)->kv_bytes_per_pos);
+    const int V = in->vocab_size;
+    enum { NP = 300, NG = 120 };
+    int32_t prompt[NP], plain[NG], spec[NG];
+    nx_test_tokens(prompt, NP, V, 77u);
+    run_cfg rc = {0, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    CHECK(generate(m, NULL, prompt, NP, NG, &rc, plain, NULL) == NG);
+    for (int K = 1; K <= 3; K++) {
+        rc.draft = K;
+        nx_spec_stats st;
+        CHECKF(generate(m, d, prompt, NP, NG, &rc, spec, &st) == NG && memcmp(plain, spec, sizeof plain) == 0,
+               "f16 cache, K %d: speculative ids differ from plain ones", K);
+        CHECK(st.accepted > 0);
+    }
+    /* against the f32 cache: the rounding of K and V (relative 2^-11) moves
+     * the logits a little and leaves the argmax of nearly every row */
+    float *a = nx_test_logits(m, prompt, NP), *b = nx_test_logits(m32, prompt, NP);
+    nx_test_diff df = nx_test_compare(a, b, (long)NP * V);
+    long argmax_differ = 0;
+    for (int t = 0; t < NP; t++) argmax_differ += nx_test_argmax(a + (long)t * V, V) != nx_test_argmax(b + (long)t * V, V);
+    printf("  f16 against f32 cache, %d positions: max|d| %.3e  nmse %.3e  argmax differs in %ld rows\n", NP,
+           df.max_abs, df.nmse, argmax_differ);
+    CHECKF(df.nmse > 0 && df.nmse < 1e-7 && argmax_differ <= NP / 100, "nmse %.3e, %ld argmax rows differ", df.nmse,
+           argmax_differ);
+    free(a), free(b);
+    nx_drafter_free(d);
+    nx_model_free(m);
+    nx_model_free(m32);
+}
+
 static void long_prompt_and_max_tokens_edges(void) {
     const char *dir = nx_test_fixture("spec-long", "--preset tiny --seed 4");
     nx_model *m = nx_test_model(dir, 2);
@@ -735,6 +781,10 @@ static void drafter_errors_name_the_problem(void) {
 }
 
 static const nx_test tests[] = {
+    {"f16_kv_cache_keeps_speculation_exact",
+     "an f16 KV cache: K 1-3 speculative output == plain output with it; logits within nmse 1e-7 of the f32 cache's "
+     "(300 positions); half the bytes a position",
+     f16_kv_cache_keeps_speculation_exact},
     {"teacher_forced_head_matches_llamacpp", "MTP logits, row p from token p+1 and hidden p, match llama.cpp", teacher_forced_head_matches_llamacpp},
     {"teacher_forced_head_matches_float64_reference", "MTP logits and hidden (post- and pre-norm input) match the float64 reference",
      teacher_forced_head_matches_float64_reference},
