@@ -17,7 +17,7 @@
 #define KN_ATTN_VRUN 64
 
 /* Positions per call of the score pass of a block of several tokens. A
- * run's K rows (12 KB) stay in L1 while the block's tokens pass over them, in
+ * run's K rows (12 KB of f32, 6 KB of f16) stay in L1 while the block's tokens pass over them, in
  * tiles of rows (kn_matmul_rows: one tile group a run). The K rows are read
  * in order, each head's rows one run of memory (model.h's mdl_kv).
  *

@@ -11,6 +11,15 @@
 
 static const char *golden_dir = NX_TEST_DATA "/golden/llamacpp-tiny-a-untied-bf16/hf";
 
+/* The golden model on 2 threads with its KV cache in the given layout. */
+static nx_model *golden_model(nx_kv_cache kv) {
+    char err[512];
+    nx_model *m = NULL;
+    nx_load_opts o = {.n_threads = 2, .kv_cache = kv};
+    CHECKF(nx_model_load(golden_dir, &o, &m, err, sizeof err) == NX_OK, "%s", err);
+    return m;
+}
+
 /* Runs tok[0..n) split into calls of the given sizes (cycled); returns the
  * logits and hidden rows of every position. */
 static void run_split(nx_model *m, const int32_t *tok, int n, const int *sizes, int n_sizes, float *logits, float *hidden) {
@@ -31,8 +40,8 @@ static void run_split(nx_model *m, const int32_t *tok, int n, const int *sizes, 
     nx_state_free(s);
 }
 
-static void any_split_is_bit_identical(void) {
-    nx_model *m = nx_test_model(golden_dir, 2);
+static void any_split_is_bit_identical_with(nx_kv_cache kv) {
+    nx_model *m = golden_model(kv);
     if (!m) return;
     const nx_model_info *in = nx_model_get_info(m);
     enum { N = 90 }; /* crosses the internal chunk size (32) twice */
@@ -46,11 +55,18 @@ static void any_split_is_bit_identical(void) {
         {all, 1, "one call"}, {verify, 7, "verify-sized blocks (T <= 16)"}, {odd, 3, "blocks across chunk edges"}};
     for (size_t k = 0; k < sizeof splits / sizeof *splits; k++) {
         run_split(m, tok, N, splits[k].sizes, splits[k].n, l2, h2);
-        CHECKF(memcmp(l1, l2, LV * 4) == 0, "logits of %s differ from single steps", splits[k].what);
-        CHECKF(memcmp(h1, h2, LH * 4) == 0, "hidden rows of %s differ from single steps", splits[k].what);
+        CHECKF(memcmp(l1, l2, LV * 4) == 0, "KV %s: logits of %s differ from single steps",
+               nx_model_get_info(m)->kv_cache, splits[k].what);
+        CHECKF(memcmp(h1, h2, LH * 4) == 0, "KV %s: hidden rows of %s differ from single steps",
+               nx_model_get_info(m)->kv_cache, splits[k].what);
     }
     free(l1), free(h1), free(l2), free(h2);
     nx_model_free(m);
+}
+
+static void any_split_is_bit_identical(void) {
+    any_split_is_bit_identical_with(NX_KV_F32);
+    any_split_is_bit_identical_with(NX_KV_F16);
 }
 
 static void thread_count_does_not_change_results(void) {
@@ -268,8 +284,8 @@ static void rollback_equals_plain_decoding_of_the_kept_tokens(void) {
  * rounds. Each round's verify rows, the first of which reads the state the
  * last rollback left, equal plain decoding of the kept sequence bit for bit:
  * the state and its spare buffer change places every round. */
-static void rounds_of_verify_and_rollback_equal_plain_decoding(void) {
-    nx_model *m = nx_test_model(golden_dir, 2);
+static void rounds_of_verify_and_rollback_equal_plain_decoding_with(nx_kv_cache kv) {
+    nx_model *m = golden_model(kv);
     if (!m) return;
     char err[512];
     size_t V = (size_t)nx_model_get_info(m)->vocab_size;
@@ -288,7 +304,8 @@ static void rounds_of_verify_and_rollback_equal_plain_decoding(void) {
         nx_forward_out vo = {.logits = rows, .all_rows = 1};
         CHECK(mdl_forward_verify(m, s, blk, B, &vo, err, sizeof err) == NX_OK);
         plain_logits(m, kept, n, blk, B, want);
-        CHECKF(memcmp(rows, want + V, B * V * 4) == 0, "round %d: verify rows differ from plain decoding", r);
+        CHECKF(memcmp(rows, want + V, B * V * 4) == 0, "KV %s, round %d: verify rows differ from plain decoding",
+               nx_model_get_info(m)->kv_cache, r);
         CHECK(mdl_rollback_to(s, keep[r], err, sizeof err) == NX_OK);
         memcpy(kept + n, blk, (size_t)keep[r] * sizeof *blk);
         n += keep[r];
@@ -301,6 +318,11 @@ static void rounds_of_verify_and_rollback_equal_plain_decoding(void) {
     nx_state_free(s);
     free(rows), free(want);
     nx_model_free(m);
+}
+
+static void rounds_of_verify_and_rollback_equal_plain_decoding(void) {
+    rounds_of_verify_and_rollback_equal_plain_decoding_with(NX_KV_F32);
+    rounds_of_verify_and_rollback_equal_plain_decoding_with(NX_KV_F16);
 }
 
 /* Every allocation of the rollback record failing in turn: NX_ENOMEM, no
@@ -360,8 +382,8 @@ static void rollback_misuse_is_an_error(void) {
  * sequences'): one batched forward gives every row bit-identical to each
  * sequence run alone, and each state rolls back and continues exactly as it
  * would have alone. */
-static void batched_blocks_equal_each_sequence_alone(void) {
-    nx_model *m = nx_test_model(golden_dir, 2);
+static void batched_blocks_equal_each_sequence_alone_with(nx_kv_cache kv) {
+    nx_model *m = golden_model(kv);
     if (!m) return;
     char err[512];
     int V = nx_model_get_info(m)->vocab_size, H = nx_model_get_info(m)->hidden_size;
@@ -420,6 +442,11 @@ static void batched_blocks_equal_each_sequence_alone(void) {
     nx_model_free(m);
 }
 
+static void batched_blocks_equal_each_sequence_alone(void) {
+    batched_blocks_equal_each_sequence_alone_with(NX_KV_F32);
+    batched_blocks_equal_each_sequence_alone_with(NX_KV_F16);
+}
+
 #include <pthread.h>
 
 typedef struct {
@@ -473,11 +500,12 @@ static void threads_can_share_a_model(void) {
 }
 
 static const nx_test tests[] = {
-    {"any_split_is_bit_identical", "one call, single steps and verify-sized blocks give bit-identical rows", any_split_is_bit_identical},
+    {"any_split_is_bit_identical", "one call, single steps and verify-sized blocks give bit-identical rows (f32 and f16 KV)",
+     any_split_is_bit_identical},
     {"rollback_equals_plain_decoding_of_the_kept_tokens", "after a verify block, rollback to any prefix decodes bit-identically", rollback_equals_plain_decoding_of_the_kept_tokens},
-    {"batched_blocks_equal_each_sequence_alone", "3 sequences' blocks in one forward: rows, hiddens and later states equal each alone",
+    {"batched_blocks_equal_each_sequence_alone", "3 sequences' blocks in one forward: rows, hiddens and later states equal each alone (f32 and f16 KV)",
      batched_blocks_equal_each_sequence_alone},
-    {"rounds_of_verify_and_rollback_equal_plain_decoding", "6 verify/rollback rounds on one state (keeps 1,5,2,5,4,1, a plain step between): every verify row bit-identical to plain decoding", rounds_of_verify_and_rollback_equal_plain_decoding},
+    {"rounds_of_verify_and_rollback_equal_plain_decoding", "6 verify/rollback rounds on one state (keeps 1,5,2,5,4,1, a plain step between): every verify row bit-identical to plain decoding (f32 and f16 KV)", rounds_of_verify_and_rollback_equal_plain_decoding},
     {"rollback_record_allocation_failures_are_clean", "each failing allocation of the rollback record: NX_ENOMEM, nothing left, then it works",
      rollback_record_allocation_failures_are_clean},
     {"rollback_misuse_is_an_error", "rollback without a record, bad keep, oversized block: errors, state kept", rollback_misuse_is_an_error},
