@@ -46,7 +46,8 @@ int main(int argc, char **argv) {
         k[l] = malloc(kvn * es), v[l] = malloc(kvn * es);
         if (!k[l] || !v[l]) return 1;
         for (size_t i = 0; i < kvn; i++) {
-            const float kf = (float)(i * 2654435761u % 1000) * 1e-3f - 0.5f, vf = (float)(i * 40503u % 1000) * 1e-3f - 0.5f;
+            const float kf = (float)(i * 2654435761u % 1000) * 1e-3f - 0.5f;
+            const float vf = (float)(i * 40503u % 1000) * 1e-3f - 0.5f;
             if (dt == NX_DT_F16) ((uint16_t *)k[l])[i] = nx_f32_to_f16(kf), ((uint16_t *)v[l])[i] = nx_f32_to_f16(vf);
             else ((float *)k[l])[i] = kf, ((float *)v[l])[i] = vf;
         }

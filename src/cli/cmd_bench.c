@@ -565,8 +565,9 @@ static void print_range(const char *what, bench_range r) {
 
 static void print_text(const bench_result *r, const bench_summary *s, const bench_opts *o, const nx_model_info *in) {
     printf("nextn bench    %s: %.2f M params, %s; %d thread%s, %s kernels, %s KV cache; prompt %ld, gen %ld, "
-           "%ld repeat%s\n", in->dir, (double)in->n_params / 1e6, in->weight_dtype, r->threads, r->threads == 1 ? "" : "s",
-           in->kernels, in->kv_cache, o->prompt, o->gen, o->repeat, o->repeat == 1 ? "" : "s");
+           "%ld repeat%s\n",
+           in->dir, (double)in->n_params / 1e6, in->weight_dtype, r->threads, r->threads == 1 ? "" : "s", in->kernels,
+           in->kv_cache, o->prompt, o->gen, o->repeat, o->repeat == 1 ? "" : "s");
     printf("load           %.3f s model", r->load_s);
     if (!r->mtp_skipped) printf(", %.3f s MTP head", r->mtp_load_s);
     printf("\n%-14s %10s        [min - max]\n", "", "median");

@@ -166,9 +166,9 @@ int cmd_serve(int argc, char **argv) {
     }
     char line[512];
     snprintf(line, sizeof line,
-             "serving %s on http://%s:%d (MTP %s, %ld parallel, context %ld, %s KV cache, prefix cache %ld MB%s%s)", name,
-             o.host, nx_server_port(srv), d ? "on" : "off", o.parallel, o.ctx, nx_model_get_info(m)->kv_cache, o.cache_mb,
-             o.cache_dir ? " + " : "", o.cache_dir ? o.cache_dir : "");
+             "serving %s on http://%s:%d (MTP %s, %ld parallel, context %ld, %s KV cache, prefix cache %ld MB%s%s)",
+             name, o.host, nx_server_port(srv), d ? "on" : "off", o.parallel, o.ctx, nx_model_get_info(m)->kv_cache,
+             o.cache_mb, o.cache_dir ? " + " : "", o.cache_dir ? o.cache_dir : "");
     log_line(NULL, line);
     if (o.port_file) {
         FILE *f = fopen(o.port_file, "w");

@@ -166,7 +166,8 @@ KN_AVX2_INLINE void values_heads_avx2(float *out, int64_t ldo, const float *p, i
         }
         for (int64_t t = t0; t < t1; t++) {
             const void *vt = kv_at(v, dt, t * kv_stride + d);
-            if (t + KN_ATTN_VRUN < pf_end) _mm_prefetch((const char *)kv_at(vt, dt, KN_ATTN_VRUN * kv_stride), _MM_HINT_T1);
+            if (t + KN_ATTN_VRUN < pf_end)
+                _mm_prefetch((const char *)kv_at(vt, dt, KN_ATTN_VRUN * kv_stride), _MM_HINT_T1);
             const __m256 v0 = kn_load8_avx2(vt, dt, 0), v1 = kn_load8_avx2(vt, dt, 8);
             for (int h = 0; h < G; h++) {
                 const __m256 a = _mm256_broadcast_ss(p + (int64_t)h * ldp + t);
@@ -202,7 +203,8 @@ KN_VNNI_INLINE void values_heads_avx512(float *out, int64_t ldo, const float *p,
         for (int h = 0; h < G; h++) acc[h] = t0 ? _mm512_loadu_ps(out + (int64_t)h * ldo + d) : _mm512_setzero_ps();
         for (int64_t t = t0; t < t1; t++) {
             const void *vt = kv_at(v, dt, t * kv_stride + d);
-            if (t + KN_ATTN_VRUN < pf_end) _mm_prefetch((const char *)kv_at(vt, dt, KN_ATTN_VRUN * kv_stride), _MM_HINT_T1);
+            if (t + KN_ATTN_VRUN < pf_end)
+                _mm_prefetch((const char *)kv_at(vt, dt, KN_ATTN_VRUN * kv_stride), _MM_HINT_T1);
             const __m512 v0 = kv_load16_avx512(vt, dt);
             for (int h = 0; h < G; h++)
                 acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(_mm512_set1_ps(p[(int64_t)h * ldp + t]), v0));
@@ -317,8 +319,8 @@ KN_VNNI_INLINE void values_avx512(float *out, int64_t ldo, int64_t ldo_t, const 
             for (int j = j0 + 1; j < j0 + ntok; j++) {   /* token j also sees positions up to n0 + j */
                 const int64_t e = min64(t1, n0 + j + 1);
                 if (e > shared)
-                    values_heads_avx512(out + j * ldo_t, ldo, p + (int64_t)j * 4 * ldp, ldp, 4, v, dt, kv_stride, shared,
-                                        e, hd, 0);
+                    values_heads_avx512(out + j * ldo_t, ldo, p + (int64_t)j * 4 * ldp, ldp, 4, v, dt, kv_stride,
+                                        shared, e, hd, 0);
             }
         }
     }

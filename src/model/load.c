@@ -604,7 +604,8 @@ static void fill_info(nx_model *m) {
     const int64_t recurrent = (int64_t)c->linear_v_heads * c->linear_v_dim * c->linear_k_dim,
                   conv = (int64_t)(c->conv_kernel - 1) * cfg_conv_dim(c);
     in->state_bytes = (int64_t)in->n_linear_attention * 2 * (recurrent + conv) * (int64_t)sizeof(float);
-    in->kv_bytes_per_pos = (int64_t)in->n_full_attention * 2 * c->n_kv_heads * c->head_dim * (int64_t)nx_dtype_size(m->kv_dtype);
+    in->kv_bytes_per_pos =
+        (int64_t)in->n_full_attention * 2 * c->n_kv_heads * c->head_dim * (int64_t)nx_dtype_size(m->kv_dtype);
 }
 
 static const char *const kernel_names[] = {[NX_KERNELS_AUTO] = "auto", [NX_KERNELS_SCALAR] = "scalar",

@@ -223,10 +223,11 @@ void mdl_linear_at(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const fl
 /* RoPE tables for positions pos..pos+T-1 into rows row0.. of sc->rope. */
 void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int row0, int pos, int T);
 /* One attention layer's KV cache of cap positions, K and V alike head by
- * head: KV head h's row for position p is at k + (h * cap + p) * hd. Each
- * head's rows are one run of memory, which attention streams (rows of all
- * heads interleaved by position cost it a third more at 3000 positions:
- * cache lines of one head were 2 KB apart, pages held 2 of its rows). */
+ * head: KV head h's row for position p is at element (h * cap + p) * hd of
+ * k (and of v), elements of dtype. Each head's rows are one run of memory,
+ * which attention streams (rows of all heads interleaved by position cost
+ * it a third more at 3000 positions: cache lines of one head were 2 KB
+ * apart, pages held 2 of its rows). */
 typedef struct {
     void *k, *v;                  /* elements of dtype                         */
     int cap;

@@ -64,7 +64,8 @@ nx_status nx_state_new(const nx_model *m, int max_ctx, nx_state **out, char *err
     size_t kvd = (size_t)c->n_kv_heads * c->head_dim, CD = (size_t)cfg_conv_dim(c);
     size_t rec = (size_t)c->linear_v_heads * (size_t)c->linear_v_dim * (size_t)c->linear_k_dim;
     size_t kv_row = kvd * nx_dtype_size(m->kv_dtype);
-    int ok = (s->k_cache = nx_calloc((size_t)L, sizeof(void *))) && (s->v_cache = nx_calloc((size_t)L, sizeof(void *))) &&
+    int ok = (s->k_cache = nx_calloc((size_t)L, sizeof(void *))) &&
+             (s->v_cache = nx_calloc((size_t)L, sizeof(void *))) &&
              (s->conv_state = nx_calloc((size_t)L, sizeof(float *))) && (s->recurrent = nx_calloc((size_t)L, sizeof(float *)));
     for (int l = 0; ok && l < L; l++) {
         if (c->layer_full[l])

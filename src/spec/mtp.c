@@ -310,7 +310,8 @@ static mdl_kv mtp_rows_kv(const mtp_rows *r) {
 nx_status mtp_rows_init(mtp_rows *r, const nx_drafter *d, int max_ctx, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     const cfg_model *c = &d->target->cfg;
-    size_t kv_row = (size_t)c->n_kv_heads * c->head_dim * nx_dtype_size(d->target->kv_dtype), H = (size_t)c->hidden_size;
+    size_t kv_row = (size_t)c->n_kv_heads * c->head_dim * nx_dtype_size(d->target->kv_dtype);
+    size_t H = (size_t)c->hidden_size;
     r->d = d;
     r->max_ctx = max_ctx;
     int ok = (r->k_cache = nx_alloc_aligned((size_t)max_ctx * kv_row)) &&

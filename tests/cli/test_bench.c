@@ -43,7 +43,8 @@ static void bench_json_reports_every_figure(void) {
     if (!j) return;
     CHECK(num(j, "threads") == 2 && num(j, "prompt_tokens") == 32 && num(j, "gen_tokens") == 16 && num(j, "repeat") == 1);
     CHECK(json_is_string(json_object_get(j, "model")));
-    CHECK(json_is_string(json_object_get(j, "kv_cache")) && strcmp(json_string_value(json_object_get(j, "kv_cache")), "f32") == 0);
+    const json_t *kv = json_object_get(j, "kv_cache");
+    CHECK(json_is_string(kv) && strcmp(json_string_value(kv), "f32") == 0);
     CHECK(num(j, "load_s") >= 0);
     static const char *const rates[] = {"prefill_tok_s", "decode_tok_s", "mtp_decode_tok_s", "bandwidth_gbs", "fma_gflops",
                                         "roofline_tok_s", "roofline_pct", "decode_bytes"};

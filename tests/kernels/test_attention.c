@@ -55,7 +55,8 @@ static void test_value_sum_twins_agree_bit_for_bit(void) {
                     kn_attn_values_ref(yhr, ldo, ldo_t, p, ldp, G, T, n - T, vh, NX_DT_F16, stride, hd);
                     CHECKF(memcmp(ya, yr, (size_t)nout * sizeof *ya) == 0, "%s hd=%lld n=%lld T=%d G=%d: the twins differ",
                            kn_impl_name(), (long long)hd, (long long)n, T, G);
-                    CHECKF(memcmp(yh, ya, (size_t)nout * sizeof *ya) == 0 && memcmp(yhr, ya, (size_t)nout * sizeof *ya) == 0,
+                    const size_t bytes = (size_t)nout * sizeof *ya;
+                    CHECKF(memcmp(yh, ya, bytes) == 0 && memcmp(yhr, ya, bytes) == 0,
                            "%s hd=%lld n=%lld T=%d G=%d: f16 rows differ from the f32 rows of their values",
                            kn_impl_name(), (long long)hd, (long long)n, T, G);
                     int gaps = 0;   /* the columns between rows are left alone */

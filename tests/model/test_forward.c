@@ -500,12 +500,17 @@ static void threads_can_share_a_model(void) {
 }
 
 static const nx_test tests[] = {
-    {"any_split_is_bit_identical", "one call, single steps and verify-sized blocks give bit-identical rows (f32 and f16 KV)",
+    {"any_split_is_bit_identical",
+     "one call, single steps and verify-sized blocks give bit-identical rows (f32 and f16 KV)",
      any_split_is_bit_identical},
     {"rollback_equals_plain_decoding_of_the_kept_tokens", "after a verify block, rollback to any prefix decodes bit-identically", rollback_equals_plain_decoding_of_the_kept_tokens},
-    {"batched_blocks_equal_each_sequence_alone", "3 sequences' blocks in one forward: rows, hiddens and later states equal each alone (f32 and f16 KV)",
+    {"batched_blocks_equal_each_sequence_alone",
+     "3 sequences' blocks in one forward: rows, hiddens and later states equal each alone (f32 and f16 KV)",
      batched_blocks_equal_each_sequence_alone},
-    {"rounds_of_verify_and_rollback_equal_plain_decoding", "6 verify/rollback rounds on one state (keeps 1,5,2,5,4,1, a plain step between): every verify row bit-identical to plain decoding (f32 and f16 KV)", rounds_of_verify_and_rollback_equal_plain_decoding},
+    {"rounds_of_verify_and_rollback_equal_plain_decoding",
+     "6 verify/rollback rounds on one state (keeps 1,5,2,5,4,1, a plain step between): every verify row "
+     "bit-identical to plain decoding (f32 and f16 KV)",
+     rounds_of_verify_and_rollback_equal_plain_decoding},
     {"rollback_record_allocation_failures_are_clean", "each failing allocation of the rollback record: NX_ENOMEM, nothing left, then it works",
      rollback_record_allocation_failures_are_clean},
     {"rollback_misuse_is_an_error", "rollback without a record, bad keep, oversized block: errors, state kept", rollback_misuse_is_an_error},

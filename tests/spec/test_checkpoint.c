@@ -285,7 +285,8 @@ static void absorbed_pieces_and_memory_snapshots_continue_exactly(void) {
 static int same_heads(const void *a, int cap_a, const void *b, int cap_b, int n, int n_kv, int hd, size_t es) {
     const char *ca = a, *cb = b;
     for (int h = 0; h < n_kv; h++)
-        if (memcmp(ca + (size_t)h * cap_a * hd * es, cb + (size_t)h * cap_b * hd * es, (size_t)n * hd * es) != 0) return 0;
+        if (memcmp(ca + (size_t)h * cap_a * hd * es, cb + (size_t)h * cap_b * hd * es, (size_t)n * hd * es) != 0)
+            return 0;
     return 1;
 }
 

@@ -261,7 +261,8 @@ static void f16_kv_cache_keeps_speculation_exact(void) {
     float *a = nx_test_logits(m, prompt, NP), *b = nx_test_logits(m32, prompt, NP);
     nx_test_diff df = nx_test_compare(a, b, (long)NP * V);
     long argmax_differ = 0;
-    for (int t = 0; t < NP; t++) argmax_differ += nx_test_argmax(a + (long)t * V, V) != nx_test_argmax(b + (long)t * V, V);
+    for (int t = 0; t < NP; t++)
+        argmax_differ += nx_test_argmax(a + (long)t * V, V) != nx_test_argmax(b + (long)t * V, V);
     printf("  f16 against f32 cache, %d positions: max|d| %.3e  nmse %.3e  argmax differs in %ld rows\n", NP,
            df.max_abs, df.nmse, argmax_differ);
     CHECKF(df.nmse > 0 && df.nmse < 1e-7 && argmax_differ <= NP / 100, "nmse %.3e, %ld argmax rows differ", df.nmse,
