@@ -446,10 +446,12 @@ test('a cancelled stream frees its row and the server goes on', async () => {
   assert.ok(m.nextn_generated_tokens_total - before.nextn_generated_tokens_total < 900, 'the row ran on');
   const r = await chatWhole([user('Still there?')]);
   assert.equal(r.usage.completion_tokens, 24);
-  // a whole (non-stream) request whose client goes away is cancelled too
+  // a whole (non-stream) request whose client goes away is cancelled too:
+  // gone as soon as its row runs (900 tokens take 0.3 s in a release build
+  // on a 2-core VM; a fixed wait of 150 ms once let it finish first)
   const ac2 = new AbortController();
   const gone = chatWhole([user('Recite the law of Moses.')], { max_tokens: 900 }, ac2.signal).catch((e) => e);
-  await sleep(150);
+  for (let i = 0; i < 1000 && (await metrics()).nextn_batch_size === 0; i++) await sleep(2);
   ac2.abort();
   assert.match(String(await gone), /abort/i);
   for (let i = 0; i < 200; i++) {
