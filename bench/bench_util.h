@@ -27,7 +27,7 @@ static inline nx_kernels bench_kernels(void) {
     const char *v = getenv("NEXTN_BENCH_KERNELS");
     nx_kernels k = NX_KERNELS_AUTO;
     if (v && nx_kernels_parse(v, &k)) {
-        fprintf(stderr, "NEXTN_BENCH_KERNELS wants auto, avx512vnni, avx2 or scalar, got '%s'\n", v);
+        fprintf(stderr, "NEXTN_BENCH_KERNELS wants auto, avx512vnni, avxvnni, avx2 or scalar, got '%s'\n", v);
         exit(2);
     }
     return k;

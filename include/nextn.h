@@ -46,18 +46,24 @@ const char *nx_status_str(nx_status s);
  * default of 8 MB is ample, musl's 128 KB is not). */
 typedef struct nx_model nx_model;
 
-/* Kernel sets for nx_load_opts.kernels, each the one before plus newer
- * instructions. AVX2 and AVX512VNNI compute the same bits (only the speed
- * differs); SCALAR, the reference, agrees with them to rounding. */
+/* Kernel sets for nx_load_opts.kernels, newest last; a set names the
+ * newest one to use, and a CPU without its instructions gets the newest
+ * older one it runs (AVX512VNNI on a CPU with AVX-512 VNNI but no AVX-VNNI,
+ * AVX2 below). AVX2, AVXVNNI and AVX512VNNI compute the same bits (only the
+ * speed differs); SCALAR, the reference, agrees with them to rounding. */
 typedef enum {
     NX_KERNELS_AUTO = 0,    /* the newest set this CPU runs                      */
     NX_KERNELS_SCALAR,      /* plain C (as force_reference)                      */
     NX_KERNELS_AVX2,        /* AVX2 + FMA + F16C                                 */
-    NX_KERNELS_AVX512VNNI   /* AVX2, and AVX-512 (F, BW, VL, VNNI) where it pays  */
+    NX_KERNELS_AVX512VNNI,  /* AVX2, and AVX-512 (F, BW, VL, VNNI) where it pays  */
+    NX_KERNELS_AVXVNNI      /* AVX2, and the int8 products on AVX-VNNI (256-bit
+                               vpdpbusd: CPUs without AVX-512, e.g. Intel
+                               client cores from Alder Lake on); between AVX2
+                               and AVX512VNNI in age                          */
 } nx_kernels;
 
-/* The set named "auto", "scalar", "avx2" or "avx512vnni" in *out; NX_EINVAL
- * for any other name. */
+/* The set named "auto", "scalar", "avx2", "avxvnni" or "avx512vnni" in *out;
+ * NX_EINVAL for any other name. */
 nx_status nx_kernels_parse(const char *name, nx_kernels *out);
 
 /* How sequence states store the K and V rows of the attention layers (the

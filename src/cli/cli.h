@@ -73,7 +73,8 @@ typedef struct {
     "  -t, --threads N    worker threads (default: one per physical core)\n"                  \
     "  --ref              use the scalar reference kernels (slow; for checking)\n"                 \
     "  --kernels SET      newest kernel set to use: auto (default: the newest this CPU runs),\n" \
-    "                     avx512vnni, avx2 or scalar (avx512vnni and avx2 give the same bits)\n" \
+    "                     avx512vnni, avxvnni, avx2 or scalar (the three SIMD sets give the\n"    \
+    "                     same bits)\n"                                                          \
     "  --f32-activations  quantized weights multiply f32 activations, not int8 (slower, closer)\n" \
     "  --kv-cache f32|f16 how states store attention's K and V rows (default f32; f16: half\n"  \
     "                     the memory and the bytes a step reads at long contexts)\n"

@@ -171,7 +171,7 @@ int cli_model_option(int argc, char **argv, int *i, cli_model_opts *o) {
         const char *v = cli_value(argc, argv, i);
         if (!v) return -1;
         if (nx_kernels_parse(v, &o->load.kernels)) {
-            cli_usage_error("--kernels wants auto, avx512vnni, avx2 or scalar, got '%s'", v);
+            cli_usage_error("--kernels wants auto, avx512vnni, avxvnni, avx2 or scalar, got '%s'", v);
             return -1;
         }
         return 1;

@@ -19,6 +19,11 @@
 
 #define KN_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define KN_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+/* AVX2 plus AVX-VNNI: vpdpbusd on 256-bit vectors in its VEX form, which
+ * CPUs without AVX-512 have (Intel client cores from Alder Lake on). Only
+ * the int8 products of kn_select's "avxvnni" set carry it. */
+#define KN_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define KN_AVXVNNI_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c,avxvnni")))
 /* AVX2 plus AVX-512 F, BW, VL and VNNI (vpdpbusd on 256-bit vectors needs
  * VNNI and VL). Only the kernels of kn_select's "avx512vnni" set carry it. */
 #define KN_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))

@@ -826,19 +826,23 @@ static const kn_impl kn_impl_scalar = {
     .gated_delta_steps = kn_gated_delta_steps_rows,
     .conv_silu = kn_conv_silu_ref};
 #if KN_HAVE_X86
-static const kn_impl kn_impl_avx2 = {
-    .name = "avx2", .matmul_rows = matmul_rows_avx2,
-    .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2,
-    .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
-    .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2, .softmax_f32 = kn_softmax_f32_avx2,
-    .sum_exp_f32 = kn_sum_exp_f32_avx2,
-    .attn_values = kn_attn_values_avx2, .quantize_x = kn_quantize_x_avx2,
-    .matmul_qx_rows = kn_matmul_qx_rows_avx2, .fp_qx_rows = kn_fp_matmul_qx_rows_avx2,
-    .affine_quantize_row = kn_affine_quantize_row_avx2,
-    .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,
-    .top_k_collect = kn_top_k_collect_ref,
-    .gated_delta_steps = kn_gated_delta_steps_rows,
-    .conv_silu = kn_conv_silu_avx2};
+/* The AVX2 set's entries but its int8 products, which the AVX-VNNI set
+ * shares (the small-float formats' products and the sketch scores
+ * included). */
+#define KN_AVX2_SHARED                                                                                               \
+    .matmul_rows = matmul_rows_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,                             \
+    .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2,       \
+    .silu_mul_f32 = kn_silu_mul_f32_avx2, .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2,                              \
+    .softmax_f32 = kn_softmax_f32_avx2, .sum_exp_f32 = kn_sum_exp_f32_avx2, .attn_values = kn_attn_values_avx2,     \
+    .quantize_x = kn_quantize_x_avx2, .fp_qx_rows = kn_fp_matmul_qx_rows_avx2,                                       \
+    .affine_quantize_row = kn_affine_quantize_row_avx2, .affine_row_f32 = kn_affine_row_f32_avx2,                   \
+    .fp_row_f32 = kn_fp_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2, .top_k_collect = kn_top_k_collect_ref, \
+    .gated_delta_steps = kn_gated_delta_steps_rows, .conv_silu = kn_conv_silu_avx2
+static const kn_impl kn_impl_avx2 = {.name = "avx2", KN_AVX2_SHARED, .matmul_qx_rows = kn_matmul_qx_rows_avx2};
+/* The AVX2 set with the int8 products on AVX-VNNI (quant_qx.inc's
+ * QX_AVXVNNI copy). */
+static const kn_impl kn_impl_avxvnni = {.name = "avxvnni", KN_AVX2_SHARED, .matmul_qx_rows = kn_matmul_qx_rows_avxvnni};
+#undef KN_AVX2_SHARED
 /* The AVX2 set with the int8 product and the sketch scores on vpdpbusd
  * (quant_qx.inc, sketch.c), and the dense row-by-row products, the gated
  * delta step and the attention value sums on 16-lane vectors. */
@@ -876,6 +880,12 @@ static int kn_cpu_has_avx2(void) {
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
 }
 
+/* AVX-VNNI (the VEX form): CPUID leaf 7 subleaf 1, EAX bit 4. */
+static int kn_cpu_has_avxvnni(void) {
+    unsigned a, b, c, d;
+    return kn_cpu_has_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4)) != 0;
+}
+
 static int kn_cpu_has_avx512vnni(void) {
     return kn_cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
@@ -895,6 +905,7 @@ static int kn_cpu_is_amd_zen5(void) {
 kn_isa kn_isa_available(kn_isa max) {
 #if KN_HAVE_X86
     if (max >= KN_ISA_AVX512VNNI && kn_cpu_has_avx512vnni()) return KN_ISA_AVX512VNNI;
+    if (max >= KN_ISA_AVXVNNI && kn_cpu_has_avxvnni()) return KN_ISA_AVXVNNI;
     if (max >= KN_ISA_AVX2 && kn_cpu_has_avx2()) return KN_ISA_AVX2;
 #endif
     (void)max;
@@ -906,6 +917,7 @@ kn_isa kn_select(kn_isa max) {
     const kn_impl *pick = &kn_impl_scalar;
 #if KN_HAVE_X86
     if (isa == KN_ISA_AVX512VNNI) pick = &kn_impl_avx512vnni;
+    else if (isa == KN_ISA_AVXVNNI) pick = &kn_impl_avxvnni;
     else if (isa == KN_ISA_AVX2) pick = &kn_impl_avx2;
 #endif
     atomic_store_explicit(&kn_active, pick, memory_order_relaxed);   /* one store: never a set in between */
@@ -925,6 +937,7 @@ kn_isa kn_isa_active(void) {
 #if KN_HAVE_X86
     const kn_impl *a = active();
     if (a == &kn_impl_avx512vnni) return KN_ISA_AVX512VNNI;
+    if (a == &kn_impl_avxvnni) return KN_ISA_AVXVNNI;
     if (a == &kn_impl_avx2) return KN_ISA_AVX2;
 #endif
     return KN_ISA_SCALAR;

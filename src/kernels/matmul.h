@@ -62,14 +62,17 @@ typedef enum { KN_FP_NONE = 0, KN_FP_MXFP4, KN_FP_NVFP4, KN_FP_MXFP8, KN_FP_FP8_
 /* Elements from one row of dense w to the next. */
 static inline int64_t kn_row_stride(const kn_mat *w) { return w->ld ? w->ld : w->cols; }
 
-/* Kernel sets, each one the one before plus newer instructions: scalar C
- * (the definition); AVX2 + FMA + F16C; that plus AVX-512 (F, BW, VL, VNNI):
- * the int8 products on vpdpbusd, the dense products below the tiles, the
- * gated delta step and the attention value sums on 16-lane vectors, the
- * sketch scores on vpdpbusd. The two SIMD sets compute the same bits (each AVX-512
- * kernel keeps its AVX2 twin's order of operations; tests check it), so
- * choosing between them changes speed only. */
-typedef enum { KN_ISA_SCALAR = 0, KN_ISA_AVX2 = 1, KN_ISA_AVX512VNNI = 2 } kn_isa;
+/* Kernel sets, oldest first: scalar C (the definition); AVX2 + FMA + F16C;
+ * AVX2 with the int8 products on AVX-VNNI's 256-bit vpdpbusd (CPUs without
+ * AVX-512: Intel client cores from Alder Lake on); AVX2 plus AVX-512 (F,
+ * BW, VL, VNNI): the int8 products on 512-bit vpdpbusd, the dense products
+ * below the tiles, the gated delta step and the attention value sums on
+ * 16-lane vectors, the sketch scores on vpdpbusd. AVX-512 VNNI does not
+ * imply AVX-VNNI (Zen 4, Ice Lake), so a CPU may run the newest set and
+ * not the one before it. The SIMD sets compute the same bits (each kernel
+ * keeps its AVX2 twin's order of operations and exact integer sums; tests
+ * check it), so choosing between them changes speed only. */
+typedef enum { KN_ISA_SCALAR = 0, KN_ISA_AVX2 = 1, KN_ISA_AVXVNNI = 2, KN_ISA_AVX512VNNI = 3 } kn_isa;
 #define KN_ISA_BEST KN_ISA_AVX512VNNI
 
 /* Selects the newest kernel set this CPU runs, up to max, for every kernel;
@@ -81,7 +84,7 @@ kn_isa kn_isa_available(kn_isa max);
 /* kn_select(KN_ISA_SCALAR) if force_reference, else kn_select(KN_ISA_BEST).
  * Returns 1 if SIMD kernels are active, 0 for scalar. */
 int kn_init(int force_reference);
-/* The active set, and its name: "avx512vnni", "avx2" or "scalar". */
+/* The active set, and its name: "avx512vnni", "avxvnni", "avx2" or "scalar". */
 kn_isa kn_isa_active(void);
 const char *kn_impl_name(void);
 

@@ -672,6 +672,11 @@ static inline int64_t qx_prefetch_rows_avx2(int bits, int packed, size_t row_byt
     return bits == 8 || wide ? 0 : 24;
 }
 
+/* AVX-VNNI runs the AVX2 copy's loops: the same reach. */
+static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_bytes, int wide) {
+    return qx_prefetch_rows_avx2(bits, packed, row_bytes, wide);
+}
+
 static inline int64_t qx_prefetch_rows_avx512vnni(int bits, int packed, size_t row_bytes, int wide) {
     if ((bits == 8 && !wide && !packed) || row_bytes == 0) return 0;   /* 0 columns: nothing to fetch */
     return (int64_t)(4096 / row_bytes) + (wide ? 2 : 1);    /* a pair's rows: past its partner */
@@ -898,24 +903,41 @@ KN_AVX2_INLINE __m256 load8_sd_avx2(const void *p, nx_dtype dt, int64_t g, int64
 #define QX_INLINE KN_AVX2_INLINE
 #define QX_TARGET KN_AVX2
 #define QX_VNNI 0
+#define QX_AVXVNNI 0
+#define QX_WROWS 1
+#include "quant_qx.inc"
+#undef QX_ISA
+#undef QX_INLINE
+#undef QX_TARGET
+#undef QX_AVXVNNI
+#undef QX_WROWS
+
+/* The AVX2 copy once more, its integer steps on AVX-VNNI (QX_AVXVNNI). */
+#define QX_ISA avxvnni
+#define QX_INLINE KN_AVXVNNI_INLINE
+#define QX_TARGET KN_AVXVNNI
+#define QX_AVXVNNI 1
 #define QX_WROWS 1
 #include "quant_qx.inc"
 #undef QX_ISA
 #undef QX_INLINE
 #undef QX_TARGET
 #undef QX_VNNI
+#undef QX_AVXVNNI
 #undef QX_WROWS
 
 #define QX_ISA avx512vnni
 #define QX_INLINE KN_VNNI_INLINE
 #define QX_TARGET KN_VNNI
 #define QX_VNNI 1
+#define QX_AVXVNNI 0
 #define QX_WROWS 2
 #include "quant_qx.inc"
 #undef QX_ISA
 #undef QX_INLINE
 #undef QX_TARGET
 #undef QX_VNNI
+#undef QX_AVXVNNI
 #undef QX_WROWS
 
 /* kn_affine_quantize_row_ref with vectors, the same codes, scales and biases:

@@ -275,13 +275,14 @@ void kn_quantize_x(kn_qx *qx, const float *x, int64_t ldx);
 void kn_matmul_qx_rows(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
 /* The twins behind kn_quantize_x and kn_matmul_qx_rows (the scalar ones are the
- * definition; matmul.c's kn_select picks one set). The product has an AVX2
- * and an AVX-512 VNNI version, equal bit for bit. */
+ * definition; matmul.c's kn_select picks one set). The product has an AVX2,
+ * an AVX-VNNI and an AVX-512 VNNI version, equal bit for bit. */
 void kn_quantize_x_ref(kn_qx *qx, const float *x, int64_t ldx);
 void kn_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
 #if defined(__x86_64__) || defined(__i386__)
 void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx);
 void kn_matmul_qx_rows_avx2(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
+void kn_matmul_qx_rows_avxvnni(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
 void kn_matmul_qx_rows_avx512vnni(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
 #endif
 

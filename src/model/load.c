@@ -609,11 +609,13 @@ static void fill_info(nx_model *m) {
 }
 
 static const char *const kernel_names[] = {[NX_KERNELS_AUTO] = "auto", [NX_KERNELS_SCALAR] = "scalar",
-                                           [NX_KERNELS_AVX2] = "avx2", [NX_KERNELS_AVX512VNNI] = "avx512vnni"};
+                                           [NX_KERNELS_AVX2] = "avx2", [NX_KERNELS_AVX512VNNI] = "avx512vnni",
+                                           [NX_KERNELS_AVXVNNI] = "avxvnni"};
 
 nx_status mdl_kernels_isa(nx_kernels k, kn_isa *isa) {
     static const kn_isa isa_of[] = {[NX_KERNELS_AUTO] = KN_ISA_BEST, [NX_KERNELS_SCALAR] = KN_ISA_SCALAR,
-                                    [NX_KERNELS_AVX2] = KN_ISA_AVX2, [NX_KERNELS_AVX512VNNI] = KN_ISA_AVX512VNNI};
+                                    [NX_KERNELS_AVX2] = KN_ISA_AVX2, [NX_KERNELS_AVX512VNNI] = KN_ISA_AVX512VNNI,
+                                    [NX_KERNELS_AVXVNNI] = KN_ISA_AVXVNNI};
     if ((unsigned)k >= sizeof isa_of / sizeof *isa_of) return NX_EINVAL;
     *isa = isa_of[k];
     return NX_OK;

@@ -88,25 +88,32 @@ static void test_init_selects_avx2_or_scalar_and_force_reference_wins(void) {
     CHECK(kn_init(1) == 0);
     CHECK(strcmp(kn_impl_name(), "scalar") == 0 && kn_isa_active() == KN_ISA_SCALAR);
     int on = kn_init(0);
-    int has = 0, vnni = 0;
+    int has = 0, vex_vnni = 0, vnni = 0;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d;   /* F16C from CPUID leaf 1: clang 14 has no "f16c" builtin name */
     has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
           (c & bit_F16C) != 0;
+    /* AVX-VNNI: leaf 7 subleaf 1, EAX bit 4 */
+    vex_vnni = has && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4)) != 0;
     vnni = has && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 #endif
+    const kn_isa below_vex = has ? KN_ISA_AVX2 : KN_ISA_SCALAR, below_512 = vex_vnni ? KN_ISA_AVXVNNI : below_vex;
     CHECKF(on == has, "kn_init(0) = %d but the CPU %s AVX2+FMA+F16C", on, has ? "has" : "lacks");
-    CHECKF(strcmp(kn_impl_name(), vnni ? "avx512vnni" : has ? "avx2" : "scalar") == 0, "kn_init(0) chose %s",
-           kn_impl_name());
-    /* kn_select caps the set: never above its argument, never above the CPU */
-    CHECK(kn_select(KN_ISA_AVX2) == (has ? KN_ISA_AVX2 : KN_ISA_SCALAR));
+    CHECKF(strcmp(kn_impl_name(), vnni ? "avx512vnni" : vex_vnni ? "avxvnni" : has ? "avx2" : "scalar") == 0,
+           "kn_init(0) chose %s", kn_impl_name());
+    /* kn_select caps the set: never above its argument, never above the CPU
+     * (AVX-512 VNNI without AVX-VNNI, as on Zen 4, skips a set) */
+    CHECK(kn_select(KN_ISA_AVX2) == below_vex);
     CHECK(strcmp(kn_impl_name(), has ? "avx2" : "scalar") == 0);
-    CHECK(kn_select(KN_ISA_AVX512VNNI) == (vnni ? KN_ISA_AVX512VNNI : has ? KN_ISA_AVX2 : KN_ISA_SCALAR));
+    CHECK(kn_select(KN_ISA_AVXVNNI) == below_512);
+    CHECK(strcmp(kn_impl_name(), vex_vnni ? "avxvnni" : has ? "avx2" : "scalar") == 0);
+    CHECK(kn_select(KN_ISA_AVX512VNNI) == (vnni ? KN_ISA_AVX512VNNI : below_512));
     CHECK(kn_select(KN_ISA_SCALAR) == KN_ISA_SCALAR && kn_isa_active() == KN_ISA_SCALAR);
     /* kn_isa_available tells what kn_select would choose and selects nothing */
-    CHECK(kn_isa_available(KN_ISA_AVX512VNNI) == (vnni ? KN_ISA_AVX512VNNI : has ? KN_ISA_AVX2 : KN_ISA_SCALAR));
-    CHECK(kn_isa_available(KN_ISA_AVX2) == (has ? KN_ISA_AVX2 : KN_ISA_SCALAR));
+    CHECK(kn_isa_available(KN_ISA_AVX512VNNI) == (vnni ? KN_ISA_AVX512VNNI : below_512));
+    CHECK(kn_isa_available(KN_ISA_AVXVNNI) == below_512);
+    CHECK(kn_isa_available(KN_ISA_AVX2) == below_vex);
     CHECK(kn_isa_available(KN_ISA_SCALAR) == KN_ISA_SCALAR && kn_isa_active() == KN_ISA_SCALAR);
     kn_init(0);
 }
@@ -300,7 +307,7 @@ static void test_strided_rows_equal_a_packed_copy(void) {
                                     .cols = cols, .ld = 2 * cols};
             const kn_mat dense = {.data = packed, .dtype = formats[f], .rows = ROWS, .cols = cols};
             float *x = make_acts(&r, T * cols);
-            static const kn_isa sets[] = {KN_ISA_AVX512VNNI, KN_ISA_AVX2, KN_ISA_SCALAR};
+            static const kn_isa sets[] = {KN_ISA_AVX512VNNI, KN_ISA_AVXVNNI, KN_ISA_AVX2, KN_ISA_SCALAR};
             for (size_t k = 0; k < sizeof sets / sizeof *sets; k++) {
                 if (kn_select(sets[k]) != sets[k]) continue;   /* the CPU lacks it (dense_simd_sets_agree says so) */
                 for (int t = 4; t <= T; t += 3) {
@@ -336,7 +343,7 @@ static void test_tiled_rows_equal_single_rows(void) {
             kn_mat both = make_weights(&r, formats[f], 2 * ROWS, cols);
             const kn_mat w = {.data = both.data, .dtype = formats[f], .rows = ROWS, .cols = cols, .ld = 2 * cols};
             float *x = make_acts(&r, T * (cols + 3));
-            static const kn_isa sets[] = {KN_ISA_AVX512VNNI, KN_ISA_AVX2, KN_ISA_SCALAR};
+            static const kn_isa sets[] = {KN_ISA_AVX512VNNI, KN_ISA_AVXVNNI, KN_ISA_AVX2, KN_ISA_SCALAR};
             for (size_t k = 0; k < sizeof sets / sizeof *sets; k++) {
                 if (kn_select(sets[k]) != sets[k]) continue;
                 for (int t = 1; t <= T; t++)
@@ -584,7 +591,7 @@ static const nx_test tests[] = {
      "kn_matmul_rows (tiles) == one row a call, bit for bit: every set and format, T 1-6",
      test_tiled_rows_equal_single_rows},
     {"init_selects_avx2_or_scalar_and_force_reference_wins",
-     "kn_init picks avx512vnni / avx2 exactly when the CPU has them; kn_select caps the set, kn_isa_available says so without selecting; force_reference picks scalar",
+     "kn_init picks avx512vnni / avxvnni / avx2 exactly when the CPU has them; kn_select caps the set, kn_isa_available says so without selecting; force_reference picks scalar",
      test_init_selects_avx2_or_scalar_and_force_reference_wins},
     {"matmul_ref_computes_a_hand_checked_product", "a 3x2 product with exact values, every format, both twins",
      test_matmul_ref_computes_a_hand_checked_product},

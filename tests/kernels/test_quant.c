@@ -159,13 +159,13 @@ static void set_impl(int simd) {
 
 /* The int8 product has a kernel per SIMD set (quant_qx.inc); its tests run
  * the scalar definition and each set this CPU has, newest first. */
-static const kn_isa int8_isas[] = {KN_ISA_AVX512VNNI, KN_ISA_AVX2, KN_ISA_SCALAR};
+static const kn_isa int8_isas[] = {KN_ISA_AVX512VNNI, KN_ISA_AVXVNNI, KN_ISA_AVX2, KN_ISA_SCALAR};
 enum { N_INT8_ISAS = sizeof int8_isas / sizeof *int8_isas };
 
 /* Selects int8_isas[k]; returns 0, and says so once per set, where the CPU
  * lacks it. */
 static int use_int8_isa(int k) {
-    static const char *const names[] = {"avx512vnni", "avx2", "scalar"};
+    static const char *const names[] = {"avx512vnni", "avxvnni", "avx2", "scalar"};
     static int warned[N_INT8_ISAS];
     if (kn_select(int8_isas[k]) == int8_isas[k]) return 1;
     if (!warned[k]++) fprintf(stderr, "  note: this CPU lacks the %s kernels; their int8 checks did not run\n", names[k]);
@@ -1033,7 +1033,7 @@ static const nx_test tests[] = {
      "int8 activations per group: |x - d q| <= d/2, amax -> 127, ties to even, sums (d S, S itself, H of the first 16); NaN/inf groups; twins equal; every storage order (mxfp4's lanes in groups of 32 too)",
      test_activation_quantizer_follows_the_definition_in_both_twins},
     {"int8_matmul_twins_agree_and_stay_within_the_activation_rounding",
-     "scalar == each SIMD set (avx2, avx512vnni; lanes also packed) bit for bit, = dequantized W times dequantized x, within sum|w| d/2 of the f32 product",
+     "scalar == each SIMD set (avx2, avxvnni, avx512vnni; lanes also packed) bit for bit, = dequantized W times dequantized x, within sum|w| d/2 of the f32 product",
      test_int8_matmul_twins_agree_and_stay_within_the_activation_rounding},
     {"int8_rows_are_bit_identical_whatever_t_and_row_range",
      "Y[t][r] is the same bits for T=1..16 and uneven row ranges, every bit width and group, every kernel set, "

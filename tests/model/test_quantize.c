@@ -698,6 +698,7 @@ static void malformed_quantization_is_a_clear_error(void) {
 static void every_kernel_set_gives_the_same_logits(void) {
     static const struct { const char *name; nx_kernels k; kn_isa isa; } sets[] = {{"auto", NX_KERNELS_AUTO, KN_ISA_BEST},
                                                                                 {"avx512vnni", NX_KERNELS_AVX512VNNI, KN_ISA_AVX512VNNI},
+                                                                                {"avxvnni", NX_KERNELS_AVXVNNI, KN_ISA_AVXVNNI},
                                                                                 {"avx2", NX_KERNELS_AVX2, KN_ISA_AVX2},
                                                                                 {"scalar", NX_KERNELS_SCALAR, KN_ISA_SCALAR}};
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
