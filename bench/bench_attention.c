@@ -10,7 +10,7 @@
  * each call kn_attention on ONE thread, for the T tokens after CTX - T cached ones. Before each step a 64 MB
  * buffer is read, as a step's weights would, so the caches come from DRAM.
  * Prints the median step time. NEXTN_BENCH_KERNELS=avx2 (or scalar,
- * avx512vnni) times an older kernel set; NEXTN_BENCH_KV=f16 a cache of f16
+ * avxvnni, avx512vnni) times an older kernel set; NEXTN_BENCH_KV=f16 a cache of f16
  * rows (nx_load_opts.kv_cache). Do not run it while a build runs. */
 #include <stdint.h>
 #include <stdio.h>

@@ -15,7 +15,7 @@
  * set against `nextn bench`'s step time and verify cost, it splits a step into
  * its matmuls and everything else (norms, attention, the GDN recurrence, pool
  * hand-offs). A warm-up pass comes first. NEXTN_BENCH_KERNELS=avx2 (or
- * scalar, avx512vnni) times an older kernel set than the newest the CPU
+ * scalar, avxvnni, avx512vnni) times an older kernel set than the newest the CPU
  * runs. Do not run it while a build runs. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
  * for affine) and as G weights/s (the rate a model's decode step sees), plus
  * the fastest call's G weights/s (less disturbed by other load), by
  * default at T = 1 and T = 4 (T = 4: a verify block of 3 drafts).
- * NEXTN_BENCH_KERNELS=avx2 (or scalar, avx512vnni) times an older kernel set
+ * NEXTN_BENCH_KERNELS=avx2 (or scalar, avxvnni, avx512vnni) times an older kernel set
  * than the newest the CPU runs.
  * Do not run it while a build is running; say how busy the machine was.
  */

@@ -46,11 +46,13 @@ const char *nx_status_str(nx_status s);
  * default of 8 MB is ample, musl's 128 KB is not). */
 typedef struct nx_model nx_model;
 
-/* Kernel sets for nx_load_opts.kernels, newest last; a set names the
- * newest one to use, and a CPU without its instructions gets the newest
- * older one it runs (AVX512VNNI on a CPU with AVX-512 VNNI but no AVX-VNNI,
- * AVX2 below). AVX2, AVXVNNI and AVX512VNNI compute the same bits (only the
- * speed differs); SCALAR, the reference, agrees with them to rounding. */
+/* Kernel sets for nx_load_opts.kernels, by age: SCALAR, AVX2, AVXVNNI,
+ * AVX512VNNI (AVXVNNI was added last, so its value is the largest). A set
+ * names the newest one to use, and a CPU without its instructions gets the
+ * newest older one it runs: AVXVNNI on a CPU with AVX-512 VNNI but no
+ * AVX-VNNI (Zen 4) gives AVX2, AVX512VNNI on Alder Lake gives AVXVNNI.
+ * AVX2, AVXVNNI and AVX512VNNI compute the same bits (only the speed
+ * differs); SCALAR, the reference, agrees with them to rounding. */
 typedef enum {
     NX_KERNELS_AUTO = 0,    /* the newest set this CPU runs                      */
     NX_KERNELS_SCALAR,      /* plain C (as force_reference)                      */
@@ -142,8 +144,9 @@ typedef struct {
     const char *quantization;        /* "none" or a description                 */
     int n_threads;                   /* worker threads of the model's pool       */
     const char *kernels;             /* the kernel set this load selected:
-                                        "avx512vnni", "avx2" or "scalar" (a
-                                        later load may select another)          */
+                                        "avx512vnni", "avxvnni", "avx2" or
+                                        "scalar" (a later load may select
+                                        another)                                */
     const char *kv_cache;            /* "f32" or "f16" (nx_load_opts.kv_cache)  */
 } nx_model_info;
 

@@ -21,7 +21,9 @@
 #define KN_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 /* AVX2 plus AVX-VNNI: vpdpbusd on 256-bit vectors in its VEX form, which
  * CPUs without AVX-512 have (Intel client cores from Alder Lake on). Only
- * the int8 products of kn_select's "avxvnni" set carry it. */
+ * the int8 products of kn_select's "avxvnni" set carry it. The attribute and
+ * _mm256_dpbusd_avx_epi32 need GCC 11 or clang 12 or later (Debian 12 has
+ * GCC 12 and clang 14). */
 #define KN_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define KN_AVXVNNI_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c,avxvnni")))
 /* AVX2 plus AVX-512 F, BW, VL and VNNI (vpdpbusd on 256-bit vectors needs
