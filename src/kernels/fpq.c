@@ -572,21 +572,35 @@ enum { FX_TROWS = 4 };   /* activation rows a pass over a weight row */
 #define FX_INLINE KN_AVX2_INLINE
 #define FX_TARGET KN_AVX2
 #define FX_VNNI 0
+#define FX_AVXVNNI 0
+#include "kernels/fpq_qx.inc"
+#undef FX_ISA
+#undef FX_INLINE
+#undef FX_TARGET
+#undef FX_AVXVNNI
+
+#define FX_ISA avxvnni
+#define FX_INLINE KN_AVXVNNI_INLINE
+#define FX_TARGET KN_AVXVNNI
+#define FX_AVXVNNI 1
 #include "kernels/fpq_qx.inc"
 #undef FX_ISA
 #undef FX_INLINE
 #undef FX_TARGET
 #undef FX_VNNI
+#undef FX_AVXVNNI
 
 #define FX_ISA avx512vnni
 #define FX_INLINE KN_VNNI_INLINE
 #define FX_TARGET KN_VNNI
 #define FX_VNNI 1
+#define FX_AVXVNNI 0
 #include "kernels/fpq_qx.inc"
 #undef FX_ISA
 #undef FX_INLINE
 #undef FX_TARGET
 #undef FX_VNNI
+#undef FX_AVXVNNI
 
 #endif
 

@@ -157,6 +157,7 @@ static inline int kn_fp_int8(const kn_mat *w) { return w->fp && kn_qx_lanes(w); 
 void kn_fp_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
 #if defined(__x86_64__) || defined(__i386__)
 void kn_fp_matmul_qx_rows_avx2(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
+void kn_fp_matmul_qx_rows_avxvnni(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
 void kn_fp_matmul_qx_rows_avx512vnni(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0,
                                      int64_t r1);
 #endif

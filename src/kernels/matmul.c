@@ -827,21 +827,23 @@ static const kn_impl kn_impl_scalar = {
     .conv_silu = kn_conv_silu_ref};
 #if KN_HAVE_X86
 /* The AVX2 set's entries but its int8 products, which the AVX-VNNI set
- * shares (the small-float formats' products and the sketch scores
- * included). */
+ * shares (the sketch scores included). */
 #define KN_AVX2_SHARED                                                                                               \
     .matmul_rows = matmul_rows_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,                             \
     .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2,       \
     .silu_mul_f32 = kn_silu_mul_f32_avx2, .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2,                              \
     .softmax_f32 = kn_softmax_f32_avx2, .sum_exp_f32 = kn_sum_exp_f32_avx2, .attn_values = kn_attn_values_avx2,     \
-    .quantize_x = kn_quantize_x_avx2, .fp_qx_rows = kn_fp_matmul_qx_rows_avx2,                                       \
+    .quantize_x = kn_quantize_x_avx2,                                                                                \
     .affine_quantize_row = kn_affine_quantize_row_avx2, .affine_row_f32 = kn_affine_row_f32_avx2,                   \
     .fp_row_f32 = kn_fp_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2, .top_k_collect = kn_top_k_collect_ref, \
     .gated_delta_steps = kn_gated_delta_steps_rows, .conv_silu = kn_conv_silu_avx2
-static const kn_impl kn_impl_avx2 = {.name = "avx2", KN_AVX2_SHARED, .matmul_qx_rows = kn_matmul_qx_rows_avx2};
-/* The AVX2 set with the int8 products on AVX-VNNI (quant_qx.inc's
- * QX_AVXVNNI copy). */
-static const kn_impl kn_impl_avxvnni = {.name = "avxvnni", KN_AVX2_SHARED, .matmul_qx_rows = kn_matmul_qx_rows_avxvnni};
+static const kn_impl kn_impl_avx2 = {.name = "avx2", KN_AVX2_SHARED, .matmul_qx_rows = kn_matmul_qx_rows_avx2,
+                                     .fp_qx_rows = kn_fp_matmul_qx_rows_avx2};
+/* The AVX2 set with the int8 products on AVX-VNNI (the QX_AVXVNNI and
+ * FX_AVXVNNI copies of quant_qx.inc and fpq_qx.inc). */
+static const kn_impl kn_impl_avxvnni = {.name = "avxvnni", KN_AVX2_SHARED,
+                                        .matmul_qx_rows = kn_matmul_qx_rows_avxvnni,
+                                        .fp_qx_rows = kn_fp_matmul_qx_rows_avxvnni};
 #undef KN_AVX2_SHARED
 /* The AVX2 set with the int8 product and the sketch scores on vpdpbusd
  * (quant_qx.inc, sketch.c), and the dense row-by-row products, the gated

@@ -17,12 +17,13 @@
 
 #define MAX_T 16
 
-static const kn_isa isas[] = {KN_ISA_AVX512VNNI, KN_ISA_AVX2, KN_ISA_SCALAR};
-static const char *const isa_names[] = {"avx512vnni", "avx2", "scalar"};
+static const kn_isa isas[] = {KN_ISA_AVX512VNNI, KN_ISA_AVXVNNI, KN_ISA_AVX2, KN_ISA_SCALAR};
+static const char *const isa_names[] = {"avx512vnni", "avxvnni", "avx2", "scalar"};
+enum { N_ISAS = sizeof isas / sizeof *isas };
 
 /* Selects isas[k]; 0 (said once) where the CPU lacks it. */
 static int use_isa(int k) {
-    static int warned[3];
+    static int warned[N_ISAS];
     if (kn_select(isas[k]) == isas[k]) return 1;
     if (!warned[k]++) fprintf(stderr, "  note: this CPU lacks the %s kernels; their checks did not run\n", isa_names[k]);
     return 0;
@@ -144,7 +145,7 @@ static void test_hand_packed_rows_dequantize_as_the_spec_says(void) {
     kn_mat fb16 = fb;
     fb16.scales = fs16, fb16.sdtype = NX_DT_BF16;
     float out[130];
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_ISAS; k++) {
         if (!use_isa(k)) continue;
         kn_mat_row_f32(&mx4, 0, out);
         for (int i = 0; i < 16; i++)
@@ -325,7 +326,7 @@ static void test_products_equal_the_dense_product_of_the_dequantized_rows(void) 
             float *dq = dequantized(&f), *x = make_acts(&r, MAX_T * ldx);
             const kn_mat dense = {.data = dq, .dtype = NX_DT_F32, .rows = ROWS, .cols = cols};
             float want[MAX_T * (ROWS + PAD)], got[MAX_T * (ROWS + PAD)];
-            for (int s = 0; s < 3; s++) {
+            for (int s = 0; s < N_ISAS; s++) {
                 if (!use_isa(s)) continue;
                 for (int T = 1; T <= MAX_T; T += (T < 4 ? 1 : 5)) {
                     for (int i = 0; i < MAX_T * ldy; i++) want[i] = got[i] = -7.0f;
@@ -405,9 +406,9 @@ static void test_fp4_int8_products_follow_the_definition(void) {
         void *zeros = calloc((size_t)(ROWS * cols), 1);
         const kn_mat from_packed = {.data = zeros, .dtype = f.m.dtype, .rows = ROWS, .cols = cols, .group = f.m.group,
                                     .scales = zeros, .sdtype = f.m.sdtype, .packed = packed, .fp = mode};
-        for (int s = 0; s < 3; s++)
+        for (int s = 0; s < N_ISAS; s++)
             for (int pk = 0; pk < 2; pk++) {
-                if (!use_isa(s) || (pk && s == 2)) continue;   /* packed rows are for the SIMD sets */
+                if (!use_isa(s) || (pk && isas[s] == KN_ISA_SCALAR)) continue;   /* packed rows: the SIMD sets' */
                 const kn_mat *w = pk ? &from_packed : &f.m;
                 for (int T = 1; T <= MAX_T; T += (T < 5 ? 1 : 5)) {
                     qx.T = T;
@@ -448,7 +449,7 @@ static void fp4_sets_match_the_definition(const fmat *f, const float *x, float w
     kn_quantize_x(&qx, x, cols);
     kn_fp_matmul_qx_rows_ref(&f->m, &qx, want, ROWS4, 0, ROWS4);
     float got[T4 * ROWS4];
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < N_ISAS - 1; s++)   /* the SIMD sets */
         for (int pk = 0; pk < 2; pk++) {
             if (!use_isa(s)) continue;
             for (int i = 0; i < T4 * ROWS4; i++) got[i] = -7.0f;
