@@ -629,10 +629,11 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * weight once.
  *
  * The product itself is in quant_qx.inc, compiled three times below: for
- * AVX2, for AVX2 with AVX-VNNI and for AVX-512 VNNI, where one vpdpbusd does
- * a block's maddubs + madd + add (same exact int32 lanes, so the same bits). Measured on a 2-core AMD EPYC
- * (Zen 4) VM, one thread, weights in L2 (bench-matmul 0.5 31 1,2,4,8 int8),
- * G weights/s, AVX2 -> VNNI: q8 T = 1/2/4/8 19.4/12.8/7.5/4.1 ->
+ * AVX2, for AVX2 with AVX-VNNI and for AVX-512 VNNI; with either VNNI one
+ * vpdpbusd does a block's maddubs + madd + add (same exact int32 lanes, so
+ * the same bits). Measured on a 2-core AMD EPYC (Zen 4) VM, one thread,
+ * weights in L2 (bench-matmul 0.5 31 1,2,4,8 int8), G weights/s, AVX2 ->
+ * AVX-512 VNNI: q8 T = 1/2/4/8 19.4/12.8/7.5/4.1 ->
  * 20.3/13.1/8.3/4.8, q4 32.0/21.5/11.8/5.6 -> 31.9/23.4/13.0/6.3: the f32
  * part per group (convert, scale, accumulate) then cost as much as the
  * integer part, which is why lanes now sum 8 groups per register (one f32
