@@ -806,6 +806,7 @@ typedef struct {
     void (*affine_row_f32)(const kn_mat *w, int64_t row, float *out);
     void (*fp_row_f32)(const kn_mat *w, int64_t row, float *out);
     void (*sketch_scores)(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1);
+    kn_sketch_layout sketch_layout;   /* the layout sketch_scores takes fastest */
     int64_t (*top_k_collect)(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey);
     void (*gated_delta_steps)(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream);
     void (*conv_silu)(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
@@ -822,6 +823,7 @@ static const kn_impl kn_impl_scalar = {
     .matmul_qx_rows = kn_matmul_qx_rows_ref, .fp_qx_rows = kn_fp_matmul_qx_rows_ref,
     .affine_quantize_row = kn_affine_quantize_row_ref,
     .affine_row_f32 = kn_affine_row_f32_ref, .fp_row_f32 = kn_fp_row_f32_ref, .sketch_scores = kn_sketch_scores_ref,
+    .sketch_layout = KN_SKETCH_ROWS,
     .top_k_collect = kn_top_k_collect_ref,
     .gated_delta_steps = kn_gated_delta_steps_rows,
     .conv_silu = kn_conv_silu_ref};
@@ -835,7 +837,8 @@ static const kn_impl kn_impl_scalar = {
     .softmax_f32 = kn_softmax_f32_avx2, .sum_exp_f32 = kn_sum_exp_f32_avx2, .attn_values = kn_attn_values_avx2,     \
     .quantize_x = kn_quantize_x_avx2,                                                                                \
     .affine_quantize_row = kn_affine_quantize_row_avx2, .affine_row_f32 = kn_affine_row_f32_avx2,                   \
-    .fp_row_f32 = kn_fp_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2, .top_k_collect = kn_top_k_collect_ref, \
+    .fp_row_f32 = kn_fp_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,                                      \
+    .sketch_layout = KN_SKETCH_BLOCKS, .top_k_collect = kn_top_k_collect_ref,                                        \
     .gated_delta_steps = kn_gated_delta_steps_rows, .conv_silu = kn_conv_silu_avx2
 static const kn_impl kn_impl_avx2 = {.name = "avx2", KN_AVX2_SHARED, .matmul_qx_rows = kn_matmul_qx_rows_avx2,
                                      .fp_qx_rows = kn_fp_matmul_qx_rows_avx2};
@@ -858,7 +861,7 @@ static const kn_impl kn_impl_avx512vnni = {
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .fp_qx_rows = kn_fp_matmul_qx_rows_avx512vnni,
     .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2,
-    .sketch_scores = kn_sketch_scores_avx512vnni,
+    .sketch_scores = kn_sketch_scores_avx512vnni, .sketch_layout = KN_SKETCH_ROWS,
     .top_k_collect = kn_top_k_collect_avx512vnni,
     .gated_delta_steps = kn_gated_delta_steps_avx512,
     .conv_silu = kn_conv_silu_avx2};
@@ -1030,6 +1033,8 @@ void kn_conv_silu(float *out, const float *const rows[], int64_t ld, int T, cons
 void kn_sketch_scores(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1) {
     active()->sketch_scores(s, xq, d, sum, y, r0, r1);
 }
+
+kn_sketch_layout kn_sketch_layout_preferred(void) { return active()->sketch_layout; }
 
 int64_t kn_top_k_collect(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey) {
     return active()->top_k_collect(x, n, thr, cand, ckey);

@@ -1,11 +1,12 @@
 /* sketch.c — one-bit sign sketches and top-k selection (see sketch.h).
  *
- * The score kernel's twins: scalar C (the definition), AVX2 (each 32-bit
- * half-word spread to 32 bytes of 0/1 by a shuffle, an and and a min, then
- * maddubs against the activations), and AVX-512 (popcounts of the row's
- * words against the activations' bit planes, or each 64-bit word a mask
- * register for a masked move and a vpdpbusd). Each computes the same integer
- * P_r, so the results are the same bits. */
+ * The score kernel's twins: scalar C (the definition, either layout), AVX2
+ * (rows: each 32-bit half-word spread to 32 bytes of 0/1 by a shuffle, an
+ * and and a min, then maddubs against the activations; blocks: nibble
+ * look-ups), and AVX-512 (rows: popcounts of the row's words against the
+ * activations' bit planes, or each 64-bit word a mask register for a masked
+ * move and a vpdpbusd; blocks: AVX2's). Each computes the same integer P_r,
+ * so the results are the same bits. */
 #include "kernels/sketch.h"
 
 #include <assert.h>
@@ -19,15 +20,34 @@
 #include <emmintrin.h>
 #endif
 
-size_t kn_sketch_bytes(int64_t rows, int64_t cols) {
-    return nx_round64((size_t)rows * (size_t)(cols / 64) * sizeof(uint64_t)) + nx_round64((size_t)rows * sizeof(float));
+/* Bytes of a sketch's bits in either layout: whole blocks of rows. */
+static size_t sketch_bits_bytes(int64_t rows, int64_t cols) {
+    const int64_t blocks = (rows + KN_SKETCH_BLOCK_ROWS - 1) / KN_SKETCH_BLOCK_ROWS;
+    return nx_round64((size_t)blocks * KN_SKETCH_BLOCK_ROWS * (size_t)(cols / 8));
 }
 
-void kn_sketch_bind(kn_sketch *s, void *buf, int64_t rows, int64_t cols) {
+size_t kn_sketch_bytes(int64_t rows, int64_t cols) {
+    return sketch_bits_bytes(rows, cols) + nx_round64((size_t)rows * sizeof(float));
+}
+
+void kn_sketch_bind(kn_sketch *s, void *buf, int64_t rows, int64_t cols, kn_sketch_layout layout) {
     assert(rows >= 0 && cols > 0 && cols % 64 == 0 && cols <= KN_SKETCH_MAX_COLS && buf != NULL);
-    s->rows = rows, s->cols = cols;
-    s->bits = buf;
-    s->scale = (float *)((char *)buf + nx_round64((size_t)rows * (size_t)(cols / 64) * sizeof(uint64_t)));
+    assert(layout == KN_SKETCH_ROWS || layout == KN_SKETCH_BLOCKS);
+    s->rows = rows, s->cols = cols, s->layout = layout;
+    s->bits = layout == KN_SKETCH_ROWS ? buf : NULL;
+    s->blocks = layout == KN_SKETCH_BLOCKS ? buf : NULL;
+    s->scale = (float *)((char *)buf + sketch_bits_bytes(rows, cols));
+    /* the blocks kernel counts a last block's missing rows too (and drops
+     * them): zeros, not whatever the buffer held */
+    const int64_t full = rows / KN_SKETCH_BLOCK_ROWS;
+    if (layout == KN_SKETCH_BLOCKS && rows % KN_SKETCH_BLOCK_ROWS)
+        memset(s->blocks + full * KN_SKETCH_BLOCK_ROWS * (cols / 8), 0, KN_SKETCH_BLOCK_ROWS * (size_t)cols / 8);
+}
+
+/* Byte j (columns 8j .. 8j+7) of row r's bits in a KN_SKETCH_BLOCKS sketch. */
+static inline uint8_t *block_byte(const kn_sketch *s, int64_t r, int64_t j) {
+    const int64_t b = r / KN_SKETCH_BLOCK_ROWS, i = r % KN_SKETCH_BLOCK_ROWS;
+    return s->blocks + (b * (s->cols / 8) + j) * KN_SKETCH_BLOCK_ROWS + i;
 }
 
 /* One word of bits (set where the sign bit is clear) from w[0..64), and the
@@ -64,17 +84,34 @@ static int sketch_word(const float *w, uint64_t *word, float *abs_sum) {
 int kn_sketch_row(kn_sketch *s, int64_t r, const float *w) {
     assert(r >= 0 && r < s->rows);
     const int64_t W = s->cols / 64;
-    uint64_t *b = s->bits + r * W;
     double a = 0;   /* across words in double: cols / 64 terms of any size */
     for (int64_t j = 0; j < W; j++) {
         float part;
-        if (!sketch_word(w + j * 64, &b[j], &part)) return 0;
+        uint64_t word;
+        if (!sketch_word(w + j * 64, &word, &part)) return 0;
         a += part;
+        if (s->layout == KN_SKETCH_ROWS) s->bits[r * W + j] = word;
+        else
+            for (int k = 0; k < 8; k++) *block_byte(s, r, 8 * j + k) = (uint8_t)(word >> 8 * k);
     }
     const float scale = (float)(a / (double)s->cols);
     if (!isfinite(scale)) return 0;
     s->scale[r] = scale;
     return 1;
+}
+
+size_t kn_sketch_x_bytes(int64_t cols) { return (size_t)cols + (size_t)(cols / 4) * 16; }
+
+/* The nibble tables after xq[0..cols) (kn_sketch_quantize_x): entry n of
+ * table g adds the values of group g that n's bits pick, entry by entry
+ * from the one with n's lowest set bit cleared. */
+static void sketch_tables(int8_t *xq, int64_t cols) {
+    uint8_t *tab = (uint8_t *)xq + cols;
+    for (int64_t g = 0; g < cols / 4; g++) {
+        uint8_t *t = tab + 16 * g;
+        t[0] = KN_SKETCH_TABLE_BIAS;
+        for (int n = 1; n < 16; n++) t[n] = (uint8_t)(t[n & (n - 1)] + xq[4 * g + __builtin_ctz((unsigned)n)]);
+    }
 }
 
 int kn_sketch_quantize_x(const float *x, int64_t cols, int8_t *xq, float *d, int32_t *sum) {
@@ -84,20 +121,16 @@ int kn_sketch_quantize_x(const float *x, int64_t cols, int8_t *xq, float *d, int
         mx = fmaxf(mx, fabsf(x[c]));
     }
     int32_t s = 0;
-    if (mx == 0.0f) {
-        memset(xq, 0, (size_t)cols);
-        *d = 0.0f, *sum = 0;
-        return 1;
-    }
     /* in double: XMAX / mx overflows f32 for tiny mx (0 * inf would then
-     * be NaN), never f64 */
-    const double xmax = KN_SKETCH_XMAX, inv = xmax / (double)mx;
+     * be NaN), never f64; a zero row gives zeros */
+    const double xmax = KN_SKETCH_XMAX, inv = mx == 0.0f ? 0.0 : xmax / (double)mx;
     for (int64_t c = 0; c < cols; c++) {
         double q = nearbyint((double)x[c] * inv);   /* |q| <= XMAX up to rounding: clamp */
         q = q > xmax ? xmax : q < -xmax ? -xmax : q;
         xq[c] = (int8_t)q;
         s += (int8_t)q;
     }
+    sketch_tables(xq, cols);
     *d = mx / (float)KN_SKETCH_XMAX, *sum = s;
     return 1;
 }
@@ -115,13 +148,15 @@ static void assert_scores_args(const kn_sketch *s, const int8_t *xq, const float
 
 void kn_sketch_scores_ref(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1) {
     assert_scores_args(s, xq, y, r0, r1);
-    const int64_t W = s->cols / 64;
     for (int64_t r = r0; r < r1; r++) {
-        const uint64_t *b = s->bits + r * W;
         int32_t P = 0;
-        for (int64_t j = 0; j < W; j++)
-            for (int i = 0; i < 64; i++)
-                if (b[j] >> i & 1) P += xq[j * 64 + i];
+        for (int64_t j = 0; j < s->cols / 8; j++) {
+            const uint8_t byte = s->layout == KN_SKETCH_ROWS
+                                     ? (uint8_t)(s->bits[r * (s->cols / 64) + j / 8] >> 8 * (j % 8))
+                                     : *block_byte(s, r, j);
+            for (int i = 0; i < 8; i++)
+                if (byte >> i & 1) P += xq[8 * j + i];
+        }
         y[r] = sketch_score(P, sum, s->scale[r], d);
     }
 }
@@ -169,9 +204,8 @@ KN_AVX2_INLINE __m256i sketch_words_avx2(const uint64_t *b, const int8_t *xq, in
     return _mm256_madd_epi16(acc16, _mm256_set1_epi16(1));
 }
 
-KN_AVX2 void kn_sketch_scores_avx2(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0,
-                                   int64_t r1) {
-    assert_scores_args(s, xq, y, r0, r1);
+static KN_AVX2 void sketch_scores_rows_avx2(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y,
+                                            int64_t r0, int64_t r1) {
     const int64_t W = s->cols / 64, ahead = sketch_ahead(W, 2);
     int64_t r = r0;
     for (; r + 2 <= r1; r += 2) {   /* two rows: two independent sums in flight */
@@ -193,6 +227,92 @@ KN_AVX2 void kn_sketch_scores_avx2(const kn_sketch *s, const int8_t *xq, float d
             acc = _mm256_add_epi32(acc, sketch_words_avx2(b, xq, j0, j0 + 64 < W ? j0 + 64 : W));
         y[r] = sketch_score(kn_hsum_epi32_avx2(acc), sum, s->scale[r], d);
     }
+}
+
+/* Columns a block's 16-bit sums take before they are widened. A step of 16
+ * columns adds at most 4 * 8 XMAX = 224 to a row's byte lane; the 16-bit
+ * lanes hold an even row's sum in the low byte and the next row's in the
+ * high byte, and the even row's is recovered as the lane minus 256 times the
+ * odd row's (kept apart), exact while it stays below 2^16: 292 steps. */
+#define SKETCH_BLOCK_CHUNK 4096
+
+/* Table g's entries at the low (high = 0) or high nibbles of v's 32 bytes:
+ * the table's 16 bytes in both 128-bit lanes, as vpshufb looks up per lane. */
+KN_AVX2_INLINE __m256i nibble_entries(const uint8_t *tab, int64_t g, __m256i v, int high) {
+    const __m256i t = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(const void *)(tab + 16 * g)));
+    return _mm256_shuffle_epi8(t, _mm256_and_si256(high ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f)));
+}
+
+/* acc[0..4) (rows 0-7, 8-15, 16-23, 24-31 of the block at p) += the table
+ * entries their bits pick over columns [c0, c1), at most a chunk: per 16
+ * columns two loads of 32 rows' bytes, their low and high nibbles as
+ * indices into four tables, the four entries added as bytes (<= 224), then
+ * into 16-bit lanes as above. */
+KN_AVX2_INLINE void block_chunk(__m256i acc[4], const uint8_t *p, const uint8_t *tab, int64_t c0, int64_t c1) {
+    __m256i lanes = _mm256_setzero_si256(), odd = _mm256_setzero_si256();
+    for (int64_t c = c0; c < c1; c += 16) {
+        const __m256i v0 = _mm256_load_si256((const __m256i *)(const void *)(p + 4 * c));
+        const __m256i v1 = _mm256_load_si256((const __m256i *)(const void *)(p + 4 * c + 32));
+        const int64_t g = c / 4;   /* columns 4g .. 4g+15: tables g .. g+3 */
+        const __m256i e01 = _mm256_add_epi8(nibble_entries(tab, g, v0, 0), nibble_entries(tab, g + 1, v0, 1));
+        const __m256i e23 = _mm256_add_epi8(nibble_entries(tab, g + 2, v1, 0), nibble_entries(tab, g + 3, v1, 1));
+        const __m256i e = _mm256_add_epi8(e01, e23);
+        lanes = _mm256_add_epi16(lanes, e);
+        odd = _mm256_add_epi16(odd, _mm256_srli_epi16(e, 8));
+    }
+    const __m256i even = _mm256_sub_epi16(lanes, _mm256_slli_epi16(odd, 8));
+    /* rows in order within 128-bit lanes: 0-7 | 16-23, and 8-15 | 24-31 */
+    const __m256i lo = _mm256_unpacklo_epi16(even, odd), hi = _mm256_unpackhi_epi16(even, odd);
+    acc[0] = _mm256_add_epi32(acc[0], _mm256_cvtepu16_epi32(_mm256_castsi256_si128(lo)));
+    acc[1] = _mm256_add_epi32(acc[1], _mm256_cvtepu16_epi32(_mm256_castsi256_si128(hi)));
+    acc[2] = _mm256_add_epi32(acc[2], _mm256_cvtepu16_epi32(_mm256_extracti128_si256(lo, 1)));
+    acc[3] = _mm256_add_epi32(acc[3], _mm256_cvtepu16_epi32(_mm256_extracti128_si256(hi, 1)));
+}
+
+/* The blocks layout: a block's 32 rows at once, their sums less the tables'
+ * bias, then sketch_score's operations lane by lane (2P - S exact in int32,
+ * the same two f32 products). A block only partly in [r0, r1) is scored
+ * whole and only its rows in the range written. */
+static KN_AVX2 void sketch_scores_blocks_avx2(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y,
+                                              int64_t r0, int64_t r1) {
+    enum { R = KN_SKETCH_BLOCK_ROWS };
+    const int64_t cols = s->cols, block_bytes = R * cols / 8;
+    const int64_t ahead = SKETCH_PREFETCH_BYTES / block_bytes > 1 ? SKETCH_PREFETCH_BYTES / block_bytes : 1;
+    const uint8_t *tab = (const uint8_t *)xq + cols;
+    const __m256i bias = _mm256_set1_epi32(KN_SKETCH_TABLE_BIAS * (int32_t)(cols / 4)), sum8 = _mm256_set1_epi32(sum);
+    const __m256 d8 = _mm256_set1_ps(d);
+    const int64_t b1 = (r1 + R - 1) / R;
+    for (int64_t b = r0 / R; b < b1; b++) {
+        const uint8_t *p = s->blocks + b * block_bytes;
+        if (b + ahead < b1) kn_prefetch_lines_avx2(p + ahead * block_bytes, (size_t)block_bytes, 0);
+        __m256i acc[4];
+        for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_si256();
+        for (int64_t c0 = 0; c0 < cols; c0 += SKETCH_BLOCK_CHUNK)
+            block_chunk(acc, p, tab, c0, c0 + SKETCH_BLOCK_CHUNK < cols ? c0 + SKETCH_BLOCK_CHUNK : cols);
+        __m256i two_p_s[4];
+        for (int i = 0; i < 4; i++) {
+            const __m256i P = _mm256_sub_epi32(acc[i], bias);
+            two_p_s[i] = _mm256_sub_epi32(_mm256_add_epi32(P, P), sum8);
+        }
+        if (b * R >= r0 && (b + 1) * R <= r1) {
+            for (int i = 0; i < 4; i++) {
+                const __m256 sd = _mm256_mul_ps(_mm256_loadu_ps(s->scale + b * R + 8 * i), d8);
+                _mm256_storeu_ps(y + b * R + 8 * i, _mm256_mul_ps(_mm256_cvtepi32_ps(two_p_s[i]), sd));
+            }
+            continue;
+        }
+        int32_t t[R];
+        for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(t + 8 * i), two_p_s[i]);
+        for (int64_t r = b * R > r0 ? b * R : r0; r < (b + 1) * R && r < r1; r++)
+            y[r] = (float)t[r - b * R] * (s->scale[r] * d);
+    }
+}
+
+KN_AVX2 void kn_sketch_scores_avx2(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0,
+                                   int64_t r1) {
+    assert_scores_args(s, xq, y, r0, r1);
+    if (s->layout == KN_SKETCH_BLOCKS) sketch_scores_blocks_avx2(s, xq, d, sum, y, r0, r1);
+    else sketch_scores_rows_avx2(s, xq, d, sum, y, r0, r1);
 }
 
 #define SKETCH_ROWS 4
@@ -343,7 +463,8 @@ static KN_VPOPCNT void sketch_scores_planes_avx512(const kn_sketch *s, const int
 KN_VNNI void kn_sketch_scores_avx512vnni(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y,
                                          int64_t r0, int64_t r1) {
     assert_scores_args(s, xq, y, r0, r1);
-    if (s->cols / 64 <= SKETCH_PLANE_WORDS && __builtin_cpu_supports("avx512vpopcntdq"))
+    if (s->layout == KN_SKETCH_BLOCKS) sketch_scores_blocks_avx2(s, xq, d, sum, y, r0, r1);
+    else if (s->cols / 64 <= SKETCH_PLANE_WORDS && __builtin_cpu_supports("avx512vpopcntdq"))
         sketch_scores_planes_avx512(s, xq, d, sum, y, r0, r1);
     else sketch_scores_masks_avx512(s, xq, d, sum, y, r0, r1);
 }

@@ -20,8 +20,20 @@
  *     P_r = sum of xq_c over the set bits,  S = sum_c xq_c,
  *
  * an exact integer times one f32 product, so every twin gives the same bits.
- * Storage: [rows][cols / 64] uint64 words, bit c % 64 of word c / 64, plus
- * [rows] f32 scales (1 + 32 / cols bits per weight). */
+ *
+ * Two layouts of the same bits, plus [rows] f32 scales (1 + 32 / cols bits
+ * per weight), chosen at kn_sketch_bind (kn_sketch_layout_preferred: the
+ * active kernel set's):
+ * - KN_SKETCH_ROWS: [rows][cols / 64] uint64 words, bit c % 64 of word
+ *   c / 64. The AVX-512 set counts a row's bits against the activations' bit
+ *   planes with VPOPCNTQ.
+ * - KN_SKETCH_BLOCKS: blocks of 32 rows, [rows / 32 rounded up][cols / 8][32]
+ *   bytes: byte i of a block's k-th 32 holds row 32 b + i's bits for columns
+ *   8k .. 8k+7 (bit q: column 8k + q). AVX2 has no vector popcount, and
+ *   spreading a row's bits to bytes took ~7 operations per 32 weights; here
+ *   each nibble of 32 rows indexes a 16-entry table of the activations'
+ *   partial sums (kn_sketch_quantize_x's tables) in one vpshufb, about 1
+ *   operation per 32 weights' worth of one row. */
 #ifndef NX_KERNELS_SKETCH_H
 #define NX_KERNELS_SKETCH_H
 
@@ -39,29 +51,50 @@
 /* Widest row: |2P - S| <= 2 * XMAX * cols must convert to f32 exactly (< 2^24). */
 #define KN_SKETCH_MAX_COLS ((int64_t)1 << 17)
 
+typedef enum { KN_SKETCH_ROWS, KN_SKETCH_BLOCKS } kn_sketch_layout;
+
+/* Rows a KN_SKETCH_BLOCKS block holds. */
+#define KN_SKETCH_BLOCK_ROWS 32
+
 /* A view over a caller's buffer (kn_sketch_bind); nothing is owned. */
 typedef struct {
-    int64_t rows, cols;  /* cols % 64 == 0, cols <= KN_SKETCH_MAX_COLS     */
-    uint64_t *bits;      /* [rows][cols / 64]                              */
-    float *scale;        /* [rows] mean |w| of the row                     */
+    int64_t rows, cols;      /* cols % 64 == 0, cols <= KN_SKETCH_MAX_COLS  */
+    kn_sketch_layout layout;
+    uint64_t *bits;          /* KN_SKETCH_ROWS: [rows][cols / 64], else NULL */
+    uint8_t *blocks;         /* KN_SKETCH_BLOCKS: as above, else NULL       */
+    float *scale;            /* [rows] mean |w| of the row                  */
 } kn_sketch;
 
-/* Bytes a sketch of rows x cols needs (64-byte aligned parts). */
+/* Bytes a sketch of rows x cols needs in either layout (64-byte aligned
+ * parts). */
 size_t kn_sketch_bytes(int64_t rows, int64_t cols);
-/* Points s's arrays into buf (kn_sketch_bytes bytes, 64-byte aligned). */
-void kn_sketch_bind(kn_sketch *s, void *buf, int64_t rows, int64_t cols);
+/* Points s's arrays into buf (kn_sketch_bytes bytes, 64-byte aligned) and
+ * zeroes the bits of a last block's rows past `rows`. */
+void kn_sketch_bind(kn_sketch *s, void *buf, int64_t rows, int64_t cols, kn_sketch_layout layout);
+/* The layout the active kernel set scores fastest (defined in matmul.c).
+ * Every set scores both. */
+kn_sketch_layout kn_sketch_layout_preferred(void);
 /* Sketches row r from its f32 weights w[0..cols). Returns 0 when a weight
  * is not finite or a sum of 64 |w| overflows f32 (the row then holds no
  * usable sketch). */
 int kn_sketch_row(kn_sketch *s, int64_t r, const float *w);
 
-/* xq[0..cols) = x quantized as above; *d its scale, *sum = S. A zero row
+/* The offset of the nibble tables' entries, which keeps them unsigned. */
+#define KN_SKETCH_TABLE_BIAS (4 * KN_SKETCH_XMAX)
+
+/* Bytes of kn_sketch_quantize_x's output for a row of cols. */
+size_t kn_sketch_x_bytes(int64_t cols);
+
+/* xq[0..cols) = x quantized as above; *d its scale, *sum = S. After the
+ * values, at xq + cols, the nibble tables: [cols / 4][16] uint8, entry n of
+ * table g = KN_SKETCH_TABLE_BIAS + the sum of xq[4g + q] over the bits q set
+ * in n (0 .. 8 XMAX). xq holds kn_sketch_x_bytes(cols) bytes. A zero row
  * gives d = 0 (every score 0). Returns 0, setting nothing, when a value of
  * x is not finite. */
 int kn_sketch_quantize_x(const float *x, int64_t cols, int8_t *xq, float *d, int32_t *sum);
 
 /* y[r] = s_r above for r in [r0, r1): a row-range worker. xq is 64-byte
- * aligned. */
+ * aligned, as kn_sketch_quantize_x wrote it. */
 void kn_sketch_scores(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1);
 
 /* The twins behind kn_sketch_scores (matmul.c's kn_select picks one set). */

@@ -226,7 +226,7 @@ static nx_status build_screen(nx_drafter *d, int k, char *err, size_t errlen) {
                        (long long)h->cols, (long long)KN_SKETCH_MAX_COLS);
     const size_t bytes = kn_sketch_bytes(h->rows, h->cols);
     void *buf = nx_alloc_aligned(bytes);
-    if (buf) kn_sketch_bind(&d->screen, buf, h->rows, h->cols);
+    if (buf) kn_sketch_bind(&d->screen, buf, h->rows, h->cols, kn_sketch_layout_preferred());
     const int64_t bad = buf ? each_head_row(d, sketch_head_row, &d->screen) : -2;
     if (bad != -1) {
         nx_free_aligned(buf);
@@ -371,8 +371,8 @@ static void mtp_chunk(mtp_rows *r, const int32_t *tokens, const float *hidden, i
 }
 
 /* mtp_head_rows' scratch (head_work_layout lays it out over work, which may
- * be NULL to only size it, and returns its bytes): int8 rows xq
- * [MDL_CHUNK][ldq] (rows on cache lines), their scales and sums,
+ * be NULL to only size it, and returns its bytes): int8 rows xq with their
+ * nibble tables [MDL_CHUNK][ldq] (rows on cache lines), their scales and sums,
  * kn_top_k_f32's work, and the selected ids. */
 typedef struct {
     int8_t *xq;
@@ -385,7 +385,7 @@ typedef struct {
 
 static size_t head_work_layout(const nx_model *m, void *work, head_work *w) {
     const int64_t V = m->cfg.vocab_size;
-    const size_t ldq = nx_round64((size_t)m->cfg.hidden_size), o_d = MDL_CHUNK * ldq,
+    const size_t ldq = nx_round64(kn_sketch_x_bytes(m->cfg.hidden_size)), o_d = MDL_CHUNK * ldq,
                  o_top = o_d + nx_round64(MDL_CHUNK * (sizeof(float) + sizeof(int32_t))),
                  o_idx = o_top + nx_round64(kn_top_k_work_bytes(V));
     const uintptr_t p = (uintptr_t)work;   /* integers: work may be NULL */

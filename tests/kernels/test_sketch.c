@@ -1,6 +1,7 @@
 /* test_sketch.c — one-bit sign sketches and top-k selection (kernels/sketch.h):
  * every kernel set's scores equal the definition computed here bit for bit
- * (odd row ranges, the AVX2 int16 bound, zero activations), the sketch and
+ * in both layouts (odd row ranges, the AVX2 16-bit bounds, zero
+ * activations), the layouts and nibble tables are as documented, the sketch and
  * quantizer refuse values that are not finite, and kn_top_k_f32 picks
  * exactly what a sort picks, ties to the lowest index, also on data that
  * fools its sample, and ranks NaNs by their bits; kn_argmax_at_f32 gives
@@ -17,8 +18,10 @@
 
 /* A sketch of rows x cols from normal weights, with exact zeros, -0 and
  * large values sprinkled in; w returned too ([rows][cols], caller frees). */
-static void *make_sketch(kn_sketch *s, int64_t rows, int64_t cols, uint64_t seed, float **w_out) {
+static void *make_sketch(kn_sketch *s, int64_t rows, int64_t cols, kn_sketch_layout layout, uint64_t seed,
+                         float **w_out) {
     void *buf = nx_alloc_aligned(kn_sketch_bytes(rows, cols));
+    memset(buf, 0xa5, kn_sketch_bytes(rows, cols));   /* not zeros: bind must clear what it promises to */
     float *w = malloc((size_t)(rows * cols) * sizeof *w);
     nx_test_rng r = {seed};
     for (int64_t i = 0; i < rows * cols; i++) {
@@ -26,7 +29,7 @@ static void *make_sketch(kn_sketch *s, int64_t rows, int64_t cols, uint64_t seed
         if (i % 37 == 5) w[i] = 0.0f;
         if (i % 41 == 7) w[i] = -0.0f;
     }
-    kn_sketch_bind(s, buf, rows, cols);
+    kn_sketch_bind(s, buf, rows, cols, layout);
     int ok = 1;
     for (int64_t i = 0; i < rows; i++) ok &= kn_sketch_row(s, i, w + i * cols);
     CHECK(ok);
@@ -58,7 +61,8 @@ static void scores_equal_the_definition_in_every_kernel_set(void) {
      * vectors of words or not, fewer than 8 words) */
     static const int64_t shapes[][2] = {{1, 64},    {3, 128},   {4, 192},   {5, 960},   {13, 1088}, {7, 8192},
                                         {9, 64 * 130}, {21, 1024}, {18, 2048}, {17, 2560}, {16, 3072}, {10, 4096},
-                                        {11, 5120}, {19, 640},  {9, 192},   {9, 512},   {9, 8192}};
+                                        {11, 5120}, {19, 640},  {9, 192},   {9, 512},   {9, 8192},  {70, 1024},
+                                        {45, 4160}, {33, 8192}, {64, 128}};
     static const kn_isa sets[] = {KN_ISA_SCALAR, KN_ISA_AVX2, KN_ISA_AVX512VNNI};
     int tried = 0;
     for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
@@ -67,13 +71,14 @@ static void scores_equal_the_definition_in_every_kernel_set(void) {
             continue;
         }
         tried++;
-        for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
-            const int64_t rows = shapes[k][0], cols = shapes[k][1];
+        for (size_t k = 0; k < 2 * sizeof shapes / sizeof *shapes; k++) {   /* each shape in both layouts */
+            const int64_t rows = shapes[k / 2][0], cols = shapes[k / 2][1];
+            const kn_sketch_layout layout = k % 2 ? KN_SKETCH_BLOCKS : KN_SKETCH_ROWS;
             kn_sketch s;
             float *w;
-            void *buf = make_sketch(&s, rows, cols, 11 + k, &w);
+            void *buf = make_sketch(&s, rows, cols, layout, 11 + k / 2, &w);
             float *x = malloc((size_t)cols * sizeof *x), *y = malloc((size_t)rows * sizeof *y);
-            int8_t *xq = nx_alloc_aligned((size_t)cols);
+            int8_t *xq = nx_alloc_aligned(kn_sketch_x_bytes(cols));
             nx_test_rng r = {77 + k};
             for (int variant = 0; variant < 3; variant++) {
                 for (int64_t c = 0; c < cols; c++)   /* normal; all zero; the int16 bound (all +max) */
@@ -84,9 +89,11 @@ static void scores_equal_the_definition_in_every_kernel_set(void) {
                 float d;
                 int32_t sum;
                 CHECK(kn_sketch_quantize_x(x, cols, xq, &d, &sum));
-                /* odd ranges: blocks of rows and their tails */
-                for (int64_t r0 = 0; r0 < rows && r0 < 2; r0++) {
-                    const int64_t r1 = rows - (rows > 2 && r0 == 1);
+                /* odd ranges: blocks of rows, their tails, and past a first block of 32 */
+                const int64_t ranges[3][2] = {{0, rows}, {1, rows - (rows > 2)}, {32, rows}};
+                for (int ri = 0; ri < 3; ri++) {
+                    const int64_t r0 = ranges[ri][0], r1 = ranges[ri][1];
+                    if (r0 >= r1) continue;
                     for (int64_t i = 0; i < rows; i++) y[i] = -1234.5f;
                     kn_sketch_scores(&s, xq, d, sum, y, r0, r1);
                     int same = 1, untouched = 1;
@@ -94,10 +101,11 @@ static void scores_equal_the_definition_in_every_kernel_set(void) {
                         if (i < r0 || i >= r1) untouched &= y[i] == -1234.5f;
                         else same &= memcmp(&y[i], &(float){definition(w + i * cols, cols, xq, d, sum)}, 4) == 0;
                     }
-                    CHECKF(same && untouched, "%s rows %lld cols %lld variant %d range [%lld, %lld)", kn_impl_name(),
-                           (long long)rows, (long long)cols, variant, (long long)r0, (long long)r1);
+                    CHECKF(same && untouched, "%s %s rows %lld cols %lld variant %d range [%lld, %lld)", kn_impl_name(),
+                           layout == KN_SKETCH_ROWS ? "rows" : "blocks", (long long)rows, (long long)cols, variant,
+                           (long long)r0, (long long)r1);
                 }
-                if (variant == 2) {   /* every bit set, every xq at its largest: no int16 wrap in AVX2's sums */
+                if (variant == 2) {   /* every bit set, every xq at its largest: no 16-bit wrap in AVX2's sums */
                     kn_sketch_scores(&s, xq, d, sum, y, 0, 1);
                     CHECK(sum == KN_SKETCH_XMAX * cols && y[0] == (float)(KN_SKETCH_XMAX * cols) * (s.scale[0] * d));
                 }
@@ -113,9 +121,9 @@ static void scores_equal_the_definition_in_every_kernel_set(void) {
 static void values_that_are_not_finite_are_refused(void) {
     kn_sketch s;
     void *buf = nx_alloc_aligned(kn_sketch_bytes(2, 128));
-    kn_sketch_bind(&s, buf, 2, 128);
+    kn_sketch_bind(&s, buf, 2, 128, KN_SKETCH_ROWS);
     float w[128], x[128];
-    int8_t *xq = nx_alloc_aligned(128);
+    int8_t *xq = nx_alloc_aligned(kn_sketch_x_bytes(128));
     for (int i = 0; i < 128; i++) w[i] = x[i] = (float)(i - 64) / 8;
     CHECK(kn_sketch_row(&s, 0, w));
     CHECK(!(s.bits[0] & 1) && (s.bits[1] >> 63 & 1));   /* -8 unset, +7.875 set */
@@ -139,6 +147,50 @@ static void values_that_are_not_finite_are_refused(void) {
     x[7] = -1e-38f;   /* XMAX / max overflows f32 here (0 * inf would be NaN): the scale is taken in double */
     CHECK(kn_sketch_quantize_x(x, 128, xq, &d, &sum) && xq[7] == -KN_SKETCH_XMAX && xq[6] == 0 && sum == -KN_SKETCH_XMAX);
     nx_free_aligned(buf), nx_free_aligned(xq);
+}
+
+/* Both layouts put row r's bit for column c where sketch.h says, with the
+ * same scales, and zeros in a last block's rows past the sketch's; the
+ * activations' nibble tables hold the bias plus the values their bits pick. */
+static void layouts_and_tables_are_as_documented(void) {
+    const int64_t rows = 37, cols = 192, R = KN_SKETCH_BLOCK_ROWS;
+    kn_sketch a, b;
+    float *w, *w2;
+    void *buf_a = make_sketch(&a, rows, cols, KN_SKETCH_ROWS, 5, &w);
+    void *buf_b = make_sketch(&b, rows, cols, KN_SKETCH_BLOCKS, 5, &w2);
+    CHECK(a.bits && !a.blocks && b.blocks && !b.bits && memcmp(a.scale, b.scale, (size_t)rows * sizeof(float)) == 0);
+    int bits_ok = 1, pad_zero = 1;
+    for (int64_t r = 0; r < 2 * R; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            const int in_block = b.blocks[((r / R) * (cols / 8) + c / 8) * R + r % R] >> (c % 8) & 1;
+            if (r >= rows) {
+                pad_zero &= !in_block;
+                continue;
+            }
+            const int want = !signbit(w[r * cols + c]);
+            bits_ok &= (int)(a.bits[r * (cols / 64) + c / 64] >> (c % 64) & 1) == want && in_block == want;
+        }
+    CHECK(bits_ok);
+    CHECK(pad_zero);
+
+    float x[192];
+    int8_t *xq = nx_alloc_aligned(kn_sketch_x_bytes(cols));
+    nx_test_rng rng = {3};
+    for (int c = 0; c < cols; c++) x[c] = nx_test_rng_normal(&rng, 1.0f);
+    float d;
+    int32_t sum;
+    CHECK(kn_sketch_quantize_x(x, cols, xq, &d, &sum));
+    const uint8_t *tab = (const uint8_t *)xq + cols;
+    int tables_ok = 1;
+    for (int g = 0; g < cols / 4; g++)
+        for (int n = 0; n < 16; n++) {
+            int want = KN_SKETCH_TABLE_BIAS;
+            for (int q = 0; q < 4; q++) want += n >> q & 1 ? xq[4 * g + q] : 0;
+            tables_ok &= tab[16 * g + n] == want;
+        }
+    CHECK(tables_ok);
+    nx_free_aligned(buf_a), nx_free_aligned(buf_b), nx_free_aligned(xq);
+    free(w), free(w2);
 }
 
 /* ---- top k ---- */
@@ -321,8 +373,13 @@ static void argmax_at_candidates_equals_the_filled_rows_argmax(void) {
 
 static const nx_test tests[] = {
     {"scores_equal_the_definition_in_every_kernel_set",
-     "scalar / AVX2 / AVX-512 scores == the definition bit for bit: odd rows and ranges, zero activations, the largest xq * 8320",
+     "scalar / AVX2 / AVX-512 scores == the definition bit for bit, rows and blocks layouts: odd rows and ranges, "
+     "zero activations, the largest xq * 8320",
      scores_equal_the_definition_in_every_kernel_set},
+    {"layouts_and_tables_are_as_documented",
+     "rows / blocks layouts: every bit where sketch.h says, same scales, zeroed padding; nibble tables = bias + "
+     "subset sums",
+     layouts_and_tables_are_as_documented},
     {"values_that_are_not_finite_are_refused", "NaN / inf weights and activations refused; -0 is unset; scales right",
      values_that_are_not_finite_are_refused},
     {"top_k_picks_what_a_sort_picks",
