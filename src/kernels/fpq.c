@@ -513,7 +513,7 @@ void kn_fp_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_
             const int8_t *xq = qx->q + (int64_t)t * qx->ldq;
             float acc[16] = {0}, a[8];
             for (int64_t g = 0; g < G; g++) {
-                const float d = qx->d[(int64_t)t * G + g];
+                const float d = qx->d[(int64_t)t * qx->ldg + g];
                 const int halves = w->fp == KN_FP_NVFP4 ? 2 : 1, n = 32 / halves;   /* the weights' groups in g */
                 for (int h = 0; h < halves; h++) {
                     int32_t I = 0;

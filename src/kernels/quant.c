@@ -249,7 +249,8 @@ static int64_t qx_row_bytes(int64_t cols, int group, int lanes) {
 
 size_t kn_qx_bytes(int T, int64_t cols) {
     assert(T >= 0 && cols >= 0);
-    const size_t G = (size_t)(cols / 32);   /* the most groups any group size gives */
+    /* the most groups any group size gives, padded */
+    const size_t G = (size_t)((cols / 32 + KN_QX_GROUP_PAD - 1) / KN_QX_GROUP_PAD * KN_QX_GROUP_PAD);
     /* 8 * group divides 1024 for every group size, so no row pads past this */
     return (size_t)T * ((size_t)qx_row_bytes(cols, 128, 1) + G * (2 * sizeof(float) + 2 * sizeof(int32_t)));
 }
@@ -258,13 +259,14 @@ void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w) {
     assert(qx != NULL && T >= 0 && (kn_affine_valid(w) || kn_fp_int8(w)));
     const int64_t cols = w->cols;
     const int group = kn_qx_group(w);
-    const size_t G = (size_t)(cols / group);
+    const size_t G = (size_t)((cols / group + KN_QX_GROUP_PAD - 1) / KN_QX_GROUP_PAD * KN_QX_GROUP_PAD);
     char *p = buf;
     qx->T = T;
     qx->cols = cols;
     qx->group = group;
     qx->lanes = kn_qx_lanes(w);
     qx->ldq = qx_row_bytes(cols, group, qx->lanes);
+    qx->ldg = (int64_t)G;
     /* ldq is a multiple of 32, so every array after q starts 4-byte aligned. */
     qx->q = (int8_t *)p, p += (size_t)T * (size_t)qx->ldq;
     qx->d = (float *)(void *)p, p += (size_t)T * G * sizeof(float);
@@ -368,6 +370,15 @@ static void quantize_group_ref(const float *x, int n, int8_t *q, const kn_qx *qx
     qx->si16[k] = first16;
 }
 
+/* Zeros in row t's per-group entries past its G groups (quant.h's
+ * KN_QX_GROUP_PAD), in every twin's output. */
+static void qx_zero_group_pad(const kn_qx *qx, int t, int64_t G) {
+    const int64_t k = (int64_t)t * qx->ldg + G;
+    const size_t n = (size_t)(qx->ldg - G);
+    memset(qx->d + k, 0, n * sizeof(float)), memset(qx->s + k, 0, n * sizeof(float));
+    memset(qx->si + k, 0, n * sizeof(int32_t)), memset(qx->si16 + k, 0, n * sizeof(int32_t));
+}
+
 /* Every group of every row of x, each group's bytes then moved to their
  * places in the storage order; for lanes, the lanes of a partial last
  * block's missing groups are zeroed. */
@@ -381,8 +392,9 @@ void kn_quantize_x_ref(kn_qx *qx, const float *x, int64_t ldx) {
             const int64_t last = G / QX_BLOCK_GROUPS * QX_BLOCK_GROUPS * qx->group;
             memset(row + last, 0, (size_t)(qx->ldq - last));
         }
+        qx_zero_group_pad(qx, t, G);
         for (int64_t g = 0; g < G; g++) {
-            const int64_t k = (int64_t)t * G + g;
+            const int64_t k = (int64_t)t * qx->ldg + g;
             quantize_group_ref(x + (int64_t)t * ldx + g * qx->group, qx->group, tmp, qx, k);
             for (int c = 0; c < qx->group; c++) row[kn_qx_pos(qx, g, c)] = tmp[c];
         }
@@ -415,7 +427,7 @@ void kn_matmul_qx_rows_ref(const kn_mat *w, const kn_qx *qx, float *y, int64_t l
                 for (int64_t c = 0; c < group; c++)
                     lane[qx->lanes ? 0 : qx_lane(c)] +=
                         ((int32_t)code_at(codes, g * group + c, w->bits) - center) * xq[kn_qx_pos(qx, g, c)];
-                const int64_t k = (int64_t)t * G + g;
+                const int64_t k = (int64_t)t * qx->ldg + g;
                 const float scale = sd_load(sc, w->sdtype, g), bias = sd_load(bi, w->sdtype, g), dg = qx->d[k] * scale;
                 const float cg = center ? fmaf(128.0f, scale, bias) : bias;
                 if (qx->lanes) {
@@ -858,13 +870,14 @@ KN_AVX2 void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx) {
     for (int t = 0; t < qx->T; t++) {
         int8_t *row = qx->q + (int64_t)t * qx->ldq;
         const float *xt = x + (int64_t)t * ldx;
+        qx_zero_group_pad(qx, t, G);
         if (!qx->lanes) {
-            for (int64_t g = 0, k = (int64_t)t * G; g < G; g++)
+            for (int64_t g = 0, k = (int64_t)t * qx->ldg; g < G; g++)
                 quantize_group_avx2(xt + g * group, (int)group, 0, row + g * group, qx, k + g);
             continue;
         }
         for (int64_t g8 = 0; g8 < G; g8 += QX_BLOCK_GROUPS) {
-            const int64_t cnt = G - g8 < QX_BLOCK_GROUPS ? G - g8 : QX_BLOCK_GROUPS, k = (int64_t)t * G + g8;
+            const int64_t cnt = G - g8 < QX_BLOCK_GROUPS ? G - g8 : QX_BLOCK_GROUPS, k = (int64_t)t * qx->ldg + g8;
             for (int j = 0; j < QX_BLOCK_GROUPS; j++) {
                 if (j < cnt)
                     quantize_group_avx2(xt + (g8 + j) * group, (int)group, 1, tmp[j], qx, k + j);

@@ -177,12 +177,22 @@ typedef struct {
     int group;          /* 32, 64 or 128: the weights' group size            */
     int lanes;          /* 1: the lanes storage order (above)                */
     int64_t ldq;        /* bytes per row of q: cols (lanes: padded, above)    */
+    int64_t ldg;        /* entries per row of d, s, si, si16: cols / group
+                           rounded up to KN_QX_GROUP_PAD, the rest 0        */
     int8_t *q;          /* [T][ldq] in the storage order above               */
-    float *d;           /* [T][cols / group] activation scales               */
-    float *s;           /* [T][cols / group] d * S, S the sum of the group's xq */
-    int32_t *si;        /* [T][cols / group] S itself                        */
-    int32_t *si16;      /* [T][cols / group] H: the sum of the first 16 xq   */
+    float *d;           /* [T][ldg] activation scales                        */
+    float *s;           /* [T][ldg] d * S, S the sum of the group's xq       */
+    int32_t *si;        /* [T][ldg] S itself                                 */
+    int32_t *si16;      /* [T][ldg] H: the sum of the first 16 xq            */
 } kn_qx;
+
+/* A row's per-group values are padded with zeros to a multiple of this, so
+ * that the 8-lane kernels load a last partial block of groups whole (lanes
+ * past the row's groups meet zero scales and sums) instead of with a masked
+ * load, which GCC 12 also chose for whole blocks ("cnt == 8 ? loadu :
+ * maskload" is one masked load to it): the AVX2 q4 product at T = 4 took
+ * 1.09x the time in L2 with it, q8 at T = 1 1.33x (bench/RESULTS.md). */
+#define KN_QX_GROUP_PAD 16
 
 /* 1 if weights of this bit width and group size are lanes (above): one
  * group per int32 lane, the activations stored in their own order. */

@@ -386,7 +386,7 @@ static void test_fp4_int8_products_follow_the_definition(void) {
             for (int64_t row = 0; row < ROWS; row++) {
                 double exact = 0, f32 = 0, bound = 0, mag = 0;
                 for (int64_t c = 0; c < cols; c++) {
-                    const double wc = dq[row * cols + c], dc = qx.d[t * (cols / 32) + c / 32];
+                    const double wc = dq[row * cols + c], dc = qx.d[t * qx.ldg + c / 32];
                     const int xq = qx.q[t * qx.ldq + kn_qx_pos(&qx, c / 32, c % 32)];
                     exact += wc * dc * xq;
                     f32 += wc * x[t * ldx + c];

@@ -588,7 +588,7 @@ static int64_t naive_pos(const kn_qx *qx, int64_t g, int64_t c) {
 
 /* Rows t0 .. t0+T-1 of qx as a view of its own. */
 static kn_qx qx_rows(const kn_qx *qx, int t0, int T) {
-    const int64_t G = qx->cols / qx->group;
+    const int64_t G = qx->ldg;
     kn_qx v = *qx;
     v.T = T;
     v.q += t0 * qx->ldq, v.d += t0 * G, v.s += t0 * G, v.si += t0 * G, v.si16 += t0 * G;
@@ -631,7 +631,7 @@ static void check_quantized_acts(const kn_qx *qx, const float *x, int64_t ldx, c
             const float *xg = x + t * ldx + g * qx->group;
             int8_t q[128];   /* the group in element order */
             for (int c = 0; c < qx->group; c++) q[c] = qx->q[t * qx->ldq + naive_pos(qx, g, c)];
-            const int64_t k = t * G + g;
+            const int64_t k = t * qx->ldg + g;
             float amax = 0;
             int finite = 1;
             for (int c = 0; c < qx->group; c++) {
@@ -665,6 +665,10 @@ static void check_quantized_acts(const kn_qx *qx, const float *x, int64_t ldx, c
     for (int t = 0; t < qx->T; t++)   /* a partial last block's missing groups hold zeros */
         for (int64_t g = G; g < qx->ldq / qx->group; g++)
             for (int c = 0; c < qx->group; c++) bad += qx->q[t * qx->ldq + naive_pos(qx, g, c)] != 0;
+    CHECK(qx->ldg >= G && qx->ldg % KN_QX_GROUP_PAD == 0);
+    for (int t = 0; t < qx->T; t++)   /* a row's per-group entries past G: zeros (KN_QX_GROUP_PAD) */
+        for (int64_t k = t * qx->ldg + G; k < (t + 1) * qx->ldg; k++)
+            bad += qx->d[k] != 0.0f || qx->s[k] != 0.0f || qx->si[k] != 0 || qx->si16[k] != 0;
     CHECKF(bad == 0, "%s: %d deviations from the definition", what, bad);
 }
 
@@ -700,10 +704,9 @@ static void test_activation_quantizer_follows_the_definition_in_both_twins(void)
                      (long long)n);
             kn_quantize_x(&b, x, ldx);
             check_quantized_acts(&b, x, ldx, what);
-            const int64_t G = n / group;
             CHECKF(memcmp(a.q, b.q, (size_t)(T * a.ldq)) == 0,
                    "g%d n%lld: twins quantize differently", group, (long long)n);
-            for (int64_t k = 0; k < T * G; k++)
+            for (int64_t k = 0; k < T * a.ldg; k++)
                 CHECKF((a.d[k] == b.d[k] || (isnan(a.d[k]) && isnan(b.d[k]))) &&
                            (a.s[k] == b.s[k] || (isnan(a.s[k]) && isnan(b.s[k]))),
                        "g%d n%lld group %lld: twins give scales %g/%g sums %g/%g", group, (long long)n, (long long)k,
@@ -726,7 +729,7 @@ static void test_int8_matmul_twins_agree_and_stay_within_the_activation_rounding
             for (int s = 0; s < N_SD; s++)
                 for (int sh = 0; sh < N_SHAPES; sh++)
                     for (int cs = 0; cs < N_SHAPES; cs++) {
-                        const int64_t rows = row_counts[sh], n = groups[g] * groups_per_row[cs], G = n / groups[g];
+                        const int64_t rows = row_counts[sh], n = groups[g] * groups_per_row[cs];
                         qmat q = make_affine(&r, rows, n, bit_widths[b], groups[g], sdtypes[s], WEIGHT_SIGMA);
                         float *x = make_act_kinds(&r, T, n, groups[g], 0);
                         kn_qx qx = make_qx(T, &q.m);
@@ -747,7 +750,7 @@ static void test_int8_matmul_twins_agree_and_stay_within_the_activation_rounding
                                 double dq = 0, f32 = 0, mag = 0, round = 0;
                                 for (int64_t c = 0; c < n; c++) {
                                     const double w = naive_weight(&q.m, row, c), xc = x[t * n + c];
-                                    const double d = qx.d[t * G + c / groups[g]];
+                                    const double d = qx.d[t * qx.ldg + c / groups[g]];
                                     const int64_t g0 = c / groups[g] * groups[g];
                                     dq += w * (d * qx.q[t * qx.ldq + naive_pos(&qx, c / groups[g], c - g0)]);
                                     f32 += w * xc;
