@@ -905,10 +905,12 @@ KN_AVX2 void kn_quantize_x_avx2(kn_qx *qx, const float *x, int64_t ldx) {
 KN_AVX2_INLINE __m256 load8_sd_avx2(const void *p, nx_dtype dt, int64_t g, int64_t cnt) {
     const size_t es = dt == NX_DT_F32 ? 4 : 2;
     const unsigned char *src = (const unsigned char *)p + (size_t)g * es;
-    unsigned char tmp[32] = {0};
     if (cnt < 8) {   /* a row's last groups: never read past the array */
+        /* the copy declared here, not zeroed for every block: that cost the
+         * AVX2 q4 product at T = 1 1.11x the time in L2 (bench/RESULTS.md) */
+        unsigned char tmp[32] = {0};
         memcpy(tmp, src, (size_t)cnt * es);
-        src = tmp;
+        return kn_load8_avx2(tmp, dt, 0);
     }
     return kn_load8_avx2(src, dt, 0);
 }
