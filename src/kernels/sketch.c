@@ -32,7 +32,7 @@ size_t kn_sketch_bytes(int64_t rows, int64_t cols) {
 
 void kn_sketch_bind(kn_sketch *s, void *buf, int64_t rows, int64_t cols, kn_sketch_layout layout) {
     assert(rows >= 0 && cols > 0 && cols % 64 == 0 && cols <= KN_SKETCH_MAX_COLS && buf != NULL);
-    assert(layout == KN_SKETCH_ROWS || layout == KN_SKETCH_BLOCKS);
+    assert(((uintptr_t)buf & 63) == 0 && (layout == KN_SKETCH_ROWS || layout == KN_SKETCH_BLOCKS));
     s->rows = rows, s->cols = cols, s->layout = layout;
     s->bits = layout == KN_SKETCH_ROWS ? buf : NULL;
     s->blocks = layout == KN_SKETCH_BLOCKS ? buf : NULL;
@@ -311,6 +311,7 @@ static KN_AVX2 void sketch_scores_blocks_avx2(const kn_sketch *s, const int8_t *
 KN_AVX2 void kn_sketch_scores_avx2(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0,
                                    int64_t r1) {
     assert_scores_args(s, xq, y, r0, r1);
+    if (r0 == r1) return;   /* xq and y may be NULL; a block would still be scored */
     if (s->layout == KN_SKETCH_BLOCKS) sketch_scores_blocks_avx2(s, xq, d, sum, y, r0, r1);
     else sketch_scores_rows_avx2(s, xq, d, sum, y, r0, r1);
 }
@@ -463,6 +464,7 @@ static KN_VPOPCNT void sketch_scores_planes_avx512(const kn_sketch *s, const int
 KN_VNNI void kn_sketch_scores_avx512vnni(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y,
                                          int64_t r0, int64_t r1) {
     assert_scores_args(s, xq, y, r0, r1);
+    if (r0 == r1) return;   /* xq and y may be NULL; a block would still be scored */
     if (s->layout == KN_SKETCH_BLOCKS) sketch_scores_blocks_avx2(s, xq, d, sum, y, r0, r1);
     else if (s->cols / 64 <= SKETCH_PLANE_WORDS && __builtin_cpu_supports("avx512vpopcntdq"))
         sketch_scores_planes_avx512(s, xq, d, sum, y, r0, r1);

@@ -374,6 +374,7 @@ static void test_fp4_int8_products_follow_the_definition(void) {
             sc[0] = 1, sc[1] = 7, sc[2] = 0x80, sc[3] = 0x7e, sc[4] = 0xb8, sc[19] = 0x81;
         float *x = make_acts(&r, MAX_T * ldx), *dq = dequantized(&f);
         void *buf = malloc(kn_qx_bytes(MAX_T, cols));
+        memset(buf, 0xff, kn_qx_bytes(MAX_T, cols));   /* NaN where the quantizer writes nothing */
         kn_qx qx;
         kn_qx_bind(&qx, buf, MAX_T, &f.m);
         CHECK(qx.group == 32 && qx.lanes);
@@ -441,6 +442,7 @@ enum { ROWS4 = 5, T4 = 4 };
 static void fp4_sets_match_the_definition(const fmat *f, const float *x, float want[T4 * ROWS4]) {
     const int64_t cols = f->m.cols;
     void *buf = malloc(kn_qx_bytes(T4, cols)), *packed = malloc(kn_lanes_packed_bytes(&f->m));
+    memset(buf, 0xff, kn_qx_bytes(T4, cols));   /* NaN where the quantizer writes nothing */
     kn_lanes_pack(&f->m, packed, 0, ROWS4);
     kn_mat from_packed = f->m;
     from_packed.packed = packed;

@@ -571,10 +571,15 @@ static void test_affine_matmul_with_no_rows_or_no_tokens_writes_nothing(void) {
 
 /* ---- Int8 activations (quant.h) ------------------------------------------ */
 
-/* A kn_qx for w over an exactly sized malloc'd buffer (free .q). */
+/* A kn_qx for w over an exactly sized malloc'd buffer (free .q), filled
+ * with 0xff bytes (NaN scales) so that whatever the quantizer leaves
+ * unwritten, its zero pads included, shows. */
 static kn_qx make_qx(int T, const kn_mat *w) {
     kn_qx qx;
-    kn_qx_bind(&qx, malloc(kn_qx_bytes(T, w->cols) + 1), T, w);   /* +1: never a 0-byte malloc */
+    const size_t bytes = kn_qx_bytes(T, w->cols) + 1;   /* +1: never a 0-byte malloc */
+    void *buf = malloc(bytes);
+    memset(buf, 0xff, bytes);
+    kn_qx_bind(&qx, buf, T, w);
     return qx;
 }
 

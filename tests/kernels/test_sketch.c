@@ -83,9 +83,9 @@ static void scores_equal_the_definition_in_every_kernel_set(void) {
             for (int variant = 0; variant < 3; variant++) {
                 for (int64_t c = 0; c < cols; c++)   /* normal; all zero; the int16 bound (all +max) */
                     x[c] = variant == 0 ? nx_test_rng_normal(&r, 1.0f) : variant == 1 ? 0.0f : 3.5f;
-                if (variant == 2)
-                    for (int64_t i = 0; i < cols; i++) w[i] = 1.0f + (float)i;   /* row 0 all positive */
-                if (variant == 2) CHECK(kn_sketch_row(&s, 0, w));
+                if (variant == 2)   /* rows 0 and 1 all positive: the blocks' even and odd byte lanes */
+                    for (int64_t i = 0; i < cols * (rows > 1 ? 2 : 1); i++) w[i] = 1.0f + (float)(i % cols);
+                if (variant == 2) CHECK(kn_sketch_row(&s, 0, w) && (rows == 1 || kn_sketch_row(&s, 1, w + cols)));
                 float d;
                 int32_t sum;
                 CHECK(kn_sketch_quantize_x(x, cols, xq, &d, &sum));
@@ -106,8 +106,9 @@ static void scores_equal_the_definition_in_every_kernel_set(void) {
                            (long long)r0, (long long)r1);
                 }
                 if (variant == 2) {   /* every bit set, every xq at its largest: no 16-bit wrap in AVX2's sums */
-                    kn_sketch_scores(&s, xq, d, sum, y, 0, 1);
+                    kn_sketch_scores(&s, xq, d, sum, y, 0, rows > 1 ? 2 : 1);
                     CHECK(sum == KN_SKETCH_XMAX * cols && y[0] == (float)(KN_SKETCH_XMAX * cols) * (s.scale[0] * d));
+                    CHECK(rows == 1 || y[1] == (float)(KN_SKETCH_XMAX * cols) * (s.scale[1] * d));
                 }
             }
             nx_free_aligned(buf), nx_free_aligned(xq);
