@@ -247,10 +247,14 @@ static int64_t qx_row_bytes(int64_t cols, int group, int lanes) {
     return lanes ? (cols + block - 1) / block * block : cols;
 }
 
+/* kn_qx.ldg for a row of `groups` groups. */
+static size_t qx_padded_groups(int64_t groups) {
+    return (size_t)((groups + KN_QX_GROUP_PAD - 1) / KN_QX_GROUP_PAD * KN_QX_GROUP_PAD);
+}
+
 size_t kn_qx_bytes(int T, int64_t cols) {
     assert(T >= 0 && cols >= 0);
-    /* the most groups any group size gives, padded */
-    const size_t G = (size_t)((cols / 32 + KN_QX_GROUP_PAD - 1) / KN_QX_GROUP_PAD * KN_QX_GROUP_PAD);
+    const size_t G = qx_padded_groups(cols / 32);   /* the most groups any group size gives */
     /* 8 * group divides 1024 for every group size, so no row pads past this */
     return (size_t)T * ((size_t)qx_row_bytes(cols, 128, 1) + G * (2 * sizeof(float) + 2 * sizeof(int32_t)));
 }
@@ -259,7 +263,7 @@ void kn_qx_bind(kn_qx *qx, void *buf, int T, const kn_mat *w) {
     assert(qx != NULL && T >= 0 && (kn_affine_valid(w) || kn_fp_int8(w)));
     const int64_t cols = w->cols;
     const int group = kn_qx_group(w);
-    const size_t G = (size_t)((cols / group + KN_QX_GROUP_PAD - 1) / KN_QX_GROUP_PAD * KN_QX_GROUP_PAD);
+    const size_t G = qx_padded_groups(cols / group);
     char *p = buf;
     qx->T = T;
     qx->cols = cols;

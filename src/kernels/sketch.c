@@ -281,7 +281,7 @@ static KN_AVX2 void sketch_scores_blocks_avx2(const kn_sketch *s, const int8_t *
     const uint8_t *tab = (const uint8_t *)xq + cols;
     const __m256i bias = _mm256_set1_epi32(KN_SKETCH_TABLE_BIAS * (int32_t)(cols / 4)), sum8 = _mm256_set1_epi32(sum);
     const __m256 d8 = _mm256_set1_ps(d);
-    const int64_t b1 = (r1 + R - 1) / R;
+    const int64_t b1 = r0 < r1 ? (r1 + R - 1) / R : 0;   /* an empty range: no block (xq, y may be NULL) */
     for (int64_t b = r0 / R; b < b1; b++) {
         const uint8_t *p = s->blocks + b * block_bytes;
         if (b + ahead < b1) kn_prefetch_lines_avx2(p + ahead * block_bytes, (size_t)block_bytes, 0);
@@ -311,7 +311,6 @@ static KN_AVX2 void sketch_scores_blocks_avx2(const kn_sketch *s, const int8_t *
 KN_AVX2 void kn_sketch_scores_avx2(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0,
                                    int64_t r1) {
     assert_scores_args(s, xq, y, r0, r1);
-    if (r0 == r1) return;   /* xq and y may be NULL; a block would still be scored */
     if (s->layout == KN_SKETCH_BLOCKS) sketch_scores_blocks_avx2(s, xq, d, sum, y, r0, r1);
     else sketch_scores_rows_avx2(s, xq, d, sum, y, r0, r1);
 }
@@ -464,7 +463,6 @@ static KN_VPOPCNT void sketch_scores_planes_avx512(const kn_sketch *s, const int
 KN_VNNI void kn_sketch_scores_avx512vnni(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y,
                                          int64_t r0, int64_t r1) {
     assert_scores_args(s, xq, y, r0, r1);
-    if (r0 == r1) return;   /* xq and y may be NULL; a block would still be scored */
     if (s->layout == KN_SKETCH_BLOCKS) sketch_scores_blocks_avx2(s, xq, d, sum, y, r0, r1);
     else if (s->cols / 64 <= SKETCH_PLANE_WORDS && __builtin_cpu_supports("avx512vpopcntdq"))
         sketch_scores_planes_avx512(s, xq, d, sum, y, r0, r1);
