@@ -74,6 +74,13 @@ KN_AVX2_INLINE void kn_prefetch_lines_avx2(const void *p, size_t bytes, int to_l
     }
 }
 
+/* Prefetches the `lines` lines from *cursor into L1 and moves it past them:
+ * a kernel's step fetching a row ahead in address order (quant_qx.inc). */
+KN_AVX2_INLINE void kn_prefetch_step_avx2(const char **cursor, int lines) {
+    for (int i = 0; i < lines; i++) _mm_prefetch(*cursor + 64 * i, _MM_HINT_T0);
+    *cursor += 64 * lines;
+}
+
 /* Sum of the 8 int32 lanes of v (exact in any order). */
 KN_AVX2_INLINE int32_t kn_hsum_epi32_avx2(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
