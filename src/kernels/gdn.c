@@ -59,6 +59,13 @@ KN_AVX2 void kn_conv_silu_avx2(float *out, const float *const rows[], int64_t ld
 /* Rows of dk floats GDN_PREFETCH_BYTES make (at least one). */
 static inline int gdn_ahead(int dk) { return dk * 4 >= GDN_PREFETCH_BYTES ? 1 : GDN_PREFETCH_BYTES / (dk * 4); }
 
+/* Row r of the rows a thread runs through: S_in's dv, then S_next's (NULL:
+ * none, or past both). */
+static inline const float *ahead_row(const float *S_in, const float *S_next, int r, int dk, int dv) {
+    if (r < dv) return S_in + (int64_t)r * dk;
+    return S_next && r < 2 * dv ? S_next + (int64_t)(r - dv) * dk : NULL;
+}
+
 /* Token t's vectors of tk. */
 static inline const float *tok_q(const kn_delta_tokens *tk, int t) { return tk->q + (int64_t)t * tk->ld; }
 static inline const float *tok_k(const kn_delta_tokens *tk, int t) { return tk->k + (int64_t)t * tk->ld; }
@@ -72,13 +79,15 @@ static inline float *tok_o(const kn_delta_tokens *tk, int t) { return tk->o + (i
  * together) rather than four (decay, dot, axpy, dot). Row by row through
  * every token (rows are independent: token t's row i reads only row i of
  * the state). No stores that stream here. */
-void kn_gated_delta_steps_rows(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream) {
+void kn_gated_delta_steps_rows(float *S_out, const float *S_in, const float *S_next, const kn_delta_tokens *tk, int dk,
+                               int dv, int stream) {
     (void)stream;
     const int ahead = gdn_ahead(dk);
     for (int i = 0; i < dv; i++) {
         const float *row = S_in + (int64_t)i * dk;
         float *out = S_out + (int64_t)i * dk;
-        if (i + ahead < dv) kn_prefetch_bytes(row + (int64_t)ahead * dk, (size_t)dk * sizeof(float));
+        const float *later = ahead_row(S_in, S_next, i + ahead, dk, dv);
+        if (later) kn_prefetch_bytes(later, (size_t)dk * sizeof(float));
         for (int t = 0; t < tk->T; t++, row = out) {
             const float alpha = tk->alpha[t], m = kn_dot_f32(row, tok_k(tk, t), dk);
             const float delta = tk->beta[t] * (tok_v(tk, t)[i] - alpha * m);
@@ -120,8 +129,9 @@ KN_VNNI_INLINE void store16_avx512(float *out, __m512 v, int stream) {
 
 /* One token's step on dv rows, one row after another (the whole-head path,
  * and a block's rows past its last group of 16). */
-KN_VNNI_INLINE void delta_rows_avx512(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
-                                      float alpha, float beta, float *o, int dk, int dv, int stream) {
+KN_VNNI_INLINE void delta_rows_avx512(float *S_out, const float *S_in, const float *S_next, const float *q,
+                                      const float *k, const float *v, float alpha, float beta, float *o, int dk, int dv,
+                                      int stream) {
     assert(dk % 32 == 0);
     const __m512 av = _mm512_set1_ps(alpha);
     const int ahead = gdn_ahead(dk);
@@ -131,7 +141,8 @@ KN_VNNI_INLINE void delta_rows_avx512(float *S_out, const float *S_in, const flo
         for (int i = 0; i < dv; i++) {
             const float *row = S_in + (int64_t)i * 128;
             float *out = S_out + (int64_t)i * 128;
-            if (i + ahead < dv) kn_prefetch_lines_avx2(row + ahead * 128, 128 * sizeof(float), 0);
+            const float *later = ahead_row(S_in, S_next, i + ahead, 128, dv);
+            if (later) kn_prefetch_lines_avx2(later, 128 * sizeof(float), 0);
             __m512 r[8], a01 = _mm512_setzero_ps(), a23 = _mm512_setzero_ps();
             for (int j = 0; j < 8; j += 2) {
                 r[j] = _mm512_loadu_ps(row + 16 * j), r[j + 1] = _mm512_loadu_ps(row + 16 * j + 16);
@@ -156,7 +167,8 @@ KN_VNNI_INLINE void delta_rows_avx512(float *S_out, const float *S_in, const flo
     for (int i = 0; i < dv; i++) {
         const float *row = S_in + (int64_t)i * dk;
         float *out = S_out + (int64_t)i * dk;
-        if (i + ahead < dv) kn_prefetch_lines_avx2(row + (int64_t)ahead * dk, (size_t)dk * sizeof(float), 0);
+        const float *later = ahead_row(S_in, S_next, i + ahead, dk, dv);
+        if (later) kn_prefetch_lines_avx2(later, (size_t)dk * sizeof(float), 0);
         __m512 a01 = _mm512_setzero_ps(), a23 = _mm512_setzero_ps();
         for (int j = 0; j < dk; j += 32) {
             a01 = _mm512_fmadd_ps(_mm512_loadu_ps(row + j), _mm512_loadu_ps(k + j), a01);
@@ -217,8 +229,8 @@ static inline int group16_row(int p, int h) { return p % 2 * 8 + p / 2 + 4 * h; 
  * are reduced together too. A row's chain (dot, horizontal sum, delta,
  * update, dot, horizontal sum) no longer waits on the row before it. For
  * dk = 128 (a constant after inlining) k and q stay in registers; other dk
- * read them from memory. The first pass prefetches row r + 16 for r < pf
- * (the next group's rows).
+ * read them from memory. The first pass prefetches row r of pf_rows for
+ * r < pf.
  * Measured on the 2-core Zen 5 VM, one thread, 128 x 128 heads, the old
  * row-by-row steps and these in turn (best of 30): a head in L2 9.4-11.6 ->
  * 7.0-8.0 ns a row and token (T = 2-4); the 0.8B shape's 288 heads (18 MB)
@@ -227,7 +239,7 @@ static inline int group16_row(int p, int h) { return p % 2 * 8 + p / 2 + 4 * h; 
  * 0.84 / 1.09 ms. */
 KN_VNNI_INLINE void delta_group16_avx512(float *S_out, const float *S_in, const float *q, const float *k,
                                          const float *v, float alpha, float beta, float *o, int dk, int stream,
-                                         int pf) {
+                                         const float *pf_rows, int pf) {
     const int reg = dk == 128;
     __m512 Z[8], kr[8], qr[8];
     if (reg)
@@ -239,7 +251,7 @@ KN_VNNI_INLINE void delta_group16_avx512(float *S_out, const float *S_in, const 
         for (int h = 0; h < 2; h++) {
             const int i = group16_row(p, h);
             const float *row = S_in + (int64_t)i * dk;
-            if (i < pf) kn_prefetch_lines_avx2(row + 16 * (int64_t)dk, (size_t)dk * sizeof(float), 0);
+            if (i < pf) kn_prefetch_lines_avx2(pf_rows + (int64_t)i * dk, (size_t)dk * sizeof(float), 0);
             acc[h][0] = acc[h][1] = _mm512_setzero_ps();
             for (int j = 0; j < dk; j += 32) {
                 acc[h][0] = _mm512_fmadd_ps(_mm512_loadu_ps(row + j), GDN_K(j), acc[h][0]);
@@ -277,25 +289,26 @@ KN_VNNI_INLINE void delta_group16_avx512(float *S_out, const float *S_in, const 
 }
 
 /* One token's step on a block's nb rows: groups of 16, then the rest row by
- * row. lim: rows of S_in that may be prefetched (the head's from the block
- * on, for the token that reads the state from memory; else 0), so that the
- * last group fetches the next block's first while the later tokens run on
- * this one. */
+ * row. The groups prefetch pf rows from pf_rows between them (a share of
+ * the block that comes next; see kn_gated_delta_steps_avx512). */
 KN_VNNI_INLINE void delta_block_avx512(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
-                                       float alpha, float beta, float *o, int dk, int nb, int stream, int64_t lim) {
+                                       float alpha, float beta, float *o, int dk, int nb, int stream,
+                                       const float *pf_rows, int pf) {
     assert(dk % 32 == 0);
+    const int per = nb >= 16 ? (pf + nb / 16 - 1) / (nb / 16) : 0;   /* rows a group prefetches */
     int i = 0;
     for (; i + 16 <= nb; i += 16) {
-        const int pf = lim - i - 16 < 16 ? (int)(lim - i - 16) : 16;
+        const int lo = i / 16 * per, n = pf - lo < per ? (pf - lo > 0 ? pf - lo : 0) : per;
+        const float *rows = n ? pf_rows + (int64_t)lo * dk : NULL;
         if (dk == 128)
             delta_group16_avx512(S_out + (int64_t)i * dk, S_in + (int64_t)i * dk, q, k, v + i, alpha, beta, o + i, 128,
-                                 stream, pf);
+                                 stream, rows, n);
         else delta_group16_avx512(S_out + (int64_t)i * dk, S_in + (int64_t)i * dk, q, k, v + i, alpha, beta, o + i, dk,
-                                  stream, pf);
+                                  stream, rows, n);
     }
     if (i < nb)
-        delta_rows_avx512(S_out + (int64_t)i * dk, S_in + (int64_t)i * dk, q, k, v + i, alpha, beta, o + i, dk, nb - i,
-                          stream);
+        delta_rows_avx512(S_out + (int64_t)i * dk, S_in + (int64_t)i * dk, NULL, q, k, v + i, alpha, beta, o + i, dk,
+                          nb - i, stream);
 }
 
 /* One token goes straight from S_in to S_out. Several take the state a
@@ -312,14 +325,24 @@ KN_VNNI_INLINE void delta_block_avx512(float *S_out, const float *S_in, const fl
  * both ways in turn in one process); it needs no scratch state, and a
  * rollback's replay takes the state through its tokens at once too. (Each
  * row through all tokens in registers, one or two rows at a time, was no
- * faster: a row's tokens are one dependency chain.) Rows of more than 4096
+ * faster: a row's tokens are one dependency chain.) Every token's pass
+ * over a block prefetches its share of the block that comes next (the
+ * head's, or S_next's first), so that the next block's rows arrive while
+ * the T passes run instead of when the first reads them. Against the
+ * first pass alone prefetching 16 rows ahead within the head, the 0.8B
+ * shape's recurrence (18 layers x 16 heads of 128 x 128 from DRAM, 2
+ * threads, each through its heads in turn; the two builds in turn five
+ * times, medians) streamed out at T = 4 took 90.0 -> 69.5 us a layer, in
+ * place at T = 3 (a replay) 56.2 -> 48.3 us, T = 1 level; two MTP sessions
+ * in one process (q4 fixture, K = 3, rounds alternating): verify 0.984x /
+ * 0.989x the time. Rows of more than 4096
  * floats go token by token over the whole head; dk not a multiple of 32
  * row by row (kn_gated_delta_steps_rows, which never streams). */
-KN_VNNI void kn_gated_delta_steps_avx512(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv,
-                                         int stream) {
+KN_VNNI void kn_gated_delta_steps_avx512(float *S_out, const float *S_in, const float *S_next, const kn_delta_tokens *tk,
+                                         int dk, int dv, int stream) {
     assert(tk->T >= 0);
     if (dk % 32) {
-        kn_gated_delta_steps_rows(S_out, S_in, tk, dk, dv, stream);
+        kn_gated_delta_steps_rows(S_out, S_in, S_next, tk, dk, dv, stream);
         return;
     }
     stream = stream && (uintptr_t)S_out % 64 == 0;
@@ -331,17 +354,24 @@ KN_VNNI void kn_gated_delta_steps_avx512(float *S_out, const float *S_in, const 
     for (int b0 = 0; b0 < dv; b0 += rows) {
         const int nb = dv - b0 < rows ? dv - b0 : rows;
         const int64_t off = (int64_t)b0 * dk;
+        /* the block after this one: the head's next, or S_next's first */
+        const int more = dv - b0 - nb;
+        const float *fol = more ? S_in + off + (int64_t)nb * dk : S_next;
+        const int nfol = !fol ? 0 : more ? (more < rows ? more : rows) : (dv < rows ? dv : rows);
         for (int t = 0; t < tk->T; t++) {
             const int last = t == tk->T - 1;
             const float *in = t ? (whole ? S_out + off : blk) : S_in + off;
             float *out = last || whole ? S_out + off : blk;
             const float *q = tok_q(tk, t), *k = tok_k(tk, t), *v = tok_v(tk, t) + b0;
             float *o = tok_o(tk, t) + b0;
-            const int64_t lim = t ? 0 : dv - b0;
-            if (whole && last && stream) delta_rows_avx512(out, in, q, k, v, tk->alpha[t], tk->beta[t], o, dk, nb, 1);
-            else if (whole) delta_rows_avx512(out, in, q, k, v, tk->alpha[t], tk->beta[t], o, dk, nb, 0);
-            else if (last && stream) delta_block_avx512(out, in, q, k, v, tk->alpha[t], tk->beta[t], o, dk, nb, 1, lim);
-            else delta_block_avx512(out, in, q, k, v, tk->alpha[t], tk->beta[t], o, dk, nb, 0, lim);
+            const float *next = last ? S_next : NULL;   /* the whole head's path */
+            const int f0 = nfol * t / tk->T, nf = nfol * (t + 1) / tk->T - f0;   /* this token's share */
+            const float *pf_rows = nf ? fol + (int64_t)f0 * dk : NULL;
+            const float al = tk->alpha[t], be = tk->beta[t];
+            if (whole && last && stream) delta_rows_avx512(out, in, next, q, k, v, al, be, o, dk, nb, 1);
+            else if (whole) delta_rows_avx512(out, in, next, q, k, v, al, be, o, dk, nb, 0);
+            else if (last && stream) delta_block_avx512(out, in, q, k, v, al, be, o, dk, nb, 1, pf_rows, nf);
+            else delta_block_avx512(out, in, q, k, v, al, be, o, dk, nb, 0, pf_rows, nf);
         }
     }
 }

@@ -56,8 +56,11 @@ typedef struct {
  * anyway), so it is written past the caches with non-temporal stores that
  * skip reading each line first (the same bits) where the set can: the
  * avx512vnni set, dk a multiple of 32, S_out 64-byte aligned. Call
- * kn_store_fence before another thread reads it. */
-void kn_gated_delta_steps(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream);
+ * kn_store_fence before another thread reads it. S_next: the [dv][dk] state
+ * the caller steps next, or NULL: its first rows are prefetched while this
+ * one's last rows run (a hint alone: it is neither read nor written). */
+void kn_gated_delta_steps(float *S_out, const float *S_in, const float *S_next, const kn_delta_tokens *tk, int dk, int dv,
+                          int stream);
 /* Orders the non-temporal stores above before any later store (sfence). */
 void kn_store_fence(void);
 
@@ -74,9 +77,11 @@ void kn_conv_silu_avx2(float *out, const float *const rows[], int64_t ld, int T,
  * token) too (matmul.c's kn_select picks one set): row by row through
  * kn_dot_f32 and kn_scale_axpy_dot_f32 (the scalar and AVX2 sets), and the
  * same bits as the AVX2 set on 16-lane vectors. */
-void kn_gated_delta_steps_rows(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream);
+void kn_gated_delta_steps_rows(float *S_out, const float *S_in, const float *S_next, const kn_delta_tokens *tk, int dk,
+                               int dv, int stream);
 #if defined(__x86_64__) || defined(__i386__)
-void kn_gated_delta_steps_avx512(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream);
+void kn_gated_delta_steps_avx512(float *S_out, const float *S_in, const float *S_next, const kn_delta_tokens *tk,
+                                 int dk, int dv, int stream);
 #endif
 
 #endif

@@ -808,7 +808,8 @@ typedef struct {
     void (*sketch_scores)(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1);
     kn_sketch_layout sketch_layout;   /* the layout sketch_scores takes fastest */
     int64_t (*top_k_collect)(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey);
-    void (*gated_delta_steps)(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream);
+    void (*gated_delta_steps)(float *S_out, const float *S_in, const float *S_next, const kn_delta_tokens *tk, int dk,
+                              int dv, int stream);
     void (*conv_silu)(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
                       int64_t c1);
 } kn_impl;
@@ -1018,11 +1019,12 @@ void kn_mat_prefetch_row(const kn_mat *w, int64_t r) {
 void kn_gated_delta_step(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                          float beta, float *o, int dk, int dv) {
     const kn_delta_tokens tk = {1, q, k, v, 0, &alpha, &beta, o, 0};
-    active()->gated_delta_steps(S_out, S_in, &tk, dk, dv, 0);
+    active()->gated_delta_steps(S_out, S_in, NULL, &tk, dk, dv, 0);
 }
 
-void kn_gated_delta_steps(float *S_out, const float *S_in, const kn_delta_tokens *tk, int dk, int dv, int stream) {
-    active()->gated_delta_steps(S_out, S_in, tk, dk, dv, stream);
+void kn_gated_delta_steps(float *S_out, const float *S_in, const float *S_next, const kn_delta_tokens *tk, int dk, int dv,
+                          int stream) {
+    active()->gated_delta_steps(S_out, S_in, S_next, tk, dk, dv, stream);
 }
 
 void kn_conv_silu(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,

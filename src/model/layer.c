@@ -418,7 +418,9 @@ static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
                                     o0, VD};
         const int record = sg->recurrent_out != NULL;
         float *S = sg->recurrent + jh * head;
-        kn_gated_delta_steps(record ? sg->recurrent_out + jh * head : S, S, &tk, Dk, Dv, record);
+        const float *next = NULL;   /* the head this thread steps next */
+        if (ij + 1 < j1) next = g->segs[(ij + 1) / Hv].recurrent + (ij + 1) % Hv * head;
+        kn_gated_delta_steps(record ? sg->recurrent_out + jh * head : S, S, next, &tk, Dk, Dv, record);
         streamed |= record;
         for (int i = 0; i < sg->T; i++)
             kn_rmsnorm_gated(o0 + i * VD, o0 + i * VD, sc->zbuf + (sg->row0 + i) * VD + jh * Dv, L->gnorm, Dv, eps);
@@ -455,7 +457,9 @@ static void replay_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
         /* k as q too (only o reads q), every o into one discarded row */
         const float *k = row + (jh / r) * Dk;
         const kn_delta_tokens tk = {j->keep, k, k, row + KD + jh * Dv, RW, alpha, beta, o, 0};
-        kn_gated_delta_steps(S, S, &tk, Dk, Dv, 0);
+        int64_t n = ij + 1;   /* the head this thread steps next: past the attention layers */
+        while (n < j1 && c->layer_full[n / Hv]) n += Hv - n % Hv;
+        kn_gated_delta_steps(S, S, n < j1 ? j->s->recurrent[n / Hv] + n % Hv * head : NULL, &tk, Dk, Dv, 0);
     }
 }
 

@@ -157,10 +157,11 @@ static void test_gated_delta_simd_sets_agree_bit_for_bit(void) {
 /* kn_gated_delta_steps == T kn_gated_delta_step calls (the first from S_in,
  * the rest in place), state and every token's o bit for bit: T 1, 2, 3, 5,
  * in place and not, streamed or not, into an aligned out and one a float
- * off, tokens strided as the model lays them; every set this CPU runs and
- * every path of the AVX-512 steps (dk = 128, other multiples of 32 and
- * those too long for a block, the rest; blocks of rows, their groups of 16
- * and the rows past them, blocks of one group), and nothing written around
+ * off, with a next state to prefetch (left as it was) and without, tokens
+ * strided as the model lays them; every set this CPU runs and every path
+ * of the AVX-512 steps (dk = 128, other multiples of 32 and those too long
+ * for a block, the rest; blocks of rows, their groups of 16 and the rows
+ * past them, blocks of one group), and nothing written around
  * the state or past the outputs. And the state never reads q (only o
  * does): a rollback's replay passes k for q and must get the verify's
  * state bits. */
@@ -180,6 +181,8 @@ static void test_gated_delta_steps_equal_single_steps(void) {
             float *S0 = normals(&r, n, 0.3f), *want = malloc(bytes), *mem = nx_alloc_aligned(bytes + 64);
             float *qkv = normals(&r, 5 * ld, 0.1f), *o_want = malloc((size_t)(5 * ldo) * sizeof(float));
             float *o = malloc((size_t)(5 * ldo) * sizeof(float)), alpha[5], beta[5];
+            float *next = normals(&r, n, 0.3f), *next_was = malloc(bytes);   /* S_next: hinted at only */
+            memcpy(next_was, next, bytes);
             for (int t = 0; t < 5; t++) alpha[t] = 0.95f - 0.07f * (float)t, beta[t] = 0.2f + 0.15f * (float)t;
             for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
                 const int T = Ts[ti];
@@ -188,8 +191,9 @@ static void test_gated_delta_steps_equal_single_steps(void) {
                     kn_gated_delta_step(want, t ? want : S0, x, x + dk, x + 2 * dk, alpha[t], beta[t], o_want + t * ldo,
                                         dk, dv);
                 }
-                /* mode bit 0: stream, 1: in place, 2: out a float off, 3: the
-                 * replay's tokens (k as q too, every o into one row) */
+                /* mode bit 0: stream, 1: in place, 2: out a float off and a
+                 * next state to prefetch, 3: the replay's tokens (k as q too,
+                 * every o into one row) */
                 for (int mode = 0; mode < 16; mode++) {
                     const int stream = mode & 1, in_place = mode >> 1 & 1, k_as_q = mode >> 3;
                     float *out = mem + (mode >> 2 & 1);
@@ -198,9 +202,9 @@ static void test_gated_delta_steps_equal_single_steps(void) {
                     memset(o, 0xff, (size_t)(5 * ldo) * sizeof(float));
                     const kn_delta_tokens tk = {T, k_as_q ? qkv + dk : qkv, qkv + dk, qkv + 2 * dk, ld, alpha, beta, o,
                                                 k_as_q ? 0 : ldo};
-                    kn_gated_delta_steps(out, in_place ? out : S0, &tk, dk, dv, stream);
+                    kn_gated_delta_steps(out, in_place ? out : S0, mode & 4 ? next : NULL, &tk, dk, dv, stream);
                     kn_store_fence();
-                    int same = memcmp(out, want, bytes) == 0;
+                    int same = memcmp(out, want, bytes) == 0 && memcmp(next, next_was, bytes) == 0;
                     for (int t = 0; t < T && !k_as_q; t++)
                         same &= memcmp(o + t * ldo, o_want + t * ldo, (size_t)dv * sizeof(float)) == 0;
                     /* nothing written around the state, past each token's dv
@@ -218,7 +222,7 @@ static void test_gated_delta_steps_equal_single_steps(void) {
                            mode);
                 }
             }
-            free(S0), free(want), free(qkv), free(o_want), free(o);
+            free(S0), free(want), free(qkv), free(o_want), free(o), free(next), free(next_was);
             nx_free_aligned(mem);
         }
     }
