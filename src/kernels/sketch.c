@@ -564,7 +564,34 @@ KN_VNNI int64_t kn_top_k_collect_avx512vnni(const float *x, int64_t n, uint32_t 
 }
 #endif
 
-size_t kn_top_k_work_bytes(int64_t n) { return ((size_t)2 * (size_t)n + TOPK_SAMPLE + TOPK_HIST) * sizeof(uint32_t); }
+/* Scores a block of the split collect pass covers (kn_top_k_f32_split). */
+#define TOPK_BLOCK 8192
+
+static int64_t topk_blocks(int64_t n) { return (n + TOPK_BLOCK - 1) / TOPK_BLOCK; }
+
+size_t kn_top_k_work_bytes(int64_t n) {
+    return ((size_t)2 * (size_t)n + TOPK_SAMPLE + TOPK_HIST + (size_t)topk_blocks(n)) * sizeof(uint32_t);
+}
+
+/* The split collect pass: block b of x collects into its own stretch of
+ * cand / ckey (from b * TOPK_BLOCK: a block keeps at most its length), its
+ * count into counts[b]. */
+typedef struct {
+    const float *x;
+    int64_t n;
+    uint32_t thr, *cand, *ckey, *counts;
+} topk_split;
+
+static void collect_blocks(void *ctx, int64_t b0, int64_t b1, int tid) {
+    (void)tid;
+    const topk_split *j = ctx;
+    for (int64_t b = b0; b < b1; b++) {
+        const int64_t i0 = b * TOPK_BLOCK, len = j->n - i0 < TOPK_BLOCK ? j->n - i0 : TOPK_BLOCK;
+        const int64_t c = kn_top_k_collect(j->x + i0, len, j->thr, j->cand + i0, j->ckey + i0);
+        for (int64_t i = 0; i < c; i++) j->cand[i0 + i] += (uint32_t)i0;
+        j->counts[b] = (uint32_t)c;
+    }
+}
 
 /* The k-th largest of keys[0..c) (1 <= k <= c), and in *ties how many of
  * the keys equal to it are among the k largest. */
@@ -584,10 +611,34 @@ static uint32_t kth_largest_key(const uint32_t *keys, int64_t c, int64_t k, uint
     return prefix;
 }
 
+/* The collect pass over all of x into cand / ckey: one call, or (run) the
+ * blocks by run, then each block's entries moved down after the ones before
+ * (ascending order kept: block b's go no higher than where they were). */
+static int64_t collect_all(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey, uint32_t *counts,
+                           kn_run_fn run, void *runner) {
+    if (!run) return kn_top_k_collect(x, n, thr, cand, ckey);
+    topk_split j = {x, n, thr, cand, ckey, counts};
+    const int64_t nb = topk_blocks(n);
+    run(runner, collect_blocks, &j, nb);
+    int64_t c = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        memmove(cand + c, cand + b * TOPK_BLOCK, counts[b] * sizeof *cand);
+        memmove(ckey + c, ckey + b * TOPK_BLOCK, counts[b] * sizeof *ckey);
+        c += counts[b];
+    }
+    return c;
+}
+
 int64_t kn_top_k_f32(const float *x, int64_t n, int64_t k, int32_t *idx, void *work) {
+    return kn_top_k_f32_split(x, n, k, idx, work, NULL, NULL);
+}
+
+int64_t kn_top_k_f32_split(const float *x, int64_t n, int64_t k, int32_t *idx, void *work, kn_run_fn run,
+                           void *runner) {
     assert(0 <= k && k <= n && n <= INT32_MAX && (k == 0 || (x && idx && work)));
     if (k == 0) return 0;
     uint32_t *cand = work, *ckey = cand + n, *sample = ckey + n, *hist = sample + TOPK_SAMPLE;
+    uint32_t *counts = hist + TOPK_HIST;
     const int64_t m = n < TOPK_SAMPLE ? n : TOPK_SAMPLE;
     for (int64_t i = 0; i < m; i++) sample[i] = score_key(x[i * n / m]);
     /* the sample's rank above which about 1.25k + 8n/m of all n should lie:
@@ -597,7 +648,7 @@ int64_t kn_top_k_f32(const float *x, int64_t n, int64_t k, int32_t *idx, void *w
     int64_t c, ties;
     for (;;) {
         const uint32_t thr = rank >= m ? 0 : kth_largest_key(sample, m, rank, hist, &ties);
-        c = kn_top_k_collect(x, n, thr, cand, ckey);
+        c = collect_all(x, n, thr, cand, ckey, counts, run, runner);
         if (c >= k) break;   /* at rank >= m every key passes: c = n >= k */
         rank = 2 * rank + 16;
     }

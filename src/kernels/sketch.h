@@ -121,6 +121,20 @@ size_t kn_top_k_work_bytes(int64_t n);
  * sample guessed too high. O(n) with one pass over x in the usual case. */
 int64_t kn_top_k_f32(const float *x, int64_t n, int64_t k, int32_t *idx, void *work);
 
+/* Runs fn(ctx, i0, i1, tid) over ranges that cover [0, n) -- on several
+ * threads, say (base/pool.h's nx_pool_run with a grain of 1 has this shape
+ * behind its pool argument, runner). */
+typedef void (*kn_range_fn)(void *ctx, int64_t i0, int64_t i1, int tid);
+typedef void (*kn_run_fn)(void *runner, kn_range_fn fn, void *ctx, int64_t n);
+
+/* kn_top_k_f32 (the same indices) with its pass over x split into blocks
+ * that run(runner, ...) computes, in any order and on any threads: the
+ * scores a pool's threads just wrote are each read by the thread that has
+ * them in cache, and the pass, the bulk of the work, is shared. run NULL:
+ * kn_top_k_f32's one pass. */
+int64_t kn_top_k_f32_split(const float *x, int64_t n, int64_t k, int32_t *idx, void *work, kn_run_fn run,
+                           void *runner);
+
 /* kn_top_k_f32's pass over the scores: appends i and its key for every
  * x[i] whose key is >= thr, i in [0, n), to cand / ckey in ascending order
  * of i; returns how many. Both arrays hold n entries; those past the count

@@ -443,11 +443,19 @@ static void whole_head_rows(const nx_drafter *d, mdl_scratch *sc, const float *x
     }
 }
 
+/* kn_top_k_f32_split's runner: the pool's threads. */
+static void pool_ranges(void *pool, kn_range_fn fn, void *ctx, int64_t n) { nx_pool_run(pool, fn, ctx, n, 1); }
+
 /* Draft logits of n rows through the screen (above), or with drafts, each
  * row's draft (its argmax) without the -inf fill: logits then hold sketch
  * scores beyond the candidates. A row the sketch cannot rank (a value that
  * is not finite) is scored over the whole head on its own, so that no row's
- * draft depends on the others in the call. */
+ * draft depends on the others in the call. The candidates' pass over the
+ * sketch scores runs on the pool too, each thread over the scores it has
+ * just written, mostly: two MTP sessions in one process, rounds alternating
+ * (q4 fixture, K = 3, five runs of 400-600 rounds), against the calling
+ * thread's one pass, drafts took 0.964-0.987x the time, commits (which
+ * draft d1) 0.973-1.016x. */
 static void screened_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *x, int n, float *logits,
                           int32_t *drafts) {
     const nx_model *m = d->target;
@@ -467,7 +475,7 @@ static void screened_rows(const nx_drafter *d, mdl_scratch *sc, void *work, cons
     screen_job j = {&d->screen, g, w.xq, w.ldq, w.d, w.sum, y};
     nx_pool_run(m->pool, screen_rows, &j, g ? N : 0, SCREEN_BLOCK);   /* sketch scores in y[i][0, N) */
     for (int i = 0; i < g; i++) {
-        const int64_t k = kn_top_k_f32(y[i], N, d->screen_k, w.idx, w.top_work);
+        const int64_t k = kn_top_k_f32_split(y[i], N, d->screen_k, w.idx, w.top_work, pool_ranges, m->pool);
         if (!drafts)
             for (int64_t v = 0; v < V; v++) y[i][v] = -INFINITY;
         mdl_linear_at(m, sc, &d->head, x + row_of[i] * H, w.idx, k, y[i]);

@@ -4,7 +4,8 @@
  * activations), the layouts and nibble tables are as documented, the sketch and
  * quantizer refuse values that are not finite, and kn_top_k_f32 picks
  * exactly what a sort picks, ties to the lowest index, also on data that
- * fools its sample, and ranks NaNs by their bits; kn_argmax_at_f32 gives
+ * fools its sample, with its pass split into blocks run in any order too,
+ * and ranks NaNs by their bits; kn_argmax_at_f32 gives
  * kn_argmax_f32's index for a row that holds -inf beyond its candidates. */
 #include <math.h>
 #include <stdio.h>
@@ -211,6 +212,13 @@ static int cmp_i32(const void *a, const void *b) {
     return i < j ? -1 : i > j;
 }
 
+/* kn_run_fn for the tests: the ranges one index at a time, last first (an
+ * order no pool would take: the result must not depend on it). */
+static void run_backwards(void *runner, kn_range_fn fn, void *ctx, int64_t n) {
+    int *calls = runner;
+    for (int64_t i = n - 1; i >= 0; i--) fn(ctx, i, i + 1, 0), ++*calls;
+}
+
 static void top_k_picks_what_a_sort_picks(void) {
     static const int64_t ns[] = {1, 5, 100, 1000, 4099, 248320};
     for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
@@ -249,6 +257,12 @@ static void top_k_picks_what_a_sort_picks(void) {
                 qsort(want, (size_t)k, sizeof *want, cmp_i32);
                 CHECKF(memcmp(want, idx, (size_t)k * sizeof *idx) == 0 && idx[k < n ? k : 0] == (k < n ? -1 : idx[0]),
                        "n %lld kind %d k %lld: not the sorted top k, ascending", (long long)n, kind, (long long)k);
+                /* the pass split into blocks, run last first: the same */
+                int calls = 0;
+                memset(idx, 0xff, (size_t)n * sizeof *idx);
+                CHECK(kn_top_k_f32_split(x, n, k, idx, work, run_backwards, &calls) == k && calls >= 1);
+                CHECKF(memcmp(want, idx, (size_t)k * sizeof *idx) == 0 && idx[k < n ? k : 0] == (k < n ? -1 : idx[0]),
+                       "n %lld kind %d k %lld: the split pass picks otherwise", (long long)n, kind, (long long)k);
                 free(want);
             }
         }
