@@ -40,6 +40,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/pool.h"
+
 /* Bits of the sketch's activations: 4 (values -7 .. 7), so the AVX-512
  * scores take one and + popcount per 512 weights and bit (no more than the
  * sketch's own 1 bit of a weight is worth: on the 0.8B-shape fixture drafts
@@ -121,11 +123,9 @@ size_t kn_top_k_work_bytes(int64_t n);
  * sample guessed too high. O(n) with one pass over x in the usual case. */
 int64_t kn_top_k_f32(const float *x, int64_t n, int64_t k, int32_t *idx, void *work);
 
-/* Runs fn(ctx, i0, i1, tid) over ranges that cover [0, n) -- on several
- * threads, say (base/pool.h's nx_pool_run with a grain of 1 has this shape
- * behind its pool argument, runner). */
-typedef void (*kn_range_fn)(void *ctx, int64_t i0, int64_t i1, int tid);
-typedef void (*kn_run_fn)(void *runner, kn_range_fn fn, void *ctx, int64_t n);
+/* Runs fn(ctx, i0, i1, tid) over ranges that cover [0, n) -- on a pool's
+ * threads, say (nx_pool_run with a grain of 1, runner the pool). */
+typedef void (*kn_run_fn)(void *runner, nx_range_fn fn, void *ctx, int64_t n);
 
 /* kn_top_k_f32 (the same indices) with its pass over x split into blocks
  * that run(runner, ...) computes, in any order and on any threads: the

@@ -444,7 +444,7 @@ static void whole_head_rows(const nx_drafter *d, mdl_scratch *sc, const float *x
 }
 
 /* kn_top_k_f32_split's runner: the pool's threads. */
-static void pool_ranges(void *pool, kn_range_fn fn, void *ctx, int64_t n) { nx_pool_run(pool, fn, ctx, n, 1); }
+static void pool_ranges(void *pool, nx_range_fn fn, void *ctx, int64_t n) { nx_pool_run(pool, fn, ctx, n, 1); }
 
 /* Draft logits of n rows through the screen (above), or with drafts, each
  * row's draft (its argmax) without the -inf fill: logits then hold sketch

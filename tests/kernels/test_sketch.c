@@ -214,7 +214,7 @@ static int cmp_i32(const void *a, const void *b) {
 
 /* kn_run_fn for the tests: the ranges one index at a time, last first (an
  * order no pool would take: the result must not depend on it). */
-static void run_backwards(void *runner, kn_range_fn fn, void *ctx, int64_t n) {
+static void run_backwards(void *runner, nx_range_fn fn, void *ctx, int64_t n) {
     int *calls = runner;
     for (int64_t i = n - 1; i >= 0; i--) fn(ctx, i, i + 1, 0), ++*calls;
 }
