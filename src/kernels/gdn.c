@@ -298,7 +298,7 @@ KN_VNNI_INLINE void delta_block_avx512(float *S_out, const float *S_in, const fl
     const int per = nb >= 16 ? (pf + nb / 16 - 1) / (nb / 16) : 0;   /* rows a group prefetches */
     int i = 0;
     for (; i + 16 <= nb; i += 16) {
-        const int lo = i / 16 * per, n = pf - lo < per ? (pf - lo > 0 ? pf - lo : 0) : per;
+        const int lo = i / 16 * per, rest = pf - lo, n = rest < 0 ? 0 : rest < per ? rest : per;
         const float *rows = n ? pf_rows + (int64_t)lo * dk : NULL;
         if (dk == 128)
             delta_group16_avx512(S_out + (int64_t)i * dk, S_in + (int64_t)i * dk, q, k, v + i, alpha, beta, o + i, 128,
@@ -355,9 +355,9 @@ KN_VNNI void kn_gated_delta_steps_avx512(float *S_out, const float *S_in, const 
         const int nb = dv - b0 < rows ? dv - b0 : rows;
         const int64_t off = (int64_t)b0 * dk;
         /* the block after this one: the head's next, or S_next's first */
-        const int more = dv - b0 - nb;
+        const int more = dv - b0 - nb, avail = more ? more : S_next ? dv : 0;
         const float *fol = more ? S_in + off + (int64_t)nb * dk : S_next;
-        const int nfol = !fol ? 0 : more ? (more < rows ? more : rows) : (dv < rows ? dv : rows);
+        const int nfol = avail < rows ? avail : rows;
         for (int t = 0; t < tk->T; t++) {
             const int last = t == tk->T - 1;
             const float *in = t ? (whole ? S_out + off : blk) : S_in + off;
