@@ -57,15 +57,20 @@ static void advise_huge(void *p, size_t n) {
 #endif
 }
 
-void *nx_alloc_aligned(size_t n) {
+void *nx_alloc_big(size_t n) {
     if (!alloc_allowed()) return NULL;
     size_t rounded = (n + 63) & ~(size_t)63;
     if (rounded < n) return NULL;
-    /* memset rather than calloc semantics: we want the pages touched now, at
-     * setup, not as first-touch faults during the first decode step. */
     void *p = aligned_alloc(64, rounded ? rounded : 64);
     if (p && rounded >= HUGE_ADVICE_BYTES) advise_huge(p, rounded);
-    if (p) memset(p, 0, rounded ? rounded : 64);
+    return p;
+}
+
+void *nx_alloc_aligned(size_t n) {
+    /* memset rather than calloc semantics: we want the pages touched now, at
+     * setup, not as first-touch faults during the first decode step. */
+    void *p = nx_alloc_big(n);
+    if (p) memset(p, 0, n ? (n + 63) & ~(size_t)63 : 64);
     return p;
 }
 

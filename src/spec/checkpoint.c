@@ -101,7 +101,7 @@ nx_status nx_spec_snapshot(const nx_spec *cs, void **blob, size_t *len, char *er
     ckpt_header h;
     header_of(s, &h);
     for (int i = 0; i < np; i++) h.payload_bytes += part_bytes(&parts[i]);
-    unsigned char *out = nx_alloc(sizeof h + h.payload_bytes);
+    unsigned char *out = nx_alloc_big(sizeof h + h.payload_bytes);
     if (!out) return nx_fail(err, errlen, NX_ENOMEM, "snapshot: out of memory for %llu bytes",
                              (unsigned long long)(sizeof h + h.payload_bytes));
     size_t at = sizeof h;
