@@ -438,6 +438,16 @@ nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const
 void nx_spec_free(nx_spec *s);
 /* Releases the session's buffers; every later call is NX_ESTATE. */
 void nx_spec_close(nx_spec *s);
+/* Starts s over, from any state but closed, as nx_spec_new with its model,
+ * drafter and max_ctx and these opts would: FRESH, no tokens, statistics
+ * zeroed; its outputs from here are those of a new session. Its buffers are
+ * kept where they serve (a draft block no longer than before; logprob rows
+ * where opts want them and s has them), else allocated anew. Allocating is
+ * most of what nx_spec_new costs -- ~0.3 s of first-touch page faults for a
+ * 1024-token session of the 0.8B shape on the 2-core VM -- so a server
+ * reuses its sessions. Errors (bad opts: as nx_spec_new; NX_ENOMEM; NX_ESTATE
+ * when closed) leave s as it was. */
+nx_status nx_spec_renew(nx_spec *s, const nx_spec_opts *opts, char *err, size_t errlen);
 
 nx_status nx_spec_prefill(nx_spec *s, const int32_t *prompt, int n, int32_t *first, char *err, size_t errlen);
 /* Proposes up to k drafts (k <= 0: none, and nothing changes). */
@@ -547,6 +557,11 @@ const nx_token_logprob *nx_spec_input_logprobs(const nx_spec *s, int *n);
  * begin its prompt (KV rows + Gated DeltaNet state + drafter entries, see
  * src/engine/cache.h), and leaves checkpoints at the request's cache_at
  * boundaries and at its end, in RAM (LRU byte budget) and optionally on disk.
+ *
+ * Sessions: a row's session outlives its request and is renewed for the
+ * next one (nx_spec_renew), so a request that arrives does not stall the
+ * running streams for a session's allocation; the engine keeps up to
+ * `parallel` of them (the memory of its busiest moment) until it is freed.
  *
  * Thread safety: every nx_engine_* and nx_request_* call may come from any
  * thread; one thread at a time per request. */

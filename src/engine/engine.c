@@ -105,6 +105,11 @@ struct nx_engine {
 
     /* the scheduler thread's round buffers */
     nx_spec_batch *batch;
+    /* sessions of finished rows, renewed for the next ones (nx_spec_renew):
+     * a new session's allocation is ~0.3 s of page faults at the 0.8B shape,
+     * which stalled every running stream for each request that arrived */
+    nx_spec *spare[ENG_MAX_ROWS];
+    int n_spare;
     eng_mode modes[ENG_MAX_ROWS];  /* rounds with and without drafts, by rows */
     int32_t emitted[ENG_MAX_ROWS][NX_SPEC_MAX_DRAFT + 1];
     int n_emitted[ENG_MAX_ROWS];
@@ -343,9 +348,28 @@ static void checkpoint(nx_engine *e, nx_request *r, const int32_t *tokens, int n
     pcache_put(e->cache, tokens, n, blob, len);
 }
 
+/* A session for r: a spare one renewed, else a new one. */
+static nx_status row_session(nx_engine *e, nx_request *r, char *err, size_t errlen) {
+    while (e->n_spare > 0) {
+        nx_spec *s = e->spare[--e->n_spare];
+        if (nx_spec_renew(s, &r->so, err, errlen) == NX_OK) {
+            r->spec = s;
+            return NX_OK;
+        }
+        nx_spec_free(s);   /* cannot take these options (memory): a new one might */
+    }
+    return nx_spec_new(e->m, e->d, e->o.max_ctx, &r->so, &r->spec, err, errlen);
+}
+
+/* A finished row's session, kept for the next row (up to one a row). */
+static void spare_keep(nx_engine *e, nx_spec *s) {
+    if (s && e->n_spare < e->o.parallel) e->spare[e->n_spare++] = s;
+    else nx_spec_free(s);
+}
+
 /* The session, resumed from the cache when a checkpoint begins the prompt. */
 static nx_status row_start(nx_engine *e, nx_request *r, char *err, size_t errlen) {
-    nx_status st = nx_spec_new(e->m, e->d, e->o.max_ctx, &r->so, &r->spec, err, errlen);
+    nx_status st = row_session(e, r, err, errlen);
     if (st || !e->cache || r->so.input_logprobs) return st;   /* scoring needs every prompt row run */
     void *blob;
     size_t len;
@@ -364,9 +388,7 @@ static nx_status row_start(nx_engine *e, nx_request *r, char *err, size_t errlen
         nx_logf(e->o.log, e->o.log_ctx, "prefix cache: checkpoint of %d tokens not used and dropped: %s", got, why);
         pcache_drop(e->cache, r->prompt, got);
         if (nx_spec_length(r->spec) == 0) return NX_OK; /* still fresh */
-        nx_spec_free(r->spec);
-        r->spec = NULL;
-        return nx_spec_new(e->m, e->d, e->o.max_ctx, &r->so, &r->spec, err, errlen);
+        return nx_spec_renew(r->spec, &r->so, err, errlen);
     }
     r->fed = got;
     pthread_mutex_lock(&r->mu);
@@ -561,7 +583,7 @@ static void row_end(nx_engine *e, nx_request *r) {
             nx_free(seq);
         }
     }
-    nx_spec_free(r->spec);
+    spare_keep(e, r->spec);
     r->spec = NULL;
 }
 
@@ -722,12 +744,12 @@ nx_status nx_engine_new(const nx_model *m, const nx_drafter *d, const nx_engine_
     e->o.cache_dir = NULL; /* not kept: the cache copies it */
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->wake, NULL);
-    /* one session made and dropped: a context or draft length this model
-     * cannot take is refused here, naming the option, not at every request */
+    /* one session made here: a context or draft length this model cannot
+     * take is refused here, naming the option, not at every request */
     nx_spec *probe = NULL;
     nx_spec_opts po = {.draft = d ? o.draft : 0, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
     nx_status st = nx_spec_new(m, d, o.max_ctx, &po, &probe, err, errlen);
-    nx_spec_free(probe);
+    if (probe) e->spare[e->n_spare++] = probe;   /* the first row's */
     if (st) nx_err_prefix(err, errlen, "engine: context %d, draft %d", o.max_ctx, o.draft);
     if (!st) st = nx_spec_batch_new(m, o.max_ctx, &e->batch, err, errlen);
     if (!st && (o.cache_ram_bytes || o.cache_dir)) {
@@ -762,6 +784,7 @@ void nx_engine_free(nx_engine *e) {
     }
     pcache_free(e->cache);
     nx_spec_batch_free(e->batch);
+    while (e->n_spare > 0) nx_spec_free(e->spare[--e->n_spare]);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->wake);
     nx_free(e->rows);

@@ -76,9 +76,11 @@ static nx_accept_mode resolve_accept(nx_accept_mode accept, const nx_sampling *s
     return sp->temperature > 0 ? NX_ACCEPT_REJECTION : NX_ACCEPT_GREEDY;
 }
 
-nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const nx_spec_opts *opts, nx_spec **out,
-                      char *err, size_t errlen) {
-    *out = NULL;
+/* The fields of s (zeroed) that opts and the session's model, drafter and
+ * context decide, as nx_spec_new sets them, after checking opts; the only
+ * allocation is the logit bias copy. On failure s holds nothing. */
+static nx_status spec_configure(nx_spec *s, const nx_model *m, const nx_drafter *d, int max_ctx, const nx_spec_opts *opts,
+                                char *err, size_t errlen) {
     if (d && d->target != m) return nx_fail(err, errlen, NX_EINVAL, "spec: the drafter is bound to another model");
     nx_spec_opts o = opts ? *opts : (nx_spec_opts){0};
     if (!opts) o.sampling = nx_sampling_default();
@@ -95,12 +97,9 @@ nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const
         nx_err_prefix(err, errlen, "spec");
         return st;
     }
-    nx_spec *s = nx_calloc(1, sizeof *s);
     size_t nb = (size_t)o.sampling.n_logit_bias;
-    if (!s || (nb && !(s->bias = nx_alloc(nb * sizeof *s->bias)))) {
-        nx_free(s);
+    if (nb && !(s->bias = nx_alloc(nb * sizeof *s->bias)))
         return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the speculative session");
-    }
     s->m = m;
     s->d = d;
     s->opts = o;
@@ -114,31 +113,85 @@ nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const
     s->k_fixed = d ? (s->auto_k ? 1 : k) : 0;
     s->max_ctx = max_ctx;
     s->opts.accept = resolve_accept(s->opts.accept, &s->opts.sampling);
+    spec_auto_init(&s->au);
+    s->state = SPEC_FRESH;
+    return NX_OK;
+}
+
+/* The buffers of a configured s (k_max, logprobs and input logprobs as
+ * configured). On failure nx_spec_close frees what was allocated. */
+static nx_status spec_alloc(nx_spec *s, char *err, size_t errlen) {
+    const nx_model *m = s->m;
     const cfg_model *c = &m->cfg;
+    const nx_spec_opts *o = &s->opts;
     size_t V = (size_t)c->vocab_size, H = (size_t)c->hidden_size, B = (size_t)s->k_max + 1;
-    st = nx_state_new(m, max_ctx, &s->target, err, errlen);
+    s->block_cap = (int)B;
+    nx_status st = nx_state_new(m, s->max_ctx, &s->target, err, errlen);
     /* a session that never drafts never rolls back: no record to hold */
     if (!st && s->k_max > 0) st = mdl_state_enable_rollback(s->target, (int)B, err, errlen);
     if (!st) st = nx_sampler_new(c->vocab_size, &s->smp, err, errlen);
-    if (!st && d) st = mtp_rows_init(&s->rows, d, max_ctx, err, errlen);
+    if (!st && s->d) st = mtp_rows_init(&s->rows, s->d, s->max_ctx, err, errlen);
     if (!st) {
-        int ok = (s->hist = nx_alloc(((size_t)max_ctx + B + 1) * sizeof *s->hist)) &&
+        int ok = (s->hist = nx_alloc(((size_t)s->max_ctx + B + 1) * sizeof *s->hist)) &&
                  (s->vlogits = nx_alloc_aligned(B * V * sizeof(float))) &&
                  (s->vhidden = nx_alloc_aligned(B * H * sizeof(float))) &&
                  (s->hbuf = nx_alloc_aligned((size_t)SPEC_PREFILL_PIECE * H * sizeof(float))) &&
                  (s->defer_h = nx_alloc_aligned((size_t)SPEC_MAX_DEFER * H * sizeof(float))) &&
                  (s->resid = nx_alloc(V * sizeof(float))) &&
-                 (!o.logprobs || ((s->lp_row = nx_alloc(V * sizeof(float))) && (s->lp = nx_alloc(B * sizeof *s->lp)))) &&
-                 (!o.input_logprobs || (s->ilp_logits = nx_alloc_aligned(SPEC_INPUT_LP_PIECE * V * sizeof(float))));
+                 (!o->logprobs || ((s->lp_row = nx_alloc(V * sizeof(float))) && (s->lp = nx_alloc(B * sizeof *s->lp)))) &&
+                 (!o->input_logprobs || (s->ilp_logits = nx_alloc_aligned(SPEC_INPUT_LP_PIECE * V * sizeof(float))));
         if (!ok) st = nx_fail(err, errlen, NX_ENOMEM, "out of memory for the speculative session");
     }
+    return st;
+}
+
+nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const nx_spec_opts *opts, nx_spec **out,
+                      char *err, size_t errlen) {
+    *out = NULL;
+    nx_spec *s = nx_calloc(1, sizeof *s);
+    if (!s) return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the speculative session");
+    nx_status st = spec_configure(s, m, d, max_ctx, opts, err, errlen);
+    if (!st) st = spec_alloc(s, err, errlen);
     if (st) {
         nx_spec_free(s);
         return st;
     }
-    spec_auto_init(&s->au);
-    s->state = SPEC_FRESH;
     *out = s;
+    return NX_OK;
+}
+
+/* Moves the buffers nx_spec_close frees (and the capacities they were
+ * allocated with) from one session struct to another. */
+static void spec_move_buffers(nx_spec *to, nx_spec *from) {
+    to->target = from->target, to->rows = from->rows, to->smp = from->smp, to->hist = from->hist;
+    to->defer_h = from->defer_h, to->vlogits = from->vlogits, to->vhidden = from->vhidden, to->hbuf = from->hbuf;
+    to->resid = from->resid, to->lp_row = from->lp_row, to->lp = from->lp, to->ilp_logits = from->ilp_logits;
+    to->ilp = from->ilp, to->cap_ilp = from->cap_ilp, to->block_cap = from->block_cap;
+}
+
+nx_status nx_spec_renew(nx_spec *s, const nx_spec_opts *opts, char *err, size_t errlen) {
+    if (s->state == SPEC_CLOSED) return nx_fail(err, errlen, NX_ESTATE, "renew: the session is closed");
+    nx_spec t;
+    memset(&t, 0, sizeof t);
+    nx_status st = spec_configure(&t, s->m, s->d, s->max_ctx, opts, err, errlen);
+    if (st) return st;
+    /* the old buffers serve when they hold the new block and logprob rows */
+    const int fits = t.k_max + 1 <= s->block_cap && (!t.opts.logprobs || s->lp_row) &&
+                     (!t.opts.input_logprobs || s->ilp_logits);
+    if (!fits) {
+        if ((st = spec_alloc(&t, err, errlen))) {
+            nx_spec_close(&t);
+            return st;
+        }
+        nx_spec_close(s);
+        *s = t;
+        return NX_OK;
+    }
+    nx_free(s->bias);
+    spec_move_buffers(&t, s);
+    nx_state_reset(t.target);
+    t.rows.n = 0;   /* the head's KV rows past n are never read */
+    *s = t;
     return NX_OK;
 }
 

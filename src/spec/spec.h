@@ -70,6 +70,8 @@ struct nx_spec {
     float *ilp_logits;            /* [SPEC_INPUT_LP_PIECE][V] with input logprobs */
     nx_token_logprob *ilp;        /* [cap_ilp] the last input call's entries     */
     int n_ilp, cap_ilp;
+    int block_cap;                /* rows the [K+1]-sized buffers and the rollback
+                                     record were allocated for (nx_spec_renew)  */
     nx_spec_stats stats;
 };
 

@@ -492,19 +492,19 @@ static double logprob_error(const nx_token_logprob *e, int n, const int32_t *seq
 /* Runs a session of o to n_gen tokens (or to one of o's stop ids),
  * collecting each emitting call's logprob entries; returns the count (0 on
  * an error). */
-static int generate_logprobs(nx_model *m, nx_drafter *d, const nx_spec_opts *o, const int32_t *prompt, int n_prompt,
-                             int n_gen, int32_t *out, nx_token_logprob *lp, nx_spec_stats *stats) {
+/* Runs the FRESH session s as nx_test_generate does, keeping each emitted
+ * token's logprob entry in lp where o asks for them. Returns the tokens. */
+static int run_logprobs(nx_spec *s, const nx_spec_opts *o, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out,
+                        nx_token_logprob *lp, nx_spec_stats *stats) {
     char err[512];
-    nx_spec *s = NULL;
-    int n = 0, nl;
-    CHECKF(nx_spec_new(m, d, n_prompt + n_gen + 1, o, &s, err, sizeof err) == NX_OK, "%s", err);
-    if (!s) return 0;
-    int got = 1;
+    int n = 0, nl, got = 1;
     nx_status st = nx_spec_prefill(s, prompt, n_prompt, &out[0], err, sizeof err);
     while (!st) {
         const nx_token_logprob *e = nx_spec_logprobs(s, &nl);
-        CHECKF(nl == got && e, "a call emitted %d tokens and kept %d entries", got, nl);
-        if (nl == got && e) memcpy(lp + n, e, (size_t)got * sizeof *e);
+        if (o->logprobs) {
+            CHECKF(nl == got && e, "a call emitted %d tokens and kept %d entries", got, nl);
+            if (nl == got && e) memcpy(lp + n, e, (size_t)got * sizeof *e);
+        }
         int stopped = 0;
         for (int i = n; i < n + got; i++)
             for (int k = 0; k < o->n_stop; k++) stopped |= out[i] == o->stop_ids[k];
@@ -513,8 +513,87 @@ static int generate_logprobs(nx_model *m, nx_drafter *d, const nx_spec_opts *o, 
     }
     CHECKF(st == NX_OK, "%s", err);
     *stats = *nx_spec_get_stats(s);
-    nx_spec_free(s);
     return st ? 0 : n;
+}
+
+static int generate_logprobs(nx_model *m, nx_drafter *d, const nx_spec_opts *o, const int32_t *prompt, int n_prompt,
+                             int n_gen, int32_t *out, nx_token_logprob *lp, nx_spec_stats *stats) {
+    char err[512];
+    nx_spec *s = NULL;
+    CHECKF(nx_spec_new(m, d, n_prompt + n_gen + 1, o, &s, err, sizeof err) == NX_OK, "%s", err);
+    if (!s) return 0;
+    int n = run_logprobs(s, o, prompt, n_prompt, n_gen, out, lp, stats);
+    nx_spec_free(s);
+    return n;
+}
+
+/* nx_spec_renew gives what a new session would: one session renewed through
+ * five option sets in turn -- greedy K = 3; rejection sampling with a bias
+ * and a stop id, K = 2 (its buffers kept); greedy K = 4 with logprobs
+ * (buffers anew: a longer block, logprob rows); matched sampling K = 1 (kept
+ * again); greedy K = 2 renewed mid-round, after a draft -- emits the ids,
+ * statistics and logprob bits of a new session with each set. Bad options
+ * (a draft length of 99) are refused and leave the session as it was; a
+ * closed session is NX_ESTATE. */
+static void renew_starts_over_as_a_new_session(void) {
+    nx_model *m = nx_test_model(TORCH("torchref-mini-copy-s0.05") "/hf", 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    enum { NP = 8, NG = 40, CTX = 64 };
+    int32_t prompt[NP] = {5, 17, 300, 42, 9, 77, 600, 3}, want[NG], got[NG], stop = 77;
+    nx_token_logprob lp0[NG], lp1[NG];
+    nx_logit_bias bias = {600, 2.0f};
+    nx_spec_opts sets[5];
+    for (int i = 0; i < 5; i++) sets[i] = (nx_spec_opts){.accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
+    sets[0].draft = 3;
+    sets[1].draft = 2, sets[1].accept = NX_ACCEPT_REJECTION, sets[1].sampling.temperature = 0.9f;
+    sets[1].sampling.seed = 11, sets[1].sampling.logit_bias = &bias, sets[1].sampling.n_logit_bias = 1;
+    sets[1].stop_ids = &stop, sets[1].n_stop = 1;
+    sets[2].draft = 4, sets[2].logprobs = 1, sets[2].top_logprobs = 3;
+    sets[3].draft = 1, sets[3].accept = NX_ACCEPT_MATCH, sets[3].sampling.temperature = 0.8f, sets[3].sampling.seed = 4;
+    sets[4].draft = 2;
+    char err[512];
+    nx_spec *s = NULL;
+    CHECK(nx_spec_new(m, d, CTX, &sets[0], &s, err, sizeof err) == NX_OK);
+    long accepted = 0;
+    for (int i = 0; s && i < 5; i++) {
+        nx_spec_stats st0, st1;
+        memset(lp0, 0, sizeof lp0), memset(lp1, 0, sizeof lp1);
+        nx_spec *fresh = NULL;
+        CHECK(nx_spec_new(m, d, CTX, &sets[i], &fresh, err, sizeof err) == NX_OK);
+        const int n0 = fresh ? run_logprobs(fresh, &sets[i], prompt, NP, NG, want, lp0, &st0) : 0;
+        nx_spec_free(fresh);
+        if (i == 4) {   /* mid-round: drafted, not verified */
+            int32_t dr[8];
+            int nd;
+            CHECK(nx_spec_draft(s, 2, dr, &nd, err, sizeof err) == NX_OK && nd >= 1);
+        }
+        if (i > 0) CHECKF(nx_spec_renew(s, &sets[i], err, sizeof err) == NX_OK, "set %d: %s", i, err);
+        const int n1 = run_logprobs(s, &sets[i], prompt, NP, NG, got, lp1, &st1);
+        CHECKF(n0 > 1 && n0 == n1 && memcmp(want, got, (size_t)n0 * sizeof *got) == 0, "set %d: %d / %d tokens differ", i,
+               n0, n1);
+        CHECKF(st0.rounds == st1.rounds && st0.drafted == st1.drafted && st0.accepted == st1.accepted &&
+                   st0.emitted == st1.emitted && st0.target_forwards == st1.target_forwards,
+               "set %d: statistics differ (rounds %lld / %lld, accepted %lld / %lld)", i, (long long)st0.rounds,
+               (long long)st1.rounds, (long long)st0.accepted, (long long)st1.accepted);
+        if (sets[i].logprobs) CHECKF(nx_test_same_logprobs(lp0, lp1, n0), "set %d: logprobs differ", i);
+        accepted += st1.accepted;
+    }
+    CHECKF(accepted > 0, "no draft was accepted: the runs would not exercise rollbacks");
+    if (s) {   /* refused options: the session goes on as it was */
+        const int len = nx_spec_length(s);
+        nx_spec_opts bad = sets[0];
+        bad.draft = 99;
+        CHECK(nx_spec_renew(s, &bad, err, sizeof err) == NX_EINVAL && strstr(err, "99"));
+        CHECK(nx_spec_length(s) == len);
+        int n;
+        CHECK(nx_spec_step(s, 4, got, &n, err, sizeof err) == NX_OK && n >= 1);
+        nx_spec_close(s);
+        CHECK(nx_spec_renew(s, &sets[0], err, sizeof err) == NX_ESTATE);
+    }
+    nx_spec_free(s);
+    nx_drafter_free(d);
+    nx_model_free(m);
 }
 
 /* Log-probabilities are the target's raw distribution at each emitted
@@ -809,6 +888,10 @@ static const nx_test tests[] = {
      "prefill (3 pieces), extend, absorb from READY and FRESH: an entry per input token but a fresh first, = log_softmax "
      "of a plain forward's rows (2e-5); the output unchanged",
      input_logprobs_score_every_input_token},
+    {"renew_starts_over_as_a_new_session",
+     "nx_spec_renew through 5 option sets (buffers kept and anew, mid-round): a new session's ids, stats, logprobs; "
+     "bad options refused, closed NX_ESTATE",
+     renew_starts_over_as_a_new_session},
     {"protocol_misuse_is_an_error", "draft before prefill, twice, commit without verify, after close: NX_ESTATE", protocol_misuse_is_an_error},
     {"drafter_errors_name_the_problem", "no MTP head, wrong model_type, hidden size mismatch: clear errors", drafter_errors_name_the_problem},
 };
