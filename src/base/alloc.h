@@ -27,12 +27,13 @@ char *nx_strdup(const char *s);
  * block must each start on a cache line. */
 static inline size_t nx_round64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-/* 64-byte aligned (cache line / AVX) zeroed block; free with nx_free_aligned. */
+/* 64-byte aligned (cache line / AVX) zeroed block; from 8 MB up 2 MB-aligned
+ * and asking for 2 MB pages (transparent huge pages) for all of it. Free
+ * with nx_free_aligned. */
 void *nx_alloc_aligned(size_t n);
-/* A large block the caller fills at once (a checkpoint's bytes): 64-byte
- * aligned, not zeroed, and from 8 MB up asking for 2 MB pages as
- * nx_alloc_aligned does (a 21 MB checkpoint written into 4 KB pages spent
- * most of its 57 ms in page faults on the 2-core VM). Free with nx_free. */
+/* nx_alloc_aligned's block, not zeroed: for a large block the caller fills
+ * at once (a checkpoint's bytes: 21 MB written into 4 KB pages spent most
+ * of its 57 ms in page faults on the 2-core VM). Free with nx_free. */
 void *nx_alloc_big(size_t n);
 void  nx_free_aligned(void *p);
 

@@ -158,6 +158,7 @@ typedef struct {
     float **replay;               /* [max_block][mdl_replay_row] recurrence inputs */
     float **window;               /* [Kc-1 + max_block][CD] conv input window   */
     float *replay_o;              /* [pool threads][Dv] outputs a replay discards */
+    void *block;                  /* prior, replay and window of every layer    */
 } mdl_rollback;
 
 struct nx_state {
@@ -170,6 +171,9 @@ struct nx_state {
     /* per GDN layer (NULL for attention layers) */
     float **conv_state;           /* [Kc-1][CD] last pre-conv rows             */
     float **recurrent;            /* [Hv][Dv][Dk]                              */
+    void *block;                  /* the caches and states above, one block (the
+                                     verify swaps recurrent[l] with rb.prior[l]:
+                                     each block is freed whole)                 */
     mdl_scratch sc;
     mdl_rollback rb;              /* allocated by mdl_state_enable_rollback    */
 };
