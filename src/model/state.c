@@ -130,10 +130,30 @@ static size_t rollback_layout(nx_state *s, char *base) {
     return at;
 }
 
+/* Before the record's block goes: a layer whose current state a verify
+ * left there (the verify swaps recurrent[l] with rb.prior[l]) gets it
+ * copied into its other buffer, the one in the state's own block. */
+static void states_home(nx_state *s) {
+    mdl_rollback *rb = &s->rb;
+    if (!rb->block) return;
+    const cfg_model *c = &s->m->cfg;
+    const uintptr_t lo = (uintptr_t)rb->block, hi = lo + rollback_layout(s, NULL);
+    const size_t rec = (size_t)c->linear_v_heads * c->linear_v_dim * c->linear_k_dim * sizeof(float);
+    for (int l = 0; l < c->n_layers; l++) {
+        const uintptr_t at = (uintptr_t)s->recurrent[l];
+        if (c->layer_full[l] || at < lo || at >= hi) continue;
+        memcpy(rb->prior[l], s->recurrent[l], rec);
+        float *own = rb->prior[l];
+        rb->prior[l] = s->recurrent[l];
+        s->recurrent[l] = own;
+    }
+}
+
 nx_status mdl_state_enable_rollback(nx_state *s, int max_block, char *err, size_t errlen) {
     if (max_block < 1 || max_block > MDL_CHUNK)
         return nx_fail(err, errlen, NX_EINVAL, "verify block of %d tokens: must be 1..%d", max_block, MDL_CHUNK);
     if (s->rb.max_block >= max_block) return NX_OK;
+    states_home(s);
     free_rollback(s);
     const cfg_model *c = &s->m->cfg;
     mdl_rollback *rb = &s->rb;

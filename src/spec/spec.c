@@ -169,6 +169,12 @@ static void spec_move_buffers(nx_spec *to, nx_spec *from) {
     to->ilp = from->ilp, to->cap_ilp = from->cap_ilp, to->block_cap = from->block_cap;
 }
 
+/* *s = *t, the struct moved: its pointer into itself re-aimed. */
+static void spec_assign(nx_spec *s, const nx_spec *t) {
+    *s = *t;
+    s->opts.stop_ids = s->stop;
+}
+
 nx_status nx_spec_renew(nx_spec *s, const nx_spec_opts *opts, char *err, size_t errlen) {
     if (s->state == SPEC_CLOSED) return nx_fail(err, errlen, NX_ESTATE, "renew: the session is closed");
     nx_spec t;
@@ -184,14 +190,14 @@ nx_status nx_spec_renew(nx_spec *s, const nx_spec_opts *opts, char *err, size_t 
             return st;
         }
         nx_spec_close(s);
-        *s = t;
+        spec_assign(s, &t);
         return NX_OK;
     }
     nx_free(s->bias);
     spec_move_buffers(&t, s);
     nx_state_reset(t.target);
     t.rows.n = 0;   /* the head's KV rows past n are never read */
-    *s = t;
+    spec_assign(s, &t);
     return NX_OK;
 }
 

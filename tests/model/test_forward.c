@@ -281,9 +281,11 @@ static void rollback_equals_plain_decoding_of_the_kept_tokens(void) {
 
 /* Rounds on one state, as a session runs them: verify a block, keep a
  * prefix (1, all, 2, all, 4, 1 of 5 tokens), once a plain token between
- * rounds. Each round's verify rows, the first of which reads the state the
- * last rollback left, equal plain decoding of the kept sequence bit for bit:
- * the state and its spare buffer change places every round. */
+ * rounds, and once the record grown (to 7 tokens) while the states a
+ * verify kept lie in the record's own buffers. Each round's verify rows, the
+ * first of which reads the state the last rollback left, equal plain
+ * decoding of the kept sequence bit for bit: the state and its spare buffer
+ * change places every round. */
 static void rounds_of_verify_and_rollback_equal_plain_decoding_with(nx_kv_cache kv) {
     nx_model *m = golden_model(kv);
     if (!m) return;
@@ -309,6 +311,8 @@ static void rounds_of_verify_and_rollback_equal_plain_decoding_with(nx_kv_cache 
         CHECK(mdl_rollback_to(s, keep[r], err, sizeof err) == NX_OK);
         memcpy(kept + n, blk, (size_t)keep[r] * sizeof *blk);
         n += keep[r];
+        if (r == 1) /* all kept: the states now live in the record's block, which growing replaces */
+            CHECK(mdl_state_enable_rollback(s, B + 2, err, sizeof err) == NX_OK);
         if (r == 2) { /* a plain step between rounds: no record, in place */
             CHECK(nx_forward(m, s, &blk[B - 1], 1, NULL, err, sizeof err) == NX_OK);
             kept[n++] = blk[B - 1];
