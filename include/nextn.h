@@ -443,10 +443,11 @@ void nx_spec_close(nx_spec *s);
  * zeroed; its outputs from here are those of a new session. Its buffers are
  * kept where they serve (a draft block no longer than before; logprob rows
  * where opts want them and s has them), else allocated anew. Allocating is
- * most of what nx_spec_new costs -- ~0.3 s of first-touch page faults for a
- * 1024-token session of the 0.8B shape on the 2-core VM -- so a server
- * reuses its sessions. Errors (bad opts: as nx_spec_new; NX_ENOMEM; NX_ESTATE
- * when closed) leave s as it was. */
+ * most of what nx_spec_new costs -- first touches of ~100 MB for a
+ * 1024-token session of the 0.8B shape, 0.01-0.3 s on the 2-core VM
+ * depending on the 2 MB pages the kernel has free -- so a server reuses its
+ * sessions. Errors (bad opts: as nx_spec_new; NX_ENOMEM; NX_ESTATE when
+ * closed) leave s as it was. */
 nx_status nx_spec_renew(nx_spec *s, const nx_spec_opts *opts, char *err, size_t errlen);
 
 nx_status nx_spec_prefill(nx_spec *s, const int32_t *prompt, int n, int32_t *first, char *err, size_t errlen);
