@@ -59,7 +59,8 @@ void mdl_scratch_free(mdl_scratch *sc) {
  * KV reads). */
 static size_t state_layout(nx_state *s, char *base) {
     const cfg_model *c = &s->m->cfg;
-    const size_t kv = nx_round64((size_t)s->max_ctx * (size_t)c->n_kv_heads * c->head_dim * nx_dtype_size(s->m->kv_dtype));
+    const size_t kv_row = (size_t)c->n_kv_heads * c->head_dim * nx_dtype_size(s->m->kv_dtype);
+    const size_t kv = nx_round64((size_t)s->max_ctx * kv_row);
     const size_t conv = nx_round64((size_t)(c->conv_kernel - 1) * (size_t)cfg_conv_dim(c) * sizeof(float));
     const size_t rec = nx_round64((size_t)c->linear_v_heads * c->linear_v_dim * c->linear_k_dim * sizeof(float));
     size_t at = 0;
@@ -68,7 +69,10 @@ static size_t state_layout(nx_state *s, char *base) {
             if (base) s->k_cache[l] = base + at, s->v_cache[l] = base + at + kv;
             at += 2 * kv;
         } else {
-            if (base) s->conv_state[l] = (float *)(void *)(base + at), s->recurrent[l] = (float *)(void *)(base + at + conv);
+            if (base) {
+                s->conv_state[l] = (float *)(void *)(base + at);
+                s->recurrent[l] = (float *)(void *)(base + at + conv);
+            }
             at += conv + rec;
         }
     }
@@ -88,7 +92,8 @@ nx_status nx_state_new(const nx_model *m, int max_ctx, nx_state **out, char *err
     int L = c->n_layers;
     int ok = (s->k_cache = nx_calloc((size_t)L, sizeof(void *))) &&
              (s->v_cache = nx_calloc((size_t)L, sizeof(void *))) &&
-             (s->conv_state = nx_calloc((size_t)L, sizeof(float *))) && (s->recurrent = nx_calloc((size_t)L, sizeof(float *))) &&
+             (s->conv_state = nx_calloc((size_t)L, sizeof(float *))) &&
+             (s->recurrent = nx_calloc((size_t)L, sizeof(float *))) &&
              (s->block = nx_alloc_aligned(state_layout(s, NULL)));
     if (ok) state_layout(s, s->block);
     if (!ok || mdl_scratch_init(&s->sc, m, max_ctx) != NX_OK) {
@@ -115,7 +120,8 @@ static size_t rollback_layout(nx_state *s, char *base) {
     const cfg_model *c = &s->m->cfg;
     mdl_rollback *rb = &s->rb;
     const size_t rec = nx_round64((size_t)c->linear_v_heads * c->linear_v_dim * c->linear_k_dim * sizeof(float));
-    const size_t win = nx_round64((size_t)(c->conv_kernel - 1 + rb->max_block) * (size_t)cfg_conv_dim(c) * sizeof(float));
+    const size_t win_rows = (size_t)(c->conv_kernel - 1 + rb->max_block);
+    const size_t win = nx_round64(win_rows * (size_t)cfg_conv_dim(c) * sizeof(float));
     const size_t replay = nx_round64((size_t)rb->max_block * (size_t)mdl_replay_row(c) * sizeof(float));
     size_t at = 0;
     for (int l = 0; l < c->n_layers; l++) {
@@ -158,11 +164,11 @@ nx_status mdl_state_enable_rollback(nx_state *s, int max_block, char *err, size_
     const cfg_model *c = &s->m->cfg;
     mdl_rollback *rb = &s->rb;
     rb->max_block = max_block;
+    const size_t replay_o = (size_t)nx_pool_size(s->m->pool) * (size_t)c->linear_v_dim * sizeof(float);
     int ok = (rb->prior = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
              (rb->replay = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
              (rb->window = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
-             (rb->replay_o = nx_alloc_aligned((size_t)nx_pool_size(s->m->pool) * (size_t)c->linear_v_dim * sizeof(float))) &&
-             (rb->block = nx_alloc_aligned(rollback_layout(s, NULL)));
+             (rb->replay_o = nx_alloc_aligned(replay_o)) && (rb->block = nx_alloc_aligned(rollback_layout(s, NULL)));
     if (!ok) {
         free_rollback(s);
         return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the rollback record of %d tokens", max_block);

@@ -79,8 +79,8 @@ static nx_accept_mode resolve_accept(nx_accept_mode accept, const nx_sampling *s
 /* The fields of s (zeroed) that opts and the session's model, drafter and
  * context decide, as nx_spec_new sets them, after checking opts; the only
  * allocation is the logit bias copy. On failure s holds nothing. */
-static nx_status spec_configure(nx_spec *s, const nx_model *m, const nx_drafter *d, int max_ctx, const nx_spec_opts *opts,
-                                char *err, size_t errlen) {
+static nx_status spec_configure(nx_spec *s, const nx_model *m, const nx_drafter *d, int max_ctx,
+                                const nx_spec_opts *opts, char *err, size_t errlen) {
     if (d && d->target != m) return nx_fail(err, errlen, NX_EINVAL, "spec: the drafter is bound to another model");
     nx_spec_opts o = opts ? *opts : (nx_spec_opts){0};
     if (!opts) o.sampling = nx_sampling_default();
@@ -138,7 +138,8 @@ static nx_status spec_alloc(nx_spec *s, char *err, size_t errlen) {
                  (s->hbuf = nx_alloc_aligned((size_t)SPEC_PREFILL_PIECE * H * sizeof(float))) &&
                  (s->defer_h = nx_alloc_aligned((size_t)SPEC_MAX_DEFER * H * sizeof(float))) &&
                  (s->resid = nx_alloc(V * sizeof(float))) &&
-                 (!o->logprobs || ((s->lp_row = nx_alloc(V * sizeof(float))) && (s->lp = nx_alloc(B * sizeof *s->lp)))) &&
+                 (!o->logprobs ||
+                  ((s->lp_row = nx_alloc(V * sizeof(float))) && (s->lp = nx_alloc(B * sizeof *s->lp)))) &&
                  (!o->input_logprobs || (s->ilp_logits = nx_alloc_aligned(SPEC_INPUT_LP_PIECE * V * sizeof(float))));
         if (!ok) st = nx_fail(err, errlen, NX_ENOMEM, "out of memory for the speculative session");
     }

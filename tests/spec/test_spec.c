@@ -570,8 +570,8 @@ static void renew_starts_over_as_a_new_session(void) {
         }
         if (i > 0) CHECKF(nx_spec_renew(s, &sets[i], err, sizeof err) == NX_OK, "set %d: %s", i, err);
         const int n1 = run_logprobs(s, &sets[i], prompt, NP, NG, got, lp1, &st1);
-        CHECKF(n0 > 1 && n0 == n1 && memcmp(want, got, (size_t)n0 * sizeof *got) == 0, "set %d: %d / %d tokens differ", i,
-               n0, n1);
+        CHECKF(n0 > 1 && n0 == n1 && memcmp(want, got, (size_t)n0 * sizeof *got) == 0, "set %d: %d / %d tokens differ",
+               i, n0, n1);
         CHECKF(st0.rounds == st1.rounds && st0.drafted == st1.drafted && st0.accepted == st1.accepted &&
                    st0.emitted == st1.emitted && st0.target_forwards == st1.target_forwards,
                "set %d: statistics differ (rounds %lld / %lld, accepted %lld / %lld)", i, (long long)st0.rounds,
