@@ -60,7 +60,7 @@ static void advise_huge(void *p, size_t n) {
 
 void *nx_alloc_big(size_t n) {
     if (!alloc_allowed()) return NULL;
-    size_t rounded = (n + 63) & ~(size_t)63;
+    size_t rounded = nx_round64(n);
     if (rounded < n) return NULL;
     if (rounded < HUGE_ADVICE_BYTES) return aligned_alloc(64, rounded ? rounded : 64);
     /* 2 MB-aligned and whole 2 MB pages, all of it advised: with 64-byte
@@ -77,7 +77,7 @@ void *nx_alloc_aligned(size_t n) {
     /* memset rather than calloc semantics: we want the pages touched now, at
      * setup, not as first-touch faults during the first decode step. */
     void *p = nx_alloc_big(n);
-    if (p) memset(p, 0, n ? (n + 63) & ~(size_t)63 : 64);
+    if (p) memset(p, 0, n ? nx_round64(n) : 64);
     return p;
 }
 

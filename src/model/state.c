@@ -50,6 +50,14 @@ void mdl_scratch_free(mdl_scratch *sc) {
     memset(sc, 0, sizeof *sc);
 }
 
+/* Bytes of one GDN layer's recurrent state and of its conv window. */
+static size_t recurrent_bytes(const cfg_model *c) {
+    return (size_t)c->linear_v_heads * c->linear_v_dim * c->linear_k_dim * sizeof(float);
+}
+static size_t conv_bytes(const cfg_model *c) {
+    return (size_t)(c->conv_kernel - 1) * (size_t)cfg_conv_dim(c) * sizeof(float);
+}
+
 /* Every per-layer buffer of s carved from base in layer order, each part on
  * a cache line (with base NULL only counted); returns the bytes. One block
  * for all of them: from 8 MB up it lies in 2 MB pages (nx_alloc_aligned),
@@ -61,8 +69,7 @@ static size_t state_layout(nx_state *s, char *base) {
     const cfg_model *c = &s->m->cfg;
     const size_t kv_row = (size_t)c->n_kv_heads * c->head_dim * nx_dtype_size(s->m->kv_dtype);
     const size_t kv = nx_round64((size_t)s->max_ctx * kv_row);
-    const size_t conv = nx_round64((size_t)(c->conv_kernel - 1) * (size_t)cfg_conv_dim(c) * sizeof(float));
-    const size_t rec = nx_round64((size_t)c->linear_v_heads * c->linear_v_dim * c->linear_k_dim * sizeof(float));
+    const size_t conv = nx_round64(conv_bytes(c)), rec = nx_round64(recurrent_bytes(c));
     size_t at = 0;
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_full[l]) {
@@ -119,7 +126,7 @@ static void free_rollback(nx_state *s) {
 static size_t rollback_layout(nx_state *s, char *base) {
     const cfg_model *c = &s->m->cfg;
     mdl_rollback *rb = &s->rb;
-    const size_t rec = nx_round64((size_t)c->linear_v_heads * c->linear_v_dim * c->linear_k_dim * sizeof(float));
+    const size_t rec = nx_round64(recurrent_bytes(c));
     const size_t win_rows = (size_t)(c->conv_kernel - 1 + rb->max_block);
     const size_t win = nx_round64(win_rows * (size_t)cfg_conv_dim(c) * sizeof(float));
     const size_t replay = nx_round64((size_t)rb->max_block * (size_t)mdl_replay_row(c) * sizeof(float));
@@ -144,7 +151,7 @@ static void states_home(nx_state *s) {
     if (!rb->block) return;
     const cfg_model *c = &s->m->cfg;
     const uintptr_t lo = (uintptr_t)rb->block, hi = lo + rollback_layout(s, NULL);
-    const size_t rec = (size_t)c->linear_v_heads * c->linear_v_dim * c->linear_k_dim * sizeof(float);
+    const size_t rec = recurrent_bytes(c);
     for (int l = 0; l < c->n_layers; l++) {
         const uintptr_t at = (uintptr_t)s->recurrent[l];
         if (c->layer_full[l] || at < lo || at >= hi) continue;
@@ -193,12 +200,10 @@ void nx_state_free(nx_state *s) {
 
 void nx_state_reset(nx_state *s) {
     const cfg_model *c = &s->m->cfg;
-    size_t CD = (size_t)cfg_conv_dim(c);
-    size_t rec = (size_t)c->linear_v_heads * (size_t)c->linear_v_dim * (size_t)c->linear_k_dim;
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_full[l]) continue; /* KV rows past pos are never read */
-        memset(s->conv_state[l], 0, (size_t)(c->conv_kernel - 1) * CD * sizeof(float));
-        memset(s->recurrent[l], 0, rec * sizeof(float));
+        memset(s->conv_state[l], 0, conv_bytes(c));
+        memset(s->recurrent[l], 0, recurrent_bytes(c));
     }
     s->pos = 0;
     s->rb.T = 0;
