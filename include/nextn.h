@@ -401,6 +401,23 @@ typedef enum {
                                distribution (spec §7.2)                            */
 } nx_accept_mode;
 
+/* How the head's drafts are chosen under rejection sampling (spec §7.2).
+ * A draft d drawn from the head's distribution Q (the draft logits through
+ * the request's own processing: bias, penalties, temperature, top-k/p,
+ * min-p) is accepted with probability min(1, P(d)/Q(d)), which over a draw
+ * is sum_x min(P(x), Q(x)); the head's likeliest token is accepted with
+ * probability P(argmax Q). The first wins where Q resembles P, the second
+ * where Q is much flatter than P. Both keep the target's distribution.
+ * Greedy and match acceptance accept by equality, where the likeliest token
+ * is the best guess: their drafts are always the argmax. */
+typedef enum {
+    NX_DRAFT_PICK_DEFAULT = 0,  /* SAMPLE                                        */
+    NX_DRAFT_PICK_ARGMAX,       /* the head's likeliest token (Q one-hot)        */
+    NX_DRAFT_PICK_SAMPLE        /* drawn from Q with the (seed, position) draft
+                                   stream; argmax where the sampling is greedy
+                                   or the acceptance is not rejection          */
+} nx_draft_pick;
+
 #define NX_DRAFT_AUTO (-1)
 #define NX_SPEC_MAX_DRAFT 15     /* drafts per round at most (verify block <= 16) */
 
@@ -408,6 +425,7 @@ typedef struct {
     int draft;                  /* K >= 1 drafts per round; 0: block_size-1 of the
                                    drafter; NX_DRAFT_AUTO: adapt per round        */
     nx_accept_mode accept;
+    nx_draft_pick draft_pick;   /* drafts under rejection sampling (above)       */
     nx_sampling sampling;
     const int32_t *stop_ids;    /* tokens that end generation (copied)          */
     int n_stop;
@@ -618,6 +636,7 @@ typedef struct {
     int max_tokens;            /* tokens to generate at most; <= 0: up to the context */
     nx_sampling sampling;
     nx_accept_mode accept;
+    nx_draft_pick draft_pick;  /* nx_spec_opts.draft_pick                       */
     const int32_t *stop_ids;   /* ids that end the output (besides the model's eos) */
     int n_stop;
     /* Called by the engine's thread whenever the request has new output or

@@ -36,6 +36,10 @@ static const char *generate_help =
     "                     block_size - 1, since auto's timing-driven choices would change which\n"
     "                     sample a seed gives)\n"
     "  --accept MODE      greedy | match | rejection (default: greedy at --temp 0, else rejection)\n"
+    "  --draft-pick argmax|sample  under rejection sampling, draft the head's likeliest token or\n"
+    "                     one drawn from its distribution under the same sampling settings\n"
+    "                     (default sample: accepted with probability sum min(P, Q) rather\n"
+    "                     than P(argmax Q)); greedy and match acceptance always draft the argmax\n"
     "  --mtp-hidden post|prenorm   target hidden fed to the head (default post)\n"
     "  --draft-vocab N    draft over token ids [0, N) only (the first N rows of the LM\n"
     "                     head); verification still uses the whole vocabulary\n"
@@ -63,6 +67,7 @@ typedef struct {
     long draft_head_bits;
     long draft_screen;
     nx_accept_mode accept;
+    nx_draft_pick draft_pick;
     long max_tokens;
     nx_sampling sp;
     nx_logit_bias bias[NX_MAX_LOGIT_BIAS];   /* sp.logit_bias */
@@ -130,6 +135,10 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
             else if (strcmp(v, "match") == 0) g->accept = NX_ACCEPT_MATCH;
             else if (strcmp(v, "rejection") == 0) g->accept = NX_ACCEPT_REJECTION;
             else return cli_usage_error("--accept wants greedy, match or rejection, got '%s'", v);
+        } else if (strcmp(a, "--draft-pick") == 0) {
+            if (strcmp(v, "argmax") == 0) g->draft_pick = NX_DRAFT_PICK_ARGMAX;
+            else if (strcmp(v, "sample") == 0) g->draft_pick = NX_DRAFT_PICK_SAMPLE;
+            else return cli_usage_error("--draft-pick wants argmax or sample, got '%s'", v);
         }
         else if (strcmp(a, "--thinking") == 0) {
             if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) return cli_usage_error("--thinking wants on or off, got '%s'", v);
@@ -321,7 +330,8 @@ int cmd_generate(int argc, char **argv) {
     d = load_drafter(&g, m, &r);
     if (r) { rc = r; goto done; }
     const nx_model_info *in = nx_model_get_info(m);
-    nx_spec_opts so = {.draft = g.draft, .accept = g.accept, .sampling = g.sp, .stop_ids = stop, .n_stop = n_stop};
+    nx_spec_opts so = {.draft = g.draft, .accept = g.accept, .draft_pick = g.draft_pick, .sampling = g.sp,
+                       .stop_ids = stop, .n_stop = n_stop};
     if (!(out = malloc((size_t)(g.max_tokens + NX_SPEC_MAX_DRAFT + 1) * sizeof *out))) { cli_fail("out of memory"); goto done; }
     int held = 0;
     if (g.load_state && (held = nx_spec_checkpoint_tokens(g.load_state)) < 0) {

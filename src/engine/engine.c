@@ -291,6 +291,7 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
     if (o->n_stop) memcpy(r->stop, o->stop_ids, (size_t)o->n_stop * sizeof *r->stop);
     r->so = (nx_spec_opts){.draft = e->d ? e->o.draft : 0,
                            .accept = o->accept,
+                           .draft_pick = o->draft_pick,
                            .sampling = o->sampling,
                            .stop_ids = r->stop,
                            .n_stop = o->n_stop,

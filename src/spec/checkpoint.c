@@ -193,8 +193,8 @@ static nx_status restore(nx_spec *s, const unsigned char *blob, size_t len, cons
     /* the saved draft came from the saving drafter's head; this one may
      * draft over another vocabulary (--draft-vocab) or through a screen, so
      * draft again from the saved m, which is what an uninterrupted run with
-     * it would hold */
-    if (s->d && h.rows > 0 && h.n_defer == 0) s->d1 = mtp_redraft(&s->rows);
+     * it would hold (a sampled draft drawn again from the same stream) */
+    if (s->d && h.rows > 0 && h.n_defer == 0) s->d1 = spec_head_draft(s, 0);
     s->state = SPEC_READY;
     return NX_OK;
 }

@@ -558,11 +558,6 @@ int32_t mtp_redraft(mtp_rows *r) {
     return draft;
 }
 
-int32_t mtp_rows_append_draft(mtp_rows *r, const int32_t *tokens, const float *hidden, int T) {
-    mtp_rows_append_m(r, tokens, hidden, T);
-    return mtp_redraft(r);
-}
-
 int32_t mtp_argmax(const float *logits, int n) { return (int32_t)kn_argmax_f32(logits, n); }
 
 int nx_drafter_hidden_prenorm(const nx_drafter *d) { return d->hidden_prenorm; }

@@ -129,8 +129,6 @@ void mtp_step_batch(mtp_rows *const *rs, int n, const int32_t *tokens, const flo
 /* The draft from r->m (the last entry's output), through this drafter's
  * head (mtp_head_drafts; r->logits its scratch). */
 int32_t mtp_redraft(mtp_rows *r);
-/* mtp_rows_append_m, then the draft after the last entry (mtp_redraft). */
-int32_t mtp_rows_append_draft(mtp_rows *r, const int32_t *tokens, const float *hidden, int T);
 
 /* Index of the largest value (ties to the lowest id, NaNs skipped:
  * kn_argmax_f32): a greedy draft. */

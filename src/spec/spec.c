@@ -85,6 +85,10 @@ static nx_status spec_configure(nx_spec *s, const nx_model *m, const nx_drafter 
     nx_spec_opts o = opts ? *opts : (nx_spec_opts){0};
     if (!opts) o.sampling = nx_sampling_default();
     int k = o.draft == 0 ? (d ? d->block_size - 1 : 0) : o.draft;
+    if ((unsigned)o.accept > NX_ACCEPT_REJECTION)
+        return nx_fail(err, errlen, NX_EINVAL, "spec: acceptance mode %d is not an nx_accept_mode", (int)o.accept);
+    if ((unsigned)o.draft_pick > NX_DRAFT_PICK_SAMPLE)
+        return nx_fail(err, errlen, NX_EINVAL, "spec: draft pick %d is not an nx_draft_pick", (int)o.draft_pick);
     if (o.draft != NX_DRAFT_AUTO && (k < 0 || k > NX_SPEC_MAX_DRAFT))
         return nx_fail(err, errlen, NX_EINVAL, "spec: draft length %d must be 1..%d or auto", k, NX_SPEC_MAX_DRAFT);
     if (o.n_stop < 0 || o.n_stop > SPEC_MAX_STOP)
@@ -113,6 +117,7 @@ static nx_status spec_configure(nx_spec *s, const nx_model *m, const nx_drafter 
     s->k_fixed = d ? (s->auto_k ? 1 : k) : 0;
     s->max_ctx = max_ctx;
     s->opts.accept = resolve_accept(s->opts.accept, &s->opts.sampling);
+    s->sample_drafts = d && o.draft_pick != NX_DRAFT_PICK_ARGMAX && nx_spec_drafts_shape_output(o.accept, &o.sampling);
     spec_auto_init(&s->au);
     s->state = SPEC_FRESH;
     return NX_OK;
@@ -138,6 +143,9 @@ static nx_status spec_alloc(nx_spec *s, char *err, size_t errlen) {
                  (s->hbuf = nx_alloc_aligned((size_t)SPEC_PREFILL_PIECE * H * sizeof(float))) &&
                  (s->defer_h = nx_alloc_aligned((size_t)SPEC_MAX_DEFER * H * sizeof(float))) &&
                  (s->resid = nx_alloc(V * sizeof(float))) &&
+                 (!(s->d && o->accept == NX_ACCEPT_REJECTION) || (s->q_dense = nx_alloc_aligned(V * sizeof(float)))) &&
+                 (!s->sample_drafts || ((s->q_ids = nx_alloc((B - 1) * V * sizeof *s->q_ids)) &&
+                                        (s->q_probs = nx_alloc((B - 1) * V * sizeof *s->q_probs)))) &&
                  (!o->logprobs ||
                   ((s->lp_row = nx_alloc(V * sizeof(float))) && (s->lp = nx_alloc(B * sizeof *s->lp)))) &&
                  (!o->input_logprobs || (s->ilp_logits = nx_alloc_aligned(SPEC_INPUT_LP_PIECE * V * sizeof(float))));
@@ -167,6 +175,7 @@ static void spec_move_buffers(nx_spec *to, nx_spec *from) {
     to->target = from->target, to->rows = from->rows, to->smp = from->smp, to->hist = from->hist;
     to->defer_h = from->defer_h, to->vlogits = from->vlogits, to->vhidden = from->vhidden, to->hbuf = from->hbuf;
     to->resid = from->resid, to->lp_row = from->lp_row, to->lp = from->lp, to->ilp_logits = from->ilp_logits;
+    to->q_ids = from->q_ids, to->q_probs = from->q_probs, to->q_dense = from->q_dense;
     to->ilp = from->ilp, to->cap_ilp = from->cap_ilp, to->block_cap = from->block_cap;
 }
 
@@ -184,7 +193,8 @@ nx_status nx_spec_renew(nx_spec *s, const nx_spec_opts *opts, char *err, size_t 
     if (st) return st;
     /* the old buffers serve when they hold the new block and logprob rows */
     const int fits = t.k_max + 1 <= s->block_cap && (!t.opts.logprobs || s->lp_row) &&
-                     (!t.opts.input_logprobs || s->ilp_logits);
+                     (!t.opts.input_logprobs || s->ilp_logits) && (!t.sample_drafts || s->q_ids) &&
+                     (!(t.d && t.opts.accept == NX_ACCEPT_REJECTION) || s->q_dense);
     if (!fits) {
         if ((st = spec_alloc(&t, err, errlen))) {
             nx_spec_close(&t);
@@ -213,6 +223,9 @@ void nx_spec_close(nx_spec *s) {
     nx_free_aligned(s->hbuf);
     nx_free_aligned(s->defer_h);
     nx_free(s->resid);
+    nx_free(s->q_ids);
+    nx_free(s->q_probs);
+    nx_free_aligned(s->q_dense);
     nx_free(s->lp_row);
     nx_free(s->lp);
     nx_free_aligned(s->ilp_logits);
@@ -224,7 +237,8 @@ void nx_spec_close(nx_spec *s) {
     s->target = NULL;
     s->smp = NULL;
     s->hist = NULL;
-    s->vlogits = s->vhidden = s->hbuf = s->defer_h = s->resid = s->lp_row = NULL;
+    s->vlogits = s->vhidden = s->hbuf = s->defer_h = s->resid = s->lp_row = s->q_probs = s->q_dense = NULL;
+    s->q_ids = NULL;
     s->lp = s->ilp = NULL;
     s->ilp_logits = NULL;
     s->n_lp = s->n_ilp = s->cap_ilp = 0;
@@ -286,13 +300,48 @@ static void hidden_out(const nx_spec *s, nx_forward_out *fo, float *rows) {
     else fo->hidden = rows;
 }
 
+/* ---- drafts ------------------------------------------------------------------ */
+
+/* Draft j (position n+1+j) drawn from the head's draft logits ([V], processed
+ * in place) under the session's sampling, with the history the target's
+ * distribution at that position sees (hist[0..n+1+j): the sequence, b and
+ * drafts 0..j-1), so that where the head matches the target Q = P and
+ * every draft is accepted. Q is kept for the verify (spec §7.2). */
+static int32_t sample_draft(nx_spec *s, int j, float *logits) {
+    const nx_sampling *sp = &s->opts.sampling;
+    const int64_t pos = s->n + 1 + j, V = s->m->cfg.vocab_size;
+    const int32_t *ids;
+    const float *probs;
+    const int n = smp_distribution(s->smp, sp, logits, s->hist, (int)pos, &ids, &probs);
+    memcpy(s->q_ids + j * V, ids, (size_t)n * sizeof *ids);
+    memcpy(s->q_probs + j * V, probs, (size_t)n * sizeof *probs);
+    s->q_n[j] = n;
+    return smp_draw(ids, probs, n, smp_uniform(sp->seed, pos, SMP_STREAM_DRAFT));
+}
+
+int32_t spec_head_draft(nx_spec *s, int j) {
+    mtp_rows *r = &s->rows;
+    if (!s->sample_drafts) return mtp_redraft(r);
+    mtp_head_rows(r->d, &r->sc, r->head_work, r->m, 1, r->logits);
+    return sample_draft(s, j, r->logits);
+}
+
+/* A recursive step (spec §5.4): draft j from draft j-1 and the head's own
+ * output m. Its entry is provisional, dropped at commit. */
+static void draft_next(nx_spec *s, int j) {
+    s->hist[s->n + j] = s->drafts[j - 1];
+    mtp_rows_append_m(&s->rows, &s->drafts[j - 1], s->rows.m, 1);
+    s->drafts[j] = spec_head_draft(s, j);
+}
+
 /* ---- drafter rows --------------------------------------------------------- */
 
 /* Runs the deferred (token, hidden) entries, leaving d1 = the head's draft
  * after the last of them. */
 static void flush_deferred(nx_spec *s) {
     if (s->n_defer == 0) return;
-    s->d1 = mtp_rows_append_draft(&s->rows, s->defer_tok, s->defer_h, s->n_defer);
+    mtp_rows_append_m(&s->rows, s->defer_tok, s->defer_h, s->n_defer);
+    s->d1 = spec_head_draft(s, 0);
     s->n_defer = 0;
     s->mtp_committed = s->rows.n;
 }
@@ -320,12 +369,9 @@ static void add_entries(nx_spec *s, const int32_t *toks, const float *h, int n, 
         return;
     }
     flush_deferred(s);
-    if (head_later) { /* a batch scores every session's m with one pass over the head */
-        mtp_rows_append_m(&s->rows, toks, h, n);
-        s->d1 = -1;
-    } else {
-        s->d1 = mtp_rows_append_draft(&s->rows, toks, h, n);
-    }
+    mtp_rows_append_m(&s->rows, toks, h, n);
+    /* a batch scores every session's m with one pass over the head */
+    s->d1 = head_later ? -1 : spec_head_draft(s, 0);
     s->mtp_committed = s->rows.n;
 }
 
@@ -491,9 +537,7 @@ nx_status nx_spec_draft(nx_spec *s, int k, int32_t *drafts, int *n_drafts, char 
     if ((k = draft_len(s, k)) == 0) return NX_OK;
     double t0 = nx_now_s();
     draft_start(s, k);
-    /* recursive steps: the head's own output m feeds the next entry (spec §5.4);
-     * these entries are provisional and dropped at commit */
-    for (int j = 1; j < k; j++) s->drafts[j] = mtp_rows_append_draft(&s->rows, &s->drafts[j - 1], s->rows.m, 1);
+    for (int j = 1; j < k; j++) draft_next(s, j);
     memcpy(drafts, s->drafts, (size_t)k * sizeof *drafts);
     *n_drafts = k;
     draft_done(s, t0);
@@ -515,19 +559,32 @@ static int accept_at(nx_spec *s, float *vlogits, int j, int32_t *c) {
         *c = nx_sample(s->smp, &greedy, logits, s->hist, hist_n, pos);
         return has_draft && *c == s->drafts[j];
     }
-    /* rejection sampling with a greedy (one-hot) draft: accept with
-     * probability P(d); otherwise draw from P with d removed (spec §7.2) */
+    /* rejection sampling (spec §7.2): accept d with probability
+     * min(1, P(d)/Q(d)), else draw from the residual max(0, P - Q). Q is
+     * the head's distribution d was drawn from, or one-hot at d for an
+     * argmax draft (accept with probability P(d), else draw from P with d
+     * removed). q_dense holds Q by id while the residual is computed. */
     const int32_t *ids;
     const float *probs;
     int n = smp_distribution(s->smp, sp, logits, s->hist, hist_n, &ids, &probs);
-    int32_t d = s->drafts[j];
-    double pd = 0;
+    const int32_t d = s->drafts[j];
+    const float one = 1.0f;
+    const int nq = s->q_n[j] ? s->q_n[j] : 1;
+    const int32_t *q_ids = s->q_n[j] ? s->q_ids + (size_t)j * V : &d;
+    const float *q_probs = s->q_n[j] ? s->q_probs + (size_t)j * V : &one;
+    double pd = 0, qd = 0, total = 0;
     for (int i = 0; i < n; i++)
         if (ids[i] == d) pd = probs[i];
-    if (smp_uniform(sp->seed, pos, SMP_STREAM_ACCEPT) < pd) return 1;
-    double total = 0;
-    for (int i = 0; i < n; i++) total += s->resid[i] = ids[i] == d ? 0.0f : probs[i];
-    if (total <= 0) { /* all of P's mass is on d (the coin can only fail by rounding): emit d */
+    for (int i = 0; i < nq; i++)
+        if (q_ids[i] == d) qd = q_probs[i];
+    if (smp_uniform(sp->seed, pos, SMP_STREAM_ACCEPT) * qd < pd) return 1;
+    for (int i = 0; i < nq; i++) s->q_dense[q_ids[i]] = q_probs[i];
+    for (int i = 0; i < n; i++) {
+        const float r = probs[i] - s->q_dense[ids[i]];
+        total += s->resid[i] = r > 0 ? r : 0.0f;
+    }
+    for (int i = 0; i < nq; i++) s->q_dense[q_ids[i]] = 0;
+    if (total <= 0) { /* P <= Q everywhere: the coin can only fail by rounding: emit d */
         *c = d;
         return 0;
     }
@@ -619,6 +676,7 @@ static nx_status commit(nx_spec *s, int32_t *emitted, int *n_emitted, int head_l
     /* emitted: d_1..d_a, c; the sequence gains them after b */
     int32_t *out = s->hist + s->n + 1;
     out[a] = s->bonus;
+    s->n += a + 1;                /* before the next d1, whose history ends with c */
     if (s->d) {
         /* drop the provisional entries, then the entries of b, d_1..d_a from
          * the target's verified hiddens V_0..V_a (spec §6.3 step 5) */
@@ -628,7 +686,6 @@ static nx_status commit(nx_spec *s, int32_t *emitted, int *n_emitted, int head_l
     memcpy(emitted, out, (size_t)(a + 1) * sizeof *emitted);
     *n_emitted = a + 1;
     s->n_lp = s->lp ? a + 1 : 0;  /* verify_decide kept entries 0..a (a stop cut at i keeps i's) */
-    s->n += a + 1;
     s->stats.emitted += a + 1;
     s->state = SPEC_READY;
     s->stats.commit_s += nx_now_s() - t0;
@@ -721,6 +778,23 @@ static int joins(const nx_spec_batch *b, const nx_spec *s, const nx_drafter *d) 
     return s->d && s->d == d && s->max_ctx <= b->max_ctx;
 }
 
+/* Drafts j of sessions who[0..c) (one drafter) from their head outputs
+ * m_rows ([c][H]), the head read once for all: each session's argmax, or its
+ * draw where it samples drafts (the rows' logits are then filled whole). */
+static void head_drafts(nx_spec_batch *b, nx_spec *const *who, int c, int j, const float *m_rows, int32_t *ids) {
+    const nx_drafter *d = who[0]->d;
+    const int64_t V = b->m->cfg.vocab_size;
+    int sampled = 0;
+    for (int k = 0; k < c; k++) sampled |= who[k]->sample_drafts;
+    if (!sampled) {
+        mtp_head_drafts(d, &b->sc, b->head_work, m_rows, c, b->logits, ids);
+        return;
+    }
+    mtp_head_rows(d, &b->sc, b->head_work, m_rows, c, b->logits);
+    for (int k = 0; k < c; k++)
+        ids[k] = who[k]->sample_drafts ? sample_draft(who[k], j, b->logits + k * V) : mtp_argmax(b->logits + k * V, (int)V);
+}
+
 /* The recursive drafts of sessions ss[0..n) (each past draft_start, its
  * length in s->k): step j runs the j-th entry of every session still
  * drafting as one chunk, and scores them with one pass over the head. */
@@ -737,14 +811,17 @@ static void draft_rest(nx_spec_batch *b, nx_spec *const *ss, int n) {
             if (s && s->k <= j) continue;
             more |= s != NULL;
             if (s && !joins(b, s, d)) { /* on its own, as nx_spec_draft does */
-                s->drafts[j] = mtp_rows_append_draft(&s->rows, &s->drafts[j - 1], s->rows.m, 1);
+                draft_next(s, j);
                 continue;
             }
-            if (s) rs[c] = &s->rows, tok[c] = s->drafts[j - 1], h[c] = s->rows.m, who[c++] = s;
+            if (s) {
+                s->hist[s->n + j] = s->drafts[j - 1];   /* as draft_next */
+                rs[c] = &s->rows, tok[c] = s->drafts[j - 1], h[c] = s->rows.m, who[c++] = s;
+            }
             if (c && (c == MDL_CHUNK || !s)) {
                 mtp_step_batch(rs, c, tok, h, &b->sc, b->u, b->hidden);
                 int32_t ids[MDL_CHUNK];
-                mtp_head_drafts(d, &b->sc, b->head_work, b->hidden, c, b->logits, ids);
+                head_drafts(b, who, c, j, b->hidden, ids);
                 for (int k = 0; k < c; k++) who[k]->drafts[j] = ids[k];
                 c = 0;
             }
@@ -765,7 +842,7 @@ static void score_d1(nx_spec_batch *b, nx_spec *const *ss, int n) {
         if (s && s->d1 >= 0) continue;
         if (s && !d) d = s->d;
         if (s && !joins(b, s, d)) {
-            s->d1 = mtp_redraft(&s->rows);
+            s->d1 = spec_head_draft(s, 0);
             continue;
         }
         if (s) {
@@ -774,7 +851,7 @@ static void score_d1(nx_spec_batch *b, nx_spec *const *ss, int n) {
         }
         if (c && (c == MDL_CHUNK || !s)) {
             int32_t ids[MDL_CHUNK];
-            mtp_head_drafts(d, &b->sc, b->head_work, b->hidden, c, b->logits, ids);
+            head_drafts(b, who, c, 0, b->hidden, ids);
             for (int k = 0; k < c; k++) who[k]->d1 = ids[k];
             c = 0;
         }

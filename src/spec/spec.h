@@ -61,6 +61,12 @@ struct nx_spec {
     float *vhidden;               /* [K+1][H] verify hiddens V_0..V_K            */
     float *hbuf;                  /* [SPEC_PREFILL_PIECE][H] prefill hiddens     */
     float *resid;                 /* [V] residual distribution scratch          */
+    int sample_drafts;            /* drafts drawn from the head's distribution Q */
+    int32_t *q_ids;               /* [k_max][V] Q of draft j: ids in the fixed   */
+    float *q_probs;               /*   order and their probabilities (with     */
+    int q_n[NX_SPEC_MAX_DRAFT];   /*   sample_drafts), q_n[j] of them; 0: the
+                                       draft was the argmax (Q one-hot)         */
+    float *q_dense;               /* [V] all zero between verifies: Q by id (rejection) */
     int accepted;                 /* a: drafts accepted by the last verify      */
     int32_t bonus;                /* c: the target's token after them           */
     float *lp_row;                /* [V] the raw logits row being sampled (logprobs
@@ -77,6 +83,10 @@ struct nx_spec {
 
 /* 1 if t ends the output: one of the session's stop ids or the model's eos. */
 int spec_is_stop(const nx_spec *s, int32_t t);
+/* The draft for position n+1+j from the head's output s->rows.m: its argmax,
+ * or drawn from its distribution (sample_drafts; hist[n+1..n+j] must hold
+ * drafts 0..j-1, the history the target's distribution there sees). */
+int32_t spec_head_draft(nx_spec *s, int j);
 
 void spec_auto_init(spec_auto *au);
 /* Draft length for the next round, 0 (plain) .. k_max; k_start until a

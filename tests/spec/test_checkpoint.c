@@ -13,14 +13,21 @@
 
 #define COPY NX_TEST_DATA "/golden/torchref-mini-copy-s0.05/hf"
 
-static nx_spec *session_ctx(nx_model *m, nx_drafter *d, int K, int ctx) {
+/* A session of K drafts, greedy, or (sampled) under rejection sampling with
+ * drafts drawn from the head's distribution. */
+static nx_spec *session_of(nx_model *m, nx_drafter *d, int K, int ctx, int sampled) {
     char err[512];
     nx_spec *s = NULL;
     nx_spec_opts o = {.draft = K, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
+    if (sampled) {
+        o.accept = NX_ACCEPT_REJECTION, o.draft_pick = NX_DRAFT_PICK_SAMPLE;
+        o.sampling.temperature = 0.8f, o.sampling.top_k = 30, o.sampling.seed = 21;
+    }
     CHECKF(nx_spec_new(m, d, ctx, &o, &s, err, sizeof err) == NX_OK, "%s", err);
     return s;
 }
 
+static nx_spec *session_ctx(nx_model *m, nx_drafter *d, int K, int ctx) { return session_of(m, d, K, ctx, 0); }
 static nx_spec *session(nx_model *m, nx_drafter *d, int K) { return session_ctx(m, d, K, 256); }
 
 /* Steps until `total` tokens were emitted in this session's lifetime. */
@@ -39,36 +46,41 @@ static int run_to(nx_spec *s, int32_t *out, int have, int total) {
 
 static const int32_t prompt[6] = {11, 42, 7, 300, 5, 9}, turn2[4] = {77, 78, 79, 80};
 
+/* Greedy K = 0..3, and K = 1..3 under rejection sampling with sampled
+ * drafts, without the second turn: the restored session draws its first
+ * draft again, from the same (seed, position) stream, as the uninterrupted
+ * one did at the commit before the save. */
 static void restored_session_continues_exactly(void) {
     nx_model *m = nx_test_model(COPY, 2);
     nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
     if (!d) return;
     char err[512], path[1200];
     snprintf(path, sizeof path, "%s/s.ckpt", nx_test_tmpdir("ckpt"));
-    for (int K = 0; K <= 3; K++) { /* K = 0: plain decoding through the same session */
+    for (int run = 0; run < 7; run++) { /* K = 0: plain decoding through the same session */
+        const int K = run % 4 + run / 4, sampled = run >= 4;
         nx_drafter *dk = K ? d : NULL;
         int32_t a[128], b[128], first;
-        /* uninterrupted: 20 tokens, a second turn, 30 more */
-        nx_spec *s = session(m, dk, K);
+        /* uninterrupted: 20 tokens, a second turn (or none), 30 (31) more */
+        nx_spec *s = session_of(m, dk, K, 256, sampled);
         CHECK(nx_spec_prefill(s, prompt, 6, &a[0], err, sizeof err) == NX_OK);
         int n = run_to(s, a, 1, 20);
-        CHECK(nx_spec_extend(s, turn2, 4, &a[n], err, sizeof err) == NX_OK);
-        n = run_to(s, a, n + 1, 51);
+        if (!sampled) CHECK(nx_spec_extend(s, turn2, 4, &a[n++], err, sizeof err) == NX_OK);
+        run_to(s, a, n, 51);
         nx_spec_free(s);
         /* interrupted after 20 tokens: save, restore in a new session, go on */
-        s = session(m, dk, K);
+        s = session_of(m, dk, K, 256, sampled);
         CHECK(nx_spec_prefill(s, prompt, 6, &b[0], err, sizeof err) == NX_OK);
         run_to(s, b, 1, 20);
         CHECK(nx_spec_save(s, path, err, sizeof err) == NX_OK);
         nx_spec_free(s);
         CHECK(nx_spec_checkpoint_tokens(path) == 6 + 20);
-        s = session(m, dk, K);
+        s = session_of(m, dk, K, 256, sampled);
         CHECKF(nx_spec_load(s, path, err, sizeof err) == NX_OK, "%s", err);
         CHECK(nx_spec_length(s) == 26);
-        CHECK(nx_spec_extend(s, turn2, 4, &first, err, sizeof err) == NX_OK);
+        if (!sampled) CHECK(nx_spec_extend(s, turn2, 4, &first, err, sizeof err) == NX_OK);
         b[20] = first;
-        run_to(s, b, 21, 51);
-        CHECKF(memcmp(a, b, 51 * sizeof *a) == 0, "K %d: the restored session diverges", K);
+        run_to(s, b, 20 + !sampled, 51);
+        CHECKF(memcmp(a, b, 51 * sizeof *a) == 0, "K %d%s: the restored session diverges", K, sampled ? " sampled" : "");
         nx_spec_free(s);
     }
     nx_drafter_free(d);
@@ -370,7 +382,8 @@ static const nx_test tests[] = {
      "2 KV heads: a snapshot of a 256-position session restores into 120 and 300 and continues exactly (K 0, 3), "
      "f32 and f16 caches; the other layout refuses it",
      checkpoints_move_between_contexts},
-    {"restored_session_continues_exactly", "save after 20 tokens, restore, add a turn, go on: equals the uninterrupted run",
+    {"restored_session_continues_exactly", "save after 20 tokens, restore, add a turn, go on: equals the uninterrupted run; "
+     "rejection sampling with sampled drafts too",
      restored_session_continues_exactly},
     {"forged_checkpoints_with_valid_checksums_are_refused",
      "a file edited and its checksum recomputed: deferred tokens outside the vocabulary, entries without a head",

@@ -1,13 +1,16 @@
 /* test_spec.c — the MTP head and speculative decoding: golden teacher-forced
  * drafter logits, golden speculative runs (ids and acceptance statistics),
- * greedy bit-identity with plain decoding, the copy head's 100% acceptance,
- * sampled modes (match: identical to plain sampling; rejection: the target's
- * distribution), and misuse of the draft protocol. */
+ * greedy bit-identity with plain decoding, the copy head's 100% acceptance
+ * (greedy, and sampled drafts under rejection sampling), sampled modes
+ * (match: identical to plain sampling; rejection with argmax or sampled
+ * drafts: the target's distribution), and misuse of the draft protocol. */
 #include "test.h"
 
 #include <jansson.h>
 
 #include "nextn.h"
+#include "sample/sample.h"
+#include "spec/spec.h"
 
 #define TORCH(name) NX_TEST_DATA "/golden/" name
 #define LLAMACPP NX_TEST_DATA "/golden/llamacpp-tiny-a-untied-bf16"
@@ -296,6 +299,83 @@ static void long_prompt_and_max_tokens_edges(void) {
     nx_model_free(m);
 }
 
+/* Q of every sampled draft is the target's own processed distribution at
+ * that position -- penalties over the sequence, b and the drafts before it:
+ * a copy head's Q_j against a plain forward over the same tokens, 30 rounds
+ * of K = 3 with heavy penalties (a draft missing from the history: 0.025
+ * off; the head's own rounding: 2.6e-4). */
+static void sampled_drafts_see_the_targets_history(nx_model *m, nx_drafter *d, const int32_t *prompt, int n_prompt,
+                                                   const nx_sampling *sp) {
+    char err[512];
+    nx_spec *s = NULL;
+    nx_sampler *smp = NULL;
+    const int V = nx_model_get_info(m)->vocab_size;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    double *q = calloc((size_t)V, sizeof *q);
+    nx_spec_opts o = {.draft = 3, .accept = NX_ACCEPT_REJECTION, .draft_pick = NX_DRAFT_PICK_SAMPLE, .sampling = *sp};
+    CHECK(nx_sampler_new(V, &smp, err, sizeof err) == NX_OK);
+    CHECKF(nx_spec_new(m, d, 256, &o, &s, err, sizeof err) == NX_OK, "%s", err);
+    int32_t first, dr[3], em[4];
+    int nd, ne;
+    double worst = 0;
+    CHECK(s && nx_spec_prefill(s, prompt, n_prompt, &first, err, sizeof err) == NX_OK);
+    for (int round = 0; s && smp && logits && q && round < 30; round++) {
+        CHECK(nx_spec_draft(s, 3, dr, &nd, err, sizeof err) == NX_OK && nd == 3);
+        for (int j = 0; j < 3; j++) {
+            const int n = s->n + 1 + j;   /* the sequence, b, drafts 0..j-1 */
+            nx_state *t = NULL;
+            nx_forward_out fo = {.logits = logits};
+            CHECK(nx_state_new(m, n + 1, &t, err, sizeof err) == NX_OK);
+            CHECK(nx_forward(m, t, s->hist, n, &fo, err, sizeof err) == NX_OK);
+            nx_state_free(t);
+            const int32_t *ids;
+            const float *probs;
+            const int k = smp_distribution(smp, sp, logits, s->hist, n, &ids, &probs);
+            for (int i = 0; i < s->q_n[j]; i++) q[s->q_ids[(size_t)j * V + i]] = s->q_probs[(size_t)j * V + i];
+            for (int i = 0; i < k; i++) worst = fmax(worst, fabs(q[ids[i]] - probs[i])), q[ids[i]] = 0;
+            for (int i = 0; i < V; i++) worst = fmax(worst, q[i]), q[i] = 0;   /* Q's ids outside P */
+        }
+        CHECK(nx_spec_verify(s, err, sizeof err) == NX_OK && nx_spec_commit(s, em, &ne, err, sizeof err) == NX_OK);
+    }
+    printf("  Q against the target's distribution: max |difference| %.2g\n", worst);
+    CHECKF(worst < 3e-3, "a sampled draft's Q is %.3g off the target's distribution", worst);
+    nx_spec_free(s);
+    nx_sampler_free(smp);
+    free(logits);
+    free(q);
+}
+
+/* Under rejection sampling, drafts drawn from a head that copies the target
+ * come from the target's own distribution -- the same processing, penalties
+ * over the same history, drafts included -- so every one is accepted (but
+ * for rounding), while the copy's argmax is accepted only as often as the
+ * target samples its likeliest token. */
+static void sampled_drafts_of_a_copy_head_are_accepted(nx_model *m, nx_drafter *d, const int32_t *prompt, int n) {
+    int32_t out[256];
+    nx_sampling sp = nx_sampling_default();
+    sp.temperature = 0.9f, sp.top_k = 40, sp.top_p = 0.95f;
+    sp.repetition_penalty = 1.5f, sp.presence_penalty = 1.0f, sp.frequency_penalty = 1.0f;
+    for (int K = 1; K <= 3; K++) {
+        double rate[2];
+        for (int pick = 0; pick < 2; pick++) {
+            nx_spec_stats st = {0};
+            long drafted = 0, accepted = 0;
+            for (uint64_t seed = 1; seed <= 4; seed++) {
+                sp.seed = seed;
+                nx_spec_opts o = {.draft = K, .accept = NX_ACCEPT_REJECTION, .sampling = sp,
+                                  .draft_pick = pick ? NX_DRAFT_PICK_SAMPLE : NX_DRAFT_PICK_ARGMAX};
+                CHECK(nx_test_generate(m, d, &o, prompt, n, 100, out, &st) == 100);
+                drafted += st.drafted, accepted += st.accepted;
+            }
+            rate[pick] = drafted ? (double)accepted / drafted : 0;
+        }
+        printf("  K %d: argmax drafts accepted %.3f, sampled %.3f\n", K, rate[0], rate[1]);
+        CHECKF(rate[1] >= 0.995 && rate[0] < rate[1] - 0.1, "K %d: accepted %.3f (argmax) and %.3f (sampled)", K, rate[0],
+               rate[1]);
+    }
+    sampled_drafts_see_the_targets_history(m, d, prompt, n, &sp);
+}
+
 static void copy_head_is_always_accepted(void) {
     nx_model *m = nx_test_model(TORCH("torchref-mini-copy-s0") "/hf", 2);
     nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
@@ -313,6 +393,7 @@ static void copy_head_is_always_accepted(void) {
         CHECKF(st.accepted == st.drafted && st.rounds == rounds_want, "K %d: accepted %lld/%lld, rounds %lld (want %ld)", K,
                (long long)st.accepted, (long long)st.drafted, (long long)st.rounds, rounds_want);
     }
+    sampled_drafts_of_a_copy_head_are_accepted(m, d, prompt, n);
     free(tok);
     nx_drafter_free(d);
     nx_model_free(m);
@@ -344,63 +425,114 @@ static void match_mode_equals_plain_sampling(void) {
     nx_model_free(m);
 }
 
-/* Rejection sampling keeps the target's distribution: over many seeds, the
- * token after the first (drafted and verified) has the distribution the
- * target gives it; chi-square against the expected counts. */
+/* The target's processed distribution (the sampler's, penalties over seq)
+ * of the token after seq[0..n), by id into p[V]. */
+static void target_probs(nx_model *m, nx_sampler *smp, const nx_sampling *sp, const int32_t *seq, int n, double *p) {
+    enum { V = 8 };
+    char err[512];
+    nx_state *t = NULL;
+    float logits[V];
+    nx_forward_out fo = {.logits = logits};
+    CHECK(nx_state_new(m, 16, &t, err, sizeof err) == NX_OK);
+    CHECK(nx_forward(m, t, seq, n, &fo, err, sizeof err) == NX_OK);
+    nx_state_free(t);
+    const int32_t *ids;
+    const float *probs;
+    int k = smp_distribution(smp, sp, logits, seq, n, &ids, &probs);
+    for (int i = 0; i < V; i++) p[i] = 0;
+    for (int i = 0; i < k; i++) p[ids[i]] = probs[i];
+}
+
+/* Rejection sampling keeps the target's distribution, with argmax drafts and
+ * with drafts drawn from the head's own distribution: over many seeds, the
+ * two tokens after the first (t1 from a verify with two drafts, t2 from it or
+ * the next round) have the joint distribution the target gives them;
+ * chi-square against the expected counts. Plain temperature, and a top-k
+ * with a repetition penalty (P and Q then have different supports, and the
+ * drafts' history matters). The tiny fixture's random head disagrees with
+ * the target, so acceptances, rejections and residual draws all happen. */
 static void rejection_sampling_keeps_the_target_distribution(void) {
     const char *dir = nx_test_fixture("spec-vocab8", "--preset tiny --seed 9 --vocab 8");
     nx_model *m = nx_test_model(dir, 2);
     nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
     if (!d) return;
-    enum { V = 8, SEEDS = 1500 };
-    int32_t prompt[5] = {1, 4, 2, 6, 3};
-    double expected[V] = {0}, observed[V] = {0};
-    long accepted = 0;
+    enum { V = 8, SEEDS = 2000, P = 5 };
+    const int32_t prompt[P] = {1, 4, 2, 6, 3};
     char err[512];
-    nx_sampling sp = nx_sampling_default();
-    sp.temperature = 1.0f;
     nx_sampler *smp = NULL;
     CHECK(nx_sampler_new(V, &smp, err, sizeof err) == NX_OK);
-    for (uint64_t seed = 0; seed < SEEDS; seed++) {
-        sp.seed = seed;
-        nx_spec *s = NULL;
-        nx_spec_opts o = {.draft = 2, .accept = NX_ACCEPT_REJECTION, .sampling = sp};
-        CHECK(nx_spec_new(m, d, 16, &o, &s, err, sizeof err) == NX_OK);
-        int32_t b, dr[4], em[4];
-        int nd, ne;
-        CHECK(nx_spec_prefill(s, prompt, 5, &b, err, sizeof err) == NX_OK);
-        CHECK(nx_spec_draft(s, 2, dr, &nd, err, sizeof err) == NX_OK && nd == 2);
-        CHECK(nx_spec_verify(s, err, sizeof err) == NX_OK);
-        CHECK(nx_spec_commit(s, em, &ne, err, sizeof err) == NX_OK);
-        observed[em[0]] += 1;
-        accepted += nx_spec_get_stats(s)->accepted;
-        nx_spec_free(s);
-        /* the target's distribution of that token given prompt + b */
-        nx_state *t = NULL;
-        float logits[V];
-        int32_t ctx[6] = {1, 4, 2, 6, 3, b};
-        CHECK(nx_state_new(m, 8, &t, err, sizeof err) == NX_OK);
-        nx_forward_out fo = {.logits = logits};
-        CHECK(nx_forward(m, t, ctx, 6, &fo, err, sizeof err) == NX_OK);
-        double mx = logits[0], z = 0;
-        for (int i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
-        for (int i = 0; i < V; i++) z += exp(logits[i] - mx);
-        for (int i = 0; i < V; i++) expected[i] += exp(logits[i] - mx) / z;
-        nx_state_free(t);
-    }
-    double chi2 = 0;
-    int df = -1;
-    for (int i = 0; i < V; i++)
-        if (expected[i] >= 5) {
-            chi2 += (observed[i] - expected[i]) * (observed[i] - expected[i]) / expected[i];
-            df++;
+    for (int cfg = 0; smp && cfg < 4; cfg++) {
+        nx_sampling sp = nx_sampling_default();
+        sp.temperature = 1.0f;
+        if (cfg & 1) sp.temperature = 1.5f, sp.top_k = 5, sp.repetition_penalty = 1.3f;
+        const nx_draft_pick pick = cfg & 2 ? NX_DRAFT_PICK_SAMPLE : NX_DRAFT_PICK_ARGMAX;
+        /* expected joint of (t1, t2) given b: p1[b][t1] * p2[b][t1][t2] */
+        static double p1[V][V], p2[V][V][V];
+        for (int b = 0; b < V; b++) {
+            int32_t seq[P + 2];
+            memcpy(seq, prompt, sizeof prompt);
+            seq[P] = b;
+            target_probs(m, smp, &sp, seq, P + 1, p1[b]);
+            for (int t1 = 0; t1 < V; t1++) {
+                seq[P + 1] = t1;
+                target_probs(m, smp, &sp, seq, P + 2, p2[b][t1]);
+            }
         }
-    /* critical values of chi-square at p = 0.001 for df 1..7 */
-    static const double crit[8] = {0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32};
-    printf("  rejection sampling: chi2 %.2f (df %d, critical %.2f at p=0.001), drafts accepted %ld of %d\n", chi2, df,
-           crit[df > 0 ? df : 1], accepted, 2 * SEEDS);
-    CHECK(df >= 2 && chi2 < crit[df]);
-    CHECKF(accepted > SEEDS / 10, "too few acceptances (%ld) to exercise the accept path", accepted);
+        double expected[V * V] = {0}, observed[V * V] = {0};
+        int first_drafts[V][V] = {{0}};   /* [b][d1]: how often each first draft came */
+        nx_spec_stats total = {0};
+        nx_spec *s = NULL;
+        for (uint64_t seed = 0; seed < SEEDS; seed++) {
+            sp.seed = seed;
+            nx_spec_opts o = {.draft = 2, .accept = NX_ACCEPT_REJECTION, .draft_pick = pick, .sampling = sp};
+            nx_status st = s ? nx_spec_renew(s, &o, err, sizeof err) : nx_spec_new(m, d, 16, &o, &s, err, sizeof err);
+            CHECKF(st == NX_OK, "%s", err);
+            if (st) break;
+            int32_t out[8], dr[2];
+            int n = 0, nd, got;
+            CHECK(nx_spec_prefill(s, prompt, P, &out[n++], err, sizeof err) == NX_OK);
+            CHECK(nx_spec_draft(s, 2, dr, &nd, err, sizeof err) == NX_OK && nd == 2);
+            first_drafts[out[0]][dr[0]]++;
+            CHECK(nx_spec_verify(s, err, sizeof err) == NX_OK);
+            CHECK(nx_spec_commit(s, out + n, &got, err, sizeof err) == NX_OK);
+            n += got;
+            if (n < 3) {
+                CHECK(nx_spec_step(s, 2, out + n, &got, err, sizeof err) == NX_OK);
+                n += got;
+            }
+            const nx_spec_stats *ss = nx_spec_get_stats(s);
+            for (int i = 0; i < 2; i++) total.tried[i] += ss->tried[i], total.hits[i] += ss->hits[i];
+            for (int t = 0; t < V * V; t++) expected[t] += p1[out[0]][t / V] * p2[out[0]][t / V][t % V];
+            observed[out[1] * V + out[2]] += 1;
+        }
+        nx_spec_free(s);
+        double chi2 = 0;
+        int df = -1;
+        for (int t = 0; t < V * V; t++)
+            if (expected[t] >= 5) {
+                chi2 += (observed[t] - expected[t]) * (observed[t] - expected[t]) / expected[t];
+                df++;
+            }
+        /* chi-square's critical value at p = 0.001 (Wilson-Hilferty, z = 3.09) */
+        const double a = 2.0 / (9.0 * (df > 0 ? df : 1)), crit = df * pow(1 - a + 3.09 * sqrt(a), 3);
+        int drawn = 0;   /* first drafts other than the one most often drafted after the same b */
+        for (int b = 0; b < V; b++) {
+            int most = 0, sum = 0;
+            for (int k = 0; k < V; k++) most = first_drafts[b][k] > most ? first_drafts[b][k] : most, sum += first_drafts[b][k];
+            drawn += sum - most;
+        }
+        printf("  %s drafts, temperature %.1f top-k %d: chi2 %.1f (df %d, critical %.1f at p=0.001); drafts accepted "
+               "%lld / %lld, %lld / %lld; %d first drafts not the usual one\n",
+               pick == NX_DRAFT_PICK_SAMPLE ? "sampled" : "argmax", sp.temperature, sp.top_k, chi2, df, crit,
+               (long long)total.hits[0], (long long)total.tried[0], (long long)total.hits[1], (long long)total.tried[1], drawn);
+        CHECKF(df >= 20 && chi2 < crit, "cfg %d: chi2 %.1f, df %d", cfg, chi2, df);
+        /* both outcomes at both depths, so acceptance and the residual both ran */
+        for (int i = 0; i < 2; i++)
+            CHECKF(total.hits[i] > 20 && total.tried[i] - total.hits[i] > 20, "cfg %d depth %d: %lld / %lld",
+                   cfg, i, (long long)total.hits[i], (long long)total.tried[i]);
+        /* sampled drafts vary with the seed; argmax drafts are one per context */
+        CHECKF(pick == NX_DRAFT_PICK_SAMPLE ? drawn > SEEDS / 10 : drawn == 0, "cfg %d: %d drafts off the usual", cfg, drawn);
+    }
     nx_sampler_free(smp);
     nx_drafter_free(d);
     nx_model_free(m);
@@ -528,13 +660,14 @@ static int generate_logprobs(nx_model *m, nx_drafter *d, const nx_spec_opts *o, 
 }
 
 /* nx_spec_renew gives what a new session would: one session renewed through
- * five option sets in turn -- greedy K = 3; rejection sampling with a bias
- * and a stop id, K = 2 (its buffers kept); greedy K = 4 with logprobs
- * (buffers anew: a longer block, logprob rows); matched sampling K = 1 (kept
- * again); greedy K = 2 renewed mid-round, after a draft -- emits the ids,
- * statistics and logprob bits of a new session with each set. Bad options
- * (a draft length of 99) are refused and leave the session as it was; a
- * closed session is NX_ESTATE. */
+ * five option sets in turn -- greedy K = 3; rejection sampling with sampled
+ * drafts, a bias and a stop id, K = 2 (buffers anew: the drafts' Q rows);
+ * greedy K = 4 with logprobs (anew: a longer block, logprob rows); matched
+ * sampling K = 1 (kept); greedy K = 2 renewed mid-round, after a draft --
+ * emits the ids, statistics and logprob bits of a new session with each set.
+ * Bad options (a draft length of 99, an acceptance or draft pick outside its
+ * enum) are refused and leave the session as it was; a closed session is
+ * NX_ESTATE. */
 static void renew_starts_over_as_a_new_session(void) {
     nx_model *m = nx_test_model(TORCH("torchref-mini-copy-s0.05") "/hf", 2);
     nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
@@ -546,7 +679,8 @@ static void renew_starts_over_as_a_new_session(void) {
     nx_spec_opts sets[5];
     for (int i = 0; i < 5; i++) sets[i] = (nx_spec_opts){.accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
     sets[0].draft = 3;
-    sets[1].draft = 2, sets[1].accept = NX_ACCEPT_REJECTION, sets[1].sampling.temperature = 0.9f;
+    sets[1].draft = 2, sets[1].accept = NX_ACCEPT_REJECTION, sets[1].draft_pick = NX_DRAFT_PICK_SAMPLE;
+    sets[1].sampling.temperature = 0.9f;
     sets[1].sampling.seed = 11, sets[1].sampling.logit_bias = &bias, sets[1].sampling.n_logit_bias = 1;
     sets[1].stop_ids = &stop, sets[1].n_stop = 1;
     sets[2].draft = 4, sets[2].logprobs = 1, sets[2].top_logprobs = 3;
@@ -585,6 +719,10 @@ static void renew_starts_over_as_a_new_session(void) {
         nx_spec_opts bad = sets[0];
         bad.draft = 99;
         CHECK(nx_spec_renew(s, &bad, err, sizeof err) == NX_EINVAL && strstr(err, "99"));
+        bad = sets[0], bad.draft_pick = (nx_draft_pick)7;
+        CHECK(nx_spec_renew(s, &bad, err, sizeof err) == NX_EINVAL && strstr(err, "draft pick 7"));
+        bad = sets[0], bad.accept = (nx_accept_mode)9;
+        CHECK(nx_spec_renew(s, &bad, err, sizeof err) == NX_EINVAL && strstr(err, "acceptance mode 9"));
         CHECK(nx_spec_length(s) == len);
         int n;
         CHECK(nx_spec_step(s, 4, got, &n, err, sizeof err) == NX_OK && n >= 1);
@@ -872,9 +1010,15 @@ static const nx_test tests[] = {
     {"greedy_speculative_output_equals_plain", "K = 1..4, prompts of 1..300 tokens, 200 tokens, stop edges: ids equal plain greedy",
      greedy_speculative_output_equals_plain},
     {"long_prompt_and_max_tokens_edges", "a 3000-token prompt and budgets of 1, 5, 9 tokens: equal to plain", long_prompt_and_max_tokens_edges},
-    {"copy_head_is_always_accepted", "a head that copies the target: 100% acceptance, ceil(n/(K+1)) verify forwards", copy_head_is_always_accepted},
+    {"copy_head_is_always_accepted",
+     "a head that copies the target: greedy 100% acceptance, ceil(n/(K+1)) verify forwards; rejection sampling with "
+     "penalties, K = 1..3: sampled drafts accepted >= 99.5%, argmax drafts less; each draft's Q is the target's "
+     "distribution over the same history (3e-3)",
+     copy_head_is_always_accepted},
     {"match_mode_equals_plain_sampling", "match acceptance: sampled output identical to plain sampling for 20 seeds", match_mode_equals_plain_sampling},
-    {"rejection_sampling_keeps_the_target_distribution", "rejection sampling: emitted tokens follow the target distribution (chi-square)",
+    {"rejection_sampling_keeps_the_target_distribution",
+     "rejection sampling, argmax and sampled drafts, temperature alone and with top-k and a repetition penalty: the "
+     "two tokens after the first follow the target's joint distribution (chi-square, 2000 seeds)",
      rejection_sampling_keeps_the_target_distribution},
     {"logit_bias_shapes_the_output_and_drafts_keep_it_exact",
      "with a logit bias, K = 1..3 greedy and matched output equal plain; banned ids never come; bad entries refused",
