@@ -1,8 +1,9 @@
 // openai_client.test.mjs — `nextn serve` through the official `openai` npm
 // client (pinned in package.json) and raw HTTP: chat, streaming, usage, stop
-// strings, tools, seeds, logprobs and echo, /tokenize, 8 concurrent streams equal to the same requests
-// alone, cancellation, malformed requests, the prefix cache (multi-turn hits,
-// the disk tier across a restart, damaged files), a bounded load test and a
+// strings, tools, seeds (and sampled drafts without one), logprobs and echo,
+// /tokenize, 8 concurrent streams equal to the same requests alone,
+// cancellation, malformed requests, the prefix cache (multi-turn hits, the
+// disk tier across a restart, damaged files), a bounded load test and a
 // graceful shutdown. Loopback only.
 //
 //   node openai_client.test.mjs NEXTN_BINARY MODEL_DIR WORK_DIR
@@ -233,6 +234,29 @@ test('a seed makes sampling repeatable', async () => {
     differs ||= JSON.stringify(c.choices[0].message) !== JSON.stringify(a.choices[0].message);
   }
   assert.ok(differs, 'three other seeds all gave the same text');
+});
+
+// Without a seed nothing is to be repeated: the server runs rejection sampling
+// with drafts drawn from the head's distribution, which accepts far more drafts
+// than matching the head's argmax, as seeded requests do (the bundled model at
+// temperature 1: ~0.7 against ~0.2).
+test('a sampled request without a seed drafts from the head\'s distribution', async () => {
+  const ask = (extra) => client().completions.create({ model: 'default', prompt: 'And God said unto Moses,', max_tokens: 96,
+    temperature: 1, ...extra });
+  const rate = (a, b) => {
+    const drafted = b.nextn_mtp_drafted_total - a.nextn_mtp_drafted_total;
+    return { drafted, rate: drafted ? (b.nextn_mtp_accepted_total - a.nextn_mtp_accepted_total) / drafted : 0 };
+  };
+  const m0 = await metrics();
+  for (let i = 0; i < 8; i++) await ask({});
+  const m1 = await metrics();
+  for (let seed = 1; seed <= 8; seed++) await ask({ seed });
+  const m2 = await metrics();
+  const seedless = rate(m0, m1), seeded = rate(m1, m2);
+  console.log(`    acceptance at temperature 1: ${seedless.rate.toFixed(2)} of ${seedless.drafted} drafts without a seed, `
+    + `${seeded.rate.toFixed(2)} of ${seeded.drafted} with one`);
+  assert.ok(seedless.drafted >= 40, `only ${seedless.drafted} drafts`);
+  assert.ok(seedless.rate > 0.4 && seedless.rate > seeded.rate + 0.2, JSON.stringify({ seedless, seeded }));
 });
 
 test('a prompt of token ids reads as its text does', async () => {
