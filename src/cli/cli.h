@@ -54,6 +54,27 @@ int cli_parse_head_bits(const char *s, long *out);
 /* --draft-screen K: auto (NX_DRAFT_SCREEN_AUTO), off or 0, or K >= 1. */
 int cli_parse_screen(const char *s, long *out);
 
+/* Sampling options (generate, bench): --temp, --top-k, --top-p, --min-p,
+ * --repeat-penalty, --presence-penalty, --frequency-penalty, --seed. Option
+ * a with value v into sp: 1 if a is one of them and v fits, 0 if a is not
+ * one of them, -1 (an error printed) if v does not fit or is NULL. */
+int cli_sampling_option(const char *a, const char *v, nx_sampling *sp);
+#define CLI_SAMPLING_HELP                                                                                   \
+    "  --temp T           temperature; 0 = greedy (default 0)\n"                                         \
+    "  --top-k K          keep the K most likely tokens (default 0 = off)\n"                             \
+    "  --top-p P          nucleus sampling mass (default 1 = off)\n"                                     \
+    "  --min-p P          drop tokens below P x the top probability (default 0 = off)\n"                 \
+    "  --repeat-penalty R repetition penalty (default 1 = off)\n"                                        \
+    "  --presence-penalty P, --frequency-penalty F   (default 0 = off)\n"                                \
+    "  --seed S           sampling seed (default 0); draws are keyed by (seed, position)\n"
+/* --draft-pick argmax|sample into *out: 0, or -1 (an error printed). */
+int cli_parse_draft_pick(const char *v, nx_draft_pick *out);
+#define CLI_DRAFT_PICK_HELP                                                                                 \
+    "  --draft-pick argmax|sample  under rejection sampling, draft the head's likeliest token or\n"     \
+    "                     one drawn from its distribution under the same sampling settings\n"        \
+    "                     (default sample: accepted with probability sum min(P, Q) rather\n"         \
+    "                     than P(argmax Q)); greedy and match acceptance always draft the argmax\n"
+
 /* The option value after argv[*i], advancing *i; NULL (and an error printed)
  * if missing. */
 const char *cli_value(int argc, char **argv, int *i);

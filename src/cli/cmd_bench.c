@@ -8,13 +8,14 @@
  *   2. the machine: read bandwidth and FMA throughput (bench_machine.h),
  *      before the long part, so a machine that cannot spare the probe's
  *      buffer fails early, and with the model's threads idle;
- *   3. R repeats of: a plain greedy session (prefill P prompt tokens, then
- *      decode G tokens after the one the prefill emits, as llama-bench's pp/tg
- *      split it) and, when there is a drafter, the same with MTP. The two
+ *   3. R repeats of: a plain session, greedy or with the sampling options
+ *      (prefill P prompt tokens, then decode G tokens after the one the
+ *      prefill emits, as llama-bench's pp/tg split it) and, when there is a
+ *      drafter, the same with MTP (rejection sampling when sampled). The two
  *      decode in turns of a few tokens (run_sessions) so that drift on a
  *      shared machine hits both alike, and the speed-up is the median of each
  *      repeat's ratio. Greedy MTP output must equal plain output; the bench
- *      checks it;
+ *      checks it (a sampled MTP run gives another sample);
  *   4. the cost of one T-token forward (T = 1..8, what a verify of T-1
  *      drafts costs, without the rollback record a session's verify
  *      writes: the MTP sessions' own rounds give that verify's time, draft
@@ -50,11 +51,11 @@
 #include "host_steal.h"
 
 static const char *bench_help =
-    "usage: nextn bench [-m DIR] [-t N] [--prompt 512] [--gen 128] [--mtp on|off|DIR] [--draft K|auto] [--draft-vocab N] [--draft-head-bits B|auto] [--draft-screen K|auto|off] [--repeat 3] [--json]\n"
-    "Measures load time, prefill and decode speed (plain and MTP, greedy, stop tokens\n"
-    "ignored), MTP acceptance, the cost of a T-token verify against a 1-token step, and\n"
-    "this machine's read bandwidth and FMA throughput, and prints decode as a share of\n"
-    "the bandwidth roofline. See bench/README.md.\n\n" CLI_MODEL_HELP
+    "usage: nextn bench [-m DIR] [-t N] [--prompt 512] [--gen 128] [--mtp on|off|DIR] [--draft K|auto] [--draft-vocab N] [--draft-head-bits B|auto] [--draft-screen K|auto|off] [sampling] [--draft-pick argmax|sample] [--repeat 3] [--json]\n"
+    "Measures load time, prefill and decode speed (plain and MTP, greedy unless sampling\n"
+    "options are given, stop tokens ignored), MTP acceptance, the cost of a T-token verify\n"
+    "against a 1-token step, and this machine's read bandwidth and FMA throughput, and\n"
+    "prints decode as a share of the bandwidth roofline. See bench/README.md.\n\n" CLI_MODEL_HELP
     "  --prompt N         prompt tokens (fixed pseudo-random ids; default 512, as llama-bench pp512)\n"
     "  --gen N            tokens decoded after the prompt's first (default 128, as tg128)\n"
     "  --mtp on|off|DIR   MTP decode with the checkpoint's head (default when it has one),\n"
@@ -64,6 +65,9 @@ static const char *bench_help =
     "  --draft-head-bits B|auto  draft with a B-bit copy of the LM head (default auto, 0: as\n"
     "                     stored; see nextn generate --help; verification uses the head)\n"
     CLI_DRAFT_SCREEN_HELP
+    "sampling (both sessions; the MTP one then runs rejection sampling):\n"
+    CLI_SAMPLING_HELP
+    CLI_DRAFT_PICK_HELP
     "  --repeat R         runs of prefill, decode and MTP decode (default 3): median [min-max]\n"
     "  --json             one JSON object instead of the table\n"
     "  (--ref also routes the machine probes to their plain C paths)\n";
@@ -92,8 +96,13 @@ typedef struct {
     long draft_vocab;            /* 0: the whole vocabulary                      */
     long draft_head_bits;        /* 0: the head as stored; NX_DRAFT_HEAD_AUTO (the default) */
     long draft_screen;           /* 0: off; NX_DRAFT_SCREEN_AUTO (the default)    */
+    nx_sampling sp;              /* both sessions' sampling (default greedy)      */
+    nx_draft_pick draft_pick;    /* the MTP session's drafts under rejection sampling */
     int json;
 } bench_opts;
+
+/* 1 if o's sessions sample: the MTP output is then another sample, not plain's. */
+static int sampled(const bench_opts *o) { return nx_spec_drafts_shape_output(NX_ACCEPT_DEFAULT, &o->sp); }
 
 typedef struct {
     double median, min, max;
@@ -129,9 +138,12 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, bench_opts *o) 
         long k;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { fputs(bench_help, stdout); return -1; }
         if (strcmp(a, "--json") == 0) { o->json = 1; continue; }
+        const int sampling = cli_sampling_option(a, i + 1 < argc ? argv[i + 1] : NULL, &o->sp);
+        if (sampling < 0) return 2;
+        if (sampling) { i++; continue; }
         if (strcmp(a, "--prompt") != 0 && strcmp(a, "--gen") != 0 && strcmp(a, "--repeat") != 0 && strcmp(a, "--mtp") != 0 &&
             strcmp(a, "--draft") != 0 && strcmp(a, "--draft-vocab") != 0 && strcmp(a, "--draft-head-bits") != 0 &&
-            strcmp(a, "--draft-screen") != 0)
+            strcmp(a, "--draft-screen") != 0 && strcmp(a, "--draft-pick") != 0)
             return cli_usage_error("bench: unknown option '%s' (see nextn bench --help)", a);
         if (!(v = cli_value(argc, argv, &i))) return 2;
         if (strcmp(a, "--prompt") == 0) {
@@ -143,6 +155,8 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, bench_opts *o) 
                 return cli_usage_error("--repeat wants an integer in [1, %d], got '%s'", BENCH_MAX_REPEAT, v);
         } else if (strcmp(a, "--mtp") == 0) {
             o->mtp = v;
+        } else if (strcmp(a, "--draft-pick") == 0) {
+            if (cli_parse_draft_pick(v, &o->draft_pick)) return 2;
         } else if (strcmp(a, "--draft-vocab") == 0) {
             if (cli_parse_int(v, 1, 1 << 30, &o->draft_vocab)) return cli_usage_error("--draft-vocab wants a positive integer, got '%s'", v);
         } else if (strcmp(a, "--draft-head-bits") == 0) {
@@ -204,8 +218,10 @@ static double paired_median(const double *num, const double *den, int n, double 
     return range_of(tmp, n).median;
 }
 
-/* One repeat's greedy sessions over the same prompt: a plain one (index 0)
- * and, with a drafter, an MTP one (index 1), both alive at once. Each
+/* One repeat's sessions over the same prompt, greedy or with o's sampling
+ * (the MTP session then under rejection sampling with o's draft pick): a
+ * plain one (index 0) and, with a drafter, an MTP one (index 1) of o's draft
+ * length, both alive at once. Each
  * prefills in turn (its first token into out[i][0]); then they decode gen
  * more tokens in turns, turn k taking each session to (k + 1) * BENCH_TURN
  * tokens (or gen), the order of the two flipping every turn (plain, MTP,
@@ -218,7 +234,7 @@ static double paired_median(const double *num, const double *den, int n, double 
  * session on its own. The drafter's statistics are added to *sum and its
  * longest round to *k_max (each may be NULL). Returns 0, or 1 after
  * printing the error. */
-static int run_sessions(const nx_model *m, const nx_drafter *d, int draft, const int32_t *prompt, int n_prompt,
+static int run_sessions(const nx_model *m, const nx_drafter *d, const bench_opts *o, const int32_t *prompt, int n_prompt,
                         long gen, int ctx, int32_t *const out[2], double prefill_s[2], double decode_s[2],
                         nx_spec_stats *sum, int *k_max) {
     const int n = d ? 2 : 1;
@@ -227,7 +243,7 @@ static int run_sessions(const nx_model *m, const nx_drafter *d, int draft, const
     char err[1024];
     int rc = 1;
     for (int i = 0; i < n; i++) {
-        nx_spec_opts so = {.draft = i ? draft : 0, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
+        nx_spec_opts so = {.draft = i ? o->draft : 0, .draft_pick = o->draft_pick, .sampling = o->sp};
         if (nx_spec_new(m, i ? d : NULL, ctx, &so, &s[i], err, sizeof err)) goto fail;
         const double t0 = cli_now();
         if (nx_spec_prefill(s[i], prompt, n_prompt, out[i], err, sizeof err)) goto fail;
@@ -379,13 +395,13 @@ static int measure_model(const nx_model *m, const bench_opts *o, bench_result *r
     int warm = o->prompt < BENCH_WARMUP_TOKENS ? (int)o->prompt : BENCH_WARMUP_TOKENS;
     int32_t *const outs[2] = {plain_out, mtp_out};
     double ps[2], ds[2];
-    if (run_sessions(m, d, o->draft, prompt, warm, 2, (int)ctx, outs, ps, ds, NULL, NULL)) goto done;
+    if (run_sessions(m, d, o, prompt, warm, 2, (int)ctx, outs, ps, ds, NULL, NULL)) goto done;
 
     res->mtp_matches = 1;
     host_ticks h0, h1;
     for (int r = 0; r < o->repeat; r++) {
         host_ticks_read(&h0);
-        if (run_sessions(m, d, o->draft, prompt, (int)o->prompt, o->gen, (int)ctx, outs, ps, ds, &res->st, &res->k_max))
+        if (run_sessions(m, d, o, prompt, (int)o->prompt, o->gen, (int)ctx, outs, ps, ds, &res->st, &res->k_max))
             goto done;
         res->prefill[r] = (double)o->prompt / ps[0];
         res->decode[r] = (double)o->gen / ds[0];
@@ -525,7 +541,12 @@ static int print_json(const bench_result *r, const bench_summary *s, const bench
     PUT("drafted", has_mtp ? json_integer(r->st.drafted) : json_null());
     PUT("per_position", has_mtp ? per : (json_decref(per), json_null()));
     PUT("tokens_per_forward", jnum(s->tokens_per_forward));
-    PUT("mtp_output_matches", has_mtp ? json_boolean(r->mtp_matches) : json_null());
+    PUT("mtp_output_matches", has_mtp && !sampled(o) ? json_boolean(r->mtp_matches) : json_null());
+    PUT("sampling", sampled(o) ? json_pack("{s:f,s:i,s:f,s:f,s:I,s:s}", "temperature", (double)o->sp.temperature, "top_k",
+                                           o->sp.top_k, "top_p", (double)o->sp.top_p, "min_p", (double)o->sp.min_p, "seed",
+                                           (json_int_t)o->sp.seed,
+                                           "draft_pick", o->draft_pick == NX_DRAFT_PICK_ARGMAX ? "argmax" : "sample")
+                               : json_null());
     PUT("mtp_round_ms", isfinite(s->round_verify_ms) ? json_pack("{s:o,s:o,s:o}", "draft", jnum(s->round_draft_ms), "verify",
                                                                  jnum(s->round_verify_ms), "commit", jnum(s->round_commit_ms))
                                                      : json_null());
@@ -568,6 +589,10 @@ static void print_text(const bench_result *r, const bench_summary *s, const benc
            "%ld repeat%s\n",
            in->dir, (double)in->n_params / 1e6, in->weight_dtype, r->threads, r->threads == 1 ? "" : "s", in->kernels,
            in->kv_cache, o->prompt, o->gen, o->repeat, o->repeat == 1 ? "" : "s");
+    if (sampled(o))
+        printf("sampling       temperature %g, top-k %d, top-p %g, min-p %g, seed %llu; %s drafts\n", o->sp.temperature,
+               o->sp.top_k, o->sp.top_p, o->sp.min_p, (unsigned long long)o->sp.seed,
+               o->draft_pick == NX_DRAFT_PICK_ARGMAX ? "argmax" : "sampled");
     printf("load           %.3f s model", r->load_s);
     if (!r->mtp_skipped) printf(", %.3f s MTP head", r->mtp_load_s);
     printf("\n%-14s %10s        [min - max]\n", "", "median");
@@ -588,7 +613,9 @@ static void print_text(const bench_result *r, const bench_summary *s, const benc
             else printf(" -");
         }
         printf("), %.2f tokens per verify, output %s\n", s->tokens_per_forward,
-               r->mtp_matches ? "identical to plain" : "DIFFERS from plain decoding");
+               sampled(o)        ? "a sample of the target's distribution (rejection sampling)"
+               : r->mtp_matches ? "identical to plain"
+                                 : "DIFFERS from plain decoding");
         if (isfinite(s->round_verify_ms))
             printf("%-14s draft %.2f ms, verify %.2f ms (%.2fx a plain step, its rollback record included), commit %.2f ms\n",
                    "mtp round", s->round_draft_ms, s->round_verify_ms, s->mtp_verify_cost, s->round_commit_ms);
@@ -626,7 +653,7 @@ static void print_text(const bench_result *r, const bench_summary *s, const benc
 int cmd_bench(int argc, char **argv) {
     cli_model_opts mo = {0};
     bench_opts o = {.prompt = 512, .gen = 128, .repeat = 3, .draft_head_bits = CLI_DRAFT_HEAD_BITS,
-                    .draft_screen = CLI_DRAFT_SCREEN};
+                    .draft_screen = CLI_DRAFT_SCREEN, .sp = nx_sampling_default()};
     int r = parse_opts(argc, argv, &mo, &o);
     if (r) return r < 0 ? 0 : r;
     bench_result res = {0};

@@ -17,13 +17,7 @@ static const char *generate_help =
     "  --thinking on|off  enable_thinking for --chat (default: the template's default)\n"
     "  --parse-special    special tokens written in a plain text prompt become control tokens\n"
     "  -n, --max-tokens N tokens to generate (default 64)\n"
-    "  --temp T           temperature; 0 = greedy (default 0)\n"
-    "  --top-k K          keep the K most likely tokens (default 0 = off)\n"
-    "  --top-p P          nucleus sampling mass (default 1 = off)\n"
-    "  --min-p P          drop tokens below P x the top probability (default 0 = off)\n"
-    "  --repeat-penalty R repetition penalty (default 1 = off)\n"
-    "  --presence-penalty P, --frequency-penalty F   (default 0 = off)\n"
-    "  --seed S           sampling seed (default 0); draws are keyed by (seed, position)\n"
+    CLI_SAMPLING_HELP
     "  --logit-bias ID:B[,ID:B...]  add B (-100..100) to token ID's logit before anything\n"
     "                     else (-100 all but bans it); may be given again to add more\n"
     "  --ignore-eos       keep going past end-of-sequence tokens\n"
@@ -36,10 +30,7 @@ static const char *generate_help =
     "                     block_size - 1, since auto's timing-driven choices would change which\n"
     "                     sample a seed gives)\n"
     "  --accept MODE      greedy | match | rejection (default: greedy at --temp 0, else rejection)\n"
-    "  --draft-pick argmax|sample  under rejection sampling, draft the head's likeliest token or\n"
-    "                     one drawn from its distribution under the same sampling settings\n"
-    "                     (default sample: accepted with probability sum min(P, Q) rather\n"
-    "                     than P(argmax Q)); greedy and match acceptance always draft the argmax\n"
+    CLI_DRAFT_PICK_HELP
     "  --mtp-hidden post|prenorm   target hidden fed to the head (default post)\n"
     "  --draft-vocab N    draft over token ids [0, N) only (the first N rows of the LM\n"
     "                     head); verification still uses the whole vocabulary\n"
@@ -98,7 +89,6 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
         if (r < 0) return 2;
         if (r) continue;
         const char *a = argv[i], *v;
-        double d;
         long k;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { fputs(generate_help, stdout); return -1; }
         if (strcmp(a, "--json") == 0) { g->json = 1; continue; }
@@ -136,9 +126,7 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
             else if (strcmp(v, "rejection") == 0) g->accept = NX_ACCEPT_REJECTION;
             else return cli_usage_error("--accept wants greedy, match or rejection, got '%s'", v);
         } else if (strcmp(a, "--draft-pick") == 0) {
-            if (strcmp(v, "argmax") == 0) g->draft_pick = NX_DRAFT_PICK_ARGMAX;
-            else if (strcmp(v, "sample") == 0) g->draft_pick = NX_DRAFT_PICK_SAMPLE;
-            else return cli_usage_error("--draft-pick wants argmax or sample, got '%s'", v);
+            if (cli_parse_draft_pick(v, &g->draft_pick)) return 2;
         }
         else if (strcmp(a, "--thinking") == 0) {
             if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) return cli_usage_error("--thinking wants on or off, got '%s'", v);
@@ -146,30 +134,14 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
         }
         else if (strcmp(a, "-n") == 0 || strcmp(a, "--max-tokens") == 0) {
             if (cli_parse_int(v, 1, 1 << 24, &g->max_tokens)) return cli_usage_error("%s wants an integer in [1, %d], got '%s'", a, 1 << 24, v);
-        } else if (strcmp(a, "--top-k") == 0) {
-            if (cli_parse_int(v, 0, 1 << 24, &k)) return cli_usage_error("--top-k wants an integer >= 0, got '%s'", v);
-            g->sp.top_k = (int)k;
         } else if (strcmp(a, "--logit-bias") == 0) {
             if (parse_logit_bias(v, g))
                 return cli_usage_error("--logit-bias wants ID:BIAS[,ID:BIAS...] with BIAS in [-100, 100] (at most %d), got '%s'",
                                        NX_MAX_LOGIT_BIAS, v);
-        } else if (strcmp(a, "--seed") == 0) {
-            if (cli_parse_u64(v, &g->sp.seed)) return cli_usage_error("--seed wants an unsigned integer, got '%s'", v);
         } else {
-            static const struct { const char *name; double lo, hi; size_t off; } fl[] = {
-                {"--temp", 0, 100, offsetof(nx_sampling, temperature)},
-                {"--top-p", 0, 1, offsetof(nx_sampling, top_p)},
-                {"--min-p", 0, 1, offsetof(nx_sampling, min_p)},
-                {"--repeat-penalty", 0.01, 100, offsetof(nx_sampling, repetition_penalty)},
-                {"--presence-penalty", -100, 100, offsetof(nx_sampling, presence_penalty)},
-                {"--frequency-penalty", -100, 100, offsetof(nx_sampling, frequency_penalty)},
-            };
-            size_t f = 0;
-            while (f < sizeof fl / sizeof *fl && strcmp(a, fl[f].name) != 0) f++;
-            if (f == sizeof fl / sizeof *fl) return cli_usage_error("generate: unknown option '%s' (see nextn generate --help)", a);
-            if (cli_parse_float(v, fl[f].lo, fl[f].hi, &d))
-                return cli_usage_error("%s wants a number in [%g, %g], got '%s'", a, fl[f].lo, fl[f].hi, v);
-            *(float *)((char *)&g->sp + fl[f].off) = (float)d;
+            const int r = cli_sampling_option(a, v, &g->sp);
+            if (r < 0) return 2;
+            if (r == 0) return cli_usage_error("generate: unknown option '%s' (see nextn generate --help)", a);
         }
     }
     int sources = !!g->prompt_ids + !!g->prompt_text + !!g->prompt_file;

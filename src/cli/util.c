@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -58,6 +59,43 @@ int cli_parse_screen(const char *s, long *out) {
         return 0;
     }
     return cli_parse_int(s, 0, 1 << 30, out);
+}
+
+int cli_sampling_option(const char *a, const char *v, nx_sampling *sp) {
+    static const struct { const char *name; double lo, hi; size_t off; } fl[] = {
+        {"--temp", 0, 100, offsetof(nx_sampling, temperature)},
+        {"--top-p", 0, 1, offsetof(nx_sampling, top_p)},
+        {"--min-p", 0, 1, offsetof(nx_sampling, min_p)},
+        {"--repeat-penalty", 0.01, 100, offsetof(nx_sampling, repetition_penalty)},
+        {"--presence-penalty", -100, 100, offsetof(nx_sampling, presence_penalty)},
+        {"--frequency-penalty", -100, 100, offsetof(nx_sampling, frequency_penalty)},
+    };
+    const size_t n_fl = sizeof fl / sizeof *fl;
+    size_t f = 0;
+    while (f < n_fl && strcmp(a, fl[f].name) != 0) f++;
+    const int top_k = strcmp(a, "--top-k") == 0, seed = strcmp(a, "--seed") == 0;
+    if (f == n_fl && !top_k && !seed) return 0;
+    if (!v) return cli_usage_error("%s needs a value", a), -1;
+    long k;
+    double d;
+    if (top_k) {
+        if (cli_parse_int(v, 0, 1 << 24, &k)) return cli_usage_error("--top-k wants an integer >= 0, got '%s'", v), -1;
+        sp->top_k = (int)k;
+    } else if (seed) {
+        if (cli_parse_u64(v, &sp->seed)) return cli_usage_error("--seed wants an unsigned integer, got '%s'", v), -1;
+    } else {
+        if (cli_parse_float(v, fl[f].lo, fl[f].hi, &d))
+            return cli_usage_error("%s wants a number in [%g, %g], got '%s'", a, fl[f].lo, fl[f].hi, v), -1;
+        *(float *)((char *)sp + fl[f].off) = (float)d;
+    }
+    return 1;
+}
+
+int cli_parse_draft_pick(const char *v, nx_draft_pick *out) {
+    if (strcmp(v, "argmax") == 0) *out = NX_DRAFT_PICK_ARGMAX;
+    else if (strcmp(v, "sample") == 0) *out = NX_DRAFT_PICK_SAMPLE;
+    else return cli_usage_error("--draft-pick wants argmax or sample, got '%s'", v), -1;
+    return 0;
 }
 
 int cli_parse_u64(const char *s, uint64_t *out) {

@@ -84,7 +84,7 @@ static void bench_json_reports_every_figure(void) {
            "moved_bytes %g, want %g", num(j, "moved_bytes"), moved);
     double mpct = num(j, "moved_roofline_pct"), mwant = 100.0 * num(j, "decode_tok_s") * moved / 1e9 / bw;
     CHECKF(fabs(mpct - mwant) <= 1e-4 * mwant && mpct > pct, "moved_roofline_pct %g, want %g", mpct, mwant);
-    CHECK(json_is_true(json_object_get(j, "mtp_output_matches")));
+    CHECK(json_is_true(json_object_get(j, "mtp_output_matches")) && json_is_null(json_object_get(j, "sampling")));
     /* an MTP round's parts, and its verify against the plain step */
     const json_t *rms = json_object_get(j, "mtp_round_ms");
     CHECKF(num(rms, "draft") > 0 && num(rms, "verify") > 0 && num(rms, "commit") > 0, "mtp_round_ms %g %g %g",
@@ -109,6 +109,24 @@ static void bench_json_reports_every_figure(void) {
     CHECKF(steal >= 0 && steal <= 100 && num(sr, "median") == steal && num(sr, "min") <= steal && steal <= num(sr, "max"),
            "steal_pct %g", steal);
     CHECKF(vsteal >= 0 && vsteal <= 100, "verify_steal_pct %g", vsteal);
+    json_decref(j);
+}
+
+/* Sampling options: both sessions sample, the MTP one by rejection sampling
+ * with the drafts asked for; the settings are reported, and the output
+ * match is null (another sample, not plain's). */
+static void bench_samples_when_asked(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("bench-sampled"));
+    json_t *j = bench_json("bench -t 2 --prompt 16 --gen 32 --repeat 1 --temp 0.7 --top-k 20 --top-p 0.8 --seed 3 "
+                           "--draft-pick argmax --json");
+    if (!j) return;
+    const json_t *sp = json_object_get(j, "sampling");
+    CHECKF(fabs(num(sp, "temperature") - 0.7) < 1e-6 && num(sp, "top_k") == 20 && fabs(num(sp, "top_p") - 0.8) < 1e-6 &&
+               num(sp, "min_p") == 0 && num(sp, "seed") == 3 &&
+               strcmp(json_string_value(json_object_get(sp, "draft_pick")), "argmax") == 0,
+           "sampling: temperature %g top_k %g top_p %g", num(sp, "temperature"), num(sp, "top_k"), num(sp, "top_p"));
+    CHECK(json_is_null(json_object_get(j, "mtp_output_matches")));
+    CHECK(num(j, "decode_tok_s") > 0 && num(j, "mtp_decode_tok_s") > 0 && num(j, "acceptance") >= 0);
     json_decref(j);
 }
 
@@ -174,6 +192,9 @@ static void bad_bench_options_exit_2_with_one_line(void) {
         {"bench --draft-head-bits 1", "--draft-head-bits"},
         {"bench --draft-screen -1", "--draft-screen"},
         {"bench --frobnicate", "unknown option '--frobnicate'"},
+        {"bench --temp hot", "--temp"},
+        {"bench --top-k", "needs a value"},
+        {"bench --draft-pick best", "--draft-pick"},
         {"bench --prompt", "needs a value"},
         {"bench -t 0", "--threads"},
     };
@@ -235,6 +256,8 @@ static void decode_bytes_counts_the_main_stack_once(void) {
 static const nx_test tests[] = {
     {"bench_json_reports_every_figure", "bench --json on the bundled model: every required key, positive rates, T = 2..8",
      bench_json_reports_every_figure},
+    {"bench_samples_when_asked", "bench with sampling options: settings in JSON, output match null, rates positive",
+     bench_samples_when_asked},
     {"bench_without_a_head_reports_mtp_as_null", "no MTP head: MTP figures null in JSON, 'skipped' in the table",
      bench_without_a_head_reports_mtp_as_null},
     {"host_steal_reads_proc_stat_lines", "host steal: /proc/stat's aggregate line parsed, malformed lines refused, shares",
