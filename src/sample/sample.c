@@ -286,6 +286,22 @@ static int collect_sorted(nx_sampler *s, const float *x, float xmax, float keep_
     return n;
 }
 
+/* Nothing selects by rank (no top-k, no top-p): every token whose weight
+ * w = expf(x - xmax) is > 0 and >= keep_min goes to ids[] and probs[] in id
+ * order (contract 3), with no sort. Masked tokens (-inf) and, with min-p,
+ * tokens SMP_MINP_MARGIN below the cut are skipped without an expf, as in
+ * collect_sorted. */
+static int collect_by_id(nx_sampler *s, const float *x, float xmax, float keep_min) {
+    double cut = keep_min > 0.0f ? (double)xmax + log(keep_min) - SMP_MINP_MARGIN : -INFINITY;
+    int n = 0;
+    for (int i = 0; i < s->vocab; i++) {
+        if (!((double)x[i] >= cut) || x[i] == -INFINITY) continue;
+        float w = expf(x[i] - xmax);
+        if (w > 0.0f && w >= keep_min) s->ids[n] = i, s->probs[n++] = w;
+    }
+    return n;
+}
+
 /* Expands cand[0..n) into ids[] and unnormalized weights probs[], taken from
  * w_by_id when collect_sorted filled it, else computed (the same expf). */
 static void fill_weights(nx_sampler *s, const float *x, float xmax, const float *w_by_id,
@@ -311,6 +327,13 @@ static int top_p_find(const float *w, int n, float top_p, double z) {
 }
 
 /* ---- Processing and drawing --------------------------------------------- */
+
+/* probs[0..n) /= their sum, summed in the listed order. */
+static void normalize(nx_sampler *s, int n) {
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) sum += s->probs[j];
+    for (int j = 0; j < n; j++) s->probs[j] = (float)(s->probs[j] / sum);
+}
 
 int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
                      const int32_t *history, int n_history,
@@ -353,7 +376,8 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
      * token too, so it is clamped (keeping exactly one token). */
     float keep_min = p->min_p > 0.0f ? fminf(p->min_p, 1.0f) : 0.0f;
 
-    /* d-f. Candidates in the fixed order, with weights w = expf(x - xmax)
+    /* d-f. Candidates (in the fixed order where top-k or top-p ranks them),
+     * with weights w = expf(x - xmax)
      * (the softmax numerators; the max is in every candidate set) and z, the
      * mass the top-p threshold is relative to. */
     int n = 0;
@@ -367,23 +391,23 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
             int cut = top_p_find(s->probs, n, p->top_p, z);
             if (cut > 0) n = cut;
         }
+    } else if (!use_top_p) {
+        /* temperature alone, or with min-p: no rank needed, no sort; the
+         * filters g and h are done */
+        n = collect_by_id(s, x, xmax, keep_min);
+        normalize(s, n);
+        return n;
     } else {
-        int found = 0;
-        if (use_top_p) {
-            int m = select_top(x, V, SMP_NUCLEUS_FAST, xmax, s->cand, &z);
-            fill_weights(s, x, xmax, NULL, m);
-            int cut = top_p_find(s->probs, m, p->top_p, z);
-            if (cut > 0) { n = cut; found = 1; }
-        }
-        if (!found) {
-            /* Pure temperature sampling, min-p alone, or a nucleus wider than
-             * SMP_NUCLEUS_FAST tokens: sort every token that can survive. */
+        int m = select_top(x, V, SMP_NUCLEUS_FAST, xmax, s->cand, &z);
+        fill_weights(s, x, xmax, NULL, m);
+        n = top_p_find(s->probs, m, p->top_p, z);
+        if (n == 0) {
+            /* A nucleus wider than SMP_NUCLEUS_FAST tokens: sort every token
+             * that can survive. */
             n = collect_sorted(s, x, xmax, keep_min);   /* z is from select_top */
             fill_weights(s, x, xmax, s->weight, n);
-            if (use_top_p) {
-                int cut = top_p_find(s->probs, n, p->top_p, z);
-                if (cut > 0) n = cut;    /* not reached only through rounding */
-            }
+            int cut = top_p_find(s->probs, n, p->top_p, z);
+            if (cut > 0) n = cut;    /* not reached only through rounding */
         }
     }
 
@@ -393,9 +417,7 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
     while (keep < n && s->probs[keep] > 0.0f && s->probs[keep] >= keep_min * s->probs[0])
         keep++;
     n = keep;
-    double sum = 0.0;
-    for (int j = 0; j < n; j++) sum += s->probs[j];
-    for (int j = 0; j < n; j++) s->probs[j] = (float)(s->probs[j] / sum);
+    normalize(s, n);
     return n;
 }
 

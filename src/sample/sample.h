@@ -22,11 +22,17 @@
  *        f. top-p: the smallest prefix, in the fixed order, whose cumulative
  *           mass is >= top_p (at least one token; top_p >= 1: off);
  *        g. min-p: drop tokens with p < min_p * p_max (min_p <= 0: off);
- *        h. drop tokens of probability 0 and renormalize.
- *   3. The fixed order: descending processed logit x (so descending
- *      probability), ties to the lower id. Top-k and top-p select in this
- *      order and smp_draw walks the candidates in it, so which token a given
- *      u picks is part of the contract, not an implementation detail.
+ *        h. drop tokens of probability 0 and renormalize, summing in the
+ *           order of 3.
+ *   3. The order: with top-k or top-p, the fixed order -- descending
+ *      processed logit x (so descending probability), ties to the lower id;
+ *      top-k and top-p select in it. Without either (temperature alone, or
+ *      with min-p, which is a threshold), nothing needs a rank and the
+ *      candidates are listed by ascending id: sorting a 248k vocabulary
+ *      cost 3.4 ms a token on the 2-core CI machine, against 0.3 ms for
+ *      everything else. smp_draw walks the candidates in this order, so
+ *      which token a given u picks is part of the contract, not an
+ *      implementation detail.
  *   4. nx_sample(s, p, logits, ...) at position pos is exactly
  *      smp_draw(ids, probs, n, smp_uniform(p->seed, pos, SMP_STREAM_TARGET))
  *      over smp_distribution's output, so the two can never disagree.

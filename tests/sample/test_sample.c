@@ -58,8 +58,9 @@ static int ref_cmp(const void *a, const void *b) {
 }
 
 /* Full sort of the vocabulary, then top-k, top-p, min-p, drop zeros,
- * renormalize. Assumes temperature > 0 and finite logits. Also reports
- * whether the nucleus lies within the first 1024 (the fast path). */
+ * renormalize; without top-k and top-p, the tokens min-p keeps in id order
+ * instead. Assumes temperature > 0 and finite logits. Also reports whether
+ * the nucleus lies within the first 1024 (the fast path). */
 static int ref_distribution(const float *logits, int V, const nx_sampling *p,
                             int32_t *ids, float *probs, float *x, int *within_1024) {
     float xmax = -INFINITY;
@@ -68,6 +69,19 @@ static int ref_distribution(const float *logits, int V, const nx_sampling *p,
         if (x[i] > xmax) xmax = x[i];
     }
     for (int i = 0; i < V; i++) ids[i] = i;
+    float keep_min = p->min_p > 0.0f ? fminf(p->min_p, 1.0f) : 0.0f;
+    if (!(p->top_k > 0 && p->top_k < V) && !(p->top_p < 1.0f)) {
+        int n = 0;
+        double sum = 0.0;
+        for (int i = 0; i < V; i++) {
+            float w = expf(x[i] - xmax);
+            if (w > 0.0f && w >= keep_min) ids[n] = i, probs[n++] = w;
+        }
+        for (int j = 0; j < n; j++) sum += probs[j];
+        for (int j = 0; j < n; j++) probs[j] = (float)(probs[j] / sum);
+        if (within_1024) *within_1024 = 1;
+        return n;
+    }
     ref_x = x;
     qsort(ids, (size_t)V, sizeof *ids, ref_cmp);
     int n = V;
@@ -87,7 +101,6 @@ static int ref_distribution(const float *logits, int V, const nx_sampling *p,
         }
     }
     if (within_1024) *within_1024 = n <= 1024;
-    float keep_min = p->min_p > 0.0f ? fminf(p->min_p, 1.0f) : 0.0f;
     int keep = 1;
     while (keep < n && probs[keep] > 0.0f && probs[keep] >= keep_min * probs[0]) keep++;
     n = keep;
@@ -272,9 +285,9 @@ static void test_top_p_keeps_the_smallest_nucleus_in_the_fixed_order(void) {
     CHECK(dist_of(s, &p, tied, 4, w, &ids, &probs) == 2 && ids[0] == 1 && ids[1] == 2);
     p.top_p = 0.9f;
     CHECK(dist_of(s, &p, tied, 4, w, &ids, &probs) == 4 && ids[2] == 0 && ids[3] == 3);
-    p.top_p = 1.0f;                   /* the full-sort path keeps the same order */
+    p.top_p = 1.0f;                   /* off: nothing ranks, so the ids come in id order */
     CHECK(dist_of(s, &p, tied, 4, w, &ids, &probs) == 4);
-    CHECK(ids[0] == 1 && ids[1] == 2 && ids[2] == 0 && ids[3] == 3);
+    CHECK(ids[0] == 0 && ids[1] == 1 && ids[2] == 2 && ids[3] == 3);
     nx_sampler_free(s);
 }
 
@@ -285,10 +298,15 @@ static void test_min_p_drops_tokens_below_a_fraction_of_the_best(void) {
     p.temperature = 1.0f;
     const int32_t *ids;
     const float *probs;
-    p.min_p = 0.25f;                  /* threshold 0.125: keeps 0.5, 0.25, 0.15 */
+    p.min_p = 0.25f;                  /* threshold 0.125: keeps 0.5, 0.25, 0.15, in id order */
+    CHECK(dist_of(s, &p, logits, 5, w, &ids, &probs) == 3);
+    CHECK(ids[0] == 1 && ids[1] == 2 && ids[2] == 3);
+    CHECK(fabsf(probs[1] - 0.15f / 0.9f) < 1e-6f);
+    p.top_k = 4;                      /* with top-k, in the fixed order */
     CHECK(dist_of(s, &p, logits, 5, w, &ids, &probs) == 3);
     CHECK(ids[0] == 1 && ids[1] == 3 && ids[2] == 2);
     CHECK(fabsf(probs[2] - 0.15f / 0.9f) < 1e-6f);
+    p.top_k = 0;
     p.min_p = 0.6f;                   /* threshold 0.3: only the best */
     CHECK(dist_of(s, &p, logits, 5, w, &ids, &probs) == 1 && ids[0] == 1);
     p.min_p = 5.0f;                   /* above 1: still the best, never nothing */
@@ -578,7 +596,8 @@ static const nx_test tests[] = {
     {"top_p_keeps_the_smallest_nucleus_in_the_fixed_order",
      "top-p keeps the smallest prefix with mass >= top_p; ties go to the lower id",
      test_top_p_keeps_the_smallest_nucleus_in_the_fixed_order},
-    {"min_p_drops_tokens_below_a_fraction_of_the_best", "min-p on a hand-made distribution",
+    {"min_p_drops_tokens_below_a_fraction_of_the_best",
+     "min-p on a hand-made distribution: kept in id order, in the fixed order with top-k",
      test_min_p_drops_tokens_below_a_fraction_of_the_best},
     {"penalties_apply_once_per_distinct_token_in_the_history",
      "repetition, presence and frequency penalties on hand-made logits",
