@@ -135,6 +135,18 @@ void kn_scale_f32_ref(float *y, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
 
+float kn_temper_f32_ref(float *x, int64_t n, float t) {
+    assert(n >= 0 && (n == 0 || x != NULL));
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i] / t;
+        v = v != v ? -INFINITY : v + 0.0f;   /* + 0: -0 becomes +0 */
+        x[i] = v;
+        mx = v > mx ? v : mx;
+    }
+    return mx;
+}
+
 int64_t kn_argmax_f32_ref(const float *x, int64_t n) {
     assert(n >= 0 && (n == 0 || x != NULL));
     int64_t best = -1;
@@ -546,6 +558,29 @@ static KN_AVX2 void scale_f32_avx2(float *y, float a, int64_t n) {
     for (; i < n; i++) y[i] *= a;
 }
 
+/* Four running maxima, so that the compare chains overlap; max_ps of two
+ * non-NaN values is the larger (equal ones are equal but for the sign of a
+ * zero, and no -0 is left). */
+static KN_AVX2 float temper_f32_avx2(float *x, int64_t n, float t) {
+    assert(n >= 0 && (n == 0 || x != NULL));
+    const __m256 tv = _mm256_set1_ps(t), ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
+    __m256 mv[4] = {ninf, ninf, ninf, ninf};
+    const int64_t n32 = n & ~(int64_t)31;
+    int64_t i = 0;
+    for (; i < n32; i += 32)
+        for (int k = 0; k < 4; k++) {
+            __m256 v = _mm256_div_ps(_mm256_loadu_ps(x + i + 8 * k), tv);
+            v = _mm256_blendv_ps(_mm256_add_ps(v, zero), ninf, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            _mm256_storeu_ps(x + i + 8 * k, v);
+            mv[k] = _mm256_max_ps(mv[k], v);
+        }
+    float m8[8], mx = -INFINITY;
+    _mm256_storeu_ps(m8, _mm256_max_ps(_mm256_max_ps(mv[0], mv[1]), _mm256_max_ps(mv[2], mv[3])));
+    for (int l = 0; l < 8; l++) mx = m8[l] > mx ? m8[l] : mx;
+    const float rest = kn_temper_f32_ref(x + i, n - i, t);
+    return rest > mx ? rest : mx;
+}
+
 /* kn_scale_axpy_dot_f32: the update of 8 elements, then its FMA into the dot
  * product's accumulator of the "Dot product layout" (block i / 8 goes to
  * accumulator (i / 8) % 4), so the result is what dot_f32_avx2 would give on
@@ -790,6 +825,7 @@ typedef struct {
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
     void (*scale_f32)(float *y, float a, int64_t n);
+    float (*temper_f32)(float *x, int64_t n, float t);
     int64_t (*argmax_f32)(const float *x, int64_t n);
     float (*scale_axpy_dot_f32)(float *y, const float *src, float a, float b, const float *x, const float *z, int64_t n);
     void (*silu_mul_f32)(float *y, const float *x, const float *u, int64_t n);
@@ -817,6 +853,7 @@ typedef struct {
 static const kn_impl kn_impl_scalar = {
     .name = "scalar", .matmul_rows = kn_matmul_rows_ref,
     .dot_f32 = kn_dot_f32_ref, .axpy_f32 = kn_axpy_f32_ref, .scale_f32 = kn_scale_f32_ref, .argmax_f32 = kn_argmax_f32_ref,
+    .temper_f32 = kn_temper_f32_ref,
     .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .silu_mul_f32 = kn_silu_mul_f32_ref,
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_ref, .softmax_f32 = kn_softmax_f32_ref,
     .sum_exp_f32 = kn_sum_exp_f32_ref,
@@ -834,6 +871,7 @@ static const kn_impl kn_impl_scalar = {
 #define KN_AVX2_SHARED                                                                                               \
     .matmul_rows = matmul_rows_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2,                             \
     .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2,       \
+    .temper_f32 = temper_f32_avx2,                                                                                   \
     .silu_mul_f32 = kn_silu_mul_f32_avx2, .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2,                              \
     .softmax_f32 = kn_softmax_f32_avx2, .sum_exp_f32 = kn_sum_exp_f32_avx2, .attn_values = kn_attn_values_avx2,     \
     .quantize_x = kn_quantize_x_avx2,                                                                                \
@@ -855,7 +893,7 @@ static const kn_impl kn_impl_avxvnni = {.name = "avxvnni", KN_AVX2_SHARED,
 static const kn_impl kn_impl_avx512vnni = {
     .name = "avx512vnni", .matmul_rows = matmul_rows_avx512,
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2,
-    .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
+    .temper_f32 = temper_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2, .softmax_f32 = kn_softmax_f32_avx2,
     .sum_exp_f32 = kn_sum_exp_f32_avx2,
     .attn_values = kn_attn_values_avx512, .quantize_x = kn_quantize_x_avx2,
@@ -963,6 +1001,7 @@ float kn_dot_f32(const float *a, const float *b, int64_t n) { return active()->d
 void kn_axpy_f32(float *y, float a, const float *x, int64_t n) { active()->axpy_f32(y, a, x, n); }
 
 void kn_scale_f32(float *y, float a, int64_t n) { active()->scale_f32(y, a, n); }
+float kn_temper_f32(float *x, int64_t n, float t) { return active()->temper_f32(x, n, t); }
 
 int64_t kn_argmax_f32(const float *x, int64_t n) { return active()->argmax_f32(x, n); }
 

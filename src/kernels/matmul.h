@@ -152,6 +152,10 @@ float kn_dot_f32(const float *a, const float *b, int64_t n);
 void kn_axpy_f32(float *y, float a, const float *x, int64_t n);
 /* y[i] *= a */
 void kn_scale_f32(float *y, float a, int64_t n);
+/* A sampler's temperature step: x[i] = x[i] / t, a NaN made -inf and -0
+ * made +0, and returns the largest (-inf for n = 0 or all -inf). The
+ * division is IEEE's in every twin: the same bits. */
+float kn_temper_f32(float *x, int64_t n, float t);
 /* The first index of the largest of x[0..n), NaNs skipped (-inf counts); 0
  * when every element is NaN or n is 0. Greedy decoding's choice over a
  * vocabulary of logits. */
@@ -169,6 +173,7 @@ void kn_matmul_rows_ref(const kn_mat *w, const float *x, int64_t ldx, int T,
 float kn_dot_f32_ref(const float *a, const float *b, int64_t n);
 void kn_axpy_f32_ref(float *y, float a, const float *x, int64_t n);
 void kn_scale_f32_ref(float *y, float a, int64_t n);
+float kn_temper_f32_ref(float *x, int64_t n, float t);
 int64_t kn_argmax_f32_ref(const float *x, int64_t n);
 float kn_scale_axpy_dot_f32_ref(float *y, const float *src, float a, float b, const float *x, const float *z, int64_t n);
 

@@ -557,6 +557,49 @@ static void test_argmax_twins_find_the_first_maximum(void) {
     kn_init(0);
 }
 
+/* kn_temper_f32 against its scalar twin and the definition: x / t with NaN
+ * made -inf and -0 made +0, the largest returned; lengths 0-40, around the
+ * SIMD twin's 32-element blocks and a vocabulary's, unaligned, with NaNs,
+ * infinities, zeros of both signs and everything -inf. */
+static void test_temper_twins_divide_and_find_the_maximum(void) {
+    nx_test_rng r = {0x7E3B3E5ULL};
+    enum { BIG = 248320 };
+    float *x0 = malloc((size_t)(BIG + 1) * sizeof *x0), *xs = malloc((size_t)(BIG + 1) * sizeof *xs),
+          *xr = malloc((size_t)(BIG + 1) * sizeof *xr);
+    use_simd();
+    static const int64_t more[] = {63, 64, 65, 95, 97, 255, 1023, BIG - 3, BIG};
+    static const float temps[] = {0.7f, 1.0f, 1e-30f};
+    for (int64_t k = -41; k < (int64_t)(sizeof more / sizeof *more); k++) {
+        const int64_t n = k < 0 ? k + 41 : more[k];
+        for (int pattern = 0; pattern < 4; pattern++) {
+            const float t = temps[(n + pattern) % 3];
+            for (int64_t i = 0; i <= n; i++) x0[i] = nx_test_rng_normal(&r, 4.0f);
+            for (int64_t i = 0; pattern == 1 && i <= n; i += 5) x0[i] = i % 2 ? NAN : -0.0f;
+            for (int64_t i = 0; pattern == 2 && i <= n; i += 7) x0[i] = i % 2 ? INFINITY : -INFINITY;
+            for (int64_t i = 0; pattern == 3 && i <= n; i++) x0[i] = -INFINITY;
+            const int off = (int)(n % 2);   /* odd lengths start unaligned */
+            memcpy(xs, x0, (size_t)(n + 1) * sizeof *xs);
+            memcpy(xr, x0, (size_t)(n + 1) * sizeof *xr);
+            const float ms = kn_temper_f32(xs + off, n - off > 0 ? n - off : 0, t);
+            const float mr = kn_temper_f32_ref(xr + off, n - off > 0 ? n - off : 0, t);
+            int defined = 1;
+            float want = -INFINITY;
+            for (int64_t i = off; i < n; i++) {
+                float v = x0[i] / t;
+                v = v != v ? -INFINITY : v == 0 ? 0.0f : v;
+                uint32_t a, b;
+                memcpy(&a, &v, 4), memcpy(&b, &xr[i], 4);
+                defined &= a == b;
+                want = v > want ? v : want;
+            }
+            CHECKF(defined && memcmp(xs, xr, (size_t)(n + 1) * sizeof *xs) == 0 && ms == mr && mr == want &&
+                       !signbit(mr == 0 ? mr : 1.0f),
+                   "%s n=%lld pattern %d: max %g (ref %g, want %g)", kn_impl_name(), (long long)n, pattern, ms, mr, want);
+        }
+    }
+    free(x0), free(xs), free(xr);
+}
+
 static void test_public_kernels_follow_force_reference(void) {
     /* With force_reference the public names must give the _ref results
      * exactly, including the dot product, whose SIMD order differs. */
@@ -615,6 +658,9 @@ static const nx_test tests[] = {
     {"scale_axpy_dot_updates_like_its_twin_and_reads_out_like_dot",
      "kn_scale_axpy_dot_f32: y bit-identical to its twin, read-out == kn_dot_f32 of the new y",
      test_scale_axpy_dot_updates_like_its_twin_and_reads_out_like_dot},
+    {"temper_twins_divide_and_find_the_maximum",
+     "kn_temper_f32 == its twin == x / t with NaN -> -inf, -0 -> +0, and the max: lengths 0-40 .. 248320, unaligned",
+     test_temper_twins_divide_and_find_the_maximum},
     {"public_kernels_follow_force_reference", "after kn_init(1) the public kernels return the _ref bits",
      test_public_kernels_follow_force_reference},
 };
