@@ -104,15 +104,27 @@ void kn_softmax_f32_ref(float *p, int64_t n, float scale) {
     for (int64_t i = 0; i < n; i++) p[i] *= inv;
 }
 
-double kn_sum_exp_f32_ref(const float *x, int64_t n, float mx) {
+/* e^(x - mx), and 0 for x = -inf (kn_exp clamps its argument at EXP_LO, so
+ * a masked token would otherwise weigh e^-87). */
+static float exp_or_zero(float x, float mx) { return x == -INFINITY ? 0.0f : kn_exp(x - mx); }
+
+/* The weights and their sum; w NULL: the sum alone (kn_sum_exp_f32). */
+static double exp_sum_ref(float *w, const float *x, int64_t n, float mx) {
     assert(n >= 1 && x != NULL);
     const int64_t n8 = n & ~(int64_t)7;
     double lane[8] = {0};
-    for (int64_t i = 0; i < n8; i++) lane[i % 8] += kn_exp(x[i] - mx);
+    for (int64_t i = 0; i < n; i++) {
+        const float e = exp_or_zero(x[i], mx);
+        if (w) w[i] = e;
+        if (i < n8) lane[i % 8] += e;
+    }
     double sum = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
-    for (int64_t i = n8; i < n; i++) sum += kn_exp(x[i] - mx);
+    for (int64_t i = n8; i < n; i++) sum += w ? w[i] : exp_or_zero(x[i], mx);
     return sum;
 }
+
+double kn_sum_exp_f32_ref(const float *x, int64_t n, float mx) { return exp_sum_ref(NULL, x, n, mx); }
+double kn_exp_sum_f32_ref(float *w, const float *x, int64_t n, float mx) { return exp_sum_ref(w, x, n, mx); }
 
 #if KN_HAVE_X86
 /* kn_exp on 8 lanes, operation for operation. */
@@ -202,20 +214,29 @@ KN_AVX2 void kn_softmax_f32_avx2(float *p, int64_t n, float scale) {
     for (int64_t i = n8; i < n; i++) p[i] *= inv;
 }
 
-KN_AVX2 double kn_sum_exp_f32_avx2(const float *x, int64_t n, float mx) {
+KN_AVX2_INLINE double exp_sum_avx2(float *w, const float *x, int64_t n, float mx) {
     assert(n >= 1 && x != NULL);
     const int64_t n8 = n & ~(int64_t)7;
-    const __m256 mxv = _mm256_set1_ps(mx);
+    const __m256 mxv = _mm256_set1_ps(mx), ninf = _mm256_set1_ps(-INFINITY);
     __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();   /* lanes 0-3 and 4-7 */
     for (int64_t i = 0; i < n8; i += 8) {
-        const __m256 e = exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), mxv));
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256 e = _mm256_andnot_ps(_mm256_cmp_ps(v, ninf, _CMP_EQ_OQ), exp8_avx2(_mm256_sub_ps(v, mxv)));
+        if (w) _mm256_storeu_ps(w + i, e);
         lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
         hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
     }
     double l4[4];
     _mm256_storeu_pd(l4, _mm256_add_pd(lo, hi));
     double sum = (l4[0] + l4[1]) + (l4[2] + l4[3]);
-    for (int64_t i = n8; i < n; i++) sum += kn_exp(x[i] - mx);
+    for (int64_t i = n8; i < n; i++) {
+        const float e = exp_or_zero(x[i], mx);
+        if (w) w[i] = e;
+        sum += e;
+    }
     return sum;
 }
+
+KN_AVX2 double kn_sum_exp_f32_avx2(const float *x, int64_t n, float mx) { return exp_sum_avx2(NULL, x, n, mx); }
+KN_AVX2 double kn_exp_sum_f32_avx2(float *w, const float *x, int64_t n, float mx) { return exp_sum_avx2(w, x, n, mx); }
 #endif

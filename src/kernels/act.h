@@ -43,24 +43,33 @@ float kn_exp(float x);
  * the same bits. */
 void kn_softmax_f32(float *p, int64_t n, float scale);
 
-/* sum_i kn_exp(x_i - mx) over n >= 1 values, in double, summed in the lane
+/* sum_i kn_exp(x_i - mx) over n >= 1 values (an x_i of -inf adds 0, not the
+ * e^-87 kn_exp's clamp would give), in double, summed in the lane
  * order kn_softmax_f32 uses; x is only read. With mx = max x_i, mx + log of
  * it is the log-sum-exp of the row (a token's log-probability is then x_i
  * minus that): the normalizer of a log-softmax, without writing a
  * vocabulary-sized row. Both twins follow those steps: the same bits. */
 double kn_sum_exp_f32(const float *x, int64_t n, float mx);
 
-/* The twins behind kn_silu_mul_f32, kn_sigmoid_gate_f32, kn_softmax_f32 and
- * kn_sum_exp_f32 (matmul.c's kn_select picks them). */
+/* w[i] = kn_exp(x[i] - mx), 0 for an x[i] of -inf, for i < n (w may be x),
+ * and returns their sum exactly as kn_sum_exp_f32 sums it: a softmax's
+ * weights and normalizer in one pass (the sampler's). Both twins follow
+ * those steps: the same bits. */
+double kn_exp_sum_f32(float *w, const float *x, int64_t n, float mx);
+
+/* The twins behind kn_silu_mul_f32, kn_sigmoid_gate_f32, kn_softmax_f32,
+ * kn_sum_exp_f32 and kn_exp_sum_f32 (matmul.c's kn_select picks them). */
 void kn_silu_mul_f32_ref(float *y, const float *x, const float *u, int64_t n);
 void kn_sigmoid_gate_f32_ref(float *y, const float *g, int64_t n);
 void kn_softmax_f32_ref(float *p, int64_t n, float scale);
 double kn_sum_exp_f32_ref(const float *x, int64_t n, float mx);
+double kn_exp_sum_f32_ref(float *w, const float *x, int64_t n, float mx);
 #if defined(__x86_64__) || defined(__i386__)
 void kn_silu_mul_f32_avx2(float *y, const float *x, const float *u, int64_t n);
 void kn_sigmoid_gate_f32_avx2(float *y, const float *g, int64_t n);
 void kn_softmax_f32_avx2(float *p, int64_t n, float scale);
 double kn_sum_exp_f32_avx2(const float *x, int64_t n, float mx);
+double kn_exp_sum_f32_avx2(float *w, const float *x, int64_t n, float mx);
 #endif
 
 #endif

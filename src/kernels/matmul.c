@@ -832,6 +832,7 @@ typedef struct {
     void (*sigmoid_gate_f32)(float *y, const float *g, int64_t n);
     void (*softmax_f32)(float *p, int64_t n, float scale);
     double (*sum_exp_f32)(const float *x, int64_t n, float mx);
+    double (*exp_sum_f32)(float *w, const float *x, int64_t n, float mx);
     void (*attn_values)(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
                         const void *v, nx_dtype vdt, int64_t kv_stride, int64_t hd);
     void (*quantize_x)(kn_qx *qx, const float *x, int64_t ldx);
@@ -856,7 +857,7 @@ static const kn_impl kn_impl_scalar = {
     .temper_f32 = kn_temper_f32_ref,
     .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .silu_mul_f32 = kn_silu_mul_f32_ref,
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_ref, .softmax_f32 = kn_softmax_f32_ref,
-    .sum_exp_f32 = kn_sum_exp_f32_ref,
+    .sum_exp_f32 = kn_sum_exp_f32_ref, .exp_sum_f32 = kn_exp_sum_f32_ref,
     .attn_values = kn_attn_values_ref, .quantize_x = kn_quantize_x_ref,
     .matmul_qx_rows = kn_matmul_qx_rows_ref, .fp_qx_rows = kn_fp_matmul_qx_rows_ref,
     .affine_quantize_row = kn_affine_quantize_row_ref,
@@ -874,6 +875,7 @@ static const kn_impl kn_impl_scalar = {
     .temper_f32 = temper_f32_avx2,                                                                                   \
     .silu_mul_f32 = kn_silu_mul_f32_avx2, .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2,                              \
     .softmax_f32 = kn_softmax_f32_avx2, .sum_exp_f32 = kn_sum_exp_f32_avx2, .attn_values = kn_attn_values_avx2,     \
+    .exp_sum_f32 = kn_exp_sum_f32_avx2,                                                                              \
     .quantize_x = kn_quantize_x_avx2,                                                                                \
     .affine_quantize_row = kn_affine_quantize_row_avx2, .affine_row_f32 = kn_affine_row_f32_avx2,                   \
     .fp_row_f32 = kn_fp_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,                                      \
@@ -895,7 +897,7 @@ static const kn_impl kn_impl_avx512vnni = {
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2,
     .temper_f32 = temper_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2, .softmax_f32 = kn_softmax_f32_avx2,
-    .sum_exp_f32 = kn_sum_exp_f32_avx2,
+    .sum_exp_f32 = kn_sum_exp_f32_avx2, .exp_sum_f32 = kn_exp_sum_f32_avx2,
     .attn_values = kn_attn_values_avx512, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .fp_qx_rows = kn_fp_matmul_qx_rows_avx512vnni,
     .affine_quantize_row = kn_affine_quantize_row_avx2,
@@ -1016,6 +1018,7 @@ void kn_sigmoid_gate_f32(float *y, const float *g, int64_t n) { active()->sigmoi
 void kn_softmax_f32(float *p, int64_t n, float scale) { active()->softmax_f32(p, n, scale); }
 
 double kn_sum_exp_f32(const float *x, int64_t n, float mx) { return active()->sum_exp_f32(x, n, mx); }
+double kn_exp_sum_f32(float *w, const float *x, int64_t n, float mx) { return active()->exp_sum_f32(w, x, n, mx); }
 
 void kn_attn_values(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
                     const void *v, nx_dtype vdt, int64_t kv_stride, int64_t hd) {

@@ -33,7 +33,7 @@ struct nx_sampler {
                           sized for both)                                        */
     int32_t *ids;      /* output: candidate ids in the fixed order               */
     float *probs;      /* output: their weights, then their probabilities        */
-    float *weight;     /* weight[id] = expf(x - xmax), filled by collect_sorted  */
+    float *weight;     /* weight[id] = kn_exp(x - xmax), filled by collect_*     */
 };
 
 /* ---- Counter-based RNG --------------------------------------------------
@@ -233,53 +233,44 @@ static int select_top(nx_sampler *s, const float *x, int m) {
     return m;
 }
 
-/* Full-vocabulary path: collects in id order every token whose weight
- * w = expf(x - xmax) is > 0 and >= keep_min, and sorts them. Tokens it skips
- * are ones steps g/h would drop anyway (min-p keeps a prefix of the fixed
- * order, and zero weights are dropped), so the result equals sorting all of
- * them. The weights are kept in s->weight so fill_weights need not recompute
- * them. With min-p, tokens whose logit is SMP_MINP_MARGIN below the cut in
- * exact (double) arithmetic are skipped without an expf: float rounding of
- * x - xmax and of expf moves w by far less than that margin, so none of them
- * could pass w >= keep_min, and the exact test still decides the rest. */
-#define SMP_MINP_MARGIN 0.01   /* natural-log units, i.e. a 1% weight margin */
+/* Full-vocabulary path: every token whose weight w = kn_exp(x - xmax) (all
+ * of them computed on vectors into s->weight) is > 0 and >= keep_min,
+ * sorted. Tokens it skips are ones steps g/h would drop anyway (min-p keeps
+ * a prefix of the fixed order, and zero weights are dropped), so the result
+ * equals sorting all of them. */
 static int collect_sorted(nx_sampler *s, const float *x, float xmax, float keep_min) {
-    double cut = keep_min > 0.0f ? (double)xmax + log(keep_min) - SMP_MINP_MARGIN : -INFINITY;
+    kn_exp_sum_f32(s->weight, x, s->vocab, xmax);
     int n = 0;
-    for (int i = 0; i < s->vocab; i++) {
-        if (!((double)x[i] >= cut)) continue;
-        float w = expf(x[i] - xmax);
-        s->weight[i] = w;
-        if (w > 0.0f && w >= keep_min) s->cand[n++] = rank_of(x[i], i);
-    }
+    for (int i = 0; i < s->vocab; i++)
+        if (s->weight[i] > 0.0f && s->weight[i] >= keep_min) s->cand[n++] = rank_of(x[i], i);
     radix_sort_desc(s->cand, s->tmp, n);
     return n;
 }
 
 /* Nothing selects by rank (no top-k, no top-p): every token whose weight
- * w = expf(x - xmax) is > 0 and >= keep_min goes to ids[] and probs[] in id
- * order (contract 3), with no sort. Masked tokens (-inf) and, with min-p,
- * tokens SMP_MINP_MARGIN below the cut are skipped without an expf, as in
- * collect_sorted. */
+ * w = kn_exp(x - xmax) is > 0 and >= keep_min goes to ids[] and probs[] in
+ * id order (contract 3), with no sort: the weights on vectors, then one
+ * branch-free pass that keeps them. */
 static int collect_by_id(nx_sampler *s, const float *x, float xmax, float keep_min) {
-    double cut = keep_min > 0.0f ? (double)xmax + log(keep_min) - SMP_MINP_MARGIN : -INFINITY;
+    kn_exp_sum_f32(s->weight, x, s->vocab, xmax);
     int n = 0;
     for (int i = 0; i < s->vocab; i++) {
-        if (!((double)x[i] >= cut) || x[i] == -INFINITY) continue;
-        float w = expf(x[i] - xmax);
-        if (w > 0.0f && w >= keep_min) s->ids[n] = i, s->probs[n++] = w;
+        const float w = s->weight[i];
+        s->ids[n] = i, s->probs[n] = w;
+        n += w > 0.0f && w >= keep_min;
     }
     return n;
 }
 
 /* Expands cand[0..n) into ids[] and unnormalized weights probs[], taken from
- * w_by_id when collect_sorted filled it, else computed (the same expf). */
+ * w_by_id when collect_sorted filled it, else computed as kn_exp_sum_f32
+ * computes them (0 for a masked, -inf token). */
 static void fill_weights(nx_sampler *s, const float *x, float xmax, const float *w_by_id,
                          int n) {
     for (int j = 0; j < n; j++) {
         int32_t id = rank_id(s->cand[j]);
         s->ids[j] = id;
-        s->probs[j] = w_by_id ? w_by_id[id] : expf(x[id] - xmax);
+        s->probs[j] = w_by_id ? w_by_id[id] : x[id] == -INFINITY ? 0.0f : kn_exp(x[id] - xmax);
     }
 }
 
@@ -298,10 +289,17 @@ static int top_p_find(const float *w, int n, float top_p, double z) {
 
 /* ---- Processing and drawing --------------------------------------------- */
 
-/* probs[0..n) /= their sum, summed in the listed order. */
+/* probs[0..n) /= their sum (contract 2h): in double, entry j of the first
+ * n & ~7 into lane j % 8, the lanes added ((0+4) + (1+5)) + ((2+6) + (3+7)),
+ * then the rest in order -- eight chains instead of one long one over a
+ * vocabulary's candidates. */
 static void normalize(nx_sampler *s, int n) {
-    double sum = 0.0;
-    for (int j = 0; j < n; j++) sum += s->probs[j];
+    const int n8 = n & ~7;
+    double lane[8] = {0};
+    for (int j = 0; j < n8; j += 8)
+        for (int l = 0; l < 8; l++) lane[l] += s->probs[j + l];
+    double sum = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+    for (int j = n8; j < n; j++) sum += s->probs[j];
     for (int j = 0; j < n; j++) s->probs[j] = (float)(s->probs[j] / sum);
 }
 
@@ -336,13 +334,13 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
     }
     const float *x = logits;
     int use_top_p = p->top_p < 1.0f;
-    /* min-p is relative to p_max, and the best token's weight is expf(0) = 1,
+    /* min-p is relative to p_max, and the best token's weight is kn_exp(0) = 1,
      * so "p >= min_p * p_max" is "w >= min_p"; above 1 it would drop the best
      * token too, so it is clamped (keeping exactly one token). */
     float keep_min = p->min_p > 0.0f ? fminf(p->min_p, 1.0f) : 0.0f;
 
     /* d-f. Candidates (in the fixed order where top-k or top-p ranks them),
-     * with weights w = expf(x - xmax)
+     * with weights w = kn_exp(x - xmax)
      * (the softmax numerators; the max is in every candidate set) and z, the
      * mass the top-p threshold is relative to. */
     int n = 0;
@@ -364,7 +362,7 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
         return n;
     } else {
         int m = select_top(s, x, SMP_NUCLEUS_FAST);
-        for (int i = 0; i < V; i++) z += expf(x[i] - xmax);   /* the softmax's mass, in id order */
+        z = kn_sum_exp_f32(x, V, xmax);   /* the softmax's mass */
         fill_weights(s, x, xmax, NULL, m);
         n = top_p_find(s->probs, m, p->top_p, z);
         if (n == 0) {
@@ -378,7 +376,7 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
     }
 
     /* g. min-p, and h. drop zero weights: both keep a prefix of the order,
-     * and probs[0] = 1 always survives. Then renormalize, summing in order. */
+     * and probs[0] = 1 always survives. Then renormalize. */
     int keep = 1;
     while (keep < n && s->probs[keep] > 0.0f && s->probs[keep] >= keep_min * s->probs[0])
         keep++;

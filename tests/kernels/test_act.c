@@ -174,10 +174,12 @@ static void test_softmax_twins_agree_and_follow_softmax(void) {
 }
 
 /* kn_sum_exp_f32's twins at lengths 1-40 and longer rows (one the size of
- * the Qwen3.5 vocabulary), scores spread past kn_exp's clamp, reading the
- * row without writing it: the same bits, and within 1e-6 (relative) of
- * sum exp(x - max) in double -- so a log-probability x_i - max - log(sum)
- * is within 1e-6 of the exact one. */
+ * the Qwen3.5 vocabulary), scores spread past kn_exp's clamp and some -inf
+ * (masked tokens, which add 0), reading the row without writing it: the
+ * same bits, and within 1e-6 (relative) of sum exp(x - max) in double -- so
+ * a log-probability x_i - max - log(sum) is within 1e-6 of the exact one.
+ * kn_exp_sum_f32 (both twins) returns the same bits and writes kn_exp of
+ * each, 0 for -inf. */
 static void test_sum_exp_twins_agree_and_follow_the_sum(void) {
     static const int64_t longer[] = {255, 1023, 248320};
     nx_test_rng r = {0x5E1AULL};
@@ -185,7 +187,8 @@ static void test_sum_exp_twins_agree_and_follow_the_sum(void) {
         const int64_t n = li < 0 ? li + 41 : longer[li];
         float *x = malloc((size_t)n * sizeof *x), *copy = malloc((size_t)n * sizeof *copy);
         float mx = -INFINITY;
-        for (int64_t i = 0; i < n; i++) x[i] = nx_test_rng_normal(&r, i % 5 ? 3.0f : 60.0f), mx = fmaxf(mx, x[i]);
+        for (int64_t i = 0; i < n; i++) x[i] = i % 7 == 3 ? -INFINITY : nx_test_rng_normal(&r, i % 5 ? 3.0f : 60.0f);
+        for (int64_t i = 0; i < n; i++) mx = fmaxf(mx, x[i]);
         memcpy(copy, x, (size_t)n * sizeof *x);
         double exact = 0;
         for (int64_t i = 0; i < n; i++) exact += exp((double)x[i] - mx);
@@ -194,7 +197,14 @@ static void test_sum_exp_twins_agree_and_follow_the_sum(void) {
                b);
         CHECKF(fabs(a - exact) <= 1e-6 * exact, "n=%lld: %.17g against %.17g in double", (long long)n, a, exact);
         CHECKF(memcmp(x, copy, (size_t)n * sizeof *x) == 0, "n=%lld: the row was written", (long long)n);
-        free(x), free(copy);
+        float *w = malloc((size_t)n * sizeof *w), *wr = malloc((size_t)n * sizeof *wr);
+        const double c = kn_exp_sum_f32(w, x, n, mx), d = kn_exp_sum_f32_ref(wr, x, n, mx);
+        int each = memcmp(w, wr, (size_t)n * sizeof *w) == 0;
+        for (int64_t i = 0; i < n; i++) each &= x[i] == -INFINITY ? wr[i] == 0.0f : wr[i] == kn_exp(x[i] - mx);
+        CHECKF(memcmp(&c, &a, sizeof a) == 0 && memcmp(&d, &a, sizeof a) == 0 && each,
+               "%s n=%lld: kn_exp_sum_f32 %.17g / %.17g, weights %s", kn_impl_name(), (long long)n, c, d,
+               each ? "right" : "wrong");
+        free(x), free(copy), free(w), free(wr);
     }
 }
 
@@ -213,8 +223,8 @@ static const nx_test tests[] = {
      "anywhere -> NaN row, -inf -> ~0",
      test_softmax_twins_agree_and_follow_softmax},
     {"sum_exp_twins_agree_and_follow_the_sum",
-     "kn_sum_exp_f32 == its scalar twin at lengths 1-40, 255, 1023, 248320; within 1e-6 (relative) of the sum in double; "
-     "the row is not written",
+     "kn_sum_exp_f32 == its scalar twin at lengths 1-40, 255, 1023, 248320, -inf adding 0; within 1e-6 (relative) of "
+     "the sum in double; the row is not written; kn_exp_sum_f32's twins: the same sum, kn_exp of each (0 for -inf)",
      test_sum_exp_twins_agree_and_follow_the_sum},
 };
 

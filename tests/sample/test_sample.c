@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "base/alloc.h"
+#include "kernels/act.h"
 #include "sample/sample.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -61,6 +62,18 @@ static int ref_cmp(const void *a, const void *b) {
  * renormalize; without top-k and top-p, the tokens min-p keeps in id order
  * instead. Assumes temperature > 0 and finite logits. Also reports whether
  * the nucleus lies within the first 1024 (the fast path). */
+/* probs[0..n) / their sum, the sum as the contract (2h) adds it: the first
+ * n & ~7 in 8 lanes by position, the lanes ((0+4) + (1+5)) + ((2+6) + (3+7)),
+ * then the rest in order. */
+static void ref_normalize(float *probs, int n) {
+    double lane[8] = {0}, sum;
+    int n8 = n & ~7;
+    for (int j = 0; j < n8; j++) lane[j % 8] += probs[j];
+    sum = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+    for (int j = n8; j < n; j++) sum += probs[j];
+    for (int j = 0; j < n; j++) probs[j] = (float)(probs[j] / sum);
+}
+
 static int ref_distribution(const float *logits, int V, const nx_sampling *p,
                             int32_t *ids, float *probs, float *x, int *within_1024) {
     float xmax = -INFINITY;
@@ -72,13 +85,11 @@ static int ref_distribution(const float *logits, int V, const nx_sampling *p,
     float keep_min = p->min_p > 0.0f ? fminf(p->min_p, 1.0f) : 0.0f;
     if (!(p->top_k > 0 && p->top_k < V) && !(p->top_p < 1.0f)) {
         int n = 0;
-        double sum = 0.0;
         for (int i = 0; i < V; i++) {
-            float w = expf(x[i] - xmax);
+            float w = kn_exp(x[i] - xmax);
             if (w > 0.0f && w >= keep_min) ids[n] = i, probs[n++] = w;
         }
-        for (int j = 0; j < n; j++) sum += probs[j];
-        for (int j = 0; j < n; j++) probs[j] = (float)(probs[j] / sum);
+        ref_normalize(probs, n);
         if (within_1024) *within_1024 = 1;
         return n;
     }
@@ -88,11 +99,11 @@ static int ref_distribution(const float *logits, int V, const nx_sampling *p,
     double z = 0.0;
     if (p->top_k > 0 && p->top_k < V) {
         n = p->top_k;
-        for (int j = 0; j < n; j++) z += expf(x[ids[j]] - xmax);
+        for (int j = 0; j < n; j++) z += kn_exp(x[ids[j]] - xmax);
     } else {
-        for (int i = 0; i < V; i++) z += expf(x[i] - xmax);
+        z = kn_sum_exp_f32_ref(x, V, xmax);   /* the contract's mass for top-p */
     }
-    for (int j = 0; j < n; j++) probs[j] = expf(x[ids[j]] - xmax);
+    for (int j = 0; j < n; j++) probs[j] = kn_exp(x[ids[j]] - xmax);
     if (p->top_p < 1.0f) {
         double cum = 0.0;
         for (int j = 0; j < n; j++) {
@@ -104,9 +115,7 @@ static int ref_distribution(const float *logits, int V, const nx_sampling *p,
     int keep = 1;
     while (keep < n && probs[keep] > 0.0f && probs[keep] >= keep_min * probs[0]) keep++;
     n = keep;
-    double sum = 0.0;
-    for (int j = 0; j < n; j++) sum += probs[j];
-    for (int j = 0; j < n; j++) probs[j] = (float)(probs[j] / sum);
+    ref_normalize(probs, n);
     return n;
 }
 
@@ -313,7 +322,15 @@ static void test_min_p_drops_tokens_below_a_fraction_of_the_best(void) {
     CHECK(dist_of(s, &p, logits, 5, w, &ids, &probs) == 1 && ids[0] == 1);
     p.min_p = 0.0f;                   /* off: everything but the -inf token */
     CHECK(dist_of(s, &p, logits, 5, w, &ids, &probs) == 4);
+    p.top_p = 0.9999f;                /* the same through the nucleus, in the fixed order */
+    CHECK(dist_of(s, &p, logits, 5, w, &ids, &probs) == 4 && ids[3] == 0);
     nx_sampler_free(s);
+    /* a masked token among the top k weighs 0 and is dropped */
+    float masked[6] = {0.0f, -INFINITY, 1.0f, -INFINITY, 2.0f, 0.5f}, w6[6];
+    s = new_sampler(6);
+    p = nx_sampling_default();
+    p.temperature = 1.0f, p.top_k = 5;
+    CHECK(dist_of(s, &p, masked, 6, w6, &ids, &probs) == 4 && ids[0] == 4 && ids[3] == 0);
 }
 
 static void test_penalties_apply_once_per_distinct_token_in_the_history(void) {
