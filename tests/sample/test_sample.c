@@ -331,6 +331,7 @@ static void test_min_p_drops_tokens_below_a_fraction_of_the_best(void) {
     p = nx_sampling_default();
     p.temperature = 1.0f, p.top_k = 5;
     CHECK(dist_of(s, &p, masked, 6, w6, &ids, &probs) == 4 && ids[0] == 4 && ids[3] == 0);
+    nx_sampler_free(s);
 }
 
 static void test_penalties_apply_once_per_distinct_token_in_the_history(void) {
