@@ -34,6 +34,7 @@ struct nx_sampler {
     int32_t *ids;      /* output: candidate ids in the fixed order               */
     float *probs;      /* output: their weights, then their probabilities        */
     float *weight;     /* weight[id] = kn_exp(x - xmax), filled by collect_*     */
+    float *gather;     /* smp_distribution_at's candidates' logits               */
 };
 
 /* ---- Counter-based RNG --------------------------------------------------
@@ -98,6 +99,7 @@ void nx_sampler_free(nx_sampler *s) {
     nx_free_aligned(s->ids);
     nx_free_aligned(s->probs);
     nx_free_aligned(s->weight);
+    nx_free_aligned(s->gather);
     nx_free(s);
 }
 
@@ -119,7 +121,8 @@ nx_status nx_sampler_new(int vocab_size, nx_sampler **out, char *err, size_t err
     s->ids = nx_alloc_aligned(v * sizeof *s->ids);
     s->probs = nx_alloc_aligned(v * sizeof *s->probs);
     s->weight = nx_alloc_aligned(v * sizeof *s->weight);
-    if (!s->counts || !s->cand || !s->tmp || !s->ids || !s->probs || !s->weight) {
+    s->gather = nx_alloc_aligned(v * sizeof *s->gather);
+    if (!s->counts || !s->cand || !s->tmp || !s->ids || !s->probs || !s->weight || !s->gather) {
         nx_sampler_free(s);
         return nx_fail(err, errlen, NX_ENOMEM, "sampler: out of memory for vocab %d",
                        vocab_size);
@@ -224,10 +227,10 @@ static void radix_sort_desc(uint64_t *a, uint64_t *tmp, int n) {
  * its order is the ranks'), then a sort of the m ranks. A third of the time
  * of the bounded heap it replaced over a 248k vocabulary (top-k 20: 105 ->
  * ~35 us). Returns m (at most V). */
-static int select_top(nx_sampler *s, const float *x, int m) {
-    if (m > s->vocab) m = s->vocab;
+static int select_top(nx_sampler *s, const float *x, int n, int m) {
+    if (m > n) m = n;
     int32_t *idx = s->ids;   /* free until fill_weights */
-    kn_top_k_f32(x, s->vocab, m, idx, s->tmp);
+    kn_top_k_f32(x, n, m, idx, s->tmp);
     for (int j = 0; j < m; j++) s->cand[j] = rank_of(x[idx[j]], idx[j]);
     radix_sort_desc(s->cand, s->tmp, m);
     return m;
@@ -238,10 +241,10 @@ static int select_top(nx_sampler *s, const float *x, int m) {
  * sorted. Tokens it skips are ones steps g/h would drop anyway (min-p keeps
  * a prefix of the fixed order, and zero weights are dropped), so the result
  * equals sorting all of them. */
-static int collect_sorted(nx_sampler *s, const float *x, float xmax, float keep_min) {
-    kn_exp_sum_f32(s->weight, x, s->vocab, xmax);
+static int collect_sorted(nx_sampler *s, const float *x, int n_x, float xmax, float keep_min) {
+    kn_exp_sum_f32(s->weight, x, n_x, xmax);
     int n = 0;
-    for (int i = 0; i < s->vocab; i++)
+    for (int i = 0; i < n_x; i++)
         if (s->weight[i] > 0.0f && s->weight[i] >= keep_min) s->cand[n++] = rank_of(x[i], i);
     radix_sort_desc(s->cand, s->tmp, n);
     return n;
@@ -251,10 +254,10 @@ static int collect_sorted(nx_sampler *s, const float *x, float xmax, float keep_
  * w = kn_exp(x - xmax) is > 0 and >= keep_min goes to ids[] and probs[] in
  * id order (contract 3), with no sort: the weights on vectors, then one
  * branch-free pass that keeps them. */
-static int collect_by_id(nx_sampler *s, const float *x, float xmax, float keep_min) {
-    kn_exp_sum_f32(s->weight, x, s->vocab, xmax);
+static int collect_by_id(nx_sampler *s, const float *x, int n_x, float xmax, float keep_min) {
+    kn_exp_sum_f32(s->weight, x, n_x, xmax);
     int n = 0;
-    for (int i = 0; i < s->vocab; i++) {
+    for (int i = 0; i < n_x; i++) {
         const float w = s->weight[i];
         s->ids[n] = i, s->probs[n] = w;
         n += w > 0.0f && w >= keep_min;
@@ -303,36 +306,28 @@ static void normalize(nx_sampler *s, int n) {
     for (int j = 0; j < n; j++) s->probs[j] = (float)(s->probs[j] / sum);
 }
 
-int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
-                     const int32_t *history, int n_history,
-                     const int32_t **ids, const float **probs) {
-    assert(s && p && logits && ids && probs);
-    assert(n_history >= 0 && (history || n_history == 0));
-    const int V = s->vocab;
-    *ids = s->ids;
-    *probs = s->probs;
-
-    /* a. logit bias, then penalties; b. greedy. */
-    apply_logit_bias(s, p, logits);
-    apply_penalties(s, p, logits, history, n_history);
+/* Steps b-h over x[0..n) -- the row, or the logits of a list of candidates
+ * (smp_distribution_at), the bias and penalties already applied -- into
+ * ids (positions in x) and probs. Top-k is on when 0 < top_k < the
+ * vocabulary, whatever n: a list shorter than k keeps its rank order. */
+static int process(nx_sampler *s, const nx_sampling *p, float *x, int n_x) {
     float temp = p->temperature;
     if (!(temp > 0.0f)) {
-        s->ids[0] = (int32_t)kn_argmax_f32(logits, V);   /* ties to the lowest id; NaN never wins */
+        s->ids[0] = (int32_t)kn_argmax_f32(x, n_x);   /* ties to the lowest id; NaN never wins */
         s->probs[0] = 1.0f;
         return 1;
     }
 
     /* c. temperature, in place; NaN becomes -inf so it can never be drawn
      * (and -0 becomes +0: the kernel's twins and the ranks agree on zeros). */
-    const float xmax = kn_temper_f32(logits, V, temp);
+    const float xmax = kn_temper_f32(x, n_x, temp);
     /* Everything masked (-inf), or a tiny temperature overflowed to +inf:
      * softmax is undefined, and the limit is greedy. */
     if (!(xmax > -INFINITY && xmax < INFINITY)) {
-        s->ids[0] = (int32_t)kn_argmax_f32(logits, V);
+        s->ids[0] = (int32_t)kn_argmax_f32(x, n_x);
         s->probs[0] = 1.0f;
         return 1;
     }
-    const float *x = logits;
     int use_top_p = p->top_p < 1.0f;
     /* min-p is relative to p_max, and the best token's weight is kn_exp(0) = 1,
      * so "p >= min_p * p_max" is "w >= min_p"; above 1 it would drop the best
@@ -340,14 +335,14 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
     float keep_min = p->min_p > 0.0f ? fminf(p->min_p, 1.0f) : 0.0f;
 
     /* d-f. Candidates (in the fixed order where top-k or top-p ranks them),
-     * with weights w = kn_exp(x - xmax)
-     * (the softmax numerators; the max is in every candidate set) and z, the
-     * mass the top-p threshold is relative to. */
+     * with weights w = kn_exp(x - xmax) (the softmax numerators; the max is
+     * in every candidate set) and z, the mass the top-p threshold is
+     * relative to. */
     int n = 0;
     double z = 0.0;
-    if (p->top_k > 0 && p->top_k < V) {
+    if (p->top_k > 0 && p->top_k < s->vocab) {
         /* Softmax is over the top-k only, so z is their sum (in fixed order). */
-        n = select_top(s, x, p->top_k);
+        n = select_top(s, x, n_x, p->top_k);
         fill_weights(s, x, xmax, NULL, n);
         for (int j = 0; j < n; j++) z += s->probs[j];
         if (use_top_p) {
@@ -357,18 +352,18 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
     } else if (!use_top_p) {
         /* temperature alone, or with min-p: no rank needed, no sort; the
          * filters g and h are done */
-        n = collect_by_id(s, x, xmax, keep_min);
+        n = collect_by_id(s, x, n_x, xmax, keep_min);
         normalize(s, n);
         return n;
     } else {
-        int m = select_top(s, x, SMP_NUCLEUS_FAST);
-        z = kn_sum_exp_f32(x, V, xmax);   /* the softmax's mass */
+        int m = select_top(s, x, n_x, SMP_NUCLEUS_FAST);
+        z = kn_sum_exp_f32(x, n_x, xmax);   /* the softmax's mass */
         fill_weights(s, x, xmax, NULL, m);
         n = top_p_find(s->probs, m, p->top_p, z);
         if (n == 0) {
             /* A nucleus wider than SMP_NUCLEUS_FAST tokens: sort every token
              * that can survive. */
-            n = collect_sorted(s, x, xmax, keep_min);   /* z is from above */
+            n = collect_sorted(s, x, n_x, xmax, keep_min);   /* z is from above */
             fill_weights(s, x, xmax, s->weight, n);
             int cut = top_p_find(s->probs, n, p->top_p, z);
             if (cut > 0) n = cut;    /* not reached only through rounding */
@@ -382,6 +377,33 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
         keep++;
     n = keep;
     normalize(s, n);
+    return n;
+}
+
+int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
+                     const int32_t *history, int n_history,
+                     const int32_t **ids, const float **probs) {
+    assert(s && p && logits && ids && probs);
+    assert(n_history >= 0 && (history || n_history == 0));
+    *ids = s->ids;
+    *probs = s->probs;
+    /* a. logit bias, then penalties */
+    apply_logit_bias(s, p, logits);
+    apply_penalties(s, p, logits, history, n_history);
+    return process(s, p, logits, s->vocab);
+}
+
+int smp_distribution_at(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *cand, int n_cand,
+                        const int32_t *history, int n_history, const int32_t **ids, const float **probs) {
+    assert(s && p && logits && cand && ids && probs && n_cand >= 1 && n_cand <= s->vocab);
+    assert(n_history >= 0 && (history || n_history == 0));
+    *ids = s->ids;
+    *probs = s->probs;
+    apply_logit_bias(s, p, logits);
+    apply_penalties(s, p, logits, history, n_history);
+    for (int j = 0; j < n_cand; j++) s->gather[j] = logits[cand[j]];
+    const int n = process(s, p, s->gather, n_cand);
+    for (int j = 0; j < n; j++) s->ids[j] = cand[s->ids[j]];
     return n;
 }
 

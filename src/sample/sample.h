@@ -78,6 +78,16 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
                      const int32_t *history, int n_history,
                      const int32_t **ids, const float **probs);
 
+/* smp_distribution of the row with every logit outside cand[0..n_cand)
+ * (ascending ids, n_cand >= 1) taken as -inf, reading only those: the bias
+ * and penalties go to logits in place, then the candidates' logits are
+ * gathered and processed (the row is not tempered). The same candidates,
+ * order and weights as the full row would give, but for a top-p without
+ * top-k, whose mass is summed over the list instead of the row (other
+ * bits). For a screened draft: 2048 logits instead of 248k. */
+int smp_distribution_at(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *cand, int n_cand,
+                        const int32_t *history, int n_history, const int32_t **ids, const float **probs);
+
 /* Walks ids[0..n) in the given order and returns the first id whose
  * cumulative probability exceeds u (u in [0, 1)); if rounding leaves the total
  * at or below u, the last id. n >= 1. Pure. */

@@ -446,6 +446,15 @@ static void whole_head_rows(const nx_drafter *d, mdl_scratch *sc, const float *x
 /* kn_top_k_f32_split's runner: the pool's threads. */
 static void pool_ranges(void *pool, nx_range_fn fn, void *ctx, int64_t n) { nx_pool_run(pool, fn, ctx, n, 1); }
 
+/* Row t's draft: the chooser's, or where it has none (NULL, or -1) the argmax
+ * of the row's V logits -- of those at the candidates cand[0..k) when a
+ * screen ranked the row (cand not NULL). */
+static int32_t pick_draft(mtp_pick_fn pick, void *ctx, int t, float *logits, const int32_t *cand, int k, int V) {
+    const int32_t id = pick ? pick(ctx, t, logits, cand, cand ? k : V) : -1;
+    if (id >= 0) return id;
+    return cand ? (int32_t)kn_argmax_at_f32(logits, cand, k, V) : mtp_argmax(logits, V);
+}
+
 /* Draft logits of n rows through the screen (above), or with drafts, each
  * row's draft (its argmax) without the -inf fill: logits then hold sketch
  * scores beyond the candidates. A row the sketch cannot rank (a value that
@@ -457,7 +466,7 @@ static void pool_ranges(void *pool, nx_range_fn fn, void *ctx, int64_t n) { nx_p
  * thread's one pass, drafts took 0.964-0.987x the time, commits (which
  * draft d1) 0.973-1.016x. */
 static void screened_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *x, int n, float *logits,
-                          int32_t *drafts) {
+                          int32_t *drafts, mtp_pick_fn pick, void *ctx) {
     const nx_model *m = d->target;
     const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size, N = d->head.rows;
     head_work w;
@@ -470,7 +479,7 @@ static void screened_rows(const nx_drafter *d, mdl_scratch *sc, void *work, cons
             continue;
         }
         whole_head_rows(d, sc, x + t * H, 1, logits + t * V);
-        if (drafts) drafts[t] = mtp_argmax(logits + t * V, (int)V);
+        if (drafts) drafts[t] = pick_draft(pick, ctx, t, logits + t * V, NULL, 0, (int)V);
     }
     screen_job j = {&d->screen, g, w.xq, w.ldq, w.d, w.sum, y};
     nx_pool_run(m->pool, screen_rows, &j, g ? N : 0, SCREEN_BLOCK);   /* sketch scores in y[i][0, N) */
@@ -479,26 +488,26 @@ static void screened_rows(const nx_drafter *d, mdl_scratch *sc, void *work, cons
         if (!drafts)
             for (int64_t v = 0; v < V; v++) y[i][v] = -INFINITY;
         mdl_linear_at(m, sc, &d->head, x + row_of[i] * H, w.idx, k, y[i]);
-        if (drafts) drafts[row_of[i]] = (int32_t)kn_argmax_at_f32(y[i], w.idx, k, V);
+        if (drafts) drafts[row_of[i]] = pick_draft(pick, ctx, row_of[i], y[i], w.idx, (int)k, (int)V);
     }
 }
 
 void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits) {
     assert(n <= MDL_CHUNK);
-    if (d->screen_k) screened_rows(d, sc, work, m_rows, n, logits, NULL);
+    if (d->screen_k) screened_rows(d, sc, work, m_rows, n, logits, NULL, NULL, NULL);
     else whole_head_rows(d, sc, m_rows, n, logits);
 }
 
 void mtp_head_drafts(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits,
-                     int32_t *drafts) {
+                     int32_t *drafts, mtp_pick_fn pick, void *ctx) {
     assert(n <= MDL_CHUNK);
     if (d->screen_k) {
-        screened_rows(d, sc, work, m_rows, n, logits, drafts);
+        screened_rows(d, sc, work, m_rows, n, logits, drafts, pick, ctx);
         return;
     }
     const int V = d->target->cfg.vocab_size;
     whole_head_rows(d, sc, m_rows, n, logits);
-    for (int t = 0; t < n; t++) drafts[t] = mtp_argmax(logits + (int64_t)t * V, V);
+    for (int t = 0; t < n; t++) drafts[t] = pick_draft(pick, ctx, t, logits + (int64_t)t * V, NULL, 0, V);
 }
 
 /* Appends T entries; their outputs: every row's logits (logits_out), or the
@@ -550,12 +559,6 @@ void mtp_step_batch(mtp_rows *const *rs, int n, const int32_t *tokens, const flo
         memcpy(rs[i]->m, m_out + i * H, (size_t)H * sizeof(float));
         rs[i]->n++;
     }
-}
-
-int32_t mtp_redraft(mtp_rows *r) {
-    int32_t draft;
-    mtp_head_drafts(r->d, &r->sc, r->head_work, r->m, 1, r->logits, &draft);
-    return draft;
 }
 
 int32_t mtp_argmax(const float *logits, int n) { return (int32_t)kn_argmax_f32(logits, n); }

@@ -101,7 +101,7 @@ void mtp_rows_free(mtp_rows *r);
  * just their K/V, the same bits either way. No allocation. */
 void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, int T, float *logits_out);
 /* Appends as above, only the last entry running the whole layer: its output
- * m is left in r->m, for mtp_redraft or for a batch to score. */
+ * m is left in r->m, for a draft (mtp_head_drafts) to score. */
 void mtp_rows_append_m(mtp_rows *r, const int32_t *tokens, const float *hidden, int T);
 /* Bytes of scratch mtp_head_rows needs, for any drafter of target m. */
 size_t mtp_head_work_bytes(const nx_model *m);
@@ -114,11 +114,19 @@ size_t mtp_head_work_bytes(const nx_model *m);
  * mtp_head_work_bytes(d->target) bytes, 64-byte aligned (unused without a
  * screen: NULL will do). */
 void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits);
-/* mtp_head_rows' drafts: drafts[t] = the argmax of row t's draft logits
- * (mtp_argmax), the same ids, without writing rows of -inf where a screen
- * scores only its candidates. logits: [n][V] scratch (left unspecified). */
+/* A draft chooser for mtp_head_drafts: row t's draft from its logits, which
+ * hold the head's scores at cand[0..n) (ascending ids; the rest of the row is
+ * scratch) when a screen ranked the row, else (cand NULL) the whole row of n
+ * = V values, -inf beyond the draft vocabulary. Returns the draft, or -1 for
+ * the row's argmax. */
+typedef int32_t (*mtp_pick_fn)(void *ctx, int t, float *logits, const int32_t *cand, int n);
+
+/* mtp_head_rows' drafts: drafts[t] = pick's choice for row t, or (pick NULL,
+ * or it returns -1) the argmax of row t's draft logits (mtp_argmax), the same
+ * ids, without writing rows of -inf where a screen scores only its
+ * candidates. logits: [n][V] scratch (left unspecified). */
 void mtp_head_drafts(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits,
-                     int32_t *drafts);
+                     int32_t *drafts, mtp_pick_fn pick, void *ctx);
 /* One entry for each of n sequences (n <= MDL_CHUNK, one drafter): entry i
  * from tokens[i] and hidden[i] ([H]) appended to rs[i], all run as one chunk
  * in sc (u: [n][2H] scratch) so the head's layer is read once. Outputs m go
@@ -126,9 +134,6 @@ void mtp_head_drafts(const nx_drafter *d, mdl_scratch *sc, void *work, const flo
  * that one entry on rs[i] gives. */
 void mtp_step_batch(mtp_rows *const *rs, int n, const int32_t *tokens, const float *const *hidden, mdl_scratch *sc,
                     float *u, float *m_out);
-/* The draft from r->m (the last entry's output), through this drafter's
- * head (mtp_head_drafts; r->logits its scratch). */
-int32_t mtp_redraft(mtp_rows *r);
 
 /* Index of the largest value (ties to the lowest id, NaNs skipped:
  * kn_argmax_f32): a greedy draft. */

@@ -303,27 +303,43 @@ static void hidden_out(const nx_spec *s, nx_forward_out *fo, float *rows) {
 /* ---- drafts ------------------------------------------------------------------ */
 
 /* Draft j (position n+1+j) drawn from the head's draft logits ([V], processed
- * in place) under the session's sampling, with the history the target's
+ * in place; with a screen, only those at its candidates cand[0..n_cand) are
+ * read) under the session's sampling, with the history the target's
  * distribution at that position sees (hist[0..n+1+j): the sequence, b and
  * drafts 0..j-1), so that where the head matches the target Q = P and
  * every draft is accepted. Q is kept for the verify (spec §7.2). */
-static int32_t sample_draft(nx_spec *s, int j, float *logits) {
+static int32_t sample_draft(nx_spec *s, int j, float *logits, const int32_t *cand, int n_cand) {
     const nx_sampling *sp = &s->opts.sampling;
     const int64_t pos = s->n + 1 + j, V = s->m->cfg.vocab_size;
     const int32_t *ids;
     const float *probs;
-    const int n = smp_distribution(s->smp, sp, logits, s->hist, (int)pos, &ids, &probs);
+    const int n = cand ? smp_distribution_at(s->smp, sp, logits, cand, n_cand, s->hist, (int)pos, &ids, &probs)
+                       : smp_distribution(s->smp, sp, logits, s->hist, (int)pos, &ids, &probs);
     memcpy(s->q_ids + j * V, ids, (size_t)n * sizeof *ids);
     memcpy(s->q_probs + j * V, probs, (size_t)n * sizeof *probs);
     s->q_n[j] = n;
     return smp_draw(ids, probs, n, smp_uniform(sp->seed, pos, SMP_STREAM_DRAFT));
 }
 
+/* The chooser (mtp_pick_fn) of drafts j of sessions who[]: a draw where the
+ * session samples drafts, else the head's argmax. */
+typedef struct {
+    nx_spec *const *who;
+    int j;
+} draft_pick;
+
+static int32_t pick_for(void *ctx, int t, float *logits, const int32_t *cand, int n) {
+    const draft_pick *c = ctx;
+    nx_spec *s = c->who[t];
+    return s->sample_drafts ? sample_draft(s, c->j, logits, cand, n) : -1;
+}
+
 int32_t spec_head_draft(nx_spec *s, int j) {
     mtp_rows *r = &s->rows;
-    if (!s->sample_drafts) return mtp_redraft(r);
-    mtp_head_rows(r->d, &r->sc, r->head_work, r->m, 1, r->logits);
-    return sample_draft(s, j, r->logits);
+    int32_t draft;
+    draft_pick c = {&s, j};
+    mtp_head_drafts(r->d, &r->sc, r->head_work, r->m, 1, r->logits, &draft, pick_for, &c);
+    return draft;
 }
 
 /* A recursive step (spec §5.4): draft j from draft j-1 and the head's own
@@ -780,19 +796,10 @@ static int joins(const nx_spec_batch *b, const nx_spec *s, const nx_drafter *d) 
 
 /* Drafts j of sessions who[0..c) (one drafter) from their head outputs
  * m_rows ([c][H]), the head read once for all: each session's argmax, or its
- * draw where it samples drafts (the rows' logits are then filled whole). */
+ * draw where it samples drafts. */
 static void head_drafts(nx_spec_batch *b, nx_spec *const *who, int c, int j, const float *m_rows, int32_t *ids) {
-    const nx_drafter *d = who[0]->d;
-    const int64_t V = b->m->cfg.vocab_size;
-    int sampled = 0;
-    for (int k = 0; k < c; k++) sampled |= who[k]->sample_drafts;
-    if (!sampled) {
-        mtp_head_drafts(d, &b->sc, b->head_work, m_rows, c, b->logits, ids);
-        return;
-    }
-    mtp_head_rows(d, &b->sc, b->head_work, m_rows, c, b->logits);
-    for (int k = 0; k < c; k++)
-        ids[k] = who[k]->sample_drafts ? sample_draft(who[k], j, b->logits + k * V) : mtp_argmax(b->logits + k * V, (int)V);
+    draft_pick ctx = {who, j};
+    mtp_head_drafts(who[0]->d, &b->sc, b->head_work, m_rows, c, b->logits, ids, pick_for, &ctx);
 }
 
 /* The recursive drafts of sessions ss[0..n) (each past draft_start, its

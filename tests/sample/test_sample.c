@@ -565,6 +565,54 @@ static void test_fast_selection_paths_equal_a_full_sort_of_the_vocabulary(void) 
     nx_sampler_free(s);
 }
 
+/* smp_distribution_at over a list of candidates equals smp_distribution of
+ * the row with every other logit -inf -- the same ids and probs bit for bit
+ * (temperature alone, min-p, top-k with and without top-p, greedy, a list
+ * shorter than k, a bias and penalties on listed and unlisted ids) -- and,
+ * for a top-p without top-k (whose mass is summed over the list), the same
+ * ids with probs within 1e-6. */
+static void test_distribution_at_equals_the_row_with_the_rest_masked(void) {
+    enum { V = 50000 };
+    static float logits[V], dense[V], sparse[V];
+    static int32_t cand[V], ids_d[V];
+    static float probs_d[V];
+    struct { float temp; int top_k; float top_p, min_p; int n_cand; } cfg[] = {
+        {1.0f, 0, 1.0f, 0.0f, 2048}, {0.7f, 20, 0.8f, 0.0f, 2048}, {0.6f, 40, 1.0f, 0.1f, 2048},
+        {1.0f, 0, 1.0f, 0.05f, 1000}, {0.8f, 50, 1.0f, 0.0f, 30}, {0.0f, 0, 1.0f, 0.0f, 2048},
+        {1.0f, 0, 0.9f, 0.0f, 2048},
+    };
+    const nx_logit_bias bias[2] = {{7, 3.0f}, {11, -2.0f}};
+    const int32_t hist[4] = {7, 11, 40000, 7};
+    nx_sampler *s = new_sampler(V);
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        random_logits(logits, V, seed * 104729, seed % 2 ? 2.0f : 6.0f);
+        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+            uint64_t st = seed * 31 + c;
+            int n_cand = 0;   /* a random ascending subset, ids 7 and 11 (bias, history) among them */
+            for (int i = 0; i < V; i++)
+                if (i == 7 || i == 11 || test_unif(&st) < (double)cfg[c].n_cand / V) cand[n_cand++] = i;
+            nx_sampling p = nx_sampling_default();
+            p.temperature = cfg[c].temp, p.top_k = cfg[c].top_k, p.top_p = cfg[c].top_p, p.min_p = cfg[c].min_p;
+            p.logit_bias = bias, p.n_logit_bias = 2, p.repetition_penalty = 1.3f, p.presence_penalty = 0.5f;
+            for (int i = 0; i < V; i++) dense[i] = -INFINITY;
+            for (int j = 0; j < n_cand; j++) dense[cand[j]] = logits[cand[j]];
+            memcpy(sparse, logits, sizeof sparse);
+            const int32_t *ids;
+            const float *probs;
+            const int nd = smp_distribution(s, &p, dense, hist, 4, &ids, &probs);
+            memcpy(ids_d, ids, (size_t)nd * sizeof *ids), memcpy(probs_d, probs, (size_t)nd * sizeof *probs);
+            const int ns = smp_distribution_at(s, &p, sparse, cand, n_cand, hist, 4, &ids, &probs);
+            int same_ids = ns == nd && memcmp(ids, ids_d, (size_t)nd * sizeof *ids) == 0, close = same_ids;
+            for (int j = 0; close && j < nd; j++) close = fabsf(probs[j] - probs_d[j]) <= 1e-6f;
+            const int exact = same_ids && memcmp(probs, probs_d, (size_t)nd * sizeof *probs) == 0;
+            const int wide_top_p = p.top_k == 0 && p.top_p < 1.0f && p.temperature > 0;
+            CHECKF(wide_top_p ? close : exact, "seed %d config %d: %d candidates against %d (%s)", (int)seed, (int)c, ns,
+                   nd, same_ids ? "probs differ" : "ids differ");
+        }
+    }
+    nx_sampler_free(s);
+}
+
 static void test_sample_never_allocates(void) {
     /* The real vocabulary size; every path, under the no-allocation guard
      * (which aborts the program on any allocation). */
@@ -633,6 +681,10 @@ static const nx_test tests[] = {
     {"fast_selection_paths_equal_a_full_sort_of_the_vocabulary",
      "vocab 50000, many seeds: heap/radix paths give the reference's ids and probs bit for bit",
      test_fast_selection_paths_equal_a_full_sort_of_the_vocabulary},
+    {"distribution_at_equals_the_row_with_the_rest_masked",
+     "smp_distribution_at over 30-2048 candidates == smp_distribution of the row masked to them, bit for bit (top-p "
+     "alone: the same ids, probs within 1e-6); bias and penalties on listed ids",
+     test_distribution_at_equals_the_row_with_the_rest_masked},
     {"sample_never_allocates", "nx_sample on a 248320 vocab under the no-allocation guard",
      test_sample_never_allocates},
 };

@@ -360,9 +360,35 @@ static void a_screened_draft_scores_k_rows_of_the_head(void) {
     nx_model_free(m);
 }
 
+/* A chooser (mtp_pick_fn) that checks what it is handed against the rows of
+ * mtp_head_rows (rows[t]: -inf off the screen's candidates) and picks the
+ * last candidate, or -1 (the argmax) for row 2. */
+typedef struct {
+    const float *rows;
+    int V, ok, calls;
+} pick_check;
+
+static int32_t pick_last(void *ctx, int t, float *logits, const int32_t *cand, int n) {
+    pick_check *c = ctx;
+    const float *row = c->rows + (long)t * c->V;
+    c->calls++;
+    if (!cand) {   /* the whole row: as mtp_head_rows gives it */
+        c->ok &= n == c->V && memcmp(logits, row, (size_t)c->V * sizeof *row) == 0;
+        return t == 2 ? -1 : c->V - 1;
+    }
+    int finite = 0, at = 1;   /* cand: the row's finite entries, ascending, with their values */
+    for (int v = 0; v < c->V; v++) finite += !isinf(row[v]);
+    for (int i = 0; i < n; i++)
+        at &= (i == 0 || cand[i] > cand[i - 1]) && memcmp(&logits[cand[i]], &row[cand[i]], sizeof *row) == 0;
+    c->ok &= n == finite && at;
+    return t == 2 ? -1 : cand[n - 1];
+}
+
 /* Rows scored together through a screen: a row with a NaN is scored over the
  * whole head on its own; the others' logits are what they get alone; and
- * mtp_head_drafts gives each row's argmax of those logits. */
+ * mtp_head_drafts gives each row's argmax of those logits, or hands a
+ * chooser each row's candidates (the whole row for the NaN one) and takes
+ * its pick. */
 static void a_row_the_screen_cannot_rank_goes_over_the_whole_head(void) {
     nx_model *m = nx_test_model(MODEL, 2);
     nx_drafter *d = m ? drafter_with(m, 0, 0, 32) : NULL;
@@ -386,10 +412,17 @@ static void a_row_the_screen_cannot_rank_goes_over_the_whole_head(void) {
     /* the drafts alone (no -inf rows written): each row's argmax */
     float *scratch = malloc((size_t)3 * V * sizeof *scratch);
     int32_t ids[3];
-    mtp_head_drafts(d, &r.sc, r.head_work, x, 3, scratch, ids);
+    mtp_head_drafts(d, &r.sc, r.head_work, x, 3, scratch, ids, NULL, NULL);
     for (int t = 0; t < 3; t++)
         CHECKF(ids[t] == mtp_argmax(together + (long)t * V, V), "row %d: draft %d, the logits' argmax %d", t, ids[t],
                mtp_argmax(together + (long)t * V, V));
+    pick_check c = {together, V, 1, 0};
+    int32_t picked[3];
+    mtp_head_drafts(d, &r.sc, r.head_work, x, 3, scratch, picked, pick_last, &c);
+    int last0 = V - 1;
+    while (last0 > 0 && isinf(together[last0])) last0--;
+    CHECKF(c.ok && c.calls == 3 && picked[0] == last0 && picked[1] == V - 1 && picked[2] == ids[2],
+           "chooser: ok %d, %d calls, picks %d %d %d", c.ok, c.calls, picked[0], picked[1], picked[2]);
     free(x), free(together), free(alone), free(scratch);
     mtp_rows_free(&r);
 done:
@@ -461,7 +494,8 @@ static const nx_test tests[] = {
      "hidden 96 refused",
      a_screened_draft_scores_k_rows_of_the_head},
     {"a_row_the_screen_cannot_rank_goes_over_the_whole_head",
-     "three rows through a screen, one with a NaN: that one over the whole head, the others as alone; drafts = argmaxes",
+     "three rows through a screen, one with a NaN: that one over the whole head, the others as alone; drafts = argmaxes; "
+     "a chooser is handed each row's candidates and values (the whole row for the NaN one) and its picks are taken",
      a_row_the_screen_cannot_rank_goes_over_the_whole_head},
     {"auto_screens_only_a_head_too_big_for_a_cache",
      "NX_DRAFT_SCREEN_AUTO: k for 64 MiB+ bf16 / q4 heads; none for an 8 MB head or 1000 columns",

@@ -449,23 +449,33 @@ static void target_probs(nx_model *m, nx_sampler *smp, const nx_sampling *sp, co
  * the next round) have the joint distribution the target gives them;
  * chi-square against the expected counts. Plain temperature, and a top-k
  * with a repetition penalty (P and Q then have different supports, and the
- * drafts' history matters). The tiny fixture's random head disagrees with
- * the target, so acceptances, rejections and residual draws all happen. */
+ * drafts' history matters); sampled drafts also through a screen of 4 of
+ * the 8 rows (Q over the screen's candidates, smp_distribution_at; P has
+ * tokens Q lacks). The tiny fixture's random head disagrees with the
+ * target, so acceptances, rejections and residual draws all happen. */
 static void rejection_sampling_keeps_the_target_distribution(void) {
     const char *dir = nx_test_fixture("spec-vocab8", "--preset tiny --seed 9 --vocab 8");
     nx_model *m = nx_test_model(dir, 2);
-    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
-    if (!d) return;
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL, *screened = NULL;
+    char err[512];
+    nx_drafter_opts so = {.draft_screen = 4};
+    if (d) CHECKF(nx_drafter_load(m, NULL, &so, &screened, err, sizeof err) == NX_OK, "%s", err);
+    if (!screened) {
+        nx_drafter_free(d);
+        nx_model_free(m);
+        return;
+    }
+    CHECK(nx_drafter_screen_k(screened) == 4);
     enum { V = 8, SEEDS = 2000, P = 5 };
     const int32_t prompt[P] = {1, 4, 2, 6, 3};
-    char err[512];
     nx_sampler *smp = NULL;
     CHECK(nx_sampler_new(V, &smp, err, sizeof err) == NX_OK);
-    for (int cfg = 0; smp && cfg < 4; cfg++) {
+    for (int cfg = 0; smp && cfg < 6; cfg++) {
         nx_sampling sp = nx_sampling_default();
         sp.temperature = 1.0f;
         if (cfg & 1) sp.temperature = 1.5f, sp.top_k = 5, sp.repetition_penalty = 1.3f;
-        const nx_draft_pick pick = cfg & 2 ? NX_DRAFT_PICK_SAMPLE : NX_DRAFT_PICK_ARGMAX;
+        const nx_draft_pick pick = cfg >= 2 ? NX_DRAFT_PICK_SAMPLE : NX_DRAFT_PICK_ARGMAX;
+        nx_drafter *dc = cfg >= 4 ? screened : d;
         /* expected joint of (t1, t2) given b: p1[b][t1] * p2[b][t1][t2] */
         static double p1[V][V], p2[V][V][V];
         for (int b = 0; b < V; b++) {
@@ -485,7 +495,7 @@ static void rejection_sampling_keeps_the_target_distribution(void) {
         for (uint64_t seed = 0; seed < SEEDS; seed++) {
             sp.seed = seed;
             nx_spec_opts o = {.draft = 2, .accept = NX_ACCEPT_REJECTION, .draft_pick = pick, .sampling = sp};
-            nx_status st = s ? nx_spec_renew(s, &o, err, sizeof err) : nx_spec_new(m, d, 16, &o, &s, err, sizeof err);
+            nx_status st = s ? nx_spec_renew(s, &o, err, sizeof err) : nx_spec_new(m, dc, 16, &o, &s, err, sizeof err);
             CHECKF(st == NX_OK, "%s", err);
             if (st) break;
             int32_t out[8], dr[2];
@@ -521,9 +531,9 @@ static void rejection_sampling_keeps_the_target_distribution(void) {
             for (int k = 0; k < V; k++) most = first_drafts[b][k] > most ? first_drafts[b][k] : most, sum += first_drafts[b][k];
             drawn += sum - most;
         }
-        printf("  %s drafts, temperature %.1f top-k %d: chi2 %.1f (df %d, critical %.1f at p=0.001); drafts accepted "
+        printf("  %s%s drafts, temperature %.1f top-k %d: chi2 %.1f (df %d, critical %.1f at p=0.001); drafts accepted "
                "%lld / %lld, %lld / %lld; %d first drafts not the usual one\n",
-               pick == NX_DRAFT_PICK_SAMPLE ? "sampled" : "argmax", sp.temperature, sp.top_k, chi2, df, crit,
+               pick == NX_DRAFT_PICK_SAMPLE ? "sampled" : "argmax", dc == screened ? " screened" : "", sp.temperature, sp.top_k, chi2, df, crit,
                (long long)total.hits[0], (long long)total.tried[0], (long long)total.hits[1], (long long)total.tried[1], drawn);
         CHECKF(df >= 20 && chi2 < crit, "cfg %d: chi2 %.1f, df %d", cfg, chi2, df);
         /* both outcomes at both depths, so acceptance and the residual both ran */
@@ -534,6 +544,7 @@ static void rejection_sampling_keeps_the_target_distribution(void) {
         CHECKF(pick == NX_DRAFT_PICK_SAMPLE ? drawn > SEEDS / 10 : drawn == 0, "cfg %d: %d drafts off the usual", cfg, drawn);
     }
     nx_sampler_free(smp);
+    nx_drafter_free(screened);
     nx_drafter_free(d);
     nx_model_free(m);
 }
@@ -1017,8 +1028,9 @@ static const nx_test tests[] = {
      copy_head_is_always_accepted},
     {"match_mode_equals_plain_sampling", "match acceptance: sampled output identical to plain sampling for 20 seeds", match_mode_equals_plain_sampling},
     {"rejection_sampling_keeps_the_target_distribution",
-     "rejection sampling, argmax and sampled drafts, temperature alone and with top-k and a repetition penalty: the "
-     "two tokens after the first follow the target's joint distribution (chi-square, 2000 seeds)",
+     "rejection sampling, argmax and sampled drafts (also through a screen of 4 of 8 rows), temperature alone and with "
+     "top-k and a repetition penalty: the two tokens after the first follow the target's joint distribution "
+     "(chi-square, 2000 seeds)",
      rejection_sampling_keeps_the_target_distribution},
     {"logit_bias_shapes_the_output_and_drafts_keep_it_exact",
      "with a logit bias, K = 1..3 greedy and matched output equal plain; banned ids never come; bad entries refused",
