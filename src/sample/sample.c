@@ -35,6 +35,11 @@ struct nx_sampler {
     float *probs;      /* output: their weights, then their probabilities        */
     float *weight;     /* weight[id] = kn_exp(x - xmax), filled by collect_*     */
     float *gather;     /* smp_distribution_at's candidates' logits               */
+    float xmax;        /* the tempered row's max (softmax)                       */
+    int softmax;       /* smp_process: 1 a softmax follows, 0 greedy             */
+    int weighed;       /* smp_prob filled weight[] and row_sum for this row      */
+    double row_sum;
+    const float *processed;   /* the row smp_process left for smp_list / smp_prob */
 };
 
 /* ---- Counter-based RNG --------------------------------------------------
@@ -254,8 +259,8 @@ static int collect_sorted(nx_sampler *s, const float *x, int n_x, float xmax, fl
  * w = kn_exp(x - xmax) is > 0 and >= keep_min goes to ids[] and probs[] in
  * id order (contract 3), with no sort: the weights on vectors, then one
  * branch-free pass that keeps them. */
-static int collect_by_id(nx_sampler *s, const float *x, int n_x, float xmax, float keep_min) {
-    kn_exp_sum_f32(s->weight, x, n_x, xmax);
+static int collect_by_id(nx_sampler *s, const float *x, int n_x, float xmax, float keep_min, double *row_sum) {
+    *row_sum = s->weighed ? s->row_sum : kn_exp_sum_f32(s->weight, x, n_x, xmax);   /* smp_prob's, if it ran */
     int n = 0;
     for (int i = 0; i < n_x; i++) {
         const float w = s->weight[i];
@@ -306,33 +311,42 @@ static void normalize(nx_sampler *s, int n) {
     for (int j = 0; j < n; j++) s->probs[j] = (float)(s->probs[j] / sum);
 }
 
-/* Steps b-h over x[0..n) -- the row, or the logits of a list of candidates
- * (smp_distribution_at), the bias and penalties already applied -- into
- * ids (positions in x) and probs. Top-k is on when 0 < top_k < the
- * vocabulary, whatever n: a list shorter than k keeps its rank order. */
-static int process(nx_sampler *s, const nx_sampling *p, float *x, int n_x) {
-    float temp = p->temperature;
-    if (!(temp > 0.0f)) {
-        s->ids[0] = (int32_t)kn_argmax_f32(x, n_x);   /* ties to the lowest id; NaN never wins */
-        s->probs[0] = 1.0f;
-        return 1;
-    }
+/* Steps b and c over x[0..n_x) in place: 1 if a softmax follows (s->xmax
+ * its max), 0 if the distribution is greedy -- temperature 0, everything
+ * masked (-inf), or a tiny temperature that overflowed to +inf (softmax is
+ * undefined there, and the limit is greedy). NaN becomes -inf so it can
+ * never be drawn, and -0 becomes +0 (the kernel's twins and the ranks agree
+ * on zeros). */
+static int temper(nx_sampler *s, const nx_sampling *p, float *x, int n_x) {
+    if (!(p->temperature > 0.0f)) return 0;
+    s->xmax = kn_temper_f32(x, n_x, p->temperature);
+    return s->xmax > -INFINITY && s->xmax < INFINITY;
+}
 
-    /* c. temperature, in place; NaN becomes -inf so it can never be drawn
-     * (and -0 becomes +0: the kernel's twins and the ranks agree on zeros). */
-    const float xmax = kn_temper_f32(x, n_x, temp);
-    /* Everything masked (-inf), or a tiny temperature overflowed to +inf:
-     * softmax is undefined, and the limit is greedy. */
-    if (!(xmax > -INFINITY && xmax < INFINITY)) {
-        s->ids[0] = (int32_t)kn_argmax_f32(x, n_x);
-        s->probs[0] = 1.0f;
-        return 1;
-    }
-    int use_top_p = p->top_p < 1.0f;
-    /* min-p is relative to p_max, and the best token's weight is kn_exp(0) = 1,
-     * so "p >= min_p * p_max" is "w >= min_p"; above 1 it would drop the best
-     * token too, so it is clamped (keeping exactly one token). */
-    float keep_min = p->min_p > 0.0f ? fminf(p->min_p, 1.0f) : 0.0f;
+/* The greedy list: the argmax (ties to the lowest position; NaN never wins). */
+static int list_greedy(nx_sampler *s, const float *x, int n_x) {
+    s->ids[0] = (int32_t)kn_argmax_f32(x, n_x);
+    s->probs[0] = 1.0f;
+    return 1;
+}
+
+/* min-p is relative to p_max, and the best token's weight is kn_exp(0) = 1,
+ * so "p >= min_p * p_max" is "w >= min_p"; above 1 it would drop the best
+ * token too, so it is clamped (keeping exactly one token). */
+static float min_p_weight(const nx_sampling *p) { return p->min_p > 0.0f ? fminf(p->min_p, 1.0f) : 0.0f; }
+
+/* 1 if p ranks (top-k or top-p); else the candidates come in id order. */
+static int ranks(const nx_sampler *s, const nx_sampling *p) {
+    return (p->top_k > 0 && p->top_k < s->vocab) || p->top_p < 1.0f;
+}
+
+/* Steps d-h over tempered x[0..n_x) (s->xmax its max) -- the row, or the
+ * logits of a list of candidates (smp_distribution_at) -- into ids
+ * (positions in x) and probs. Top-k is on when 0 < top_k < the vocabulary,
+ * whatever n_x: a list shorter than k keeps its rank order. */
+static int list_softmax(nx_sampler *s, const nx_sampling *p, const float *x, int n_x) {
+    const float xmax = s->xmax, keep_min = min_p_weight(p);
+    const int use_top_p = p->top_p < 1.0f;
 
     /* d-f. Candidates (in the fixed order where top-k or top-p ranks them),
      * with weights w = kn_exp(x - xmax) (the softmax numerators; the max is
@@ -351,9 +365,13 @@ static int process(nx_sampler *s, const nx_sampling *p, float *x, int n_x) {
         }
     } else if (!use_top_p) {
         /* temperature alone, or with min-p: no rank needed, no sort; the
-         * filters g and h are done */
-        n = collect_by_id(s, x, n_x, xmax, keep_min);
-        normalize(s, n);
+         * filters g and h are done. Alone, the normalizer is the row's sum
+         * (what smp_prob divides by); with min-p, the kept weights'. */
+        double row_sum;
+        n = collect_by_id(s, x, n_x, xmax, keep_min, &row_sum);
+        if (keep_min > 0.0f) normalize(s, n);
+        else
+            for (int j = 0; j < n; j++) s->probs[j] = (float)(s->probs[j] / row_sum);
         return n;
     } else {
         int m = select_top(s, x, n_x, SMP_NUCLEUS_FAST);
@@ -380,17 +398,47 @@ static int process(nx_sampler *s, const nx_sampling *p, float *x, int n_x) {
     return n;
 }
 
+/* Steps a-c on a row of the vocabulary, in place; s->softmax says which
+ * list follows. */
+static void process_row(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *history, int n_history) {
+    apply_logit_bias(s, p, logits);
+    apply_penalties(s, p, logits, history, n_history);
+    s->softmax = temper(s, p, logits, s->vocab);
+}
+
+void smp_process(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *history, int n_history) {
+    assert(s && p && logits && n_history >= 0 && (history || n_history == 0));
+    process_row(s, p, logits, history, n_history);
+    s->processed = logits;
+    s->weighed = 0;
+}
+
+double smp_prob(nx_sampler *s, const nx_sampling *p, const float *logits, int32_t id) {
+    assert(logits == s->processed && id >= 0 && id < s->vocab);
+    if (!s->softmax || ranks(s, p) || min_p_weight(p) > 0.0f) return -1.0;
+    if (!s->weighed) {   /* the weights a list would compute: kept for smp_list */
+        s->row_sum = kn_exp_sum_f32(s->weight, logits, s->vocab, s->xmax);
+        s->weighed = 1;
+    }
+    return (float)(s->weight[id] / s->row_sum);
+}
+
+int smp_list(nx_sampler *s, const nx_sampling *p, const float *logits, const int32_t **ids, const float **probs) {
+    assert(logits == s->processed);
+    *ids = s->ids;
+    *probs = s->probs;
+    s->processed = NULL;
+    const int n = s->softmax ? list_softmax(s, p, logits, s->vocab) : list_greedy(s, logits, s->vocab);
+    s->weighed = 0;
+    return n;
+}
+
 int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
                      const int32_t *history, int n_history,
                      const int32_t **ids, const float **probs) {
     assert(s && p && logits && ids && probs);
-    assert(n_history >= 0 && (history || n_history == 0));
-    *ids = s->ids;
-    *probs = s->probs;
-    /* a. logit bias, then penalties */
-    apply_logit_bias(s, p, logits);
-    apply_penalties(s, p, logits, history, n_history);
-    return process(s, p, logits, s->vocab);
+    smp_process(s, p, logits, history, n_history);
+    return smp_list(s, p, logits, ids, probs);
 }
 
 int smp_distribution_at(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *cand, int n_cand,
@@ -399,10 +447,12 @@ int smp_distribution_at(nx_sampler *s, const nx_sampling *p, float *logits, cons
     assert(n_history >= 0 && (history || n_history == 0));
     *ids = s->ids;
     *probs = s->probs;
+    s->processed = NULL, s->weighed = 0;
     apply_logit_bias(s, p, logits);
     apply_penalties(s, p, logits, history, n_history);
     for (int j = 0; j < n_cand; j++) s->gather[j] = logits[cand[j]];
-    const int n = process(s, p, s->gather, n_cand);
+    const int n = temper(s, p, s->gather, n_cand) ? list_softmax(s, p, s->gather, n_cand)
+                                                   : list_greedy(s, s->gather, n_cand);
     for (int j = 0; j < n; j++) s->ids[j] = cand[s->ids[j]];
     return n;
 }

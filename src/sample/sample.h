@@ -29,7 +29,9 @@
  *        h. drop tokens of probability 0 and renormalize: divide by the
  *           sum, in double, of the listed weights -- the first n & ~7 in
  *           eight lanes by position j % 8, the lanes added ((0+4) + (1+5))
- *           + ((2+6) + (3+7)), then the rest in order.
+ *           + ((2+6) + (3+7)), then the rest in order; for temperature
+ *           alone, the sum of the whole row's weights as kn_sum_exp_f32
+ *           adds them (so one token's probability needs no list).
  *   3. The order: with top-k or top-p, the fixed order -- descending
  *      processed logit x (so descending probability), ties to the lower id;
  *      top-k and top-p select in it. Without either (temperature alone, or
@@ -78,13 +80,25 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
                      const int32_t *history, int n_history,
                      const int32_t **ids, const float **probs);
 
+/* smp_distribution in two steps, for a caller that may need one token's
+ * probability only (a verify that accepts the draft): smp_process applies
+ * steps a-c to logits in place; then smp_prob gives P(id) where that needs
+ * no list -- temperature alone: no top-k, top-p or min-p -- or -1, and
+ * smp_list gives the candidates as smp_distribution would (P(id) from
+ * smp_prob is the very float smp_list lists for id). Both take the row
+ * smp_process last processed; smp_list ends it. */
+void smp_process(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *history, int n_history);
+double smp_prob(nx_sampler *s, const nx_sampling *p, const float *logits, int32_t id);
+int smp_list(nx_sampler *s, const nx_sampling *p, const float *logits, const int32_t **ids, const float **probs);
+
 /* smp_distribution of the row with every logit outside cand[0..n_cand)
  * (ascending ids, n_cand >= 1) taken as -inf, reading only those: the bias
  * and penalties go to logits in place, then the candidates' logits are
  * gathered and processed (the row is not tempered). The same candidates,
- * order and weights as the full row would give, but for a top-p without
- * top-k, whose mass is summed over the list instead of the row (other
- * bits). For a screened draft: 2048 logits instead of 248k. */
+ * order and weights as the full row would give; without top-k, the sums
+ * (top-p's mass, temperature alone's normalizer) run over the list instead
+ * of the row (other rounding). For a screened draft: 2048 logits instead of
+ * 248k. */
 int smp_distribution_at(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *cand, int n_cand,
                         const int32_t *history, int n_history, const int32_t **ids, const float **probs);
 

@@ -579,21 +579,29 @@ static int accept_at(nx_spec *s, float *vlogits, int j, int32_t *c) {
      * min(1, P(d)/Q(d)), else draw from the residual max(0, P - Q). Q is
      * the head's distribution d was drawn from, or one-hot at d for an
      * argmax draft (accept with probability P(d), else draw from P with d
-     * removed). q_dense holds Q by id while the residual is computed. */
-    const int32_t *ids;
-    const float *probs;
-    int n = smp_distribution(s->smp, sp, logits, s->hist, hist_n, &ids, &probs);
+     * removed). q_dense holds Q by id while the residual is computed. P's
+     * list is made only when P(d) needs it, or for the residual. */
+    const int32_t *ids = NULL;
+    const float *probs = NULL;
     const int32_t d = s->drafts[j];
+    int n = 0;
+    smp_process(s->smp, sp, logits, s->hist, hist_n);
+    double pd = smp_prob(s->smp, sp, logits, d);   /* -1: only the list tells */
+    if (pd < 0) {
+        n = smp_list(s->smp, sp, logits, &ids, &probs);
+        pd = 0;
+        for (int i = 0; i < n; i++)
+            if (ids[i] == d) pd = probs[i];
+    }
     const float one = 1.0f;
     const int nq = s->q_n[j] ? s->q_n[j] : 1;
     const int32_t *q_ids = s->q_n[j] ? s->q_ids + (size_t)j * V : &d;
     const float *q_probs = s->q_n[j] ? s->q_probs + (size_t)j * V : &one;
-    double pd = 0, qd = 0, total = 0;
-    for (int i = 0; i < n; i++)
-        if (ids[i] == d) pd = probs[i];
+    double qd = 0, total = 0;
     for (int i = 0; i < nq; i++)
         if (q_ids[i] == d) qd = q_probs[i];
     if (smp_uniform(sp->seed, pos, SMP_STREAM_ACCEPT) * qd < pd) return 1;
+    if (!ids) n = smp_list(s->smp, sp, logits, &ids, &probs);
     for (int i = 0; i < nq; i++) s->q_dense[q_ids[i]] = q_probs[i];
     for (int i = 0; i < n; i++) {
         const float r = probs[i] - s->q_dense[ids[i]];

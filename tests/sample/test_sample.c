@@ -89,7 +89,12 @@ static int ref_distribution(const float *logits, int V, const nx_sampling *p,
             float w = kn_exp(x[i] - xmax);
             if (w > 0.0f && w >= keep_min) ids[n] = i, probs[n++] = w;
         }
-        ref_normalize(probs, n);
+        if (keep_min > 0.0f) {
+            ref_normalize(probs, n);
+        } else {   /* temperature alone: the row's sum */
+            const double sum = kn_sum_exp_f32_ref(x, V, xmax);
+            for (int j = 0; j < n; j++) probs[j] = (float)(probs[j] / sum);
+        }
         if (within_1024) *within_1024 = 1;
         return n;
     }
@@ -567,10 +572,10 @@ static void test_fast_selection_paths_equal_a_full_sort_of_the_vocabulary(void) 
 
 /* smp_distribution_at over a list of candidates equals smp_distribution of
  * the row with every other logit -inf -- the same ids and probs bit for bit
- * (temperature alone, min-p, top-k with and without top-p, greedy, a list
- * shorter than k, a bias and penalties on listed and unlisted ids) -- and,
- * for a top-p without top-k (whose mass is summed over the list), the same
- * ids with probs within 1e-6. */
+ * (min-p, top-k with and without top-p, greedy, a list shorter than k, a
+ * bias and penalties on listed and unlisted ids) -- and, without top-k
+ * (top-p's mass and temperature alone's normalizer summed over the list),
+ * the same ids with probs within 1e-6. */
 static void test_distribution_at_equals_the_row_with_the_rest_masked(void) {
     enum { V = 50000 };
     static float logits[V], dense[V], sparse[V];
@@ -605,10 +610,55 @@ static void test_distribution_at_equals_the_row_with_the_rest_masked(void) {
             int same_ids = ns == nd && memcmp(ids, ids_d, (size_t)nd * sizeof *ids) == 0, close = same_ids;
             for (int j = 0; close && j < nd; j++) close = fabsf(probs[j] - probs_d[j]) <= 1e-6f;
             const int exact = same_ids && memcmp(probs, probs_d, (size_t)nd * sizeof *probs) == 0;
-            const int wide_top_p = p.top_k == 0 && p.top_p < 1.0f && p.temperature > 0;
-            CHECKF(wide_top_p ? close : exact, "seed %d config %d: %d candidates against %d (%s)", (int)seed, (int)c, ns,
+            const int list_sums = p.top_k == 0 && (p.top_p < 1.0f || p.min_p == 0.0f) && p.temperature > 0;
+            CHECKF(list_sums ? close : exact, "seed %d config %d: %d candidates against %d (%s)", (int)seed, (int)c, ns,
                    nd, same_ids ? "probs differ" : "ids differ");
         }
+    }
+    nx_sampler_free(s);
+}
+
+/* smp_process + smp_prob: for temperature alone, P(id) without a list, the
+ * very float smp_list then lists for it (0 for a masked token), on a row
+ * with a bias, penalties and masked tokens; -1 (a list is needed) with
+ * top-k, top-p or min-p, or greedy. smp_process + smp_list ==
+ * smp_distribution. */
+static void test_one_probability_without_the_list(void) {
+    enum { V = 50000 };
+    static float logits[V], a[V], b[V];
+    const nx_logit_bias bias[1] = {{42, 2.5f}};
+    const int32_t hist[3] = {42, 9, 9};
+    nx_sampler *s = new_sampler(V);
+    random_logits(logits, V, 777, 3.0f);
+    for (int i = 5; i < V; i += 97) logits[i] = -INFINITY;
+    struct { float temp; int top_k; float top_p, min_p; int direct; } cfg[] = {
+        {1.0f, 0, 1.0f, 0.0f, 1}, {0.6f, 0, 1.0f, 0.0f, 1}, {1.0f, 20, 1.0f, 0.0f, 0},
+        {1.0f, 0, 0.9f, 0.0f, 0}, {1.0f, 0, 1.0f, 0.05f, 0}, {0.0f, 0, 1.0f, 0.0f, 0},
+    };
+    const int32_t probe[5] = {42, 9, 5, 0, V - 1};
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        nx_sampling p = nx_sampling_default();
+        p.temperature = cfg[c].temp, p.top_k = cfg[c].top_k, p.top_p = cfg[c].top_p, p.min_p = cfg[c].min_p;
+        p.logit_bias = bias, p.n_logit_bias = 1, p.frequency_penalty = 0.4f;
+        memcpy(a, logits, sizeof a), memcpy(b, logits, sizeof b);
+        const int32_t *ids, *ids2;
+        const float *probs, *probs2;
+        smp_process(s, &p, a, hist, 3);
+        double pr[5];
+        for (int k = 0; k < 5; k++) pr[k] = smp_prob(s, &p, a, probe[k]);
+        const int n = smp_list(s, &p, a, &ids, &probs);
+        int ok = 1;
+        for (int k = 0; k < 5; k++) {
+            double want = 0.0;   /* as listed, or 0 when not listed */
+            for (int j = 0; j < n; j++)
+                if (ids[j] == probe[k]) want = probs[j];
+            ok &= cfg[c].direct ? pr[k] == want : pr[k] == -1.0;
+        }
+        const int32_t first = ids[0];
+        const float p0 = probs[0];
+        const int n2 = smp_distribution(s, &p, b, hist, 3, &ids2, &probs2);
+        CHECKF(ok && n2 == n && ids2[0] == first && probs2[0] == p0, "config %d: smp_prob disagrees with the list",
+               (int)c);
     }
     nx_sampler_free(s);
 }
@@ -681,9 +731,13 @@ static const nx_test tests[] = {
     {"fast_selection_paths_equal_a_full_sort_of_the_vocabulary",
      "vocab 50000, many seeds: heap/radix paths give the reference's ids and probs bit for bit",
      test_fast_selection_paths_equal_a_full_sort_of_the_vocabulary},
+    {"one_probability_without_the_list",
+     "smp_prob (temperature alone) == the float smp_list lists for the id, 0 for a masked one; -1 with top-k, top-p, "
+     "min-p or greedy; process + list == smp_distribution",
+     test_one_probability_without_the_list},
     {"distribution_at_equals_the_row_with_the_rest_masked",
-     "smp_distribution_at over 30-2048 candidates == smp_distribution of the row masked to them, bit for bit (top-p "
-     "alone: the same ids, probs within 1e-6); bias and penalties on listed ids",
+     "smp_distribution_at over 30-2048 candidates == smp_distribution of the row masked to them, bit for bit (without "
+     "top-k, sums over the list: the same ids, probs within 1e-6); bias and penalties on listed ids",
      test_distribution_at_equals_the_row_with_the_rest_masked},
     {"sample_never_allocates", "nx_sample on a 248320 vocab under the no-allocation guard",
      test_sample_never_allocates},
