@@ -2,10 +2,12 @@
 // `nextn serve` (or any OpenAI-compatible server), with Node's own fetch (no
 // packages needed).
 //
-//   node bench/bench_serve.mjs http://127.0.0.1:8080 [--parallel 1,4,8] [--tokens 64] [--rounds 2] [--turns 5] [--key KEY]
+//   node bench/bench_serve.mjs http://127.0.0.1:8080 [--parallel 1,4,8] [--tokens 64] [--rounds 2] [--turns 5]
+//                              [--temperature 0] [--key KEY]
 //
 // For each parallel count P it sends P streaming chat requests at once
-// (greedy, distinct prompts, `--tokens` each, rounds times) and prints the
+// (greedy, or sampled at --temperature without a seed, distinct prompts,
+// `--tokens` each, rounds times) and prints the
 // aggregate generated tokens per second (usage.completion_tokens over the
 // wall time of the round, prefill included; the best round), the same over
 // the server's decode time only (nextn's /metrics counters) and the median
@@ -16,7 +18,8 @@
 const args = process.argv.slice(2);
 const base = args[0];
 if (!base || base.startsWith('--')) {
-  console.error('usage: node bench/bench_serve.mjs URL [--parallel 1,4,8] [--tokens 64] [--rounds 2] [--turns 5] [--key KEY]');
+  console.error('usage: node bench/bench_serve.mjs URL [--parallel 1,4,8] [--tokens 64] [--rounds 2] [--turns 5] '
+    + '[--temperature 0] [--key KEY]');
   process.exit(2);
 }
 const opt = (name, dflt) => {
@@ -28,6 +31,7 @@ const tokens = Number(opt('tokens', '64'));
 const rounds = Number(opt('rounds', '2'));
 const turns = Number(opt('turns', '5'));
 const key = opt('key', 'none');
+const temperature = Number(opt('temperature', '0'));
 
 // One streaming chat request: { ttft (ms), completion tokens, reply text }.
 async function chat(messages, maxTokens) {
@@ -35,7 +39,7 @@ async function chat(messages, maxTokens) {
   const r = await fetch(`${base}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${key}` },
-    body: JSON.stringify({ messages, max_tokens: maxTokens, temperature: 0, stream: true,
+    body: JSON.stringify({ messages, max_tokens: maxTokens, temperature, stream: true,
       stream_options: { include_usage: true }, chat_template_kwargs: { enable_thinking: false } }),
   });
   if (!r.ok) throw new Error(`HTTP ${r.status}: ${await r.text()}`);
