@@ -2,10 +2,12 @@
  *
  * The file follows one call: the counter-based RNG, logit bias and
  * penalties, greedy, then the candidate selection that keeps sampling cheap
- * on a 248320-token vocab, then the filters and the draw. Every path that
- * builds a candidate list produces the same list a full sort of the
- * vocabulary would: the fast paths only avoid sorting tokens that cannot
- * survive. */
+ * on a 248320-token vocab, then the filters and the draw. Where top-k or
+ * top-p ranks the tokens, every path that builds a candidate list produces
+ * the same list a full sort of the vocabulary would: the fast paths only
+ * avoid sorting tokens that cannot survive; without them the list is in id
+ * order and nothing is sorted. The passes over the whole row (temperature,
+ * selection, weights) are vector kernels with scalar twins (kernels/). */
 #include "sample/sample.h"
 
 #include <assert.h>

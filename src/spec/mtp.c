@@ -456,8 +456,8 @@ static int32_t pick_draft(mtp_pick_fn pick, void *ctx, int t, float *logits, con
 }
 
 /* Draft logits of n rows through the screen (above), or with drafts, each
- * row's draft (its argmax) without the -inf fill: logits then hold sketch
- * scores beyond the candidates. A row the sketch cannot rank (a value that
+ * row's draft (pick_draft: the chooser's, or the argmax) without the -inf
+ * fill: logits then hold sketch scores beyond the candidates. A row the sketch cannot rank (a value that
  * is not finite) is scored over the whole head on its own, so that no row's
  * draft depends on the others in the call. The candidates' pass over the
  * sketch scores runs on the pool too, each thread over the scores it has
