@@ -38,7 +38,7 @@ struct nx_sampler {
     float *weight;     /* weight[id] = kn_exp(x - xmax), filled by collect_*     */
     float *gather;     /* smp_distribution_at's candidates' logits               */
     float xmax;        /* the tempered row's max (softmax)                       */
-    int softmax;       /* smp_process: 1 a softmax follows, 0 greedy             */
+    int softmax;       /* the last temper: 1 a softmax follows, 0 greedy         */
     int weighed;       /* smp_prob filled weight[] and row_sum for this row      */
     double row_sum;
     const float *processed;   /* the row smp_process left for smp_list / smp_prob */
@@ -400,17 +400,22 @@ static int list_softmax(nx_sampler *s, const nx_sampling *p, const float *x, int
     return n;
 }
 
-/* Steps a-c on a row of the vocabulary, in place; s->softmax says which
- * list follows. */
-static void process_row(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *history, int n_history) {
+/* Step a on a row of the vocabulary, in place. */
+static void bias_and_penalties(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *history,
+                               int n_history) {
+    assert(s && p && logits && n_history >= 0 && (history || n_history == 0));
     apply_logit_bias(s, p, logits);
     apply_penalties(s, p, logits, history, n_history);
-    s->softmax = temper(s, p, logits, s->vocab);
+}
+
+/* Steps d-h over x[0..n_x), tempered by the last temper (s->softmax). */
+static int list(nx_sampler *s, const nx_sampling *p, const float *x, int n_x) {
+    return s->softmax ? list_softmax(s, p, x, n_x) : list_greedy(s, x, n_x);
 }
 
 void smp_process(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *history, int n_history) {
-    assert(s && p && logits && n_history >= 0 && (history || n_history == 0));
-    process_row(s, p, logits, history, n_history);
+    bias_and_penalties(s, p, logits, history, n_history);
+    s->softmax = temper(s, p, logits, s->vocab);
     s->processed = logits;
     s->weighed = 0;
 }
@@ -430,7 +435,7 @@ int smp_list(nx_sampler *s, const nx_sampling *p, const float *logits, const int
     *ids = s->ids;
     *probs = s->probs;
     s->processed = NULL;
-    const int n = s->softmax ? list_softmax(s, p, logits, s->vocab) : list_greedy(s, logits, s->vocab);
+    const int n = list(s, p, logits, s->vocab);
     s->weighed = 0;
     return n;
 }
@@ -445,16 +450,14 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
 
 int smp_distribution_at(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *cand, int n_cand,
                         const int32_t *history, int n_history, const int32_t **ids, const float **probs) {
-    assert(s && p && logits && cand && ids && probs && n_cand >= 1 && n_cand <= s->vocab);
-    assert(n_history >= 0 && (history || n_history == 0));
+    assert(cand && ids && probs && n_cand >= 1 && n_cand <= s->vocab);
     *ids = s->ids;
     *probs = s->probs;
     s->processed = NULL, s->weighed = 0;
-    apply_logit_bias(s, p, logits);
-    apply_penalties(s, p, logits, history, n_history);
+    bias_and_penalties(s, p, logits, history, n_history);
     for (int j = 0; j < n_cand; j++) s->gather[j] = logits[cand[j]];
-    const int n = temper(s, p, s->gather, n_cand) ? list_softmax(s, p, s->gather, n_cand)
-                                                   : list_greedy(s, s->gather, n_cand);
+    s->softmax = temper(s, p, s->gather, n_cand);
+    const int n = list(s, p, s->gather, n_cand);
     for (int j = 0; j < n; j++) s->ids[j] = cand[s->ids[j]];
     return n;
 }
