@@ -21,9 +21,16 @@
 #include "kernels/sketch.h"
 
 /* Top-p without top-k first selects this many tokens by partial selection.
- * With a real model's logits the nucleus almost always lies inside them; when
- * it does not (a very flat distribution) we fall back to a full sort. */
+ * With a real model's logits at temperature 1 or below the nucleus almost
+ * always lies inside them; when it does not (a flat distribution, a high
+ * temperature) the tokens of the logit buckets that hold the nucleus are
+ * sorted (collect_nucleus). */
 #define SMP_NUCLEUS_FAST 1024
+/* Those buckets split the gaps below the row's max x into widths of
+ * SMP_NUCLEUS_SPAN / SMP_NUCLEUS_BUCKETS (0.2: weights within 22% of each
+ * other), the last taking every wider gap (weights of 1e-45 or less). */
+#define SMP_NUCLEUS_BUCKETS 512
+#define SMP_NUCLEUS_SPAN 104.0f
 
 /* Scratch for one vocabulary size, allocated once; nothing is allocated per
  * call. Every buffer has vocab entries. */
@@ -38,6 +45,7 @@ struct nx_sampler {
     float *weight;     /* weight[id] = kn_exp(x - xmax), filled by collect_*     */
     float *gather;     /* smp_distribution_at's candidates' logits               */
     float xmax;        /* the tempered row's max (softmax)                       */
+    long sorted_all;   /* lists that sorted every token (smp_sorted_all)         */
     int softmax;       /* the last temper: 1 a softmax follows, 0 greedy         */
     int weighed;       /* smp_prob filled weight[] and row_sum for this row      */
     double row_sum;
@@ -139,6 +147,8 @@ nx_status nx_sampler_new(int vocab_size, nx_sampler **out, char *err, size_t err
 }
 
 int smp_vocab_size(const nx_sampler *s) { return s->vocab; }
+
+long smp_sorted_all(const nx_sampler *s) { return s->sorted_all; }
 
 /* ---- Logit bias ---------------------------------------------------------- */
 
@@ -243,20 +253,6 @@ static int select_top(nx_sampler *s, const float *x, int n, int m) {
     return m;
 }
 
-/* Full-vocabulary path: every token whose weight w = kn_exp(x - xmax) (all
- * of them computed on vectors into s->weight) is > 0 and >= keep_min,
- * sorted. Tokens it skips are ones steps g/h would drop anyway (min-p keeps
- * a prefix of the fixed order, and zero weights are dropped), so the result
- * equals sorting all of them. */
-static int collect_sorted(nx_sampler *s, const float *x, int n_x, float xmax, float keep_min) {
-    kn_exp_sum_f32(s->weight, x, n_x, xmax);
-    int n = 0;
-    for (int i = 0; i < n_x; i++)
-        if (s->weight[i] > 0.0f && s->weight[i] >= keep_min) s->cand[n++] = rank_of(x[i], i);
-    radix_sort_desc(s->cand, s->tmp, n);
-    return n;
-}
-
 /* Nothing selects by rank (no top-k, no top-p): every token whose weight
  * w = kn_exp(x - xmax) is > 0 and >= keep_min goes to ids[] and probs[] in
  * id order (contract 3), with no sort: the weights on vectors, then one
@@ -286,8 +282,8 @@ static void fill_weights(nx_sampler *s, const float *x, float xmax, const float 
 
 /* Top-p on weights w[0..n) in the fixed order with total mass z (which may
  * include tokens beyond n): the length of the smallest prefix whose mass is
- * >= top_p * z, or 0 if the n given do not reach it. Both the fast path and
- * the full sort call this, so they cut at the same index. */
+ * >= top_p * z, or 0 if the n given do not reach it. The fast path and
+ * collect_nucleus both call this, so they cut at the same index. */
 static int top_p_find(const float *w, int n, float top_p, double z) {
     double target = (double)top_p * z, cum = 0.0;
     for (int j = 0; j < n; j++) {
@@ -295,6 +291,86 @@ static int top_p_find(const float *w, int n, float top_p, double z) {
         if (cum >= target) return j + 1;
     }
     return 0;
+}
+
+/* Top-p's bucket of x: the gap xmax - x in widths of SMP_NUCLEUS_SPAN /
+ * SMP_NUCLEUS_BUCKETS, the last bucket taking every wider gap. Never
+ * decreases as x decreases (each float operation is monotone), so the
+ * tokens of buckets 0..b are a prefix of the fixed order. */
+static inline int nucleus_bucket(float xmax, float x) {
+    const float f = (xmax - x) * ((float)SMP_NUCLEUS_BUCKETS / SMP_NUCLEUS_SPAN);
+    return f < (float)(SMP_NUCLEUS_BUCKETS - 1) ? (int)f : SMP_NUCLEUS_BUCKETS - 1;
+}
+
+/* The candidates of a wide nucleus, sorted into cand[]: of the tokens with x
+ * >= theta (a prefix of the fixed order), those whose weight s->weight[i]
+ * is > 0 and >= keep_min (as steps g and h keep them) in the buckets that
+ * first reach target (every bucket if none do). Where more than half the
+ * row is above theta, every token that steps g and h keep instead: the
+ * buckets would prune little, and one pass over the row is cheaper. */
+static int collect_nucleus_prefix(nx_sampler *s, const float *x, int n_x, float xmax, float keep_min, float theta,
+                                  double target) {
+    uint32_t *idx = (uint32_t *)(void *)s->tmp, *key = idx + n_x;   /* tmp: 8 bytes a token */
+    const int64_t c = kn_top_k_collect(x, n_x, (uint32_t)(rank_of(theta, 0) >> 32), idx, key);
+    int n = 0;
+    if (2 * c > n_x) {
+        for (int i = 0; i < n_x; i++)
+            if (s->weight[i] > 0.0f && s->weight[i] >= keep_min) s->cand[n++] = rank_of(x[i], i);
+        radix_sort_desc(s->cand, s->tmp, n);
+        s->sorted_all++;
+        return n;
+    }
+    /* four histograms, token j into j % 4: consecutive tokens of one bucket
+     * add to different sums instead of waiting on each other */
+    double part[4][SMP_NUCLEUS_BUCKETS];
+    memset(part, 0, sizeof part);
+    for (int64_t j = 0; j < c; j++) {
+        const float w = s->weight[idx[j]];
+        part[j & 3][nucleus_bucket(xmax, x[idx[j]])] += w > 0.0f && w >= keep_min ? w : 0.0f;
+    }
+    /* a margin of 1e-9 of target: far above the rounding of this sum or
+     * top_p_find's over at most 2^31 floats in double */
+    const double need = target * (1.0 + 1e-9);
+    double cum = 0.0;
+    int last = 0;
+    for (; last < SMP_NUCLEUS_BUCKETS - 1; last++) {
+        cum += (part[0][last] + part[1][last]) + (part[2][last] + part[3][last]);
+        if (cum >= need) break;
+    }
+    for (int64_t j = 0; j < c; j++) {   /* branch-free: the kept tokens come at random */
+        const int32_t i = (int32_t)idx[j];
+        const float w = s->weight[i];
+        s->cand[n] = rank_of(x[i], i);
+        n += (w > 0.0f) & (w >= keep_min) & (nucleus_bucket(xmax, x[i]) <= last);
+    }
+    radix_sort_desc(s->cand, s->tmp, n);   /* idx and key are spent */
+    return n;
+}
+
+/* Top-p over a nucleus wider than SMP_NUCLEUS_FAST tokens, with z the
+ * softmax's mass: the nucleus's length, its candidates in cand[], ids[] and
+ * probs[] (fill_weights). Tokens below theta, whose weights are each at most
+ * kn_exp(theta - xmax) = eps * z / n_x with eps = (1 - top_p) / 2, together
+ * weigh at most about eps * z, so the tokens above it hold the nucleus; of
+ * those, the buckets that reach top_p * z are sorted. A real model's tail
+ * is far below the mean weight, so theta is far above most tokens. Where
+ * the candidates fall short (rounding, or min-p dropping weight), every
+ * token is sorted: the same list either way, since both are prefixes of
+ * the fixed order that top_p_find sums alike. */
+static int collect_nucleus(nx_sampler *s, const nx_sampling *p, const float *x, int n_x, float xmax,
+                           float keep_min, double z) {
+    const double target = (double)p->top_p * z;
+    kn_exp_sum_f32(s->weight, x, n_x, xmax);
+    const double eps_share = 0.5 * (1.0 - (double)p->top_p) * z / n_x;
+    float theta = eps_share > 0.0 ? xmax + (float)log(eps_share) : -INFINITY;
+    for (;;) {
+        const int n = collect_nucleus_prefix(s, x, n_x, xmax, keep_min, theta, target);
+        fill_weights(s, x, xmax, s->weight, n);
+        const int cut = top_p_find(s->probs, n, p->top_p, z);
+        if (cut > 0) return cut;
+        if (theta == -INFINITY) return n;   /* every token, short of top_p * z by rounding */
+        theta = -INFINITY;
+    }
 }
 
 /* ---- Processing and drawing --------------------------------------------- */
@@ -380,14 +456,7 @@ static int list_softmax(nx_sampler *s, const nx_sampling *p, const float *x, int
         z = kn_sum_exp_f32(x, n_x, xmax);   /* the softmax's mass */
         fill_weights(s, x, xmax, NULL, m);
         n = top_p_find(s->probs, m, p->top_p, z);
-        if (n == 0) {
-            /* A nucleus wider than SMP_NUCLEUS_FAST tokens: sort every token
-             * that can survive. */
-            n = collect_sorted(s, x, n_x, xmax, keep_min);   /* z is from above */
-            fill_weights(s, x, xmax, s->weight, n);
-            int cut = top_p_find(s->probs, n, p->top_p, z);
-            if (cut > 0) n = cut;    /* not reached only through rounding */
-        }
+        if (n == 0) n = collect_nucleus(s, p, x, n_x, xmax, keep_min, z);
     }
 
     /* g. min-p, and h. drop zero weights: both keep a prefix of the order,

@@ -116,5 +116,10 @@ void smp_logprobs(nx_sampler *s, const float *logits, int32_t id, int n_top, nx_
 
 /* The vocabulary size the sampler was created for. */
 int smp_vocab_size(const nx_sampler *s);
+/* How many candidate lists of s sorted every token steps g and h keep (a
+ * top-p nucleus about as wide as the row, or one that min-p or rounding
+ * kept from reaching top_p of the mass); the other paths sort only tokens
+ * that can be in the list. For tests. */
+long smp_sorted_all(const nx_sampler *s);
 
 #endif

@@ -524,9 +524,10 @@ static void test_20000_draws_on_a_5_token_softmax_match_its_probabilities(void) 
 
 static void test_fast_selection_paths_equal_a_full_sort_of_the_vocabulary(void) {
     /* Vocab 50000 with random logits: peaked ones (the nucleus fits in the
-     * 1024-token fast path) and flat ones (it does not, so the full sort runs),
-     * some rounded so that many logits tie, plus top-k, min-p alone and pure
-     * temperature. Bit-identical ids and probs. */
+     * 1024-token fast path), wider ones (the tokens of the buckets that hold
+     * the nucleus are sorted) and flat ones (every token is), some rounded
+     * so that many logits tie, plus top-k, min-p alone and pure temperature.
+     * Bit-identical ids and probs. */
     enum { V = 50000 };
     static float logits[V], w[V], x[V], rprobs[V];
     static int32_t rids[V];
@@ -535,11 +536,11 @@ static void test_fast_selection_paths_equal_a_full_sort_of_the_vocabulary(void) 
         {1.0f, 0, 0.99f, 0.05f}, {1.0f, 20, 0.95f, 0.0f}, {0.6f, 40, 1.0f, 0.1f},
         {1.0f, 0, 1.0f, 0.02f}, {0.9f, 0, 1.0f, 0.3f}, {1.0f, 0, 1.0f, 0.0f},
     };
-    const float scales[3] = {0.5f, 4.0f, 12.0f};
+    const float scales[4] = {0.5f, 4.0f, 12.0f, 3.0f};
     nx_sampler *s = new_sampler(V);
-    int fast = 0, full = 0, bad = 0;
-    for (uint64_t seed = 1; seed <= 12; seed++) {
-        random_logits(logits, V, seed * 7919, scales[seed % 3]);
+    int fast = 0, pruned = 0, full = 0, bad = 0;
+    for (uint64_t seed = 1; seed <= 16; seed++) {
+        random_logits(logits, V, seed * 7919, scales[seed % 4]);
         if (seed % 4 == 0)    /* quarter steps: thousands of ties, to pin the tie rule */
             for (int i = 0; i < V; i++) logits[i] = roundf(logits[i] * 4.0f) / 4.0f;
         for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
@@ -551,10 +552,16 @@ static void test_fast_selection_paths_equal_a_full_sort_of_the_vocabulary(void) 
             p.seed = seed;
             int within = 0;
             int rn = ref_distribution(logits, V, &p, rids, rprobs, x, &within);
-            if (p.top_k == 0 && p.top_p < 1.0f) *(within ? &fast : &full) += 1;
             const int32_t *ids;
             const float *probs;
+            const long sorted_all = smp_sorted_all(s);
             int n = dist_of(s, &p, logits, V, w, &ids, &probs);
+            if (p.top_k == 0 && p.top_p < 1.0f) *(within ? &fast : smp_sorted_all(s) == sorted_all ? &pruned : &full) += 1;
+            /* a nucleus narrower than a tenth of the row never sorts every
+             * token (with min-p, which can keep the list from reaching
+             * top_p of the mass, every token may be) */
+            CHECKF(within || p.min_p > 0.0f || rn >= V / 10 || smp_sorted_all(s) == sorted_all,
+                   "seed %d config %d: %d tokens, all sorted", (int)seed, (int)c, rn);
             int ok = n == rn && memcmp(ids, rids, (size_t)n * sizeof *ids) == 0 &&
                      memcmp(probs, rprobs, (size_t)n * sizeof *probs) == 0;
             if (!ok && bad++ < 5)
@@ -566,7 +573,8 @@ static void test_fast_selection_paths_equal_a_full_sort_of_the_vocabulary(void) 
         }
     }
     CHECK(bad == 0);
-    CHECKF(fast > 0 && full > 0, "top-p cases: %d on the fast path, %d on the full sort", fast, full);
+    CHECKF(fast > 0 && pruned > 0 && full > 0, "top-p cases: %d on the fast path, %d sorting the nucleus's buckets, %d all",
+           fast, pruned, full);
     nx_sampler_free(s);
 }
 
