@@ -206,21 +206,21 @@ static inline uint64_t rank_of(float x, int32_t id) {
 static inline int32_t rank_id(uint64_t r) { return (int32_t)(0xffffffffu - (uint32_t)r); }
 
 /* Sorts a[0..n) (ranks built in ascending id order) into descending rank
- * order: an LSD radix sort, 3 stable passes of 11, 11 and 10 bits over the
- * inverted logit key (3 passes rather than 4 of 8 bits; a 2048-entry
- * histogram still fits in L1). Stability keeps equal keys in ascending id
- * order, which is the tie rule, so the low 32 bits never need a pass. O(n),
- * and a pass whose digit is the same for every element is skipped. */
+ * order: an LSD radix sort, 4 stable passes of 8 bits over the inverted
+ * logit key. Stability keeps equal keys in ascending id order, which is the
+ * tie rule, so the low 32 bits never need a pass. O(n), and a pass whose
+ * digit is the same for every element is skipped. Against 3 passes of 11,
+ * 11 and 10 bits (one process, both alternating): 180k ranks 0.955x the
+ * time of a whole top-p list (256 scatter targets stay in L1, 2048 did
+ * not), top-k 20 0.965x (smaller histograms to clear and sum). */
 static void radix_sort_desc(uint64_t *a, uint64_t *tmp, int n) {
-    enum { PASSES = 3, BITS = 11, BUCKETS = 1 << BITS };
+    enum { PASSES = 4, BITS = 8, BUCKETS = 1 << BITS };
     if (n < 2) return;
     uint32_t hist[PASSES][BUCKETS];
     memset(hist, 0, sizeof hist);
     for (int i = 0; i < n; i++) {
         uint32_t k = ~(uint32_t)(a[i] >> 32);
-        hist[0][k & (BUCKETS - 1)]++;
-        hist[1][(k >> BITS) & (BUCKETS - 1)]++;
-        hist[2][k >> (2 * BITS)]++;
+        for (int pass = 0; pass < PASSES; pass++) hist[pass][(k >> (BITS * pass)) & (BUCKETS - 1)]++;
     }
     uint64_t *src = a, *dst = tmp;
     for (int pass = 0; pass < PASSES; pass++) {
