@@ -108,6 +108,17 @@ void kn_softmax_f32_ref(float *p, int64_t n, float scale) {
  * a masked token would otherwise weigh e^-87). */
 static float exp_or_zero(float x, float mx) { return x == -INFINITY ? 0.0f : kn_exp(x - mx); }
 
+/* sum plus the weights of x[i0..n) in order, each also written to w unless
+ * w is NULL: every twin's tail past its vectors. */
+static double exp_sum_tail(float *w, const float *x, int64_t i0, int64_t n, float mx, double sum) {
+    for (int64_t i = i0; i < n; i++) {
+        const float e = exp_or_zero(x[i], mx);
+        if (w) w[i] = e;
+        sum += e;
+    }
+    return sum;
+}
+
 /* The weights and their sum; w NULL: the sum alone (kn_sum_exp_f32). */
 static double exp_sum_ref(float *w, const float *x, int64_t n, float mx) {
     assert(n >= 1 && x != NULL);
@@ -127,6 +138,24 @@ double kn_sum_exp_f32_ref(const float *x, int64_t n, float mx) { return exp_sum_
 double kn_exp_sum_f32_ref(float *w, const float *x, int64_t n, float mx) { return exp_sum_ref(w, x, n, mx); }
 
 #if KN_HAVE_X86
+/* kn_exp's middle on one vector width (PFX _mm256 or _mm512, V its float
+ * vector type): from x, clamped, the scaled e = 2^-n e^x of the scalar
+ * steps -- n = round(x log2 e), r = x - n ln 2 in two steps, e = 1 + r +
+ * r^2 p(r) -- in the same operations, so the 8- and 16-lane twins cannot
+ * drift apart. */
+#define KN_EXP_POLY(V, PFX, x, n, e)                                                                       \
+    do {                                                                                                   \
+        const V nn_ = PFX##_sub_ps(PFX##_setzero_ps(), n);                                                 \
+        V r_ = PFX##_fmadd_ps(nn_, PFX##_set1_ps(LN2_HI), x);                                              \
+        r_ = PFX##_fmadd_ps(nn_, PFX##_set1_ps(LN2_LO), r_);                                               \
+        V p_ = PFX##_fmadd_ps(PFX##_set1_ps(P5), r_, PFX##_set1_ps(P4));                                   \
+        p_ = PFX##_fmadd_ps(p_, r_, PFX##_set1_ps(P3));                                                    \
+        p_ = PFX##_fmadd_ps(p_, r_, PFX##_set1_ps(P2));                                                    \
+        p_ = PFX##_fmadd_ps(p_, r_, PFX##_set1_ps(P1));                                                    \
+        p_ = PFX##_fmadd_ps(p_, r_, PFX##_set1_ps(P0));                                                    \
+        e = PFX##_add_ps(PFX##_fmadd_ps(p_, PFX##_mul_ps(r_, r_), r_), PFX##_set1_ps(1.0f));               \
+    } while (0)
+
 /* kn_exp on 8 lanes, operation for operation. */
 KN_AVX2_INLINE __m256 exp8_avx2(__m256 x) {
     const __m256 over = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_HI), _CMP_GT_OQ);
@@ -135,15 +164,8 @@ KN_AVX2_INLINE __m256 exp8_avx2(__m256 x) {
     x = _mm256_min_ps(x, _mm256_set1_ps(EXP_HI));
     x = _mm256_max_ps(x, _mm256_set1_ps(EXP_LO));
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m256 nn = _mm256_sub_ps(_mm256_setzero_ps(), n);
-    __m256 r = _mm256_fmadd_ps(nn, _mm256_set1_ps(LN2_HI), x);
-    r = _mm256_fmadd_ps(nn, _mm256_set1_ps(LN2_LO), r);
-    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(P5), r, _mm256_set1_ps(P4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P1));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P0));
-    const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    __m256 e;
+    KN_EXP_POLY(__m256, _mm256, x, n, e);
     const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_blendv_ps(_mm256_mul_ps(e, _mm256_castsi256_ps(bits)), _mm256_set1_ps(INFINITY), over);
 }
@@ -228,15 +250,69 @@ KN_AVX2_INLINE double exp_sum_avx2(float *w, const float *x, int64_t n, float mx
     }
     double l4[4];
     _mm256_storeu_pd(l4, _mm256_add_pd(lo, hi));
-    double sum = (l4[0] + l4[1]) + (l4[2] + l4[3]);
-    for (int64_t i = n8; i < n; i++) {
-        const float e = exp_or_zero(x[i], mx);
-        if (w) w[i] = e;
-        sum += e;
-    }
-    return sum;
+    return exp_sum_tail(w, x, n8, n, mx, (l4[0] + l4[1]) + (l4[2] + l4[3]));
 }
 
 KN_AVX2 double kn_sum_exp_f32_avx2(const float *x, int64_t n, float mx) { return exp_sum_avx2(NULL, x, n, mx); }
 KN_AVX2 double kn_exp_sum_f32_avx2(float *w, const float *x, int64_t n, float mx) { return exp_sum_avx2(w, x, n, mx); }
+
+/* ---- The same steps on 16 lanes (the avx512vnni set) ----------------------
+ * exp8_avx2 operation for operation on 16-lane vectors (min and max keep
+ * their NaN rule, the compare and blend become a mask), so each lane gets
+ * kn_exp's bits in half the instructions: the sampler's weights and sums
+ * over a 248k vocabulary and the MLP's SiLU are bound by these operations. */
+KN_VNNI_INLINE __m512 exp16_avx512(__m512 x) {
+    const __mmask16 over = _mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_HI), _CMP_GT_OQ);
+    x = _mm512_min_ps(x, _mm512_set1_ps(EXP_HI));
+    x = _mm512_max_ps(x, _mm512_set1_ps(EXP_LO));
+    const __m512 n =
+        _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 e;
+    KN_EXP_POLY(__m512, _mm512, x, n, e);
+    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mask_blend_ps(over, _mm512_mul_ps(e, _mm512_castsi512_ps(bits)), _mm512_set1_ps(INFINITY));
+}
+
+KN_VNNI void kn_silu_mul_f32_avx512(float *y, const float *x, const float *u, int64_t n) {
+    assert(n >= 0 && (n == 0 || (y != NULL && x != NULL)));
+    const int64_t n16 = n & ~(int64_t)15;
+    for (int64_t i = 0; i < n16; i += 16) {
+        const __m512 xv = _mm512_loadu_ps(x + i);   /* sigmoid_scaled8_avx2 on 16 lanes */
+        const __m512 e = exp16_avx512(_mm512_sub_ps(_mm512_setzero_ps(), xv));
+        __m512 s = _mm512_div_ps(xv, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+        if (u) s = _mm512_mul_ps(s, _mm512_loadu_ps(u + i));
+        _mm512_storeu_ps(y + i, s);
+    }
+    kn_silu_mul_f32_avx2(y + n16, x + n16, u ? u + n16 : NULL, n - n16);
+}
+
+/* exp_sum_avx2's steps: lane l of the 8 double sums takes element l of each
+ * 8-element block in order (a 16-element step's low half, then its high),
+ * so the sum is the same bits. */
+KN_VNNI_INLINE double exp_sum_avx512(float *w, const float *x, int64_t n, float mx) {
+    assert(n >= 1 && x != NULL);
+    const int64_t n16 = n & ~(int64_t)15, n8 = n & ~(int64_t)7;
+    const __m512 mxv = _mm512_set1_ps(mx), ninf = _mm512_set1_ps(-INFINITY);
+    __m512d acc = _mm512_setzero_pd();   /* lanes 0-7 */
+    for (int64_t i = 0; i < n8; i += 16) {
+        const __mmask16 m = i < n16 ? 0xffff : 0x00ff;   /* the last 8-element block alone */
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        const __mmask16 live = _mm512_mask_cmp_ps_mask(m, v, ninf, _CMP_NEQ_UQ);
+        const __m512 e = _mm512_maskz_mov_ps(live, exp16_avx512(_mm512_sub_ps(v, mxv)));
+        if (w) _mm512_mask_storeu_ps(w + i, m, e);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        if (m == 0xffff) {
+            const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1));
+            acc = _mm512_add_pd(acc, _mm512_cvtps_pd(hi));
+        }
+    }
+    double l8[8];
+    _mm512_storeu_pd(l8, acc);
+    return exp_sum_tail(w, x, n8, n, mx, ((l8[0] + l8[4]) + (l8[1] + l8[5])) + ((l8[2] + l8[6]) + (l8[3] + l8[7])));
+}
+
+KN_VNNI double kn_sum_exp_f32_avx512(const float *x, int64_t n, float mx) { return exp_sum_avx512(NULL, x, n, mx); }
+KN_VNNI double kn_exp_sum_f32_avx512(float *w, const float *x, int64_t n, float mx) {
+    return exp_sum_avx512(w, x, n, mx);
+}
 #endif

@@ -891,13 +891,15 @@ static const kn_impl kn_impl_avxvnni = {.name = "avxvnni", KN_AVX2_SHARED,
 #undef KN_AVX2_SHARED
 /* The AVX2 set with the int8 product and the sketch scores on vpdpbusd
  * (quant_qx.inc, sketch.c), and the dense row-by-row products, the gated
- * delta step and the attention value sums on 16-lane vectors. */
+ * delta step, the attention value sums, the SiLU and the softmax weights'
+ * sums (act.c) on 16-lane vectors. */
 static const kn_impl kn_impl_avx512vnni = {
     .name = "avx512vnni", .matmul_rows = matmul_rows_avx512,
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2,
-    .temper_f32 = temper_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2, .silu_mul_f32 = kn_silu_mul_f32_avx2,
+    .temper_f32 = temper_f32_avx2, .scale_axpy_dot_f32 = scale_axpy_dot_f32_avx2,
+    .silu_mul_f32 = kn_silu_mul_f32_avx512,
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2, .softmax_f32 = kn_softmax_f32_avx2,
-    .sum_exp_f32 = kn_sum_exp_f32_avx2, .exp_sum_f32 = kn_exp_sum_f32_avx2,
+    .sum_exp_f32 = kn_sum_exp_f32_avx512, .exp_sum_f32 = kn_exp_sum_f32_avx512,
     .attn_values = kn_attn_values_avx512, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .fp_qx_rows = kn_fp_matmul_qx_rows_avx512vnni,
     .affine_quantize_row = kn_affine_quantize_row_avx2,

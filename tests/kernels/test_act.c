@@ -32,23 +32,32 @@ static float *make_inputs(int64_t *n_out) {
     return x;
 }
 
+/* The SIMD sets with twins of their own here (the avx512vnni set's 16-lane
+ * SiLU and exp sums, the AVX2 ones), each tested where the CPU runs it; the
+ * caller restores the newest with kn_init(0). */
+static const kn_isa simd_sets[] = {KN_ISA_AVX512VNNI, KN_ISA_AVX2};
+enum { N_SIMD_SETS = sizeof simd_sets / sizeof *simd_sets };
+
 static void test_silu_twins_agree_bit_for_bit_at_every_length(void) {
     int64_t n;
     float *x = make_inputs(&n), *u = malloc((size_t)n * sizeof *u);
     float *ys = malloc((size_t)n * sizeof *ys), *yr = malloc((size_t)n * sizeof *yr);
     for (int64_t i = 0; i < n; i++) u[i] = (float)((i % 7) - 3) * 0.75f;
     if (!kn_init(0)) fprintf(stderr, "  note: no AVX2 here; the twins are compared scalar with scalar\n");
-    for (int with_u = 0; with_u < 2; with_u++)
-        for (int64_t len = n; len > 0; len = len > 40 ? len / 3 : len - 1) {   /* many tails */
-            kn_silu_mul_f32(ys, x, with_u ? u : NULL, len);
-            kn_silu_mul_f32_ref(yr, x, with_u ? u : NULL, len);
-            CHECKF(memcmp(ys, yr, (size_t)len * sizeof *ys) == 0, "%s u=%d len=%lld: the twins differ", kn_impl_name(),
-                   with_u, (long long)len);
-        }
-    memcpy(ys, x, (size_t)n * sizeof *ys);   /* in place: y == x */
-    kn_silu_mul_f32(ys, ys, u, n);
-    kn_silu_mul_f32_ref(yr, x, u, n);
-    CHECK(memcmp(ys, yr, (size_t)n * sizeof *ys) == 0);
+    for (int si = 0; si < N_SIMD_SETS; si++) {
+        if (kn_isa_available(KN_ISA_BEST) >= KN_ISA_AVX2 && kn_select(simd_sets[si]) != simd_sets[si]) continue;
+        for (int with_u = 0; with_u < 2; with_u++)
+            for (int64_t len = n; len > 0; len = len > 40 ? len / 3 : len - 1) {   /* many tails */
+                kn_silu_mul_f32(ys, x, with_u ? u : NULL, len);
+                kn_silu_mul_f32_ref(yr, x, with_u ? u : NULL, len);
+                CHECKF(memcmp(ys, yr, (size_t)len * sizeof *ys) == 0, "%s u=%d len=%lld: the twins differ",
+                       kn_impl_name(), with_u, (long long)len);
+            }
+        memcpy(ys, x, (size_t)n * sizeof *ys);   /* in place: y == x */
+        kn_silu_mul_f32(ys, ys, u, n);
+        kn_silu_mul_f32_ref(yr, x, u, n);
+        CHECKF(memcmp(ys, yr, (size_t)n * sizeof *ys) == 0, "%s in place: the twins differ", kn_impl_name());
+    }
     kn_init(0);
     free(x), free(u), free(ys), free(yr);
 }
@@ -182,35 +191,41 @@ static void test_softmax_twins_agree_and_follow_softmax(void) {
  * each, 0 for -inf. */
 static void test_sum_exp_twins_agree_and_follow_the_sum(void) {
     static const int64_t longer[] = {255, 1023, 248320};
-    nx_test_rng r = {0x5E1AULL};
-    for (int64_t li = -40; li < (int64_t)(sizeof longer / sizeof *longer); li++) {
-        const int64_t n = li < 0 ? li + 41 : longer[li];
-        float *x = malloc((size_t)n * sizeof *x), *copy = malloc((size_t)n * sizeof *copy);
-        float mx = -INFINITY;
-        for (int64_t i = 0; i < n; i++) x[i] = i % 7 == 3 ? -INFINITY : nx_test_rng_normal(&r, i % 5 ? 3.0f : 60.0f);
-        for (int64_t i = 0; i < n; i++) mx = fmaxf(mx, x[i]);
-        memcpy(copy, x, (size_t)n * sizeof *x);
-        double exact = 0;
-        for (int64_t i = 0; i < n; i++) exact += exp((double)x[i] - mx);
-        const double a = kn_sum_exp_f32(x, n, mx), b = kn_sum_exp_f32_ref(x, n, mx);
-        CHECKF(memcmp(&a, &b, sizeof a) == 0, "%s n=%lld: the twins differ (%.17g, %.17g)", kn_impl_name(), (long long)n, a,
-               b);
-        CHECKF(fabs(a - exact) <= 1e-6 * exact, "n=%lld: %.17g against %.17g in double", (long long)n, a, exact);
-        CHECKF(memcmp(x, copy, (size_t)n * sizeof *x) == 0, "n=%lld: the row was written", (long long)n);
-        float *w = malloc((size_t)n * sizeof *w), *wr = malloc((size_t)n * sizeof *wr);
-        const double c = kn_exp_sum_f32(w, x, n, mx), d = kn_exp_sum_f32_ref(wr, x, n, mx);
-        int each = memcmp(w, wr, (size_t)n * sizeof *w) == 0;
-        for (int64_t i = 0; i < n; i++) each &= x[i] == -INFINITY ? wr[i] == 0.0f : wr[i] == kn_exp(x[i] - mx);
-        CHECKF(memcmp(&c, &a, sizeof a) == 0 && memcmp(&d, &a, sizeof a) == 0 && each,
-               "%s n=%lld: kn_exp_sum_f32 %.17g / %.17g, weights %s", kn_impl_name(), (long long)n, c, d,
-               each ? "right" : "wrong");
-        free(x), free(copy), free(w), free(wr);
+    for (int si = 0; si < N_SIMD_SETS; si++) {
+        if (kn_isa_available(KN_ISA_BEST) >= KN_ISA_AVX2 && kn_select(simd_sets[si]) != simd_sets[si]) continue;
+        nx_test_rng r = {0x5E1AULL};
+        for (int64_t li = -40; li < (int64_t)(sizeof longer / sizeof *longer); li++) {
+            const int64_t n = li < 0 ? li + 41 : longer[li];
+            float *x = malloc((size_t)n * sizeof *x), *copy = malloc((size_t)n * sizeof *copy);
+            float mx = -INFINITY;
+            for (int64_t i = 0; i < n; i++)
+                x[i] = i % 7 == 3 ? -INFINITY : nx_test_rng_normal(&r, i % 5 ? 3.0f : 60.0f);
+            for (int64_t i = 0; i < n; i++) mx = fmaxf(mx, x[i]);
+            memcpy(copy, x, (size_t)n * sizeof *x);
+            double exact = 0;
+            for (int64_t i = 0; i < n; i++) exact += exp((double)x[i] - mx);
+            const double a = kn_sum_exp_f32(x, n, mx), b = kn_sum_exp_f32_ref(x, n, mx);
+            CHECKF(memcmp(&a, &b, sizeof a) == 0, "%s n=%lld: the twins differ (%.17g, %.17g)", kn_impl_name(),
+                   (long long)n, a, b);
+            CHECKF(fabs(a - exact) <= 1e-6 * exact, "n=%lld: %.17g against %.17g in double", (long long)n, a, exact);
+            CHECKF(memcmp(x, copy, (size_t)n * sizeof *x) == 0, "n=%lld: the row was written", (long long)n);
+            float *w = malloc((size_t)n * sizeof *w), *wr = malloc((size_t)n * sizeof *wr);
+            const double c = kn_exp_sum_f32(w, x, n, mx), d = kn_exp_sum_f32_ref(wr, x, n, mx);
+            int each = memcmp(w, wr, (size_t)n * sizeof *w) == 0;
+            for (int64_t i = 0; i < n; i++) each &= x[i] == -INFINITY ? wr[i] == 0.0f : wr[i] == kn_exp(x[i] - mx);
+            CHECKF(memcmp(&c, &a, sizeof a) == 0 && memcmp(&d, &a, sizeof a) == 0 && each,
+                   "%s n=%lld: kn_exp_sum_f32 %.17g / %.17g, weights %s", kn_impl_name(), (long long)n, c, d,
+                   each ? "right" : "wrong");
+            free(x), free(copy), free(w), free(wr);
+        }
     }
+    kn_init(0);
 }
 
 static const nx_test tests[] = {
     {"silu_twins_agree_bit_for_bit_at_every_length",
-     "kn_silu_mul_f32 (AVX2) == the scalar twin, with and without u, every tail length, in place",
+     "kn_silu_mul_f32 (each SIMD set the CPU runs) == the scalar twin, with and without u, every tail length, "
+     "in place",
      test_silu_twins_agree_bit_for_bit_at_every_length},
     {"exp_and_silu_are_within_a_few_ulp", "kn_exp <= 2 ulp on [-87, 88], +inf above; silu <= 4 ulp, -0 below -88; NaN stays NaN",
      test_exp_and_silu_are_within_a_few_ulp},
@@ -223,8 +238,8 @@ static const nx_test tests[] = {
      "anywhere -> NaN row, -inf -> ~0",
      test_softmax_twins_agree_and_follow_softmax},
     {"sum_exp_twins_agree_and_follow_the_sum",
-     "kn_sum_exp_f32 == its scalar twin at lengths 1-40, 255, 1023, 248320, -inf adding 0; within 1e-6 (relative) of "
-     "the sum in double; the row is not written; kn_exp_sum_f32's twins: the same sum, kn_exp of each (0 for -inf)",
+     "kn_sum_exp_f32 (each SIMD set) == its scalar twin at lengths 1-40, 255, 1023, 248320, -inf adding 0; "
+     "within 1e-6 of the sum in double; the row is not written; kn_exp_sum_f32's twins: the same sum, kn_exp of each (0 for -inf)",
      test_sum_exp_twins_agree_and_follow_the_sum},
 };
 
