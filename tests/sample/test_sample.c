@@ -556,7 +556,8 @@ static void test_fast_selection_paths_equal_a_full_sort_of_the_vocabulary(void) 
             const float *probs;
             const long sorted_all = smp_sorted_all(s);
             int n = dist_of(s, &p, logits, V, w, &ids, &probs);
-            if (p.top_k == 0 && p.top_p < 1.0f) *(within ? &fast : smp_sorted_all(s) == sorted_all ? &pruned : &full) += 1;
+            if (p.top_k == 0 && p.top_p < 1.0f)
+                *(within ? &fast : smp_sorted_all(s) == sorted_all ? &pruned : &full) += 1;
             /* a nucleus narrower than a tenth of the row never sorts every
              * token (with min-p, which can keep the list from reaching
              * top_p of the mass, every token may be) */
@@ -573,8 +574,8 @@ static void test_fast_selection_paths_equal_a_full_sort_of_the_vocabulary(void) 
         }
     }
     CHECK(bad == 0);
-    CHECKF(fast > 0 && pruned > 0 && full > 0, "top-p cases: %d on the fast path, %d sorting the nucleus's buckets, %d all",
-           fast, pruned, full);
+    CHECKF(fast > 0 && pruned > 0 && full > 0,
+           "top-p cases: %d on the fast path, %d sorting the nucleus's buckets, %d all", fast, pruned, full);
     nx_sampler_free(s);
 }
 
