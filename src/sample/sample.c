@@ -205,6 +205,15 @@ static inline uint64_t rank_of(float x, int32_t id) {
 
 static inline int32_t rank_id(uint64_t r) { return (int32_t)(0xffffffffu - (uint32_t)r); }
 
+/* The logit a rank was made from (rank_of's key undone; -0 comes back as +0,
+ * and a tempered row holds none). */
+static inline float rank_x(uint64_t r) {
+    const uint32_t key = (uint32_t)(r >> 32), b = key & 0x80000000u ? key & 0x7fffffffu : ~key;
+    float x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
 /* Sorts a[0..n) (ranks built in ascending id order) into descending rank
  * order: an LSD radix sort, 4 stable passes of 8 bits over the inverted
  * logit key. Stability keeps equal keys in ascending id order, which is the
@@ -271,8 +280,7 @@ static int collect_by_id(nx_sampler *s, const float *x, int n_x, float xmax, flo
 /* Expands cand[0..n) into ids[] and unnormalized weights probs[]: taken
  * from w_by_id when a pass over the row filled it (a wide nucleus: its
  * weights are read in id order there anyway), else kn_exp_sum_f32's weights
- * of the ranks' logits, each x back from its key (the bits rank_of took; -0
- * never occurs in a tempered row): on vectors, without reading x at
+ * of the ranks' logits (rank_x): on vectors, without reading x at
  * scattered ids (0 for a masked, -inf token). A 1024-token top-p list took
  * 0.92x the time of scalar kn_exp at each id. */
 static void fill_weights(nx_sampler *s, float xmax, const float *w_by_id, int n) {
@@ -281,11 +289,7 @@ static void fill_weights(nx_sampler *s, float xmax, const float *w_by_id, int n)
         return;
     }
     float *xs = (float *)(void *)s->tmp;   /* free once the ranks are sorted */
-    for (int j = 0; j < n; j++) {
-        const uint32_t key = (uint32_t)(s->cand[j] >> 32), b = key & 0x80000000u ? key & 0x7fffffffu : ~key;
-        memcpy(&xs[j], &b, sizeof b);
-        s->ids[j] = rank_id(s->cand[j]);
-    }
+    for (int j = 0; j < n; j++) xs[j] = rank_x(s->cand[j]), s->ids[j] = rank_id(s->cand[j]);
     kn_exp_sum_f32(s->probs, xs, n, xmax);
 }
 
@@ -320,7 +324,8 @@ static inline int nucleus_bucket(float xmax, float x) {
 static int collect_nucleus_prefix(nx_sampler *s, const float *x, int n_x, float xmax, float keep_min, float theta,
                                   double target) {
     uint32_t *idx = (uint32_t *)(void *)s->tmp, *key = idx + n_x;   /* tmp: 8 bytes a token */
-    const int64_t c = kn_top_k_collect(x, n_x, (uint32_t)(rank_of(theta, 0) >> 32), idx, key);
+    const uint32_t thr = (uint32_t)(rank_of(theta, 0) >> 32);
+    const int64_t c = theta == -INFINITY ? n_x : kn_top_k_collect(x, n_x, thr, idx, key);   /* -inf: the whole row */
     int n = 0;
     if (2 * c > n_x) {
         for (int i = 0; i < n_x; i++)
@@ -368,8 +373,7 @@ static int collect_nucleus_prefix(nx_sampler *s, const float *x, int n_x, float 
  * the fixed order that top_p_find sums alike. */
 static int collect_nucleus(nx_sampler *s, const nx_sampling *p, const float *x, int n_x, float xmax,
                            float keep_min, double z) {
-    const double target = (double)p->top_p * z;
-    kn_exp_sum_f32(s->weight, x, n_x, xmax);
+    const double target = (double)p->top_p * z;   /* s->weight: the weights z sums */
     const double eps_share = 0.5 * (1.0 - (double)p->top_p) * z / n_x;
     float theta = eps_share > 0.0 ? xmax + (float)log(eps_share) : -INFINITY;
     for (;;) {
@@ -462,7 +466,9 @@ static int list_softmax(nx_sampler *s, const nx_sampling *p, const float *x, int
         return n;
     } else {
         int m = select_top(s, x, n_x, SMP_NUCLEUS_FAST);
-        z = kn_sum_exp_f32(x, n_x, xmax);   /* the softmax's mass */
+        /* the softmax's mass, and its weights by id for a wide nucleus
+         * (kn_sum_exp_f32's sum; the stores cost nothing beside the exps) */
+        z = kn_exp_sum_f32(s->weight, x, n_x, xmax);
         fill_weights(s, xmax, NULL, m);
         n = top_p_find(s->probs, m, p->top_p, z);
         if (n == 0) n = collect_nucleus(s, p, x, n_x, xmax, keep_min, z);

@@ -123,6 +123,9 @@ static nx_status spec_configure(nx_spec *s, const nx_model *m, const nx_drafter 
     return NX_OK;
 }
 
+/* 1 if s drafts under rejection sampling: its verify needs q_dense. */
+static int needs_q_dense(const nx_spec *s) { return s->d && s->opts.accept == NX_ACCEPT_REJECTION; }
+
 /* The buffers of a configured s (k_max, logprobs and input logprobs as
  * configured). On failure nx_spec_close frees what was allocated. */
 static nx_status spec_alloc(nx_spec *s, char *err, size_t errlen) {
@@ -143,7 +146,7 @@ static nx_status spec_alloc(nx_spec *s, char *err, size_t errlen) {
                  (s->hbuf = nx_alloc_aligned((size_t)SPEC_PREFILL_PIECE * H * sizeof(float))) &&
                  (s->defer_h = nx_alloc_aligned((size_t)SPEC_MAX_DEFER * H * sizeof(float))) &&
                  (s->resid = nx_alloc(V * sizeof(float))) &&
-                 (!(s->d && o->accept == NX_ACCEPT_REJECTION) || (s->q_dense = nx_alloc_aligned(V * sizeof(float)))) &&
+                 (!needs_q_dense(s) || (s->q_dense = nx_alloc_aligned(V * sizeof(float)))) &&
                  (!s->sample_drafts || ((s->q_ids = nx_alloc((B - 1) * V * sizeof *s->q_ids)) &&
                                         (s->q_probs = nx_alloc((B - 1) * V * sizeof *s->q_probs)))) &&
                  (!o->logprobs ||
@@ -194,7 +197,7 @@ nx_status nx_spec_renew(nx_spec *s, const nx_spec_opts *opts, char *err, size_t 
     /* the old buffers serve when they hold the new block and logprob rows */
     const int fits = t.k_max + 1 <= s->block_cap && (!t.opts.logprobs || s->lp_row) &&
                      (!t.opts.input_logprobs || s->ilp_logits) && (!t.sample_drafts || s->q_ids) &&
-                     (!(t.d && t.opts.accept == NX_ACCEPT_REJECTION) || s->q_dense);
+                     (!needs_q_dense(&t) || s->q_dense);
     if (!fits) {
         if ((st = spec_alloc(&t, err, errlen))) {
             nx_spec_close(&t);
