@@ -480,6 +480,41 @@ static void qwen3_5_0_8b_shape_preset_has_the_real_geometry(void) {
     nx_test_system("rm -rf '%s'", dir);
 }
 
+/* The 4B geometry (two value heads a key head, untied) with a narrow
+ * hidden size, few layers and a small vocabulary (~60 MB). */
+static void qwen3_5_4b_shape_preset_has_its_geometry(void) {
+    const char *dir = fixture("q4b", "--preset qwen3.5-4b-shape --layers 4 --vocab 1024 --hidden 128");
+    st_set *s = open_set(dir);
+    if (s) {
+        const char *P = "model.language_model.layers.";
+        struct { const char *n; int64_t a, b, c; } w[] = {
+            {"0.linear_attn.in_proj_qkv.weight", 8192, 128, 0}, {"0.linear_attn.in_proj_z.weight", 4096, 128, 0},
+            {"0.linear_attn.in_proj_a.weight", 32, 128, 0},     {"0.linear_attn.conv1d.weight", 8192, 1, 4},
+            {"0.linear_attn.out_proj.weight", 128, 4096, 0},    {"3.self_attn.q_proj.weight", 8192, 128, 0},
+            {"3.self_attn.v_proj.weight", 1024, 128, 0},        {"3.self_attn.o_proj.weight", 128, 4096, 0},
+            {"2.mlp.up_proj.weight", 9216, 128, 0},             {"2.mlp.down_proj.weight", 128, 9216, 0},
+        };
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
+            char n[160];
+            snprintf(n, sizeof n, "%s%s", P, w[i].n);
+            const st_tensor *t = st_find(s, n);
+            CHECKF(t && t->shape[0] == w[i].a && (t->ndim < 2 || t->shape[1] == w[i].b) &&
+                       (t->ndim < 3 || t->shape[2] == w[i].c),
+                   "%s", n);
+        }
+        CHECK(st_find(s, "lm_head.weight") != NULL);   /* untied */
+        st_close(s);
+    }
+    json_t *cfg = load_json(path_in(dir, "config.json"));
+    json_t *tc = json_object_get(cfg, "text_config");
+    CHECK(json_is_false(json_object_get(cfg, "tie_word_embeddings")));
+    CHECK(jint(tc, "linear_num_key_heads") == 16 && jint(tc, "linear_num_value_heads") == 32);
+    CHECK(jint(tc, "num_attention_heads") == 16 && jint(tc, "num_key_value_heads") == 4);
+    CHECK(jint(tc, "intermediate_size") == 9216 && jint(tc, "hidden_size") == 128);
+    json_decref(cfg);
+    nx_test_system("rm -rf '%s'", dir);
+}
+
 static void bad_usage_exits_2_and_help_exits_0(void) {
     if (!g_root[0]) snprintf(g_root, sizeof g_root, "%s", nx_test_tmpdir("fixture"));
     static const char *const bad[] = {
@@ -816,6 +851,8 @@ static const nx_test tests[] = {
      overrides_keep_the_three_to_one_layer_pattern},
     {"qwen3_5_0_8b_shape_preset_has_the_real_geometry", "0.8B shapes, tied, with mtp",
      qwen3_5_0_8b_shape_preset_has_the_real_geometry},
+    {"qwen3_5_4b_shape_preset_has_its_geometry", "4B shapes, two value heads a key head, untied",
+     qwen3_5_4b_shape_preset_has_its_geometry},
     {"bad_usage_exits_2_and_help_exits_0", "exit codes and a one-line error", bad_usage_exits_2_and_help_exits_0},
     {"separate_mtp_layout_writes_an_mlx_vlm_drafter_directory",
      "--mtp-layout separate: target without mtp.*, mtp-drafter/ with bare keys, +1 norms, MTPSplitter config",
