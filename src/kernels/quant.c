@@ -683,10 +683,25 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * 13.4-14.1 / 15.7-15.9, 4 rows 14.2-13.5 / 15.8-16.0, 8 rows 14.1 / 16.5-16.7;
  * AVX2 none 16.3-16.5 / 32.4-32.7, 2 rows 14.3-14.8 / 32.6-34.2, 4 rows
  * 14.5-14.9 / 33.2-33.9, 24 rows 15.6-17.1 / 35.4-35.6: both take the 4 KB
- * reach of the VNNI nibbles (4 rows of 1024 columns). */
+ * reach of the VNNI nibbles (4 rows of 1024 columns).
+ * Rows longer than 4 KB (the 4B and 9B shapes' down projections: 9216 and
+ * 12288 columns): the reach stays the bytes it was measured as, AVX2's 24
+ * q4 rows of 1024 columns (576 bytes) for longer rows too (24 rows of 9216
+ * columns, 110 KB, land in an L1 of 48 KB and are gone by their turn), and
+ * a VNNI pair's rows at least 2 on (4096 / row_bytes + 1 was 1 there: the
+ * pair's partner, so every second row went unfetched). On the Zen 5 VM,
+ * bench-linear's matrices of the 4B-shape q4 fixture, both ways in turn
+ * in one process (2 threads, medians of the paired ratios): VNNI, the 9216-
+ * column matrices T = 1 / 3 / 4 0.90-0.93 / 0.78 / 0.87x the time, every
+ * matrix 1.01 / 0.95 / 0.99x; AVX2 0.72 / 0.77 / 0.76x and 0.89 / 0.92 /
+ * 0.93x; the 0.8B shape's (rows up to 3584 columns) AVX2 0.97x. */
+#define QX_AVX2_Q4_REACH (24 * 576)
 static inline int64_t qx_prefetch_rows_avx2(int bits, int packed, size_t row_bytes, int wide) {
-    if (bits == 8 && packed && !wide && row_bytes > 0) return (int64_t)(4096 / row_bytes) + 1;
-    return bits == 8 || wide ? 0 : 24;
+    if (row_bytes == 0) return 0;   /* 0 columns: nothing to fetch */
+    if (bits == 8 && packed && !wide) return (int64_t)(4096 / row_bytes) + 1;
+    if (bits == 8 || wide) return 0;
+    const int64_t rows = QX_AVX2_Q4_REACH / (int64_t)row_bytes;   /* never more than the measured 24 */
+    return rows < 1 ? 1 : rows > 24 ? 24 : rows;
 }
 
 /* AVX-VNNI runs the AVX2 copy's loops: AVX2's reach (not measured apart). */
@@ -696,7 +711,8 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
 
 static inline int64_t qx_prefetch_rows_avx512vnni(int bits, int packed, size_t row_bytes, int wide) {
     if ((bits == 8 && !wide && !packed) || row_bytes == 0) return 0;   /* 0 columns: nothing to fetch */
-    return (int64_t)(4096 / row_bytes) + (wide ? 2 : 1);    /* a pair's rows: past its partner */
+    const int64_t rows = (int64_t)(4096 / row_bytes) + (wide ? 2 : 1);   /* a pair's rows: past its partner */
+    return rows < 2 ? 2 : rows;
 }
 
 /* Prefetches one row's codes (cb bytes), scales and biases (sb bytes each):

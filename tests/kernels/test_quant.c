@@ -812,8 +812,9 @@ static void test_int8_rows_are_bit_identical_whatever_t_and_row_range(void) {
     kn_init(0);
 }
 
-/* Long and many rows: 8, 9, 17, 24, 25 and 56 groups per row (56: the 0.8B
- * shape's down projections at group 64; full and partial
+/* Long and many rows: 8, 9, 17, 24, 25, 56 and 144 groups per row (56 and
+ * 144: the 0.8B and 4B shapes' down projections at group 64, the latter's
+ * 4-bit rows longer than the 4 KB prefetch reach; full and partial
  * blocks of eight scales, more than one of them; for lanes, whose AVX-512
  * twin takes 16 groups a step, one or two blocks a step, the second full,
  * partial or absent) and 30 rows (past the prefetch
@@ -822,7 +823,7 @@ static void test_int8_rows_are_bit_identical_whatever_t_and_row_range(void) {
  * does a T = 3 call (a verify block) over the 29 rows from row 1. */
 static void test_int8_matmul_on_long_and_many_rows_matches_the_reference(void) {
     enum { T = 5, ROWS = 30 };
-    static const int64_t gprs[] = {8, 9, 17, 24, 25, 56};
+    static const int64_t gprs[] = {8, 9, 17, 24, 25, 56, 144};
     nx_test_rng r = {0x51DE5EED0DDBA11ULL};
     float *ya = malloc(sizeof(float) * T * ROWS), *yr = malloc(sizeof(float) * T * ROWS), y1[ROWS];
     for (int b = 0; b < N_BITS; b++)
