@@ -711,8 +711,8 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
 
 static inline int64_t qx_prefetch_rows_avx512vnni(int bits, int packed, size_t row_bytes, int wide) {
     if ((bits == 8 && !wide && !packed) || row_bytes == 0) return 0;   /* 0 columns: nothing to fetch */
-    const int64_t rows = (int64_t)(4096 / row_bytes) + (wide ? 2 : 1);   /* a pair's rows: past its partner */
-    return rows < 2 ? 2 : rows;
+    const int64_t rows = (int64_t)(4096 / row_bytes) + (wide ? 2 : 1);
+    return bits == 4 && packed && rows < 2 ? 2 : rows;   /* a pair's rows: past its partner */
 }
 
 /* Prefetches one row's codes (cb bytes), scales and biases (sb bytes each):
