@@ -687,14 +687,17 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * Rows longer than 4 KB (the 4B and 9B shapes' down projections: 9216 and
  * 12288 columns): the reach stays the bytes it was measured as, AVX2's 24
  * q4 rows of 1024 columns (576 bytes) for longer rows too (24 rows of 9216
- * columns, 110 KB, land in an L1 of 48 KB and are gone by their turn), and
- * a VNNI pair's rows at least 2 on (4096 / row_bytes + 1 was 1 there: the
- * pair's partner, so every second row went unfetched). On the Zen 5 VM,
- * bench-linear's matrices of the 4B-shape q4 fixture, both ways in turn
+ * columns, 110 KB, land in an L1 of 48 KB and are gone by their turn; the
+ * other widths below 8 bits take the same bytes, not measured apart), and
+ * a VNNI q4 pair's rows at least 2 on (4096 / row_bytes + 1 was 1 there:
+ * the pair's partner, so every second row went unfetched). On the Zen 5
+ * VM, bench-linear's matrices of the 4B-shape q4 fixture, both ways in turn
  * in one process (2 threads, medians of the paired ratios): VNNI, the 9216-
- * column matrices T = 1 / 3 / 4 0.90-0.93 / 0.78 / 0.87x the time, every
- * matrix 1.01 / 0.95 / 0.99x; AVX2 0.72 / 0.77 / 0.76x and 0.89 / 0.92 /
- * 0.93x; the 0.8B shape's (rows up to 3584 columns) AVX2 0.97x. */
+ * column matrices T = 1 / 3 / 4 0.90-0.96 / 0.78-0.80 / 0.87-0.88x the time
+ * (one run of five 1.05x at T = 4), every matrix 1.01 / 0.95 / 0.99x; AVX2
+ * 0.72 / 0.77 / 0.76x and 0.89 / 0.92 / 0.93x; the 0.8B shape's (rows up
+ * to 3584 columns) AVX2 0.97x. 8-bit single rows keep 1 row: 2 ran 1.05x
+ * slower at T = 1 on the 4B q8 fixture's 9216-column matrices. */
 #define QX_AVX2_Q4_REACH (24 * 576)
 static inline int64_t qx_prefetch_rows_avx2(int bits, int packed, size_t row_bytes, int wide) {
     if (row_bytes == 0) return 0;   /* 0 columns: nothing to fetch */
