@@ -446,14 +446,33 @@ static void overrides_keep_the_three_to_one_layer_pattern(void) {
     json_decref(cfg);
 }
 
+/* A decoder tensor's expected shape: name after "model.language_model.layers.",
+ * then its dimensions (b, c: ignored past the tensor's rank). */
+typedef struct {
+    const char *n;
+    int64_t a, b, c;
+} layer_shape;
+
+/* Each tensor of w is in s with its shape, in bf16 (the GDN gate norm's
+ * weight in f32, as the HF files keep it). */
+static void check_layer_shapes(const st_set *s, const layer_shape *w, size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        char n[160];
+        snprintf(n, sizeof n, "model.language_model.layers.%s", w[i].n);
+        const st_tensor *t = st_find(s, n);
+        CHECKF(t && t->dtype == (strstr(n, "linear_attn.norm") ? NX_DT_F32 : NX_DT_BF16) && t->shape[0] == w[i].a &&
+                   (t->ndim < 2 || t->shape[1] == w[i].b) && (t->ndim < 3 || t->shape[2] == w[i].c),
+               "%s", n);
+    }
+}
+
 /* The 0.8b geometry with few layers and a small vocabulary, so the test
  * writes ~200 MB instead of 1.5 GB; the output is removed afterwards. */
 static void qwen3_5_0_8b_shape_preset_has_the_real_geometry(void) {
     const char *dir = fixture("q08", "--preset qwen3.5-0.8b-shape --layers 4 --vocab 1024");
     st_set *s = open_set(dir);
     if (s) {
-        const char *P = "model.language_model.layers.";
-        struct { const char *n; int64_t a, b, c; } w[] = {
+        static const layer_shape w[] = {
             {"0.linear_attn.in_proj_qkv.weight", 6144, 1024, 0}, {"0.linear_attn.in_proj_z.weight", 2048, 1024, 0},
             {"0.linear_attn.in_proj_b.weight", 16, 1024, 0},     {"0.linear_attn.conv1d.weight", 6144, 1, 4},
             {"0.linear_attn.norm.weight", 128, 0, 0},            {"0.linear_attn.out_proj.weight", 1024, 2048, 0},
@@ -461,14 +480,7 @@ static void qwen3_5_0_8b_shape_preset_has_the_real_geometry(void) {
             {"3.self_attn.o_proj.weight", 1024, 2048, 0},        {"3.self_attn.q_norm.weight", 256, 0, 0},
             {"1.mlp.gate_proj.weight", 3584, 1024, 0},           {"1.mlp.down_proj.weight", 1024, 3584, 0},
         };
-        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
-            char n[160];
-            snprintf(n, sizeof n, "%s%s", P, w[i].n);
-            const st_tensor *t = st_find(s, n);
-            CHECKF(t && t->dtype == (strstr(n, "linear_attn.norm") ? NX_DT_F32 : NX_DT_BF16) && t->shape[0] == w[i].a &&
-                       (t->ndim < 2 || t->shape[1] == w[i].b) && (t->ndim < 3 || t->shape[2] == w[i].c),
-                   "%s", n);
-        }
+        check_layer_shapes(s, w, sizeof w / sizeof w[0]);
         CHECK(st_find(s, "lm_head.weight") == NULL);   /* tied */
         CHECK(st_find(s, "mtp.layers.0.self_attn.q_proj.weight") != NULL);
         st_close(s);
@@ -486,22 +498,14 @@ static void qwen3_5_4b_shape_preset_has_its_geometry(void) {
     const char *dir = fixture("q4b", "--preset qwen3.5-4b-shape --layers 4 --vocab 1024 --hidden 128");
     st_set *s = open_set(dir);
     if (s) {
-        const char *P = "model.language_model.layers.";
-        struct { const char *n; int64_t a, b, c; } w[] = {
+        static const layer_shape w[] = {
             {"0.linear_attn.in_proj_qkv.weight", 8192, 128, 0}, {"0.linear_attn.in_proj_z.weight", 4096, 128, 0},
             {"0.linear_attn.in_proj_a.weight", 32, 128, 0},     {"0.linear_attn.conv1d.weight", 8192, 1, 4},
             {"0.linear_attn.out_proj.weight", 128, 4096, 0},    {"3.self_attn.q_proj.weight", 8192, 128, 0},
             {"3.self_attn.v_proj.weight", 1024, 128, 0},        {"3.self_attn.o_proj.weight", 128, 4096, 0},
             {"2.mlp.up_proj.weight", 9216, 128, 0},             {"2.mlp.down_proj.weight", 128, 9216, 0},
         };
-        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
-            char n[160];
-            snprintf(n, sizeof n, "%s%s", P, w[i].n);
-            const st_tensor *t = st_find(s, n);
-            CHECKF(t && t->shape[0] == w[i].a && (t->ndim < 2 || t->shape[1] == w[i].b) &&
-                       (t->ndim < 3 || t->shape[2] == w[i].c),
-                   "%s", n);
-        }
+        check_layer_shapes(s, w, sizeof w / sizeof w[0]);
         CHECK(st_find(s, "lm_head.weight") != NULL);   /* untied */
         st_close(s);
     }
