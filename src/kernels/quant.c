@@ -698,13 +698,14 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * 0.72 / 0.77 / 0.76x and 0.89 / 0.92 / 0.93x; the 0.8B shape's (rows up
  * to 3584 columns) AVX2 0.97x. 8-bit single rows keep 1 row: 2 ran 1.05x
  * slower at T = 1 on the 4B q8 fixture's 9216-column matrices. */
-#define QX_AVX2_Q4_REACH (24 * 576)
+#define QX_AVX2_Q4_ROWS 24                         /* as measured: rows of 1024 columns, 576 bytes */
+#define QX_AVX2_Q4_REACH (QX_AVX2_Q4_ROWS * 576)
 static inline int64_t qx_prefetch_rows_avx2(int bits, int packed, size_t row_bytes, int wide) {
     if (row_bytes == 0) return 0;   /* 0 columns: nothing to fetch */
     if (bits == 8 && packed && !wide) return (int64_t)(4096 / row_bytes) + 1;
     if (bits == 8 || wide) return 0;
-    const int64_t rows = QX_AVX2_Q4_REACH / (int64_t)row_bytes;   /* never more than the measured 24 */
-    return rows < 1 ? 1 : rows > 24 ? 24 : rows;
+    const int64_t rows = QX_AVX2_Q4_REACH / (int64_t)row_bytes;   /* never more rows than measured */
+    return rows < 1 ? 1 : rows > QX_AVX2_Q4_ROWS ? QX_AVX2_Q4_ROWS : rows;
 }
 
 /* AVX-VNNI runs the AVX2 copy's loops: AVX2's reach (not measured apart). */
