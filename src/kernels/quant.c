@@ -639,7 +639,8 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  *
  * Schedule: row by row (a wide product, T > KN_QXBLOCK, 2 rows at a time on
  * AVX-512VL except for lanes; packed 4-bit lanes 2 at a time at every T:
- * quant_qx.inc); per row, up to KN_QXBLOCK
+ * quant_qx.inc; with AVX-512 VNNI, a wide product of lanes whose activations
+ * outgrow L1 in tiles of rows, QX_TILE_BYTES below); per row, up to KN_QXBLOCK
  * activation rows share each unpacked block (an int32 group accumulator and
  * an f32 accumulator each), so a verify block of 4 tokens unpacks every
  * weight once.
@@ -658,6 +659,48 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
 /* Activation rows per register block, and so also the line between a step
  * or a verify (T <= KN_QXBLOCK: one block) and a wide pass (quant_qx.inc). */
 #define KN_QXBLOCK 4
+/* A wide pass (T > KN_QXBLOCK) of lanes rows with AVX-512 VNNI runs row by
+ * row while its T activation rows fit L1 next to a row's codes, and in tiles
+ * past that (quant_qx.inc, qx_rows_loop): QX_TILE_BYTES of weight rows at a
+ * time, each block of KN_QXBLOCK activation rows over the whole tile, so a
+ * block's activations stay in L1 and the tile's rows in L2 (a block then
+ * reads 1/4 as many bytes from L2 as row by row, where every row or pair
+ * reads all T activation rows there). Measured on the Zen 5 VM (48 KB L1),
+ * bench-linear with both ways in turn in one process (2 threads, paired
+ * medians of the time, tiles of 128 KB against row by row):
+ *   q4 pairs, 4B shape: every matrix T = 32 0.72-0.75x, T = 16 0.74x;
+ *     2560 columns T = 32 / 16 / 8 / 6 / 5 0.82 / 0.84-0.90 / 1.01 / 1.12 /
+ *     1.07x, 4096 columns T = 8 / 6 / 5 0.67 / 0.91 / 0.89x, 9216 columns
+ *     0.77 / 0.87 / 0.87x; 0.8B shape: 3584 columns T = 32 / 16 / 8 / 6
+ *     0.76-0.82 / 0.76-0.82 / 0.87 / 0.97x, 1024 columns T = 32 / 16 / 8
+ *     0.97-1.06 / 1.00-1.02 / 1.06x: a pair's activation loads serve two
+ *     rows, and rows of up to 2048 columns keep theirs in L1 well enough;
+ *   q8 (single rows), 0.8B shape: 3584 columns T = 32 / 16 / 8 / 6 0.55 /
+ *     0.56 / 0.84 / 0.98x, 1024 columns 0.92 / 0.99 / 0.99 / 1.04x.
+ * Hence a pass tiles past 24 KB of activations (T x columns, half this L1)
+ * and q4 pairs only past 2048 columns: at the verifies' T = 5 / 6 / 8 then
+ * level (4B q4 1.02 / 1.00 / 0.99x, 0.8B q4 1.00 / 1.00 / 1.02x, q8 0.99 /
+ * 1.01 / 1.00x). Whole prefills (256 tokens at 4B, 512 at 0.8B; fresh
+ * sessions, both ways in turn in one process, the same first token): 4B q4
+ * 0.81x the time (67.6 -> 83.3 tok/s), 0.8B q8 0.80x (301 -> 366), 0.8B
+ * q4 0.96x. Tiles of 64 / 256 / 512 KB: T = 32 0.74 / 0.75 / 0.76x at 4B
+ * (128 KB: 0.72-0.75x). The AVX2 and AVX-VNNI copies, about half as fast
+ * there, ran level with tiles (0.99-1.02x at 1024 and 3584 columns, 0.99x
+ * over the 4B shape at T = 32): they keep row by row. The other widths
+ * (q5/q6 at 8-9 G weights/s) are bound by their unpacking and were not
+ * measured. */
+#define QX_TILE_BYTES (128 * 1024)
+#define QX_TILE_X_BYTES (24 * 1024)   /* T x cols int8 activation bytes past which a pass tiles */
+static inline int qx_wide_tiles(int q4_pairs, int T, int64_t cols) {
+    return (int64_t)T * cols > QX_TILE_X_BYTES && (!q4_pairs || cols > 2048);
+}
+
+/* Weight rows a tile holds: a multiple of the rows a pass takes, at least one pass. */
+static inline int64_t qx_tile_rows(size_t row_bytes, int wrows) {
+    const int64_t rows = QX_TILE_BYTES / (int64_t)(row_bytes ? row_bytes : 1) / wrows * wrows;
+    return rows > wrows ? rows : wrows;
+}
+
 /* Rows ahead whose codes, scales and biases a row's pass prefetches (0:
  * none), for each set's kernel; row_bytes counts all three. Measured on the
  * 2-core AMD EPYC VM (bench-linear: every step matrix and the LM head of the

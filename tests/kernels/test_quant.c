@@ -864,6 +864,62 @@ static void test_int8_matmul_on_long_and_many_rows_matches_the_reference(void) {
     kn_init(0);
 }
 
+/* Wide passes of lanes rows whose activations outgrow L1 run in tiles of
+ * rows (quant.c: qx_wide_tiles, 128 KB of rows, blocks of 4 activation rows
+ * over each tile): 4- and 8-bit lanes in groups of 64 and 128, as stored
+ * and packed, rows past 2048 columns (33 and 80 groups of 64; 40 groups of
+ * 128), 227 rows (two or more tiles and an odd row left over), T = 13
+ * (blocks of 4 and a block of 1) and T = 5 (the packed pair's one pass of
+ * 5 unless wide_l1; tiled at 5120 columns); both kn_tuning choices. Every
+ * result equals the reference bit for bit, over all rows and over rows
+ * 3 .. 226 (tiles from an odd row), and row t of a T = 5 call equals a
+ * T = 1 call. */
+static void test_int8_wide_passes_in_tiles_match_the_reference(void) {
+    enum { ROWS = 227, MAXT = 13 };
+    static const struct { int bits, group, groups, T; } cases[] = {
+        {4, 64, 33, 13}, {8, 64, 33, 13}, {4, 128, 40, 13}, {8, 128, 40, 13}, {4, 64, 80, 5}, {8, 64, 80, 5},
+    };
+    nx_test_rng r = {0x711E5B10CC5ULL};
+    float *ya = malloc(sizeof(float) * MAXT * ROWS), *yr = malloc(sizeof(float) * MAXT * ROWS);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const int T = cases[c].T;
+        const int64_t n = (int64_t)cases[c].group * cases[c].groups;
+        qmat q = make_affine(&r, ROWS, n, cases[c].bits, cases[c].group, sdtypes[c % N_SD], WEIGHT_SIGMA);
+        float *x = make_act_kinds(&r, T, n, cases[c].group, 0);
+        kn_qx qx = make_qx(T, &q.m);
+        kn_quantize_x_ref(&qx, x, n);
+        kn_matmul_qx_rows_ref(&q.m, &qx, yr, ROWS, 0, ROWS);
+        for (int v = 0; v < int8_variants(&q.m); v++)
+            for (int tune = 0; tune < 2; tune++) {
+                if (!use_int8_variant(&q.m, v, &q.packed)) continue;
+                kn_tuning_set((kn_tuning){.wide_l1 = tune});
+                char what[112];
+                describe(what, sizeof what, &q.m, 1);
+                snprintf(what + strlen(what), sizeof what - strlen(what), " T=%d wide_l1=%d", T, tune);
+                for (int i = 0; i < T * ROWS; i++) ya[i] = NAN;
+                kn_matmul_qx_rows(&q.m, &qx, ya, ROWS, 0, ROWS);
+                CHECKF(memcmp(ya, yr, sizeof(float) * T * ROWS) == 0, "%s: differs from the reference", what);
+                for (int i = 0; i < T * ROWS; i++) ya[i] = NAN;
+                kn_matmul_qx_rows(&q.m, &qx, ya, ROWS, 3, ROWS - 1);
+                for (int t = 0; t < T; t++)
+                    CHECKF(memcmp(ya + t * ROWS + 3, yr + t * ROWS + 3, sizeof(float) * (ROWS - 4)) == 0 &&
+                               isnan(ya[t * ROWS + 2]) && isnan(ya[t * ROWS + ROWS - 1]),
+                           "%s: rows 3..%d, t=%d differ or spill", what, ROWS - 2, t);
+                if (T == 5)
+                    for (int t = 0; t < T; t++) {
+                        kn_qx one = qx_rows(&qx, t, 1);
+                        kn_matmul_qx_rows(&q.m, &one, ya, ROWS, 0, ROWS);
+                        CHECKF(memcmp(ya, yr + t * ROWS, sizeof(float) * ROWS) == 0, "%s: row t=%d alone differs", what,
+                               t);
+                    }
+            }
+        free(qx.q), free(x);
+        free_affine(&q);
+    }
+    free(ya), free(yr);
+    kn_init(0);
+}
+
 /* The largest codes against the largest activations, where the int16 sums
  * come closest to overflowing: 8-bit codes 0 and 255 (q - 128 = -128 and 127:
  * a pair sum of 32512 with the sign trick; in lanes, VNNI's int32 sums of
@@ -1051,6 +1107,10 @@ static const nx_test tests[] = {
     {"int8_matmul_on_long_and_many_rows_matches_the_reference",
      "8 to 56 groups a row and 30 rows: every kernel set bit for bit, T = 5 and T = 3 equal T = 1 row by row",
      test_int8_matmul_on_long_and_many_rows_matches_the_reference},
+    {"int8_wide_passes_in_tiles_match_the_reference",
+     "4- and 8-bit lanes past 2048 columns, 227 rows, T = 13 and 5, both tunings: tiled wide passes equal the "
+     "reference bit for bit, also from an odd row",
+     test_int8_wide_passes_in_tiles_match_the_reference},
     {"packed_rows_follow_the_documented_order",
      "kn_lanes_pack: every 4- and 8-bit code where quant.h says, padding groups 0, scales and biases after the codes; other widths and groups of 32 pack nothing",
      test_packed_rows_follow_the_documented_order},
