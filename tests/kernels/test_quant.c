@@ -872,7 +872,7 @@ static void test_int8_matmul_on_long_and_many_rows_matches_the_reference(void) {
  * (blocks of 4 and a block of 1) and T = 5 (the packed pair's one pass of
  * 5 unless wide_l1; tiled at 5120 columns); both kn_tuning choices. Every
  * result equals the reference bit for bit, over all rows and over rows
- * 3 .. 226 (tiles from an odd row), and row t of a T = 5 call equals a
+ * 3 .. 225 (tiles from an odd row), and row t of a T = 5 call equals a
  * T = 1 call. */
 static void test_int8_wide_passes_in_tiles_match_the_reference(void) {
     enum { ROWS = 227, MAXT = 13 };
