@@ -640,7 +640,7 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * Schedule: row by row (a wide product, T > KN_QXBLOCK, 2 rows at a time on
  * AVX-512VL except for lanes; packed 4-bit lanes 2 at a time at every T:
  * quant_qx.inc; with AVX-512 VNNI, a wide product of lanes whose activations
- * outgrow L1 in tiles of rows, QX_TILE_BYTES below); per row, up to KN_QXBLOCK
+ * outgrow L1 in tiles of rows, qx_wide_tiles below); per row, up to KN_QXBLOCK
  * activation rows share each unpacked block (an int32 group accumulator and
  * an f32 accumulator each), so a verify block of 4 tokens unpacks every
  * weight once.
@@ -661,12 +661,12 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
 #define KN_QXBLOCK 4
 /* A wide pass (T > KN_QXBLOCK) of lanes rows with AVX-512 VNNI runs row by
  * row while its T activation rows fit L1 next to a row's codes, and in tiles
- * past that (quant_qx.inc, qx_rows_loop): QX_TILE_BYTES of weight rows at a
- * time, each block of KN_QXBLOCK activation rows over the whole tile, so a
+ * past that (quant.h: KN_QX_TILE_BYTES; quant_qx.inc, qx_rows_loop): each
+ * block of KN_QXBLOCK activation rows over a whole tile of rows, so a
  * block's activations stay in L1 and the tile's rows in L2 (a block then
- * reads 1/4 as many bytes from L2 as row by row, where every row or pair
- * reads all T activation rows there). Measured on the Zen 5 VM (48 KB L1),
- * bench-linear with both ways in turn in one process (2 threads, paired
+ * reads about 1/4 as many bytes from L2 as row by row, where every row or
+ * pair reads all T activation rows there). Measured on the Zen 5 VM (48 KB
+ * L1), bench-linear with both ways in turn in one process (2 threads, paired
  * medians of the time, tiles of 128 KB against row by row):
  *   q4 pairs, 4B shape: every matrix T = 32 0.72-0.75x, T = 16 0.74x;
  *     2560 columns T = 32 / 16 / 8 / 6 / 5 0.82 / 0.84-0.90 / 1.01 / 1.12 /
@@ -689,16 +689,8 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * over the 4B shape at T = 32): they keep row by row. The other widths
  * (q5/q6 at 8-9 G weights/s) are bound by their unpacking and were not
  * measured. */
-#define QX_TILE_BYTES (128 * 1024)
-#define QX_TILE_X_BYTES (24 * 1024)   /* T x cols int8 activation bytes past which a pass tiles */
 static inline int qx_wide_tiles(int q4_pairs, int T, int64_t cols) {
-    return (int64_t)T * cols > QX_TILE_X_BYTES && (!q4_pairs || cols > 2048);
-}
-
-/* Weight rows a tile holds: a multiple of the rows a pass takes, at least one pass. */
-static inline int64_t qx_tile_rows(size_t row_bytes, int wrows) {
-    const int64_t rows = QX_TILE_BYTES / (int64_t)(row_bytes ? row_bytes : 1) / wrows * wrows;
-    return rows > wrows ? rows : wrows;
+    return (int64_t)T * cols > KN_QX_TILE_X_BYTES && (!q4_pairs || cols > 2048);
 }
 
 /* Rows ahead whose codes, scales and biases a row's pass prefetches (0:

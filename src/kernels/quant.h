@@ -266,6 +266,23 @@ size_t kn_lanes_packed_bytes(const kn_mat *w);
  * A row-range worker: threads may fill disjoint ranges. */
 void kn_lanes_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1);
 
+/* Tiles of a wide int8 product (more than 4 activation rows: a prefill
+ * chunk). With AVX-512 VNNI, a pass over lanes rows whose T x cols
+ * activation bytes pass KN_QX_TILE_X_BYTES (half a 48 KB L1) takes
+ * KN_QX_TILE_BYTES of weight rows at a time and runs each block of
+ * activation rows over the whole tile before the next: a block's
+ * activations stay in L1 and the tile's rows in L2, where row by row every
+ * row re-read all T rows from L2. The same kernel calls, so the same bits.
+ * Measured in quant.c (affine) and fpq_qx.inc (mxfp4, nvfp4). */
+#define KN_QX_TILE_BYTES (128 * 1024)
+#define KN_QX_TILE_X_BYTES (24 * 1024)
+/* Weight rows of row_bytes a tile holds: a multiple of wrows (the rows a
+ * pass takes), at least wrows. */
+static inline int64_t kn_qx_tile_rows(size_t row_bytes, int wrows) {
+    const int64_t rows = KN_QX_TILE_BYTES / (int64_t)(row_bytes ? row_bytes : 1) / wrows * wrows;
+    return rows > wrows ? rows : wrows;
+}
+
 /* Bytes of buffer a kn_qx of T rows of cols needs for any group size
  * (padding included). */
 size_t kn_qx_bytes(int T, int64_t cols);

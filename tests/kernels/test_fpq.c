@@ -434,6 +434,51 @@ static void test_fp4_int8_products_follow_the_definition(void) {
     kn_init(0);
 }
 
+/* Wide passes whose activations outgrow L1 run in tiles of rows (quant.h:
+ * KN_QX_TILE_X_BYTES, KN_QX_TILE_BYTES; fpq_qx.inc): mxfp4 and nvfp4 rows of
+ * 2080 columns (65 groups of 32: a partial block), 301 rows (three tiles),
+ * T = 13 (blocks of 4 and of 1: 27 KB of activations), as stored and
+ * packed, every SIMD set: bit for bit the definition, over all rows and
+ * over rows 3 .. 298. */
+static void test_fp4_wide_passes_in_tiles_follow_the_definition(void) {
+    enum { ROWS = 301, T = 13, COLS = 2080 };
+    nx_test_rng r = {0x711E5F94ULL};
+    float *want = malloc(sizeof(float) * T * ROWS), *got = malloc(sizeof(float) * T * ROWS);
+    for (int k = 0; k < 2; k++) {
+        const kn_fp_mode mode = k ? KN_FP_NVFP4 : KN_FP_MXFP4;
+        fmat f = make_fmat(&r, mode, ROWS, COLS, 0);
+        float *x = make_acts(&r, T * COLS);
+        void *buf = malloc(kn_qx_bytes(T, COLS)), *packed = malloc(kn_lanes_packed_bytes(&f.m));
+        kn_lanes_pack(&f.m, packed, 0, ROWS);
+        kn_mat from_packed = f.m;
+        from_packed.packed = packed;
+        kn_qx qx;
+        kn_qx_bind(&qx, buf, T, &f.m);
+        kn_quantize_x(&qx, x, COLS);
+        kn_fp_matmul_qx_rows_ref(&f.m, &qx, want, ROWS, 0, ROWS);
+        for (int s = 0; s < N_ISAS - 1; s++)   /* the SIMD sets */
+            for (int pk = 0; pk < 2; pk++) {
+                if (!use_isa(s)) continue;
+                const kn_mat *w = pk ? &from_packed : &f.m;
+                for (int i = 0; i < T * ROWS; i++) got[i] = NAN;
+                kn_matmul_qx_rows(w, &qx, got, ROWS, 0, ROWS);
+                CHECKF(memcmp(want, got, sizeof(float) * T * ROWS) == 0, "%s %s%s T=%d: differs", isa_names[s],
+                       kn_fp_name(mode), pk ? " packed" : "", T);
+                for (int i = 0; i < T * ROWS; i++) got[i] = NAN;
+                kn_matmul_qx_rows(w, &qx, got, ROWS, 3, ROWS - 2);
+                for (int t = 0; t < T; t++)
+                    CHECKF(memcmp(want + t * ROWS + 3, got + t * ROWS + 3, sizeof(float) * (ROWS - 5)) == 0 &&
+                               isnan(got[t * ROWS + 2]) && isnan(got[t * ROWS + ROWS - 2]),
+                           "%s %s%s rows 3..%d, t=%d: differ or spill", isa_names[s], kn_fp_name(mode),
+                           pk ? " packed" : "", ROWS - 3, t);
+            }
+        free(buf), free(packed), free(x);
+        free_fmat(&f);
+    }
+    free(want), free(got);
+    kn_init(0);
+}
+
 /* The int8 product of fp4 matrix f (rows ROWS4) with T4 activation rows x
  * (cols apart): the definition into want, and every SIMD set's product,
  * from packed rows and from the codes as stored, checked against it bit
@@ -607,6 +652,10 @@ static const nx_test tests[] = {
     {"fp4_int8_products_follow_the_definition",
      "mxfp4 and nvfp4: every kernel set = the scalar definition bit for bit (T = 1..16, row ranges, 1 to 33 groups of 32, from packed rows and from codes as stored); = w (d xq) in double; within the int8 rounding of the f32 product; subnormal scales",
      test_fp4_int8_products_follow_the_definition},
+    {"fp4_wide_passes_in_tiles_follow_the_definition",
+     "mxfp4 and nvfp4, 2080 columns, 301 rows, T = 13 (tiled wide passes): every SIMD set, packed or not, bit for bit "
+     "the definition, also over rows 3 .. 298",
+     test_fp4_wide_passes_in_tiles_follow_the_definition},
     {"sizes_and_views", "kn_mat_bytes per mode, kn_fp_valid refuses a wrong group or too many columns", test_sizes_and_views},
 };
 
