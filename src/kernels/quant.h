@@ -272,7 +272,7 @@ void kn_lanes_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1);
  * KN_QX_TILE_BYTES of weight rows at a time and runs each block of
  * activation rows over the whole tile before the next: a block's
  * activations stay in L1 and the tile's rows in L2, where row by row every
- * row re-read all T rows from L2. The same kernel calls, so the same bits.
+ * row re-reads all T rows from L2. The same kernel calls, so the same bits.
  * Measured in quant.c (affine) and fpq_qx.inc (mxfp4, nvfp4). */
 #define KN_QX_TILE_BYTES (128 * 1024)
 #define KN_QX_TILE_X_BYTES (24 * 1024)
