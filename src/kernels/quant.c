@@ -690,7 +690,7 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * (q5/q6 at 8-9 G weights/s) are bound by their unpacking and were not
  * measured. */
 static inline int qx_wide_tiles(int q4_pairs, int T, int64_t cols) {
-    return (int64_t)T * cols > KN_QX_TILE_X_BYTES && (!q4_pairs || cols > 2048);
+    return kn_qx_tiled(T, cols) && (!q4_pairs || cols > 2048);
 }
 
 /* Rows ahead whose codes, scales and biases a row's pass prefetches (0:

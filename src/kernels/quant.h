@@ -276,6 +276,8 @@ void kn_lanes_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1);
  * Measured in quant.c (affine) and fpq_qx.inc (mxfp4, nvfp4). */
 #define KN_QX_TILE_BYTES (128 * 1024)
 #define KN_QX_TILE_X_BYTES (24 * 1024)
+/* 1 if a wide pass of T activation rows of cols int8 bytes runs in tiles. */
+static inline int kn_qx_tiled(int T, int64_t cols) { return (int64_t)T * cols > KN_QX_TILE_X_BYTES; }
 /* Weight rows of row_bytes a tile holds: a multiple of wrows (the rows a
  * pass takes), at least wrows. */
 static inline int64_t kn_qx_tile_rows(size_t row_bytes, int wrows) {
