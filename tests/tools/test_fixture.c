@@ -466,57 +466,65 @@ static void check_layer_shapes(const st_set *s, const layer_shape *w, size_t cou
     }
 }
 
-/* The 0.8b geometry with few layers and a small vocabulary, so the test
- * writes ~200 MB instead of 1.5 GB; the output is removed afterwards. */
-static void qwen3_5_0_8b_shape_preset_has_the_real_geometry(void) {
-    const char *dir = fixture("q08", "--preset qwen3.5-0.8b-shape --layers 4 --vocab 1024");
-    st_set *s = open_set(dir);
-    if (s) {
-        static const layer_shape w[] = {
-            {"0.linear_attn.in_proj_qkv.weight", 6144, 1024, 0}, {"0.linear_attn.in_proj_z.weight", 2048, 1024, 0},
-            {"0.linear_attn.in_proj_b.weight", 16, 1024, 0},     {"0.linear_attn.conv1d.weight", 6144, 1, 4},
-            {"0.linear_attn.norm.weight", 128, 0, 0},            {"0.linear_attn.out_proj.weight", 1024, 2048, 0},
-            {"3.self_attn.q_proj.weight", 4096, 1024, 0},        {"3.self_attn.k_proj.weight", 512, 1024, 0},
-            {"3.self_attn.o_proj.weight", 1024, 2048, 0},        {"3.self_attn.q_norm.weight", 256, 0, 0},
-            {"1.mlp.gate_proj.weight", 3584, 1024, 0},           {"1.mlp.down_proj.weight", 1024, 3584, 0},
-        };
-        check_layer_shapes(s, w, sizeof w / sizeof w[0]);
-        CHECK(st_find(s, "lm_head.weight") == NULL);   /* tied */
-        CHECK(st_find(s, "mtp.layers.0.self_attn.q_proj.weight") != NULL);
-        st_close(s);
-    }
-    json_t *cfg = load_json(path_in(dir, "config.json"));
-    CHECK(json_is_true(json_object_get(cfg, "tie_word_embeddings")));
-    CHECK(jint(json_object_get(cfg, "text_config"), "linear_num_value_heads") == 16);
-    json_decref(cfg);
-    nx_test_system("rm -rf '%s'", dir);
-}
+/* A preset's geometry, as its config and tensors must show it, with the
+ * flags that shrink what the test writes (few layers, a small vocabulary,
+ * and for the wider presets a narrow hidden size: ~200 MB for the 0.8B,
+ * ~60 MB for the others; each output is removed afterwards). */
+typedef struct {
+    const char *preset, *args;
+    int tied, hidden, inter, heads, kv_heads, lk_heads, lv_heads;
+    layer_shape w[12];
+} preset_case;
 
-/* The 4B geometry (two value heads a key head, untied) with a narrow
- * hidden size, few layers and a small vocabulary (~60 MB). */
-static void qwen3_5_4b_shape_preset_has_its_geometry(void) {
-    const char *dir = fixture("q4b", "--preset qwen3.5-4b-shape --layers 4 --vocab 1024 --hidden 128");
-    st_set *s = open_set(dir);
-    if (s) {
-        static const layer_shape w[] = {
-            {"0.linear_attn.in_proj_qkv.weight", 8192, 128, 0}, {"0.linear_attn.in_proj_z.weight", 4096, 128, 0},
-            {"0.linear_attn.in_proj_a.weight", 32, 128, 0},     {"0.linear_attn.conv1d.weight", 8192, 1, 4},
-            {"0.linear_attn.out_proj.weight", 128, 4096, 0},    {"3.self_attn.q_proj.weight", 8192, 128, 0},
-            {"3.self_attn.v_proj.weight", 1024, 128, 0},        {"3.self_attn.o_proj.weight", 128, 4096, 0},
-            {"2.mlp.up_proj.weight", 9216, 128, 0},             {"2.mlp.down_proj.weight", 128, 9216, 0},
-        };
-        check_layer_shapes(s, w, sizeof w / sizeof w[0]);
-        CHECK(st_find(s, "lm_head.weight") != NULL);   /* untied */
-        st_close(s);
+static const preset_case preset_cases[] = {
+    {"qwen3.5-0.8b-shape", "--layers 4 --vocab 1024", 1, 1024, 3584, 8, 2, 16, 16,
+     {{"0.linear_attn.in_proj_qkv.weight", 6144, 1024, 0}, {"0.linear_attn.in_proj_z.weight", 2048, 1024, 0},
+      {"0.linear_attn.in_proj_b.weight", 16, 1024, 0},     {"0.linear_attn.conv1d.weight", 6144, 1, 4},
+      {"0.linear_attn.norm.weight", 128, 0, 0},            {"0.linear_attn.out_proj.weight", 1024, 2048, 0},
+      {"3.self_attn.q_proj.weight", 4096, 1024, 0},        {"3.self_attn.k_proj.weight", 512, 1024, 0},
+      {"3.self_attn.o_proj.weight", 1024, 2048, 0},        {"3.self_attn.q_norm.weight", 256, 0, 0},
+      {"1.mlp.gate_proj.weight", 3584, 1024, 0},           {"1.mlp.down_proj.weight", 1024, 3584, 0}}},
+    /* The 0.8B's heads and a wider MLP. */
+    {"qwen3.5-2b-shape", "--layers 4 --vocab 1024 --hidden 128", 1, 128, 6144, 8, 2, 16, 16,
+     {{"0.linear_attn.in_proj_qkv.weight", 6144, 128, 0}, {"0.linear_attn.in_proj_a.weight", 16, 128, 0},
+      {"0.linear_attn.out_proj.weight", 128, 2048, 0},    {"3.self_attn.q_proj.weight", 4096, 128, 0},
+      {"3.self_attn.v_proj.weight", 512, 128, 0},         {"3.self_attn.o_proj.weight", 128, 2048, 0},
+      {"2.mlp.up_proj.weight", 6144, 128, 0},             {"2.mlp.down_proj.weight", 128, 6144, 0}}},
+    /* Two value heads a key head, untied. */
+    {"qwen3.5-4b-shape", "--layers 4 --vocab 1024 --hidden 128", 0, 128, 9216, 16, 4, 16, 32,
+     {{"0.linear_attn.in_proj_qkv.weight", 8192, 128, 0}, {"0.linear_attn.in_proj_z.weight", 4096, 128, 0},
+      {"0.linear_attn.in_proj_a.weight", 32, 128, 0},     {"0.linear_attn.conv1d.weight", 8192, 1, 4},
+      {"0.linear_attn.out_proj.weight", 128, 4096, 0},    {"3.self_attn.q_proj.weight", 8192, 128, 0},
+      {"3.self_attn.v_proj.weight", 1024, 128, 0},        {"3.self_attn.o_proj.weight", 128, 4096, 0},
+      {"2.mlp.up_proj.weight", 9216, 128, 0},             {"2.mlp.down_proj.weight", 128, 9216, 0}}},
+};
+
+static void presets_have_their_geometry(void) {
+    for (size_t i = 0; i < sizeof preset_cases / sizeof preset_cases[0]; i++) {
+        const preset_case *pc = &preset_cases[i];
+        char args[160];
+        snprintf(args, sizeof args, "--preset %s %s", pc->preset, pc->args);
+        const char *dir = fixture(pc->preset, args);
+        st_set *s = open_set(dir);
+        if (s) {
+            size_t count = 0;
+            while (count < sizeof pc->w / sizeof pc->w[0] && pc->w[count].n) count++;
+            check_layer_shapes(s, pc->w, count);
+            CHECKF((st_find(s, "lm_head.weight") == NULL) == pc->tied, "%s", pc->preset);
+            CHECKF(st_find(s, "mtp.layers.0.self_attn.q_proj.weight") != NULL, "%s", pc->preset);
+            st_close(s);
+        }
+        json_t *cfg = load_json(path_in(dir, "config.json"));
+        json_t *tc = json_object_get(cfg, "text_config");
+        CHECKF(json_is_true(json_object_get(cfg, "tie_word_embeddings")) == pc->tied, "%s", pc->preset);
+        CHECKF(jint(tc, "hidden_size") == pc->hidden && jint(tc, "intermediate_size") == pc->inter, "%s", pc->preset);
+        CHECKF(jint(tc, "num_attention_heads") == pc->heads && jint(tc, "num_key_value_heads") == pc->kv_heads,
+               "%s", pc->preset);
+        CHECKF(jint(tc, "linear_num_key_heads") == pc->lk_heads && jint(tc, "linear_num_value_heads") == pc->lv_heads,
+               "%s", pc->preset);
+        json_decref(cfg);
+        nx_test_system("rm -rf '%s'", dir);
     }
-    json_t *cfg = load_json(path_in(dir, "config.json"));
-    json_t *tc = json_object_get(cfg, "text_config");
-    CHECK(json_is_false(json_object_get(cfg, "tie_word_embeddings")));
-    CHECK(jint(tc, "linear_num_key_heads") == 16 && jint(tc, "linear_num_value_heads") == 32);
-    CHECK(jint(tc, "num_attention_heads") == 16 && jint(tc, "num_key_value_heads") == 4);
-    CHECK(jint(tc, "intermediate_size") == 9216 && jint(tc, "hidden_size") == 128);
-    json_decref(cfg);
-    nx_test_system("rm -rf '%s'", dir);
 }
 
 static void bad_usage_exits_2_and_help_exits_0(void) {
@@ -853,10 +861,7 @@ static const nx_test tests[] = {
      dtype_tie_and_mtp_flags_change_only_what_they_name},
     {"overrides_keep_the_three_to_one_layer_pattern", "--vocab --hidden --layers",
      overrides_keep_the_three_to_one_layer_pattern},
-    {"qwen3_5_0_8b_shape_preset_has_the_real_geometry", "0.8B shapes, tied, with mtp",
-     qwen3_5_0_8b_shape_preset_has_the_real_geometry},
-    {"qwen3_5_4b_shape_preset_has_its_geometry", "4B shapes, two value heads a key head, untied",
-     qwen3_5_4b_shape_preset_has_its_geometry},
+    {"presets_have_their_geometry", "0.8B, 2B and 4B shapes, tying, mtp", presets_have_their_geometry},
     {"bad_usage_exits_2_and_help_exits_0", "exit codes and a one-line error", bad_usage_exits_2_and_help_exits_0},
     {"separate_mtp_layout_writes_an_mlx_vlm_drafter_directory",
      "--mtp-layout separate: target without mtp.*, mtp-drafter/ with bare keys, +1 norms, MTPSplitter config",
