@@ -676,9 +676,15 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  *     0.97-1.06 / 1.00-1.02 / 1.06x: a pair's activation loads serve two
  *     rows, and rows of up to 2048 columns keep theirs in L1 well enough;
  *   q8 (single rows), 0.8B shape: 3584 columns T = 32 / 16 / 8 / 6 0.55 /
- *     0.56 / 0.84 / 0.98x, 1024 columns 0.92 / 0.99 / 0.99 / 1.04x.
+ *     0.56 / 0.84 / 0.98x, 1024 columns 0.92 / 0.99 / 0.99 / 1.04x;
+ *   q4 pairs of 2048 columns, 2B shape (every matrix that wide): T = 32 /
+ *     28 / 24 / 20 / 16 0.84 / 0.88 / 0.89 / 0.95 / 0.98-0.99x; 0.8B shape
+ *     (its two 2048-column matrices a layer) T = 32 / 16 0.90 / 1.02x; whole
+ *     prefills (as below) 2B q4 0.91x (240.7 -> 263.7 tok/s), 0.8B q4 level
+ *     (1.015 / 0.992x).
  * Hence a pass tiles past 24 KB of activations (T x columns, half this L1)
- * and q4 pairs only past 2048 columns: at the verifies' T = 5 / 6 / 8 then
+ * and q4 pairs only past 2048 columns or 32 KB (at 2048 columns T > 16: a
+ * prefill chunk, never a verify): at the verifies' T = 5 / 6 / 8 then
  * level (4B q4 1.02 / 1.00 / 0.99x, 0.8B q4 1.00 / 1.00 / 1.02x, q8 0.99 /
  * 1.01 / 1.00x). Whole prefills (256 tokens at 4B, 512 at 0.8B; fresh
  * sessions, both ways in turn in one process, the same first token): 4B q4
@@ -689,8 +695,9 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * over the 4B shape at T = 32): they keep row by row. The other widths
  * (q5/q6 at 8-9 G weights/s) are bound by their unpacking and were not
  * measured. */
+#define QX_PAIR_TILE_X_BYTES (32 * 1024)
 static inline int qx_wide_tiles(int q4_pairs, int T, int64_t cols) {
-    return kn_qx_tiled(T, cols) && (!q4_pairs || cols > 2048);
+    return kn_qx_tiled(T, cols) && (!q4_pairs || cols > 2048 || (int64_t)T * cols > QX_PAIR_TILE_X_BYTES);
 }
 
 /* Rows ahead whose codes, scales and biases a row's pass prefetches (0:

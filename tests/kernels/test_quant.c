@@ -870,14 +870,17 @@ static void test_int8_matmul_on_long_and_many_rows_matches_the_reference(void) {
  * and packed, rows past 2048 columns (33 and 80 groups of 64; 40 groups of
  * 128), 227 rows (two or more tiles and an odd row left over), T = 13
  * (blocks of 4 and a block of 1) and T = 5 (the packed pair's one pass of
- * 5 unless wide_l1; tiled at 5120 columns); both kn_tuning choices. Every
+ * 5 unless wide_l1; tiled at 5120 columns), and 4-bit rows of 2048 columns
+ * at T = 17 (packed pairs tile there past 32 KB of activations); both
+ * kn_tuning choices. Every
  * result equals the reference bit for bit, over all rows and over rows
  * 3 .. 225 (tiles from an odd row), and row t of a T = 5 call equals a
  * T = 1 call. */
 static void test_int8_wide_passes_in_tiles_match_the_reference(void) {
-    enum { ROWS = 227, MAXT = 13 };
+    enum { ROWS = 227, MAXT = 17 };
     static const struct { int bits, group, groups, T; } cases[] = {
         {4, 64, 33, 13}, {8, 64, 33, 13}, {4, 128, 40, 13}, {8, 128, 40, 13}, {4, 64, 80, 5}, {8, 64, 80, 5},
+        {4, 64, 32, 17},
     };
     nx_test_rng r = {0x711E5B10CC5ULL};
     float *ya = malloc(sizeof(float) * MAXT * ROWS), *yr = malloc(sizeof(float) * MAXT * ROWS);
@@ -1108,8 +1111,8 @@ static const nx_test tests[] = {
      "8 to 56 groups a row and 30 rows: every kernel set bit for bit, T = 5 and T = 3 equal T = 1 row by row",
      test_int8_matmul_on_long_and_many_rows_matches_the_reference},
     {"int8_wide_passes_in_tiles_match_the_reference",
-     "4- and 8-bit lanes past 2048 columns, 227 rows, T = 13 and 5, both tunings: tiled wide passes equal the "
-     "reference bit for bit, also from an odd row",
+     "4- and 8-bit lanes past 2048 columns (4-bit also at 2048, T = 17), 227 rows, T = 13 and 5, both tunings: "
+     "tiled wide passes equal the reference bit for bit, also from an odd row",
      test_int8_wide_passes_in_tiles_match_the_reference},
     {"packed_rows_follow_the_documented_order",
      "kn_lanes_pack: every 4- and 8-bit code where quant.h says, padding groups 0, scales and biases after the codes; other widths and groups of 32 pack nothing",
