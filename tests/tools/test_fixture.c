@@ -516,7 +516,8 @@ static void presets_have_their_geometry(void) {
         }
         json_t *cfg = load_json(path_in(dir, "config.json"));
         json_t *tc = json_object_get(cfg, "text_config");
-        CHECKF(json_is_true(json_object_get(cfg, "tie_word_embeddings")) == pc->tied, "%s", pc->preset);
+        json_t *tie = json_object_get(cfg, "tie_word_embeddings");
+        CHECKF(json_is_boolean(tie) && json_is_true(tie) == pc->tied, "%s", pc->preset);
         CHECKF(jint(tc, "hidden_size") == pc->hidden && jint(tc, "intermediate_size") == pc->inter, "%s", pc->preset);
         CHECKF(jint(tc, "num_attention_heads") == pc->heads && jint(tc, "num_key_value_heads") == pc->kv_heads,
                "%s", pc->preset);
