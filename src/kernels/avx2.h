@@ -60,10 +60,6 @@ KN_AVX2_INLINE float kn_load1_avx2(const void *w, nx_dtype dt, int64_t i) {
             _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + (int64_t)t * ldx + (i)), acc[t][acc_k]); \
     } while (0)
 
-/* The layout's horizontal sum, in lane 0 of the result: nacc = 4 accumulators
- * combined as (acc0 + acc1) + (acc2 + acc3) first; then the 8 lanes v as
- * ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). nacc (1 or 4) is a
- * constant after inlining. */
 /* Prefetches bytes [0, bytes) from p, a line at a time: into L1, or into L2
  * where to_l2. Always inline: GCC 12 finds a function that only prefetches
  * free of side effects and drops calls to it that it did not inline. */
@@ -81,6 +77,28 @@ KN_AVX2_INLINE void kn_prefetch_step_avx2(const char **cursor, int lines) {
     *cursor += 64 * lines;
 }
 
+/* A kernel's prefetch ahead of its own loads, in address order (the dense
+ * products, matmul.c): each step fetches as many bytes as it consumes, at
+ * `at` bytes from base, a fixed distance ahead of its loads, and moves `at`
+ * on; nothing at or past end (the matrix's end, not the thread's share of
+ * its rows: the pool's next claim usually starts where this one ends). The
+ * fetches keep the loads' pace, a line or two a step, where fetching a
+ * chunk's lines at once ran slower (KN_DENSE_AHEAD_BYTES). */
+typedef struct {
+    const char *base;
+    size_t at, end;
+} kn_ahead;
+
+/* One step's fetches: the lines that hold at, at + 64, ... below at + bytes,
+ * then at += bytes (the next step starts with the line that holds the new
+ * at, so no line the cursor passes over goes unfetched). bytes is a
+ * constant after inlining. */
+KN_AVX2_INLINE void kn_ahead_step_avx2(kn_ahead *a, size_t bytes) {
+    for (size_t b = 0; b < bytes; b += 64)
+        if (a->at + b < a->end) _mm_prefetch(a->base + a->at + b, _MM_HINT_T0);
+    a->at += bytes;
+}
+
 /* Sum of the 8 int32 lanes of v (exact in any order). */
 KN_AVX2_INLINE int32_t kn_hsum_epi32_avx2(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -89,6 +107,10 @@ KN_AVX2_INLINE int32_t kn_hsum_epi32_avx2(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* The layout's horizontal sum, in lane 0 of the result: nacc = 4 accumulators
+ * combined as (acc0 + acc1) + (acc2 + acc3) first; then the 8 lanes v as
+ * ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). nacc (1 or 4) is a
+ * constant after inlining. */
 KN_AVX2_INLINE __m128 kn_hsum_avx2(const __m256 *acc, int nacc) {
     __m256 v = nacc == 1 ? acc[0] : _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -253,16 +253,23 @@ KN_AVX2_INLINE float finish_avx2(const __m256 acc[4], const void *w, nx_dtype dt
     return _mm_cvtss_f32(s);
 }
 
+/* Bytes of a stored dense element (f32, bf16, f16): a constant after
+ * inlining, for the steps' prefetches. */
+static inline size_t dense_size(nx_dtype dt) { return dt == NX_DT_F32 ? 4 : 2; }
+
 /* y[t * ldy] = dot(w[0..n), x[t * ldx ..]) for t < nt (1 <= nt <= KN_TBLOCK),
- * each in the layout above. nt and dt are constants after inlining. */
+ * each in the layout above; for nt > 1 each 32-column step also fetches
+ * its bytes' worth ahead (kn_ahead; a step, nt = 1, fetches nothing: see
+ * KN_DENSE_AHEAD_BYTES). nt and dt are constants after inlining. */
 KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, int64_t ldx, int nt,
-                                  int64_t n, float *y, int64_t ldy) {
+                                  int64_t n, float *y, int64_t ldy, kn_ahead ahead) {
     __m256 acc[KN_TBLOCK][4];
     for (int t = 0; t < nt; t++)
         for (int k = 0; k < 4; k++) acc[t][k] = _mm256_setzero_ps();
     const int64_t n32 = n & ~(int64_t)31, n8 = n & ~(int64_t)7;
     int64_t i = 0;
     for (; i < n32; i += 32) {
+        if (nt > 1) kn_ahead_step_avx2(&ahead, 32 * dense_size(dt));
         __m256 w0 = kn_load8_avx2(w, dt, i);
         KN_FMA_ROWS(0, w0, i);
         __m256 w1 = kn_load8_avx2(w, dt, i + 8);
@@ -293,10 +300,9 @@ KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, in
  * accumulator sees exactly the FMAs, in the order, that dot_rows_avx2 gives it,
  * so the results are the same bits.
  *
- * prefetch: also fetch the same chunk of the rows KN_TILE_GROUP further on
- * (the next row group's; the caller says so only when that group exists):
- * with rows of a few KB, the hardware prefetcher does not run far enough
- * ahead of several interleaved streams. */
+ * For nt > 1 each step also fetches its bytes' worth ahead (kn_ahead,
+ * KN_DENSE_AHEAD_BYTES): with rows of a few KB, the hardware prefetcher does
+ * not run far enough ahead of a tile's interleaved streams. */
 #ifndef KN_TILE_COLS
 #define KN_TILE_COLS 256
 #endif
@@ -310,6 +316,7 @@ _Static_assert(KN_TILE_MIN_T >= 2, "the AVX2 tiles take 2 to 4 activation rows, 
 #define KN_TILE_STEP(i)                                                                                        \
     do {                                                                                                       \
         __m256 v[4];                                                                                           \
+        if (nt > 1) kn_ahead_step_avx2(&ahead, (size_t)rw * 8 * dense_size(dt));                              \
         _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) v[t] = _mm256_loadu_ps(x + (int64_t)t * ldx + (i)); \
         _Pragma("GCC unroll 4") for (int r = 0; r < rw; r++) {                                                 \
             const __m256 wv = kn_load8_avx2(w0 + (size_t)r * row_bytes, dt, (i));                                 \
@@ -325,23 +332,16 @@ _Static_assert(KN_TILE_MIN_T >= 2, "the AVX2 tiles take 2 to 4 activation rows, 
     _Pragma("GCC unroll 4") for (int r = 0; r < rw; r++)                            \
         _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) part[k][r][t] = a[r][t]
 
-/* Bytes [b0, b1) of the rw rows KN_TILE_GROUP rows after w0, into L2. */
-KN_AVX2_INLINE void prefetch_next_group(const char *w0, size_t row_bytes, int rw, int64_t b0, int64_t b1) {
-    for (int r = 0; r < rw; r++)
-        for (int64_t b = b0; b < b1; b += 64) _mm_prefetch(w0 + (size_t)(r + KN_TILE_GROUP) * row_bytes + (size_t)b, _MM_HINT_T1);
-}
-
 KN_AVX2_INLINE void dot_tile_avx2(const void *w, size_t row_bytes, int rw, nx_dtype dt, const float *x, int64_t ldx,
-                                  int nt, int64_t n, float *y, int64_t ldy, int prefetch) {
+                                  int nt, int64_t n, float *y, int64_t ldy, kn_ahead ahead) {
     __m256 part[4][4][4];   /* [accumulator][weight row][activation row] */
-    const int64_t es = (int64_t)nx_dtype_size(dt), n32 = n & ~(int64_t)31, n8 = n & ~(int64_t)7;
+    const int64_t n32 = n & ~(int64_t)31, n8 = n & ~(int64_t)7;
     const char *w0 = w;
     for (int k = 0; k < 4; k++)
         for (int r = 0; r < rw; r++)
             for (int t = 0; t < nt; t++) part[k][r][t] = _mm256_setzero_ps();
     for (int64_t c0 = 0; c0 < n32; c0 += KN_TILE_COLS) {
         const int64_t c1 = c0 + KN_TILE_COLS < n32 ? c0 + KN_TILE_COLS : n32;
-        if (prefetch) prefetch_next_group(w0, row_bytes, rw, c0 * es, c1 * es);
         for (int k = 0; k < 4; k++) {
             __m256 a[4][4];
             KN_TILE_LOAD(k);
@@ -360,6 +360,33 @@ KN_AVX2_INLINE void dot_tile_avx2(const void *w, size_t row_bytes, int rw, nx_dt
             const __m256 acc[4] = {part[0][r][t], part[1][r][t], part[2][r][t], part[3][r][t]};
             y[(int64_t)t * ldy + r] = finish_avx2(acc, w0 + (size_t)r * row_bytes, dt, x + (int64_t)t * ldx, n);
         }
+}
+
+/* How far past the rows it reads a dense product of 2 or more activation
+ * rows prefetches: each tile, and each row short of a whole group, of its
+ * first block of activation rows fetches its bytes' worth that far ahead
+ * in address order as it goes (kn_ahead), up to the matrix's end. Against
+ * fetching each chunk's lines of the next row group into L2 at once (the
+ * scheme before), on the Zen 5 VM, bench-linear over the bf16 0.8B-shape
+ * fixture, 2 threads, both ways in turn in one process (paired medians of
+ * the time): AVX-512 T = 2 / 3 / 4 0.83 / 0.79 / 0.78-0.80x, T = 5 / 8 /
+ * 16 / 32 0.86 / 0.89 / 0.88 / 0.95x; AVX2 T = 2 / 3 / 4 0.80 / 0.70 /
+ * 0.86x, T = 5 / 8 / 32 0.83 / 0.88 / 0.93x; greedy MTP sessions (rounds
+ * in turn, the same output) K = 1 / 2 / 3 0.83 / 0.84 / 0.81x the time a
+ * round. 4 and 16 KB ahead ran within a few percent of 8. A step (T = 1)
+ * reads each row as one stream that the hardware prefetcher follows: the
+ * same prefetch there ran 0.87-0.89x the time in a slow phase of
+ * bench-linear but 0.97-1.05x in a fast one, and 1.09-1.16x in greedy
+ * plain sessions, so a step has none. */
+#define KN_DENSE_AHEAD_BYTES 8192
+
+/* The prefetch cursor (kn_ahead) of a row or a tile of w whose rows end
+ * before row `next`: KN_DENSE_AHEAD_BYTES past the rows it reads at once;
+ * where fetch is 0 (a later block of activation rows, over the rows the
+ * first one fetched), one that fetches nothing. */
+static inline kn_ahead dense_ahead(const kn_mat *w, size_t row_bytes, int64_t next, int fetch) {
+    const size_t end = fetch ? (size_t)w->rows * row_bytes : 0;
+    return (kn_ahead){w->data, (size_t)next * row_bytes + KN_DENSE_AHEAD_BYTES, end};
 }
 
 /* Tile height for nt activation rows (2, 3 or 4: dot_tile_avx2's shapes). */
@@ -398,14 +425,14 @@ KN_AVX2_INLINE void matmul_rows_fmt_avx2(const kn_mat *w, nx_dtype dt, const flo
                 const int rw = tile_rows(nt);
                 const float *xt = x + (int64_t)t * ldx;
                 float *yt = y + (int64_t)t * ldy + r;
-                /* every (rw, nt) pair its own inlined copy; prefetch on the first block only */
+                /* every (rw, nt) pair its own inlined copy; the first block prefetches */
                 for (int j = 0; j < KN_TILE_GROUP; j += rw) {
                     const void *wj = wg + (size_t)j * row_bytes;
-                    const int pf = t == 0 && r + 2 * KN_TILE_GROUP <= r1;   /* the next group exists */
+                    const kn_ahead ah = dense_ahead(w, row_bytes, r + j + rw, t == 0);
                     switch (nt) {
-                    case 4: dot_tile_avx2(wj, row_bytes, 2, dt, xt, ldx, 4, n, yt + j, ldy, pf); break;
-                    case 3: dot_tile_avx2(wj, row_bytes, 3, dt, xt, ldx, 3, n, yt + j, ldy, pf); break;
-                    case 2: dot_tile_avx2(wj, row_bytes, 4, dt, xt, ldx, 2, n, yt + j, ldy, pf); break;
+                    case 4: dot_tile_avx2(wj, row_bytes, 2, dt, xt, ldx, 4, n, yt + j, ldy, ah); break;
+                    case 3: dot_tile_avx2(wj, row_bytes, 3, dt, xt, ldx, 3, n, yt + j, ldy, ah); break;
+                    case 2: dot_tile_avx2(wj, row_bytes, 4, dt, xt, ldx, 2, n, yt + j, ldy, ah); break;
                     default: assert(!"no 1-row tile"); break;
                     }
                 }
@@ -414,13 +441,14 @@ KN_AVX2_INLINE void matmul_rows_fmt_avx2(const kn_mat *w, nx_dtype dt, const flo
         }
     for (; r < r1; r++) {
         const void *wr = (const char *)w->data + (size_t)r * row_bytes;
+        kn_ahead ah = dense_ahead(w, row_bytes, r + 1, 1);
         int t = 0;
-        for (; t + KN_TBLOCK <= T; t += KN_TBLOCK)
-            dot_rows_avx2(wr, dt, x + (int64_t)t * ldx, ldx, KN_TBLOCK, n, y + (int64_t)t * ldy + r, ldy);
+        for (; t + KN_TBLOCK <= T; t += KN_TBLOCK, ah.end = 0)   /* the first block prefetches */
+            dot_rows_avx2(wr, dt, x + (int64_t)t * ldx, ldx, KN_TBLOCK, n, y + (int64_t)t * ldy + r, ldy, ah);
         /* The T % KN_TBLOCK leftover rows, each block size its own inlined copy. */
         switch (T - t) {
-        case 2: dot_rows_avx2(wr, dt, x + (int64_t)t * ldx, ldx, 2, n, y + (int64_t)t * ldy + r, ldy); break;
-        case 1: dot_rows_avx2(wr, dt, x + (int64_t)t * ldx, ldx, 1, n, y + (int64_t)t * ldy + r, ldy); break;
+        case 2: dot_rows_avx2(wr, dt, x + (int64_t)t * ldx, ldx, 2, n, y + (int64_t)t * ldy + r, ldy, ah); break;
+        case 1: dot_rows_avx2(wr, dt, x + (int64_t)t * ldx, ldx, 1, n, y + (int64_t)t * ldy + r, ldy, ah); break;
         default: break;
         }
     }
@@ -480,7 +508,7 @@ static void matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, int T
 static KN_AVX2 float dot_f32_avx2(const float *a, const float *b, int64_t n) {
     assert(n >= 0 && (n == 0 || (a != NULL && b != NULL)));
     float out;
-    dot_rows_avx2(a, NX_DT_F32, b, 0, 1, n, &out, 0);
+    dot_rows_avx2(a, NX_DT_F32, b, 0, 1, n, &out, 0, (kn_ahead){0});
     return out;
 }
 
@@ -645,14 +673,16 @@ KN_VNNI_INLINE float finish_pairs_avx512(__m512 a01, __m512 a23, const void *w, 
     return finish_avx2(acc, w, dt, xt, n);
 }
 
-/* dot_rows_avx2's y for t < nt (1 <= nt <= KN_TBLOCK_512). */
+/* dot_rows_avx2's y for t < nt (1 <= nt <= KN_TBLOCK_512), and its
+ * prefetch. */
 KN_VNNI_INLINE void dot_rows_avx512(const void *w, nx_dtype dt, const float *x, int64_t ldx, int nt, int64_t n, float *y,
-                                    int64_t ldy) {
+                                    int64_t ldy, kn_ahead ahead) {
     __m512 a01[KN_TBLOCK_512], a23[KN_TBLOCK_512];
     for (int t = 0; t < nt; t++) a01[t] = _mm512_setzero_ps(), a23[t] = _mm512_setzero_ps();
     const int64_t n32 = n & ~(int64_t)31, n8 = n & ~(int64_t)7;
     int64_t i = 0;
     for (; i < n32; i += 32) {
+        if (nt > 1) kn_ahead_step_avx2(&ahead, 32 * dense_size(dt));
         const __m512 w01 = load16_avx512(w, dt, i, 0), w23 = load16_avx512(w, dt, i + 16, 0);
         _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
             const float *xt = x + (int64_t)t * ldx + i;
@@ -684,6 +714,7 @@ KN_VNNI_INLINE void dot_rows_avx512(const void *w, nx_dtype dt, const float *x, 
 #define KN_TILE_STEP_512(i, half)                                                                              \
     do {                                                                                                       \
         __m512 v[4];                                                                                           \
+        if (nt > 1 && !(half)) kn_ahead_step_avx2(&ahead, (size_t)rw * 16 * dense_size(dt));                  \
         _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) v[t] =                                             \
             (half) ? _mm512_maskz_loadu_ps(0x00FF, x + (int64_t)t * ldx + (i)) : _mm512_loadu_ps(x + (int64_t)t * ldx + (i)); \
         _Pragma("GCC unroll 4") for (int r = 0; r < rw; r++) {                                                 \
@@ -700,16 +731,15 @@ KN_VNNI_INLINE void dot_rows_avx512(const void *w, nx_dtype dt, const float *x, 
  * same order (the same bits). The 32 registers hold tiles up to 4 x 4 (16
  * accumulators, 4 activation vectors, a weight vector). */
 KN_VNNI_INLINE void dot_tile_avx512(const void *w, size_t row_bytes, int rw, nx_dtype dt, const float *x, int64_t ldx,
-                                    int nt, int64_t n, float *y, int64_t ldy, int prefetch) {
+                                    int nt, int64_t n, float *y, int64_t ldy, kn_ahead ahead) {
     __m512 part[2][4][4];   /* [accumulator pair][weight row][activation row] */
-    const int64_t es = (int64_t)nx_dtype_size(dt), n32 = n & ~(int64_t)31, n8 = n & ~(int64_t)7;
+    const int64_t n32 = n & ~(int64_t)31, n8 = n & ~(int64_t)7;
     const char *w0 = w;
     for (int p = 0; p < 2; p++)
         for (int r = 0; r < rw; r++)
             for (int t = 0; t < nt; t++) part[p][r][t] = _mm512_setzero_ps();
     for (int64_t c0 = 0; c0 < n32; c0 += KN_TILE_COLS) {
         const int64_t c1 = c0 + KN_TILE_COLS < n32 ? c0 + KN_TILE_COLS : n32;
-        if (prefetch) prefetch_next_group(w0, row_bytes, rw, c0 * es, c1 * es);
         for (int p = 0; p < 2; p++) {
             __m512 a[4][4];
             KN_TILE_LOAD(p);
@@ -754,33 +784,34 @@ KN_VNNI_INLINE void matmul_rows_fmt_avx512(const kn_mat *w, nx_dtype dt, const f
     if (T >= KN_TILE_MIN_T)
         for (; r + KN_TILE_GROUP <= r1; r += KN_TILE_GROUP) {
             const char *wg = (const char *)w->data + (size_t)r * row_bytes;
-            const int pf = r + 2 * KN_TILE_GROUP <= r1;   /* the next group exists */
             for (int t = 0; t < T; t += KN_TBLOCK_512) {
                 const int nt = T - t < KN_TBLOCK_512 ? T - t : KN_TBLOCK_512;
                 const float *xt = x + (int64_t)t * ldx;
                 float *yt = y + (int64_t)t * ldy + r;
-                /* every nt its own inlined copy; prefetch on the first block only */
+                /* every nt its own inlined copy; the first block prefetches */
                 for (int j = 0; j < KN_TILE_GROUP; j += 4) {
                     const void *wj = wg + (size_t)j * row_bytes;
+                    const kn_ahead ah = dense_ahead(w, row_bytes, r + j + 4, t == 0);
                     switch (nt) {
-                    case 4: dot_tile_avx512(wj, row_bytes, 4, dt, xt, ldx, 4, n, yt + j, ldy, pf && t == 0); break;
-                    case 3: dot_tile_avx512(wj, row_bytes, 4, dt, xt, ldx, 3, n, yt + j, ldy, pf && t == 0); break;
-                    case 2: dot_tile_avx512(wj, row_bytes, 4, dt, xt, ldx, 2, n, yt + j, ldy, pf && t == 0); break;
-                    default: dot_tile_avx512(wj, row_bytes, 4, dt, xt, ldx, 1, n, yt + j, ldy, pf && t == 0); break;
+                    case 4: dot_tile_avx512(wj, row_bytes, 4, dt, xt, ldx, 4, n, yt + j, ldy, ah); break;
+                    case 3: dot_tile_avx512(wj, row_bytes, 4, dt, xt, ldx, 3, n, yt + j, ldy, ah); break;
+                    case 2: dot_tile_avx512(wj, row_bytes, 4, dt, xt, ldx, 2, n, yt + j, ldy, ah); break;
+                    default: dot_tile_avx512(wj, row_bytes, 4, dt, xt, ldx, 1, n, yt + j, ldy, ah); break;
                     }
                 }
             }
         }
     for (; r < r1; r++) {
         const void *wr = (const char *)w->data + (size_t)r * row_bytes;
-        for (int t = 0; t < T; t += KN_TBLOCK_512) {
+        kn_ahead ah = dense_ahead(w, row_bytes, r + 1, 1);
+        for (int t = 0; t < T; t += KN_TBLOCK_512, ah.end = 0) {   /* the first block prefetches */
             const float *xt = x + (int64_t)t * ldx;
             float *yt = y + (int64_t)t * ldy + r;
             switch (T - t < KN_TBLOCK_512 ? T - t : KN_TBLOCK_512) {   /* each count its own inlined copy */
-            case 4: dot_rows_avx512(wr, dt, xt, ldx, 4, n, yt, ldy); break;
-            case 3: dot_rows_avx512(wr, dt, xt, ldx, 3, n, yt, ldy); break;
-            case 2: dot_rows_avx512(wr, dt, xt, ldx, 2, n, yt, ldy); break;
-            default: dot_rows_avx512(wr, dt, xt, ldx, 1, n, yt, ldy); break;
+            case 4: dot_rows_avx512(wr, dt, xt, ldx, 4, n, yt, ldy, ah); break;
+            case 3: dot_rows_avx512(wr, dt, xt, ldx, 3, n, yt, ldy, ah); break;
+            case 2: dot_rows_avx512(wr, dt, xt, ldx, 2, n, yt, ldy, ah); break;
+            default: dot_rows_avx512(wr, dt, xt, ldx, 1, n, yt, ldy, ah); break;
             }
         }
     }
