@@ -83,7 +83,9 @@ KN_AVX2_INLINE void kn_prefetch_step_avx2(const char **cursor, int lines) {
  * on; nothing at or past end (the matrix's end, not the thread's share of
  * its rows: the pool's next claim usually starts where this one ends). The
  * fetches keep the loads' pace, a line or two a step, where fetching a
- * chunk's lines at once ran slower (KN_DENSE_AHEAD_BYTES). */
+ * chunk's lines at once ran slower (KN_DENSE_AHEAD_BYTES). The int8
+ * products' cursor (kn_prefetch_step_avx2) is the same idea in whole lines
+ * without the bound, which their callers check once a row or row pair. */
 typedef struct {
     const char *base;
     size_t at, end;
