@@ -35,7 +35,9 @@ int main(int argc, char **argv) {
     const char *kv_env = getenv("NEXTN_BENCH_KV");
     const nx_dtype dt = kv_env && strcmp(kv_env, "f16") == 0 ? NX_DT_F16 : NX_DT_F32;
     const size_t es = dt == NX_DT_F16 ? 2 : 4;
-    const size_t kvn = (size_t)ctx * NKV * HD, flush_n = (size_t)64 << 20;
+    /* heads cap positions apart, whole K tiles (model.h's mdl_kv) */
+    const int64_t cap = (ctx + KN_KTILE - 1) / KN_KTILE * KN_KTILE;
+    const size_t kvn = (size_t)cap * NKV * HD, flush_n = (size_t)64 << 20;
     void *k[LAYERS], *v[LAYERS];
     float *q = malloc((size_t)T * G * HD * sizeof *q), *out = malloc((size_t)T * G * HD * sizeof *out);
     float *scores = malloc((size_t)T * G * (size_t)ctx * sizeof *scores);
@@ -61,8 +63,8 @@ int main(int argc, char **argv) {
         for (int l = 0; l < LAYERS; l++)
             for (int h = 0; h < NKV; h++) {
                 const kn_attn_block b = {.out = out, .ldo = HD, .ldo_t = G * HD, .q = q, .ldq = HD, .ldq_t = G * HD,
-                                         .G = G, .T = T, .k = (char *)k[l] + h * ctx * HD * es,
-                                         .v = (char *)v[l] + h * ctx * HD * es, .kv_dtype = dt, .kv_stride = HD,
+                                         .G = G, .T = T, .k = (char *)k[l] + h * cap * HD * es,
+                                         .v = (char *)v[l] + h * cap * HD * es, .kv_dtype = dt, .kv_stride = HD,
                                          .n0 = ctx - T, .hd = HD, .scale = 0.0625f};
                 kn_attention(&b, scores);
             }

@@ -1,5 +1,5 @@
 /* attention.c — a block of query rows of one KV head against the cache (see
- * attention.h), and the twins of the value sum. */
+ * attention.h), and the twins of the score pass and of the value sum. */
 #include "kernels/attention.h"
 
 #include <assert.h>
@@ -16,33 +16,25 @@
  * in L2 while every row of the block passes over them. */
 #define KN_ATTN_VRUN 64
 
-/* Positions per call of the score pass of a block of several tokens. A
- * run's K rows (12 KB of f32, 6 KB of f16) stay in L1 while the block's tokens pass over them, in
- * tiles of rows (kn_matmul_rows: one tile group a run). The K rows are read
- * in order, each head's rows one run of memory (model.h's mdl_kv).
- *
- * One token's step takes all its rows in one call, whose tiles prefetch the
- * next group of rows. On the Zen 5 VM, bench-attention, one thread, 3000
- * positions, against runs of KN_ATTN_KRUN rows (which get no prefetch) and
- * f32 rows one by one (the older kn_matmul_rows_stream, which relied on the
- * hardware prefetcher): the AVX-512 set 3.97 -> 3.67-3.79 ms with f32 rows
- * and 3.13-3.17 -> 1.85 ms with f16 ones (8000 positions 9.5-9.8 -> 4.9-5.6
- * ms), 600 positions f32 0.76-0.85 -> 0.68-0.71 ms; the AVX2 set 2.93-2.97
- * -> 3.09-3.10 ms with f32 rows, f16 level (2.50 / 2.44-2.48).
- *
- * A block of several tokens spends more time on each row, and there the
- * rows come from DRAM at a fraction of the bandwidth: on this 2-core VM one
- * thread streams 30-47 GB/s with plain loads but 14-16 GB/s when every
- * loaded vector feeds FMAs and L1 loads, and software prefetch a few dozen
- * rows ahead does not change that. So a block first reads KN_ATTN_TOUCH rows
- * of K, and each run of V, one load a cache line (independent loads: many
- * lines in flight), then computes on them from cache. In the pipeline the
- * attention jobs of MTP rounds took 0.79-0.84x the time of prefetching rows
- * ahead (q4 and q8, 512-token prompts, 6 runs of alternating blocks of
- * rounds); one token's step, touched first, ran 0.93-1.02x (left as it is). */
-#define KN_ATTN_KRUN KN_TILE_GROUP
+/* The score pass of a block of several tokens first reads KN_ATTN_TOUCH
+ * positions of K ahead (as the value sums read each run of V), one load a
+ * cache line (independent loads: many lines in flight), then computes on
+ * them from cache: on this 2-core VM one thread streams 30-47 GB/s with
+ * plain loads but 14-16 GB/s when every loaded vector feeds FMAs and L1
+ * loads, and software prefetch a few dozen rows ahead did not change that.
+ * In the pipeline the attention jobs of MTP rounds took 0.79-0.84x the time
+ * of prefetching rows ahead (q4 and q8, 512-token prompts, 6 runs of
+ * alternating blocks of rounds). One token's step prefetches the tiles
+ * KN_ATTN_PF_TILES ahead instead, a line a step. */
 #define KN_ATTN_TOUCH 64
-_Static_assert(KN_ATTN_TOUCH >= KN_ATTN_KRUN, "a touch covers at least the run it is made for");
+#define KN_ATTN_PF_TILES 2
+_Static_assert(KN_ATTN_TOUCH % KN_KTILE == 0 && KN_ATTN_TOUCH >= 2 * KN_KTILE, "a touch covers whole tiles, two at least");
+
+/* Query rows per batch of the score pass, and elements of d per pass of a
+ * batch over the tiles: the batch's queries, transposed (qt[d][row]) so that
+ * each step broadcasts its rows' q[d] from one base, fill 32 KB. */
+#define KN_ATTN_QROWS 64
+#define KN_ATTN_QD 128
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -63,6 +55,13 @@ static void touch_rows(const void *c, nx_dtype dt, int64_t kv_stride, int64_t t0
         for (int64_t i = 0; i < hd; i += line) (void)*(const volatile char *)kv_at(c, dt, t * kv_stride + i);
 }
 
+/* x as a cache element of f16: nearest even, saturated (kn_attn_store_row). */
+static uint16_t f16_saturated(float v) {
+    if (v > 65504.0f) v = 65504.0f;   /* NaN fails both tests and stays NaN */
+    else if (v < -65504.0f) v = -65504.0f;
+    return nx_f32_to_f16(v);
+}
+
 void kn_attn_store_row(void *dst, nx_dtype dt, const float *x, int64_t n) {
     assert(dt == NX_DT_F32 || dt == NX_DT_F16);
     if (dt == NX_DT_F32) {
@@ -70,44 +69,44 @@ void kn_attn_store_row(void *dst, nx_dtype dt, const float *x, int64_t n) {
         return;
     }
     uint16_t *h = dst;
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        if (v > 65504.0f) v = 65504.0f;   /* NaN fails both tests and stays NaN */
-        else if (v < -65504.0f) v = -65504.0f;
-        h[i] = nx_f32_to_f16(v);
+    for (int64_t i = 0; i < n; i++) h[i] = f16_saturated(x[i]);
+}
+
+void kn_attn_store_k(void *k, nx_dtype dt, int64_t t, const float *x, int64_t hd) {
+    assert(dt == NX_DT_F32 || dt == NX_DT_F16);
+    for (int64_t d = 0; d < hd; d++) {
+        const int64_t i = kn_k_elem(t, d, hd);
+        if (dt == NX_DT_F32) ((float *)k)[i] = x[d];
+        else ((uint16_t *)k)[i] = f16_saturated(x[d]);
     }
+}
+
+/* Element i of K tiles of dt, widened to f32 (exact). */
+static float k_elem(const void *k, nx_dtype dt, int64_t i) {
+    return dt == NX_DT_F32 ? ((const float *)k)[i] : nx_f16_to_f32(((const uint16_t *)k)[i]);
+}
+
+void kn_attn_scores_ref(float *s, int64_t lds, const float *q, int64_t ldq, int64_t ldq_t, int G, int T, int64_t n0,
+                        const void *k, nx_dtype kdt, int64_t hd) {
+    for (int j = 0; j < T; j++)
+        for (int h = 0; h < G; h++) {
+            const float *qr = q + j * ldq_t + h * ldq;
+            float *sr = s + ((int64_t)j * G + h) * lds;
+            for (int64_t t = 0; t <= n0 + j; t++) {
+                float sum = 0.0f;
+                for (int64_t d = 0; d < hd; d++) sum = fmaf(qr[d], k_elem(k, kdt, kn_k_elem(t, d, hd)), sum);
+                sr[t] = sum;
+            }
+        }
 }
 
 void kn_attention(const kn_attn_block *b, float *scores) {
     assert(b->T >= 1 && b->G >= 1 && b->hd >= 1 && b->n0 >= 0);
     assert(b->kv_dtype == NX_DT_F32 || b->kv_dtype == NX_DT_F16);
-    const int64_t n_all = b->n0 + b->T, G = b->G;   /* rows the block's last token sees */
-    /* scores row (j, h) at scores + (j * G + h) * n_all = q_(j,h) . k_t for
-     * t <= n0 + j: the cache rows as one strided matrix against each token's
-     * G queries, in a block a run of rows at a time so that the run is loaded
-     * once for the whole block (kn_matmul_rows sums each product exactly as
-     * kn_dot_f32 does, whatever rows a call covers; f16 rows as the dense
-     * f16 weights they are to it) */
-    const kn_mat kh = {.data = b->k, .dtype = b->kv_dtype, .rows = n_all, .cols = b->hd, .ld = b->kv_stride};
-    if (b->T == 1) kn_matmul_rows(&kh, b->q, b->ldq, (int)G, scores, n_all, 0, n_all);   /* one call (above) */
-    int64_t touched = 0;   /* K rows [0, touched) read ahead */
-    for (int64_t t0 = 0; b->T > 1 && t0 < n_all; t0 += KN_ATTN_KRUN) {
-        const int64_t t1 = min64(t0 + KN_ATTN_KRUN, n_all);
-        if (touched < t1) {
-            const int64_t e = min64(touched + KN_ATTN_TOUCH, n_all);
-            touch_rows(b->k, b->kv_dtype, b->kv_stride, touched, e, b->hd);
-            touched = e;
-        }
-        for (int j = 0; j < b->T; j++) {
-            const int64_t e = min64(t1, b->n0 + j + 1);
-            if (e <= t0) continue;
-            const float *qj = b->q + j * b->ldq_t;
-            float *sj = scores + j * G * n_all;
-            kn_matmul_rows(&kh, qj, b->ldq, (int)G, sj, n_all, t0, e);
-        }
-    }
+    const int64_t n_all = b->n0 + b->T;   /* rows the block's last token sees */
+    kn_attn_scores(scores, n_all, b->q, b->ldq, b->ldq_t, b->G, b->T, b->n0, b->k, b->kv_dtype, b->hd);
     for (int j = 0; j < b->T; j++)
-        for (int64_t h = 0; h < G; h++) kn_softmax_f32(scores + (j * G + h) * n_all, b->n0 + j + 1, b->scale);
+        for (int64_t h = 0; h < b->G; h++) kn_softmax_f32(scores + (j * b->G + h) * n_all, b->n0 + j + 1, b->scale);
     kn_attn_values(b->out, b->ldo, b->ldo_t, scores, n_all, b->G, b->T, b->n0, b->v, b->kv_dtype, b->kv_stride,
                    b->hd);
 }
@@ -334,4 +333,187 @@ KN_VNNI void kn_attn_values_avx512(float *out, int64_t ldo, int64_t ldo_t, const
     else values_avx512(out, ldo, ldo_t, p, ldp, G, T, n0, v, NX_DT_F32, kv_stride, hd);
 }
 #undef KN_ATTN_VALUES_RUNS
+
+/* Reads one byte of every cache line of elements [d0, d0 + nd) of the K
+ * tiles of positions [t0, t1) (t0 a tile's first): a hint, as touch_rows. */
+static void touch_tiles(const void *k, nx_dtype dt, int64_t hd, int64_t d0, int64_t nd, int64_t t0, int64_t t1) {
+    const int64_t line = 64 / (int64_t)kv_bytes(dt);
+    for (int64_t t = t0; t < t1; t += KN_KTILE)
+        for (int64_t i = 0; i < nd * KN_KTILE; i += line)
+            (void)*(const volatile char *)kv_at(k, dt, t * hd + d0 * KN_KTILE + i);
+}
+
+/* The score pass of a SIMD set. Against the K rows it replaced (a run of
+ * rows at a time through kn_matmul_rows: a sum across a vector for every
+ * score), one KV head of the 0.8B shape (4 heads, hd 256) with its cache
+ * warm, one thread, the Zen 5 VM: T = 4 at 2048 positions 445-474 -> 283-290
+ * us, at 512 97-130 -> 73 us, T = 8 at 512 159-165 -> 124-126 us, T = 1 at
+ * 2048 105-135 -> 94 us (the AVX2 set: T = 4 at 2048 591-602 -> 507-511, T =
+ * 1 level). The block's query rows (row r is token r /
+ * G's head r % G) go in batches of KN_ATTN_QROWS, each over the tiles its
+ * last row sees, in passes of KN_ATTN_QD elements of d: a pass transposes
+ * the batch's queries into qt, and a later pass resumes each sum from s
+ * (exact: it is f32 either way). ROWS(s, lds, qt, r0, nr, G, n0, t0, kt,
+ * tile, n_end, DT, nd, pf, resume) adds the products of the tile at kt
+ * (tile elements a tile), and maybe of the next one, for the batch's rows
+ * r0 .. r0 + nr - 1, s at row r0, and returns the tiles it took; pf:
+ * elements ahead to prefetch (a step) or 0; DT is a constant in each copy. */
+#define KN_ATTN_SCORES_TILES(ROWS, DT)                                                                              \
+    do {                                                                                                            \
+        float qt[KN_ATTN_QD * KN_ATTN_QROWS];                                                                       \
+        const int rows = G * T;                                                                                     \
+        for (int r0 = 0; r0 < rows; r0 += KN_ATTN_QROWS) {                                                          \
+            const int nr = rows - r0 < KN_ATTN_QROWS ? rows - r0 : KN_ATTN_QROWS;                                   \
+            const int64_t n_end = n0 + (r0 + nr - 1) / G + 1; /* positions the batch's last row sees */            \
+            for (int64_t d0 = 0; d0 < hd; d0 += KN_ATTN_QD) {                                                       \
+                const int64_t nd = min64(KN_ATTN_QD, hd - d0);                                                      \
+                for (int r = 0; r < nr; r++) {                                                                      \
+                    const float *qr = q + (r0 + r) / G * ldq_t + (r0 + r) % G * ldq + d0;                           \
+                    for (int64_t d = 0; d < nd; d++) qt[d * KN_ATTN_QROWS + r] = qr[d];                             \
+                }                                                                                                   \
+                int64_t touched = 0; /* positions [0, touched) read ahead */                                        \
+                for (int64_t t0 = 0; t0 < n_end;) {                                                                 \
+                    if (T > 1 && touched < min64(t0 + 2 * KN_KTILE, n_end)) {                                       \
+                        const int64_t e = min64(t0 + KN_ATTN_TOUCH, n_end);                                         \
+                        touch_tiles(k, DT, hd, d0, nd, touched, e);                                                 \
+                        touched = e;                                                                                \
+                    }                                                                                               \
+                    t0 += KN_KTILE * ROWS(s + (int64_t)r0 * lds, lds, qt, r0, nr, G, n0, t0,                        \
+                                          kv_at(k, DT, t0 * hd + d0 * KN_KTILE), hd * KN_KTILE, n_end, DT, nd,       \
+                                          T == 1 ? KN_ATTN_PF_TILES * hd * KN_KTILE : 0, d0 > 0);                   \
+                }                                                                                                   \
+            }                                                                                                       \
+        }                                                                                                           \
+    } while (0)
+
+/* A set's kn_attn_scores, ATTR its target attribute, ROWS its tile's rows. */
+#define KN_ATTN_SCORES_FN(NAME, ATTR, ROWS)                                                                         \
+    ATTR void NAME(float *s, int64_t lds, const float *q, int64_t ldq, int64_t ldq_t, int G, int T, int64_t n0,      \
+                   const void *k, nx_dtype kdt, int64_t hd) {                                                       \
+        if (kdt == NX_DT_F16) KN_ATTN_SCORES_TILES(ROWS, NX_DT_F16);                                                \
+        else KN_ATTN_SCORES_TILES(ROWS, NX_DT_F32);                                                                 \
+    }
+
+/* Lanes of a tile from t0 that row r (token r / G) sees, 0 .. width. */
+static int lanes_seen(int64_t n0, int64_t r, int G, int64_t t0, int width) {
+    const int64_t n = n0 + r / G + 1 - t0;
+    return n <= 0 ? 0 : n >= width ? width : (int)n;
+}
+
+/* One tile's 8 lanes from kt (element d of the tile at d * KN_KTILE) for R
+ * (a constant after inlining) rows from r_abs: R sums in registers, each
+ * step one load of K and a broadcast fused multiply-add a row. */
+KN_AVX2_INLINE void scores_rows8_avx2(float *s, int64_t lds, const float *qt, int R, int64_t r_abs, int G, int64_t n0,
+                                      int64_t t0, const void *kt, nx_dtype dt, int64_t nd, int64_t pf, int resume) {
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 acc[8];
+    __m256i m[8];
+    for (int r = 0; r < R; r++) {
+        m[r] = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes_seen(n0, r_abs + r, G, t0, 8)), iota);
+        acc[r] = resume ? _mm256_maskload_ps(s + r * lds + t0, m[r]) : _mm256_setzero_ps();
+    }
+    for (int64_t d = 0; d < nd; d++) {
+        const void *kd = kv_at(kt, dt, d * KN_KTILE);
+        if (pf) _mm_prefetch((const char *)kv_at(kd, dt, pf), _MM_HINT_T0);
+        const __m256 kv = kn_load8_avx2(kd, dt, 0);
+        const float *qd = qt + d * KN_ATTN_QROWS;
+        for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(qd + r), kv, acc[r]);
+    }
+    for (int r = 0; r < R; r++) _mm256_maskstore_ps(s + r * lds + t0, m[r], acc[r]);
+}
+
+/* The AVX2 set's rows of one tile: each half of it (8 lanes) for groups
+ * of up to 8 rows; the groups no row of which sees the half are skipped. */
+KN_AVX2_INLINE int scores_tile_avx2(float *s, int64_t lds, const float *qt, int r0, int nr, int G, int64_t n0,
+                                    int64_t t0, const void *kt, int64_t tile, int64_t n_end, nx_dtype dt, int64_t nd,
+                                    int64_t pf, int resume) {
+    (void)tile, (void)n_end;
+    for (int half = 0; half < 2; half++)
+        for (int g = 0; g < nr; g += 8) {
+            const int R = nr - g < 8 ? nr - g : 8;
+            const int64_t th = t0 + 8 * half;
+            if (!lanes_seen(n0, r0 + g + R - 1, G, th, 8)) continue;
+            float *sg = s + (int64_t)g * lds;
+            const float *qg = qt + g;
+            const void *kh = kv_at(kt, dt, 8 * half);
+#define KN_SCORES_AVX2(n) \
+    case n: scores_rows8_avx2(sg, lds, qg, n, r0 + g, G, n0, th, kh, dt, nd, half ? 0 : pf, resume); break;
+            switch (R) {
+                KN_SCORES_AVX2(1) KN_SCORES_AVX2(2) KN_SCORES_AVX2(3) KN_SCORES_AVX2(4)
+                KN_SCORES_AVX2(5) KN_SCORES_AVX2(6) KN_SCORES_AVX2(7) default: KN_SCORES_AVX2(8)
+            }
+#undef KN_SCORES_AVX2
+        }
+    return 1;
+}
+
+KN_ATTN_SCORES_FN(kn_attn_scores_avx2, KN_AVX2, scores_tile_avx2)
+
+/* scores_rows8_avx2 on whole tiles (16 lanes), up to 16 rows of NT tiles
+ * (NT 1 or 2 and R constants after inlining, R * NT <= 16), the next tile
+ * tile elements on: a step's broadcast folds into its fused multiply-adds.
+ * Two tiles at once give a step of few rows (a decode step's 4) twice the
+ * independent sums, so that the FMA latency (4 cycles) does not bind. */
+KN_VNNI_INLINE void scores_rows16_avx512(float *s, int64_t lds, const float *qt, int R, int NT, int64_t r_abs, int G,
+                                         int64_t n0, int64_t t0, const void *kt, int64_t tile, nx_dtype dt,
+                                         int64_t nd, int64_t pf, int resume) {
+    __m512 acc[16];
+    __mmask16 m[16];
+    for (int b = 0; b < NT; b++)
+        for (int r = 0; r < R; r++) {
+            const int64_t tb = t0 + b * KN_KTILE;
+            m[b * R + r] = (__mmask16)((1u << lanes_seen(n0, r_abs + r, G, tb, 16)) - 1);
+            acc[b * R + r] = resume ? _mm512_maskz_loadu_ps(m[b * R + r], s + r * lds + tb) : _mm512_setzero_ps();
+        }
+    for (int64_t d = 0; d < nd; d++) {
+        const float *qd = qt + d * KN_ATTN_QROWS;
+        for (int b = 0; b < NT; b++) {
+            const void *kd = kv_at(kt, dt, b * tile + d * KN_KTILE);
+            if (pf) _mm_prefetch((const char *)kv_at(kd, dt, pf), _MM_HINT_T0);
+            const __m512 kv = kv_load16_avx512(kd, dt);
+            for (int r = 0; r < R; r++)
+                acc[b * R + r] = _mm512_fmadd_ps(_mm512_set1_ps(qd[r]), kv, acc[b * R + r]);
+        }
+    }
+    for (int b = 0; b < NT; b++)
+        for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(s + r * lds + t0 + b * KN_KTILE, m[b * R + r], acc[b * R + r]);
+}
+
+/* The AVX-512 set's rows of a tile: up to 8 rows and another tile to go,
+ * both tiles at once; else the tile for groups of up to 16 rows, those no
+ * row of which sees it skipped. */
+KN_VNNI_INLINE int scores_tile_avx512(float *s, int64_t lds, const float *qt, int r0, int nr, int G, int64_t n0,
+                                      int64_t t0, const void *kt, int64_t tile, int64_t n_end, nx_dtype dt,
+                                      int64_t nd, int64_t pf, int resume) {
+#define KN_SCORES_AVX512(n, nt) \
+    case n: scores_rows16_avx512(sg, lds, qg, n, nt, r0 + g, G, n0, t0, kt, tile, dt, nd, pf, resume); break;
+    if (nr <= 8 && t0 + KN_KTILE < n_end) {
+        float *sg = s;
+        const float *qg = qt;
+        const int g = 0;
+        switch (nr) {
+            KN_SCORES_AVX512(1, 2) KN_SCORES_AVX512(2, 2) KN_SCORES_AVX512(3, 2) KN_SCORES_AVX512(4, 2)
+            KN_SCORES_AVX512(5, 2) KN_SCORES_AVX512(6, 2) KN_SCORES_AVX512(7, 2) default: KN_SCORES_AVX512(8, 2)
+        }
+        return 2;
+    }
+    for (int g = 0; g < nr; g += 16) {
+        const int R = nr - g < 16 ? nr - g : 16;
+        if (!lanes_seen(n0, r0 + g + R - 1, G, t0, 16)) continue;
+        float *sg = s + (int64_t)g * lds;
+        const float *qg = qt + g;
+        switch (R) {
+            KN_SCORES_AVX512(1, 1) KN_SCORES_AVX512(2, 1) KN_SCORES_AVX512(3, 1) KN_SCORES_AVX512(4, 1)
+            KN_SCORES_AVX512(5, 1) KN_SCORES_AVX512(6, 1) KN_SCORES_AVX512(7, 1) KN_SCORES_AVX512(8, 1)
+            KN_SCORES_AVX512(9, 1) KN_SCORES_AVX512(10, 1) KN_SCORES_AVX512(11, 1) KN_SCORES_AVX512(12, 1)
+            KN_SCORES_AVX512(13, 1) KN_SCORES_AVX512(14, 1) KN_SCORES_AVX512(15, 1) default: KN_SCORES_AVX512(16, 1)
+        }
+    }
+#undef KN_SCORES_AVX512
+    return 1;
+}
+
+KN_ATTN_SCORES_FN(kn_attn_scores_avx512, KN_VNNI, scores_tile_avx512)
+#undef KN_ATTN_SCORES_FN
+#undef KN_ATTN_SCORES_TILES
 #endif

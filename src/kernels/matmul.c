@@ -864,6 +864,8 @@ typedef struct {
     void (*softmax_f32)(float *p, int64_t n, float scale);
     double (*sum_exp_f32)(const float *x, int64_t n, float mx);
     double (*exp_sum_f32)(float *w, const float *x, int64_t n, float mx);
+    void (*attn_scores)(float *s, int64_t lds, const float *q, int64_t ldq, int64_t ldq_t, int G, int T, int64_t n0,
+                        const void *k, nx_dtype kdt, int64_t hd);
     void (*attn_values)(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
                         const void *v, nx_dtype vdt, int64_t kv_stride, int64_t hd);
     void (*quantize_x)(kn_qx *qx, const float *x, int64_t ldx);
@@ -889,7 +891,7 @@ static const kn_impl kn_impl_scalar = {
     .scale_axpy_dot_f32 = kn_scale_axpy_dot_f32_ref, .silu_mul_f32 = kn_silu_mul_f32_ref,
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_ref, .softmax_f32 = kn_softmax_f32_ref,
     .sum_exp_f32 = kn_sum_exp_f32_ref, .exp_sum_f32 = kn_exp_sum_f32_ref,
-    .attn_values = kn_attn_values_ref, .quantize_x = kn_quantize_x_ref,
+    .attn_scores = kn_attn_scores_ref, .attn_values = kn_attn_values_ref, .quantize_x = kn_quantize_x_ref,
     .matmul_qx_rows = kn_matmul_qx_rows_ref, .fp_qx_rows = kn_fp_matmul_qx_rows_ref,
     .affine_quantize_row = kn_affine_quantize_row_ref,
     .affine_row_f32 = kn_affine_row_f32_ref, .fp_row_f32 = kn_fp_row_f32_ref, .sketch_scores = kn_sketch_scores_ref,
@@ -906,6 +908,7 @@ static const kn_impl kn_impl_scalar = {
     .temper_f32 = temper_f32_avx2,                                                                                   \
     .silu_mul_f32 = kn_silu_mul_f32_avx2, .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2,                              \
     .softmax_f32 = kn_softmax_f32_avx2, .sum_exp_f32 = kn_sum_exp_f32_avx2, .attn_values = kn_attn_values_avx2,     \
+    .attn_scores = kn_attn_scores_avx2,                                                                              \
     .exp_sum_f32 = kn_exp_sum_f32_avx2,                                                                              \
     .quantize_x = kn_quantize_x_avx2,                                                                                \
     .affine_quantize_row = kn_affine_quantize_row_avx2, .affine_row_f32 = kn_affine_row_f32_avx2,                   \
@@ -922,7 +925,7 @@ static const kn_impl kn_impl_avxvnni = {.name = "avxvnni", KN_AVX2_SHARED,
 #undef KN_AVX2_SHARED
 /* The AVX2 set with the int8 product and the sketch scores on vpdpbusd
  * (quant_qx.inc, sketch.c), and the dense row-by-row products, the gated
- * delta step, the attention value sums, the SiLU and the softmax weights'
+ * delta step, the attention scores and value sums, the SiLU and the softmax weights'
  * sums (act.c) on 16-lane vectors. */
 static const kn_impl kn_impl_avx512vnni = {
     .name = "avx512vnni", .matmul_rows = matmul_rows_avx512,
@@ -931,7 +934,7 @@ static const kn_impl kn_impl_avx512vnni = {
     .silu_mul_f32 = kn_silu_mul_f32_avx512,
     .sigmoid_gate_f32 = kn_sigmoid_gate_f32_avx2, .softmax_f32 = kn_softmax_f32_avx2,
     .sum_exp_f32 = kn_sum_exp_f32_avx512, .exp_sum_f32 = kn_exp_sum_f32_avx512,
-    .attn_values = kn_attn_values_avx512, .quantize_x = kn_quantize_x_avx2,
+    .attn_scores = kn_attn_scores_avx512, .attn_values = kn_attn_values_avx512, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .fp_qx_rows = kn_fp_matmul_qx_rows_avx512vnni,
     .affine_quantize_row = kn_affine_quantize_row_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2,
@@ -1052,6 +1055,11 @@ void kn_softmax_f32(float *p, int64_t n, float scale) { active()->softmax_f32(p,
 
 double kn_sum_exp_f32(const float *x, int64_t n, float mx) { return active()->sum_exp_f32(x, n, mx); }
 double kn_exp_sum_f32(float *w, const float *x, int64_t n, float mx) { return active()->exp_sum_f32(w, x, n, mx); }
+
+void kn_attn_scores(float *s, int64_t lds, const float *q, int64_t ldq, int64_t ldq_t, int G, int T, int64_t n0,
+                    const void *k, nx_dtype kdt, int64_t hd) {
+    active()->attn_scores(s, lds, q, ldq, ldq_t, G, T, n0, k, kdt, hd);
+}
 
 void kn_attn_values(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
                     const void *v, nx_dtype vdt, int64_t kv_stride, int64_t hd) {

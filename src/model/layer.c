@@ -221,7 +221,8 @@ static const mdl_seg *block_of(const attn_job *j, int64_t b, int *first) {
     return &j->segs[i];
 }
 
-/* KV head h's row for position p in cache c (kv.k or kv.v) of kv. */
+/* KV head h's row for position p in cache c (kv.k or kv.v) of kv; for p 0
+ * in kv.k, the head's first K tile. */
 static void *kv_row(mdl_kv kv, void *c, int h, int p, int hd) {
     return (char *)c + (((size_t)h * (size_t)kv.cap + (size_t)p) * (size_t)hd) * nx_dtype_size(kv.dtype);
 }
@@ -278,7 +279,7 @@ static void attention_kv_rows(const nx_model *m, const mdl_layer *L, mdl_scratch
             float *k = sc->kbuf + t * kvd + h * hd;
             kn_rmsnorm(k, k, L->k_norm, hd, (float)c->rms_norm_eps);
             kn_rope_apply(k, cs, rd);
-            kn_attn_store_row(kv_row(g->kv, g->kv.k, h, p, hd), g->kv.dtype, k, hd);
+            kn_attn_store_k(kv_row(g->kv, g->kv.k, h, 0, hd), g->kv.dtype, p, k, hd);
             kn_attn_store_row(kv_row(g->kv, g->kv.v, h, p, hd), g->kv.dtype, sc->vbuf + t * kvd + h * hd, hd);
         }
     }

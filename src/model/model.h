@@ -16,6 +16,7 @@
 #include "base/pool.h"
 #include "io/config.h"
 #include "io/safetensors.h"
+#include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "nextn.h"
 
@@ -166,8 +167,9 @@ struct nx_state {
     int pos;                      /* tokens held                               */
     int max_ctx;
     /* per full-attention layer l (indexed by layer; NULL for GDN layers) */
-    void **k_cache;               /* [Nkv][max_ctx][hd] of m->kv_dtype, post-norm post-RoPE K (mdl_kv) */
-    void **v_cache;               /* [Nkv][max_ctx][hd]                        */
+    void **k_cache;               /* [Nkv] K tiles of mdl_kv_cap(max_ctx) positions of m->kv_dtype,
+                                     post-norm post-RoPE K (mdl_kv)           */
+    void **v_cache;               /* [Nkv][mdl_kv_cap(max_ctx)][hd]            */
     /* per GDN layer (NULL for attention layers) */
     float **conv_state;           /* [Kc-1][CD] last pre-conv rows             */
     float **recurrent;            /* [Hv][Dv][Dk]                              */
@@ -226,17 +228,21 @@ void mdl_linear_at(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const fl
                    float *y);
 /* RoPE tables for positions pos..pos+T-1 into rows row0.. of sc->rope. */
 void mdl_rope_rows(const nx_model *m, mdl_scratch *sc, int row0, int pos, int T);
-/* One attention layer's KV cache of cap positions, K and V alike head by
- * head: KV head h's row for position p is at element (h * cap + p) * hd of
- * k (and of v), elements of dtype. Each head's rows are one run of memory,
- * which attention streams (rows of all heads interleaved by position cost
- * it a third more at 3000 positions: cache lines of one head were 2 KB
- * apart, pages held 2 of its rows). */
+/* One attention layer's KV cache of cap positions (a multiple of
+ * KN_KTILE: mdl_kv_cap), head by head: KV head h's V row for position p is
+ * at element (h * cap + p) * hd of v, its K tiles (attention.h's kn_k_elem)
+ * from element h * cap * hd of k, elements of dtype. Each head's rows are
+ * one run of memory, which attention streams (rows of all heads interleaved
+ * by position cost it a third more at 3000 positions: cache lines of one
+ * head were 2 KB apart, pages held 2 of its rows). */
 typedef struct {
     void *k, *v;                  /* elements of dtype                         */
     int cap;
     nx_dtype dtype;               /* the model's kv_dtype: NX_DT_F32 or NX_DT_F16 */
 } mdl_kv;
+
+/* The cap of a cache for max_ctx positions: whole K tiles. */
+static inline int mdl_kv_cap(int max_ctx) { return (max_ctx + KN_KTILE - 1) / KN_KTILE * KN_KTILE; }
 
 /* Rows [row0, row0 + T) of a chunk that continue one sequence from position
  * pos, and the state of one layer they read and advance: a chunk may hold

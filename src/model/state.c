@@ -68,7 +68,7 @@ static size_t conv_bytes(const cfg_model *c) {
 static size_t state_layout(nx_state *s, char *base) {
     const cfg_model *c = &s->m->cfg;
     const size_t kv_row = (size_t)c->n_kv_heads * c->head_dim * nx_dtype_size(s->m->kv_dtype);
-    const size_t kv = nx_round64((size_t)s->max_ctx * kv_row);
+    const size_t kv = nx_round64((size_t)mdl_kv_cap(s->max_ctx) * kv_row);
     const size_t conv = nx_round64(conv_bytes(c)), rec = nx_round64(recurrent_bytes(c));
     size_t at = 0;
     for (int l = 0; l < c->n_layers; l++) {

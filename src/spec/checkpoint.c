@@ -44,8 +44,10 @@ static int parts_of(nx_spec *s, ckpt_part *parts, int cap) {
 #define PARTS(ptr, nbytes, npieces, gap) \
     (k < cap ? (parts[k] = (ckpt_part){(char *)(ptr), (nbytes), (npieces), (gap)}, k++) : k)
 #define PART(ptr, nbytes) PARTS(ptr, nbytes, 1, 0)
-    /* the first `rows` positions of a cache of `max` (mdl_kv's layout) */
-#define KV_PARTS(cache, rows, max) PARTS(cache, (size_t)(rows) * hd * E, Nkv, (size_t)(max) * hd * E)
+    /* the first `rows` positions of a cache for `max` (mdl_kv's layout), in
+     * whole K tiles (for V too: a few rows more, one rule) */
+#define KV_PARTS(cache, rows, max) \
+    PARTS(cache, (size_t)mdl_kv_cap(rows) * hd * E, Nkv, (size_t)mdl_kv_cap(max) * hd * E)
     PART(s->hist, (n + 1) * sizeof *s->hist);
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_full[l]) {

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define CKPT_MAGIC "NXSPEC01"
-#define CKPT_VERSION 2   /* 2: K and V head by head (1: position by position) */
+#define CKPT_VERSION 3   /* 3: K in tiles of positions (2: K rows head by head; 1: position by position) */
 
 typedef struct {
     char magic[8];                      /* CKPT_MAGIC, no NUL            */

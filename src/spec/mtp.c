@@ -304,7 +304,7 @@ nx_status nx_drafter_load(const nx_model *target, const char *dir, const nx_draf
 /* ---- running entries ----------------------------------------------------- */
 
 static mdl_kv mtp_rows_kv(const mtp_rows *r) {
-    return (mdl_kv){r->k_cache, r->v_cache, r->max_ctx, r->d->target->kv_dtype};
+    return (mdl_kv){r->k_cache, r->v_cache, mdl_kv_cap(r->max_ctx), r->d->target->kv_dtype};
 }
 
 nx_status mtp_rows_init(mtp_rows *r, const nx_drafter *d, int max_ctx, char *err, size_t errlen) {
@@ -314,8 +314,8 @@ nx_status mtp_rows_init(mtp_rows *r, const nx_drafter *d, int max_ctx, char *err
     size_t H = (size_t)c->hidden_size;
     r->d = d;
     r->max_ctx = max_ctx;
-    int ok = (r->k_cache = nx_alloc_aligned((size_t)max_ctx * kv_row)) &&
-             (r->v_cache = nx_alloc_aligned((size_t)max_ctx * kv_row)) &&
+    int ok = (r->k_cache = nx_alloc_aligned((size_t)mdl_kv_cap(max_ctx) * kv_row)) &&
+             (r->v_cache = nx_alloc_aligned((size_t)mdl_kv_cap(max_ctx) * kv_row)) &&
              (r->u = nx_alloc_aligned((size_t)MDL_CHUNK * 2 * H * sizeof(float))) &&
              (r->m = nx_alloc_aligned(H * sizeof(float))) &&
              (r->logits = nx_alloc_aligned((size_t)c->vocab_size * sizeof(float))) &&

@@ -47,7 +47,7 @@ struct nx_drafter {
 typedef struct {
     const nx_drafter *d;
     int max_ctx;
-    void *k_cache, *v_cache;      /* [Nkv][max_ctx][hd] of the target's kv_dtype (model.h's mdl_kv) */
+    void *k_cache, *v_cache;      /* the target's layout (model.h's mdl_kv), mdl_kv_cap(max_ctx) */
     int n;                        /* entries held (committed + provisional)    */
     mdl_scratch sc;
     float *u;                     /* [MDL_CHUNK][2H] fc input                  */

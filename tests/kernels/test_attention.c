@@ -1,5 +1,5 @@
 /* test_attention.c — grouped-query attention (kernels/attention.h): the value
- * sum's twins agree bit for bit, each row of a block (token, head) equals that
+ * sum's twins and the score pass's agree bit for bit, each row of a block (token, head) equals that
  * row alone (so sharing a KV head's loads across heads and tokens changes
  * nothing), and the result follows softmax attention written out in double;
  * a cache of f16 rows gives the bits of the f32 cache holding the same
@@ -71,12 +71,75 @@ static void test_value_sum_twins_agree_bit_for_bit(void) {
     kn_init(0);
 }
 
+/* The K tiles of n rows of hd elements (row t at x + t * ld), of f32 and, with
+ * f16 set, of f16: the values f16 rows hold written back into x first. */
+static void *k_tiles(float *x, int64_t ld, int64_t n, int64_t hd, int f16) {
+    const int64_t cap = (n + KN_KTILE - 1) / KN_KTILE * KN_KTILE;
+    void *k = calloc((size_t)(cap * hd), f16 ? 2 : 4);
+    for (int64_t t = 0; t < n; t++) {
+        if (f16) free(to_f16(x + t * ld, hd));
+        kn_attn_store_k(k, f16 ? NX_DT_F16 : NX_DT_F32, t, x + t * ld, hd);
+    }
+    return k;
+}
+
+/* Every kernel set's score pass against its scalar twin, bit for bit, K
+ * tiles of f32 and of f16 (== the f32 tiles of their values), writing each
+ * row's positions and nothing else: odd head sizes (130 takes two passes
+ * over the tiles), blocks ending inside a tile and past it, 72 rows (two
+ * batches of query rows). */
+static void test_score_twins_agree_bit_for_bit(void) {
+    static const int64_t hds[] = {1, 7, 16, 33, 130, 256};
+    static const int64_t n0s[] = {0, 5, 15, 16, 40};
+    static const int Ts[] = {1, 2, 4, 9};
+    static const kn_isa sets[] = {KN_ISA_AVX512VNNI, KN_ISA_AVX2, KN_ISA_SCALAR};
+    nx_test_rng r = {0x5C0AE5ULL};
+    for (size_t hi = 0; hi < sizeof hds / sizeof *hds; hi++)
+        for (size_t ni = 0; ni < sizeof n0s / sizeof *n0s; ni++)
+            for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+                for (int G = 1; G <= 8; G += G < 4 ? 1 : 4) {
+                    const int T = Ts[ti];
+                    const int64_t hd = hds[hi], n0 = n0s[ni], n = n0 + T, lds = n + 3, ldq = hd + 2;
+                    const int64_t ldq_t = G * ldq + 1, ns = T * G * lds;
+                    float *x = normals(&r, n * hd, 1.0f), *q = normals(&r, T * ldq_t, 1.0f);
+                    void *k32 = k_tiles(x, hd, n, hd, 0);
+                    float *want = malloc((size_t)ns * sizeof *want), *got = malloc((size_t)ns * sizeof *got);
+                    for (int64_t i = 0; i < ns; i++) want[i] = -7.0f;
+                    kn_attn_scores_ref(want, lds, q, ldq, ldq_t, G, T, n0, k32, NX_DT_F32, hd);
+                    int wrong = 0;   /* written where the row sees the position, and only there */
+                    for (int64_t i = 0; i < ns; i++) {
+                        const int64_t row = i / lds, t = i % lds;
+                        wrong += (t <= n0 + row / G) != (want[i] != -7.0f);
+                    }
+                    CHECKF(wrong == 0, "hd=%lld n0=%lld T=%d G=%d: the scalar twin wrote %d scores wrongly",
+                           (long long)hd, (long long)n0, T, G, wrong);
+                    void *k16 = k_tiles(x, hd, n, hd, 1);   /* x now holds the f16 values */
+                    void *k32h = k_tiles(x, hd, n, hd, 0);
+                    float *want16 = malloc((size_t)ns * sizeof *want16);
+                    for (int64_t i = 0; i < ns; i++) want16[i] = -7.0f;
+                    kn_attn_scores_ref(want16, lds, q, ldq, ldq_t, G, T, n0, k32h, NX_DT_F32, hd);
+                    for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
+                        if (kn_select(sets[si]) != sets[si]) continue;
+                        for (int f16 = 0; f16 <= 1; f16++) {
+                            for (int64_t i = 0; i < ns; i++) got[i] = -7.0f;
+                            kn_attn_scores(got, lds, q, ldq, ldq_t, G, T, n0, f16 ? k16 : k32,
+                                           f16 ? NX_DT_F16 : NX_DT_F32, hd);
+                            CHECKF(memcmp(got, f16 ? want16 : want, (size_t)ns * sizeof *got) == 0,
+                                   "%s hd=%lld n0=%lld T=%d G=%d %s: differs from the scalar twin on f32 tiles",
+                                   kn_impl_name(), (long long)hd, (long long)n0, T, G, f16 ? "f16" : "f32");
+                        }
+                    }
+                    free(x), free(q), free(k32), free(k16), free(k32h), free(want), free(want16), free(got);
+                }
+    kn_init(0);
+}
+
 /* A block of T tokens after n0 cached rows against the same rows one token
  * and one head at a time, and against softmax attention in double, for
  * every kernel set; the SIMD sets give the same bits. The cache holds
- * exactly the n0 + T rows the block sees and the scores exactly the block's
- * T * G * (n0 + T), so a read or write past them is out of bounds (the
- * sanitizer build catches it). */
+ * exactly the n0 + T rows the block sees (K: the tiles that hold them) and
+ * the scores exactly the block's T * G * (n0 + T), so a read or write past
+ * them is out of bounds (the sanitizer build catches it). */
 static void test_blocks_equal_single_rows_and_follow_softmax(void) {
     enum { HD = 40, STRIDE = 2 * HD, NMAX = 80 };
     static const int Ts[] = {1, 2, 5, 9};
@@ -94,7 +157,8 @@ static void test_blocks_equal_single_rows_and_follow_softmax(void) {
                 float *k = normals(&r, kv_len, 1.0f), *v = normals(&r, kv_len, 1.0f), *q = normals(&r, T * ldq_t, 1.0f);
                 /* every other case with an f16 cache; k and v then hold its values */
                 const int f16 = (int)(ti + ni + (size_t)G) % 2;
-                uint16_t *kh = f16 ? to_f16(k, kv_len) : NULL, *vh = f16 ? to_f16(v, kv_len) : NULL;
+                void *kh = f16 ? k_tiles(k, STRIDE, n_all, HD, 1) : NULL, *kt = k_tiles(k, STRIDE, n_all, HD, 0);
+                uint16_t *vh = f16 ? to_f16(v, kv_len) : NULL;
                 float *scores = malloc((size_t)(T * G * n_all) * sizeof *scores), one[HD];
                 float *out = malloc((size_t)(T * ldo_t) * sizeof *out), *simd = malloc((size_t)(T * ldo_t) * sizeof *simd);
                 float *of32 = malloc((size_t)(T * ldo_t) * sizeof *of32);
@@ -103,7 +167,7 @@ static void test_blocks_equal_single_rows_and_follow_softmax(void) {
                     if (kn_select(sets[si]) != sets[si]) continue;   /* the CPU lacks it */
                     memset(out, 0, (size_t)(T * ldo_t) * sizeof *out);
                     kn_attn_block b = {.out = out, .ldo = HD, .ldo_t = ldo_t, .q = q, .ldq = ldq, .ldq_t = ldq_t,
-                                       .G = G, .T = T, .k = k, .v = v, .kv_stride = STRIDE, .n0 = n0, .hd = HD, .scale = scale};
+                                       .G = G, .T = T, .k = kt, .v = v, .kv_stride = STRIDE, .n0 = n0, .hd = HD, .scale = scale};
                     if (f16) {   /* the f32 cache of the same values first: the f16 one gives its bits */
                         memset(of32, 0, (size_t)(T * ldo_t) * sizeof *of32);
                         b.out = of32;
@@ -150,7 +214,7 @@ static void test_blocks_equal_single_rows_and_follow_softmax(void) {
                     CHECKF(off == 0, "%s T=%d n0=%d G=%d: %d outputs off softmax attention", kn_impl_name(), T, n0, G,
                            off);
                 }
-                free(k), free(v), free(kh), free(vh), free(q), free(scores), free(out), free(simd), free(of32);
+                free(k), free(kt), free(v), free(kh), free(vh), free(q), free(scores), free(out), free(simd), free(of32);
             }
     kn_init(0);
 }
@@ -183,6 +247,11 @@ static const nx_test tests[] = {
      "kn_attn_values == its scalar twin, f32 and f16 rows (== the f32 rows of their values): odd head sizes, "
      "1-6 heads, blocks of 1-9 tokens, strides",
      test_value_sum_twins_agree_bit_for_bit},
+    {"score_twins_agree_bit_for_bit",
+     "kn_attn_scores of every set == its scalar twin (one fused multiply-add chain a score), f32 and f16 K tiles "
+     "(== the f32 tiles of their values): odd head sizes, two passes over d, 1-9 tokens, 1-8 heads, only the "
+     "positions each row sees written",
+     test_score_twins_agree_bit_for_bit},
     {"blocks_equal_single_rows_and_follow_softmax",
      "each row of a block of T tokens x G heads == that row alone, bit for bit; within 1e-5 of softmax attention "
      "in double; every kernel set, the SIMD ones equal; exact-size cache and scores; an f16 cache == the f32 "

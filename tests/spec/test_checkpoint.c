@@ -294,16 +294,24 @@ static void absorbed_pieces_and_memory_snapshots_continue_exactly(void) {
  * positions (model.h's mdl_kv layout): 1 if they are the same. */
 /* The first n rows of each of n_kv heads of two caches of elements of es
  * bytes, cap_a and cap_b rows a head. */
-static int same_heads(const void *a, int cap_a, const void *b, int cap_b, int n, int n_kv, int hd, size_t es) {
+/* Whether the first n positions of each of n_kv heads agree between caches
+ * for contexts ctx_a and ctx_b (mdl_kv's layout: K tiles with k set, else
+ * rows). */
+static int same_heads(const void *a, int ctx_a, const void *b, int ctx_b, int n, int n_kv, int hd, size_t es, int k) {
     const char *ca = a, *cb = b;
+    const size_t cap_a = (size_t)mdl_kv_cap(ctx_a), cap_b = (size_t)mdl_kv_cap(ctx_b);
     for (int h = 0; h < n_kv; h++)
-        if (memcmp(ca + (size_t)h * cap_a * hd * es, cb + (size_t)h * cap_b * hd * es, (size_t)n * hd * es) != 0)
-            return 0;
+        for (int t = 0; t < n; t++)
+            for (int d = 0; d < hd; d++) {
+                const size_t at = (size_t)(k ? kn_k_elem(t, d, hd) : (int64_t)t * hd + d) * es;
+                if (memcmp(ca + h * cap_a * hd * es + at, cb + h * cap_b * hd * es + at, es) != 0) return 0;
+            }
     return 1;
 }
 
 /* A model with 2 KV heads: the caches hold each head's rows apart, at a
- * stride of the session's context, and a checkpoint holds them back to back.
+ * stride of the session's context in whole K tiles, and a checkpoint holds
+ * them back to back.
  * A snapshot taken in a session of 256 positions restores into sessions of
  * 120 and 300 with every head's K and V rows (the target's and the
  * drafter's) as they were, and each continues as the uninterrupted session
@@ -345,11 +353,11 @@ static void checkpoints_move_between_contexts_one(nx_kv_cache layout) {
             int bad = 0;
             for (int l = 0; l < cfg->n_layers; l++)
                 if (cfg->layer_full[l])
-                    bad += !same_heads(s->target->k_cache[l], 256, t->target->k_cache[l], cap, n, nkv, hd, es) +
-                           !same_heads(s->target->v_cache[l], 256, t->target->v_cache[l], cap, n, nkv, hd, es);
+                    bad += !same_heads(s->target->k_cache[l], 256, t->target->k_cache[l], cap, n, nkv, hd, es, 1) +
+                           !same_heads(s->target->v_cache[l], 256, t->target->v_cache[l], cap, n, nkv, hd, es, 0);
             if (dk)
-                bad += !same_heads(s->rows.k_cache, 256, t->rows.k_cache, cap, rows, nkv, hd, es) +
-                       !same_heads(s->rows.v_cache, 256, t->rows.v_cache, cap, rows, nkv, hd, es);
+                bad += !same_heads(s->rows.k_cache, 256, t->rows.k_cache, cap, rows, nkv, hd, es, 1) +
+                       !same_heads(s->rows.v_cache, 256, t->rows.v_cache, cap, rows, nkv, hd, es, 0);
             CHECKF(bad == 0, "K %d context %d: %d caches differ after the restore", K, cap, bad);
             memcpy(b, a, 30 * sizeof *b);
             run_to(t, b, 30, 60);
