@@ -16,19 +16,26 @@
  * in L2 while every row of the block passes over them. */
 #define KN_ATTN_VRUN 64
 
-/* The score pass of a block of several tokens first reads KN_ATTN_TOUCH
- * positions of K ahead (as the value sums read each run of V), one load a
- * cache line (independent loads: many lines in flight), then computes on
- * them from cache: on this 2-core VM one thread streams 30-47 GB/s with
- * plain loads but 14-16 GB/s when every loaded vector feeds FMAs and L1
- * loads, and software prefetch a few dozen rows ahead did not change that.
- * In the pipeline the attention jobs of MTP rounds took 0.79-0.84x the time
- * of prefetching rows ahead (q4 and q8, 512-token prompts, 6 runs of
- * alternating blocks of rounds). One token's step prefetches the tiles
- * KN_ATTN_PF_TILES ahead instead, a line a step. */
-#define KN_ATTN_TOUCH 64
+/* The value sums of a block of several tokens first read each run of V
+ * (KN_ATTN_VRUN rows), one load a cache line (independent loads: many lines
+ * in flight), then compute on them from cache: on this 2-core VM one thread
+ * streams 30-47 GB/s with plain loads but 14-16 GB/s when every loaded
+ * vector feeds FMAs and L1 loads, and software prefetch a few dozen rows
+ * ahead did not change that. In the pipeline the attention jobs of MTP
+ * rounds took 0.79-0.84x the time of prefetching rows ahead (q4 and q8,
+ * 512-token prompts, 6 runs of alternating blocks of rounds). Prefetching
+ * the next run a line a row instead, with K's tiles prefetched (below): q4
+ * 0.8B forwards of 4 tokens after 2048 positions 0.983-0.990x the time, a
+ * loss against K's prefetch alone (0.96x): the touch stays.
+ *
+ * The score pass feeds each loaded vector of K to a fused multiply-add of
+ * every row of the block, and there prefetching KN_ATTN_PF_TILES tiles ahead,
+ * a line a step, beats reading first (one KV head, T = 4, 2048 positions, one
+ * thread: 315-349 -> 261-274 us with the cache in L3, 589-663 -> 407-526 us
+ * from DRAM, 12 heads in turn; whole q4 0.8B forwards, 2 threads, after
+ * 2048 positions, the two in turn in one process: 4 tokens 0.956-0.967x the
+ * time, 2 tokens 0.959x, 8 tokens 0.967x; after 512, 4 tokens 0.984x). */
 #define KN_ATTN_PF_TILES 2
-_Static_assert(KN_ATTN_TOUCH % KN_KTILE == 0 && KN_ATTN_TOUCH >= 2 * KN_KTILE, "a touch covers whole tiles, two at least");
 
 /* Query rows per batch of the score pass, and elements of d per pass of a
  * batch over the tiles: the batch's queries, transposed (qt[d][row]) so that
@@ -147,7 +154,7 @@ void kn_attn_values_ref(float *out, int64_t ldo, int64_t ldo_t, const float *p, 
  * sums stay in registers while the positions [t0, t1) of a run pass, and
  * each v_t block is loaded once for the heads; between runs the sums wait in
  * out (exact: they are f32 either way). While below pf_end (a one-token
- * step; a block reads each run first, see KN_ATTN_TOUCH), each step also
+ * step; a block reads each run first, see above KN_ATTN_PF_TILES), each step also
  * prefetches its block (one cache line) of the row KN_ATTN_VRUN ahead: the
  * next run's, spread one line a step over the whole pass. (Asking for all of
  * a row's lines at once in the first block's pass, 1024 requests in a few
@@ -303,7 +310,7 @@ KN_VNNI_INLINE void values_avx512(float *out, int64_t ldo, int64_t ldo_t, const 
     const int64_t n_all = n0 + T;
     for (int64_t t0 = 0; t0 < n_all; t0 += KN_ATTN_VRUN) {
         const int64_t t1 = min64(t0 + KN_ATTN_VRUN, n_all);
-        touch_rows(v, dt, kv_stride, t0, t1, hd);   /* a block's run read first (KN_ATTN_TOUCH) */
+        touch_rows(v, dt, kv_stride, t0, t1, hd);   /* a block's run read first (see above KN_ATTN_PF_TILES) */
         for (int j0 = 0; j0 < T; j0 += 4) {
             const int ntok = T - j0 < 4 ? T - j0 : 4;
             /* [t0, shared): the run's positions every token of the group sees */
@@ -334,15 +341,6 @@ KN_VNNI void kn_attn_values_avx512(float *out, int64_t ldo, int64_t ldo_t, const
 }
 #undef KN_ATTN_VALUES_RUNS
 
-/* Reads one byte of every cache line of elements [d0, d0 + nd) of the K
- * tiles of positions [t0, t1) (t0 a tile's first): a hint, as touch_rows. */
-static void touch_tiles(const void *k, nx_dtype dt, int64_t hd, int64_t d0, int64_t nd, int64_t t0, int64_t t1) {
-    const int64_t line = 64 / (int64_t)kv_bytes(dt);
-    for (int64_t t = t0; t < t1; t += KN_KTILE)
-        for (int64_t i = 0; i < nd * KN_KTILE; i += line)
-            (void)*(const volatile char *)kv_at(k, dt, t * hd + d0 * KN_KTILE + i);
-}
-
 /* The score pass of a SIMD set. Against the K rows it replaced (a run of
  * rows at a time through kn_matmul_rows: a sum across a vector for every
  * score), one KV head of the 0.8B shape (4 heads, hd 256) with its cache
@@ -356,8 +354,8 @@ static void touch_tiles(const void *k, nx_dtype dt, int64_t hd, int64_t d0, int6
  * (exact: it is f32 either way). ROWS(s, lds, qt, r0, nr, G, n0, t0, kt,
  * tile, n_end, DT, nd, pf, resume) adds the products of the tile at kt
  * (tile elements a tile), and maybe of the next one, for the batch's rows
- * r0 .. r0 + nr - 1, s at row r0, and returns the tiles it took; pf:
- * elements ahead to prefetch (a step) or 0; DT is a constant in each copy. */
+ * r0 .. r0 + nr - 1, s at row r0, and returns the tiles it took,
+ * prefetching pf elements ahead; DT is a constant in each copy. */
 #define KN_ATTN_SCORES_TILES(ROWS, DT)                                                                              \
     do {                                                                                                            \
         float qt[KN_ATTN_QD * KN_ATTN_QROWS];                                                                       \
@@ -371,17 +369,10 @@ static void touch_tiles(const void *k, nx_dtype dt, int64_t hd, int64_t d0, int6
                     const float *qr = q + (r0 + r) / G * ldq_t + (r0 + r) % G * ldq + d0;                           \
                     for (int64_t d = 0; d < nd; d++) qt[d * KN_ATTN_QROWS + r] = qr[d];                             \
                 }                                                                                                   \
-                int64_t touched = 0; /* positions [0, touched) read ahead */                                        \
-                for (int64_t t0 = 0; t0 < n_end;) {                                                                 \
-                    if (T > 1 && touched < min64(t0 + 2 * KN_KTILE, n_end)) {                                       \
-                        const int64_t e = min64(t0 + KN_ATTN_TOUCH, n_end);                                         \
-                        touch_tiles(k, DT, hd, d0, nd, touched, e);                                                 \
-                        touched = e;                                                                                \
-                    }                                                                                               \
+                for (int64_t t0 = 0; t0 < n_end;)                                                                   \
                     t0 += KN_KTILE * ROWS(s + (int64_t)r0 * lds, lds, qt, r0, nr, G, n0, t0,                        \
                                           kv_at(k, DT, t0 * hd + d0 * KN_KTILE), hd * KN_KTILE, n_end, DT, nd,       \
-                                          T == 1 ? KN_ATTN_PF_TILES * hd * KN_KTILE : 0, d0 > 0);                   \
-                }                                                                                                   \
+                                          KN_ATTN_PF_TILES * hd * KN_KTILE, d0 > 0);                                \
             }                                                                                                       \
         }                                                                                                           \
     } while (0)
