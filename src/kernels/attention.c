@@ -346,8 +346,9 @@ KN_VNNI void kn_attn_values_avx512(float *out, int64_t ldo, int64_t ldo_t, const
  * score), one KV head of the 0.8B shape (4 heads, hd 256) with its cache
  * warm, one thread, the Zen 5 VM: T = 4 at 2048 positions 445-474 -> 283-290
  * us, at 512 97-130 -> 73 us, T = 8 at 512 159-165 -> 124-126 us, T = 1 at
- * 2048 105-135 -> 94 us (the AVX2 set: T = 4 at 2048 591-602 -> 507-511, T =
- * 1 level). The block's query rows (row r is token r /
+ * 2048 105-135 -> 94 us (the AVX2 set: T = 4 at 2048 591-602 -> 507-511 us;
+ * T = 1, with both halves of a tile at once, 187-202 -> 116-139 us in a
+ * slower phase). The block's query rows (row r is token r /
  * G's head r % G) go in batches of KN_ATTN_QROWS, each over the tiles its
  * last row sees, in passes of KN_ATTN_QD elements of d: a pass transposes
  * the batch's queries into qt, and a later pass resumes each sum from s
@@ -391,34 +392,59 @@ static int lanes_seen(int64_t n0, int64_t r, int G, int64_t t0, int width) {
     return n <= 0 ? 0 : n >= width ? width : (int)n;
 }
 
-/* One tile's 8 lanes from kt (element d of the tile at d * KN_KTILE) for R
- * (a constant after inlining) rows from r_abs: R sums in registers, each
- * step one load of K and a broadcast fused multiply-add a row. */
-KN_AVX2_INLINE void scores_rows8_avx2(float *s, int64_t lds, const float *qt, int R, int64_t r_abs, int G, int64_t n0,
-                                      int64_t t0, const void *kt, nx_dtype dt, int64_t nd, int64_t pf, int resume) {
+/* NH (1 or 2) halves of a tile, 8 lanes each from kt (element d of the tile
+ * at d * KN_KTILE), for R rows from r_abs (NH and R constants after
+ * inlining, R * NH <= 12): the sums in registers, each step one load of K a
+ * half and a broadcast fused multiply-add a row. Both halves at once give a
+ * step of few rows (a decode step's 4) twice the independent sums, so that
+ * the FMA latency does not bind. */
+KN_AVX2_INLINE void scores_rows8_avx2(float *s, int64_t lds, const float *qt, int R, int NH, int64_t r_abs, int G,
+                                      int64_t n0, int64_t t0, const void *kt, nx_dtype dt, int64_t nd, int64_t pf,
+                                      int resume) {
     const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256 acc[8];
-    __m256i m[8];
-    for (int r = 0; r < R; r++) {
-        m[r] = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes_seen(n0, r_abs + r, G, t0, 8)), iota);
-        acc[r] = resume ? _mm256_maskload_ps(s + r * lds + t0, m[r]) : _mm256_setzero_ps();
-    }
+    __m256 acc[12];
+    __m256i m[12];
+    for (int b = 0; b < NH; b++)
+        for (int r = 0; r < R; r++) {
+            const int i = b * R + r;
+            m[i] = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes_seen(n0, r_abs + r, G, t0 + 8 * b, 8)), iota);
+            acc[i] = resume ? _mm256_maskload_ps(s + r * lds + t0 + 8 * b, m[i]) : _mm256_setzero_ps();
+        }
     for (int64_t d = 0; d < nd; d++) {
         const void *kd = kv_at(kt, dt, d * KN_KTILE);
         if (pf) _mm_prefetch((const char *)kv_at(kd, dt, pf), _MM_HINT_T0);
-        const __m256 kv = kn_load8_avx2(kd, dt, 0);
         const float *qd = qt + d * KN_ATTN_QROWS;
-        for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(qd + r), kv, acc[r]);
+        for (int b = 0; b < NH; b++) {
+            const __m256 kv = kn_load8_avx2(kd, dt, 8 * b);
+            for (int r = 0; r < R; r++)
+                acc[b * R + r] = _mm256_fmadd_ps(_mm256_broadcast_ss(qd + r), kv, acc[b * R + r]);
+        }
     }
-    for (int r = 0; r < R; r++) _mm256_maskstore_ps(s + r * lds + t0, m[r], acc[r]);
+    for (int b = 0; b < NH; b++)
+        for (int r = 0; r < R; r++) _mm256_maskstore_ps(s + r * lds + t0 + 8 * b, m[b * R + r], acc[b * R + r]);
 }
 
-/* The AVX2 set's rows of one tile: each half of it (8 lanes) for groups
- * of up to 8 rows; the groups no row of which sees the half are skipped. */
+/* The AVX2 set's rows of one tile: up to 6 rows, both halves at once; else
+ * each half (8 lanes) for groups of up to 8 rows, those no row of which
+ * sees the half skipped. */
 KN_AVX2_INLINE int scores_tile_avx2(float *s, int64_t lds, const float *qt, int r0, int nr, int G, int64_t n0,
                                     int64_t t0, const void *kt, int64_t tile, int64_t n_end, nx_dtype dt, int64_t nd,
                                     int64_t pf, int resume) {
     (void)tile, (void)n_end;
+    if (nr <= 6) {
+        float *sg = s;
+        const float *qg = qt;
+        const void *kh = kt;
+        const int g = 0, half = 0;
+        const int64_t th = t0;
+#define KN_SCORES_AVX2(n, nh) \
+    case n: scores_rows8_avx2(sg, lds, qg, n, nh, r0 + g, G, n0, th, kh, dt, nd, half ? 0 : pf, resume); break;
+        switch (nr) {
+            KN_SCORES_AVX2(1, 2) KN_SCORES_AVX2(2, 2) KN_SCORES_AVX2(3, 2) KN_SCORES_AVX2(4, 2)
+            KN_SCORES_AVX2(5, 2) default: KN_SCORES_AVX2(6, 2)
+        }
+        return 1;
+    }
     for (int half = 0; half < 2; half++)
         for (int g = 0; g < nr; g += 8) {
             const int R = nr - g < 8 ? nr - g : 8;
@@ -427,14 +453,12 @@ KN_AVX2_INLINE int scores_tile_avx2(float *s, int64_t lds, const float *qt, int 
             float *sg = s + (int64_t)g * lds;
             const float *qg = qt + g;
             const void *kh = kv_at(kt, dt, 8 * half);
-#define KN_SCORES_AVX2(n) \
-    case n: scores_rows8_avx2(sg, lds, qg, n, r0 + g, G, n0, th, kh, dt, nd, half ? 0 : pf, resume); break;
             switch (R) {
-                KN_SCORES_AVX2(1) KN_SCORES_AVX2(2) KN_SCORES_AVX2(3) KN_SCORES_AVX2(4)
-                KN_SCORES_AVX2(5) KN_SCORES_AVX2(6) KN_SCORES_AVX2(7) default: KN_SCORES_AVX2(8)
+                KN_SCORES_AVX2(1, 1) KN_SCORES_AVX2(2, 1) KN_SCORES_AVX2(3, 1) KN_SCORES_AVX2(4, 1)
+                KN_SCORES_AVX2(5, 1) KN_SCORES_AVX2(6, 1) KN_SCORES_AVX2(7, 1) default: KN_SCORES_AVX2(8, 1)
             }
-#undef KN_SCORES_AVX2
         }
+#undef KN_SCORES_AVX2
     return 1;
 }
 
