@@ -491,7 +491,8 @@ KN_VNNI_INLINE void scores_rows16_avx512(float *s, int64_t lds, const float *qt,
         }
     }
     for (int b = 0; b < NT; b++)
-        for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(s + r * lds + t0 + b * KN_KTILE, m[b * R + r], acc[b * R + r]);
+        for (int r = 0; r < R; r++)
+            _mm512_mask_storeu_ps(s + r * lds + t0 + b * KN_KTILE, m[b * R + r], acc[b * R + r]);
 }
 
 /* The AVX-512 set's rows of a tile: up to 8 rows and another tile to go,

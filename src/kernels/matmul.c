@@ -925,8 +925,8 @@ static const kn_impl kn_impl_avxvnni = {.name = "avxvnni", KN_AVX2_SHARED,
 #undef KN_AVX2_SHARED
 /* The AVX2 set with the int8 product and the sketch scores on vpdpbusd
  * (quant_qx.inc, sketch.c), and the dense row-by-row products, the gated
- * delta step, the attention scores and value sums, the SiLU and the softmax weights'
- * sums (act.c) on 16-lane vectors. */
+ * delta step, the attention scores and value sums, the SiLU and the softmax
+ * weights' sums (act.c) on 16-lane vectors. */
 static const kn_impl kn_impl_avx512vnni = {
     .name = "avx512vnni", .matmul_rows = matmul_rows_avx512,
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2,

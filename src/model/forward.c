@@ -44,7 +44,8 @@ static void forward_chunk(const nx_model *m, mdl_scratch *sc, const chunk_part *
         for (int i = 0; i < np; i++) { /* this layer's state of each sequence */
             nx_state *s = parts[i].s;
             int rec = parts[i].record;
-            segs[i].kv = L->is_full ? (mdl_kv){s->k_cache[l], s->v_cache[l], mdl_kv_cap(s->max_ctx), m->kv_dtype} : (mdl_kv){0};
+            segs[i].kv = L->is_full ? (mdl_kv){s->k_cache[l], s->v_cache[l], mdl_kv_cap(s->max_ctx), m->kv_dtype}
+                                    : (mdl_kv){0};
             segs[i].conv_state = L->is_full ? NULL : s->conv_state[l];
             segs[i].recurrent = L->is_full ? NULL : s->recurrent[l];
             segs[i].recurrent_out = !L->is_full && rec ? s->rb.prior[l] : NULL;

@@ -1,7 +1,8 @@
-/* test_attention.c — grouped-query attention (kernels/attention.h): the value
- * sum's twins and the score pass's agree bit for bit, each row of a block (token, head) equals that
- * row alone (so sharing a KV head's loads across heads and tokens changes
- * nothing), and the result follows softmax attention written out in double;
+/* test_attention.c — grouped-query attention (kernels/attention.h): the
+ * score pass's twins and the value sum's agree bit for bit, each row of a
+ * block (token, head) equals that row alone (so sharing a KV head's loads
+ * across heads and tokens changes nothing), and the result follows softmax
+ * attention written out in double;
  * a cache of f16 rows gives the bits of the f32 cache holding the same
  * values, and rows are stored in it rounded and saturated. */
 #include <math.h>
@@ -125,7 +126,7 @@ static void test_score_twins_agree_bit_for_bit(void) {
                             kn_attn_scores(got, lds, q, ldq, ldq_t, G, T, n0, f16 ? k16 : k32,
                                            f16 ? NX_DT_F16 : NX_DT_F32, hd);
                             CHECKF(memcmp(got, f16 ? want16 : want, (size_t)ns * sizeof *got) == 0,
-                                   "%s hd=%lld n0=%lld T=%d G=%d %s: differs from the scalar twin on f32 tiles",
+                                   "%s hd=%lld n0=%lld T=%d G=%d %s: differs from the scalar twin on the f32 tiles",
                                    kn_impl_name(), (long long)hd, (long long)n0, T, G, f16 ? "f16" : "f32");
                         }
                     }
@@ -167,7 +168,8 @@ static void test_blocks_equal_single_rows_and_follow_softmax(void) {
                     if (kn_select(sets[si]) != sets[si]) continue;   /* the CPU lacks it */
                     memset(out, 0, (size_t)(T * ldo_t) * sizeof *out);
                     kn_attn_block b = {.out = out, .ldo = HD, .ldo_t = ldo_t, .q = q, .ldq = ldq, .ldq_t = ldq_t,
-                                       .G = G, .T = T, .k = kt, .v = v, .kv_stride = STRIDE, .n0 = n0, .hd = HD, .scale = scale};
+                                       .G = G, .T = T, .k = kt, .v = v, .kv_stride = STRIDE, .n0 = n0, .hd = HD,
+                                       .scale = scale};
                     if (f16) {   /* the f32 cache of the same values first: the f16 one gives its bits */
                         memset(of32, 0, (size_t)(T * ldo_t) * sizeof *of32);
                         b.out = of32;
@@ -214,7 +216,8 @@ static void test_blocks_equal_single_rows_and_follow_softmax(void) {
                     CHECKF(off == 0, "%s T=%d n0=%d G=%d: %d outputs off softmax attention", kn_impl_name(), T, n0, G,
                            off);
                 }
-                free(k), free(kt), free(v), free(kh), free(vh), free(q), free(scores), free(out), free(simd), free(of32);
+                free(k), free(kt), free(v), free(kh), free(vh), free(q), free(scores), free(out), free(simd);
+                free(of32);
             }
     kn_init(0);
 }
