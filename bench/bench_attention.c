@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
     const nx_dtype dt = kv_env && strcmp(kv_env, "f16") == 0 ? NX_DT_F16 : NX_DT_F32;
     const size_t es = dt == NX_DT_F16 ? 2 : 4;
     /* heads cap positions apart, whole K tiles (model.h's mdl_kv) */
-    const int64_t cap = (ctx + KN_KTILE - 1) / KN_KTILE * KN_KTILE;
+    const int64_t cap = kn_k_cap(ctx);
     const size_t kvn = (size_t)cap * NKV * HD, flush_n = (size_t)64 << 20;
     void *k[LAYERS], *v[LAYERS];
     float *q = malloc((size_t)T * G * HD * sizeof *q), *out = malloc((size_t)T * G * HD * sizeof *out);

@@ -39,7 +39,11 @@
 
 /* Query rows per batch of the score pass, and elements of d per pass of a
  * batch over the tiles: the batch's queries, transposed (qt[d][row]) so that
- * each step broadcasts its rows' q[d] from one base, fill 32 KB. */
+ * each step broadcasts its rows' q[d] from one base, fill 32 KB. Passes of
+ * 512 elements for batches of up to 16 rows (hd 256 in one pass, not two)
+ * were slower with the cache warm, one KV head, one thread: T = 1 at 2048
+ * positions 122-131 -> 148-159 us, T = 4 270-326 -> 306-323 (the half
+ * tiles of a pass and their prefetches fit L1 better). */
 #define KN_ATTN_QROWS 64
 #define KN_ATTN_QD 128
 
@@ -435,10 +439,10 @@ KN_AVX2_INLINE int scores_tile_avx2(float *s, int64_t lds, const float *qt, int 
         float *sg = s;
         const float *qg = qt;
         const void *kh = kt;
-        const int g = 0, half = 0;
-        const int64_t th = t0;
+        const int g = 0;
+        const int64_t th = t0, hpf = pf;
 #define KN_SCORES_AVX2(n, nh) \
-    case n: scores_rows8_avx2(sg, lds, qg, n, nh, r0 + g, G, n0, th, kh, dt, nd, half ? 0 : pf, resume); break;
+    case n: scores_rows8_avx2(sg, lds, qg, n, nh, r0 + g, G, n0, th, kh, dt, nd, hpf, resume); break;
         switch (nr) {
             KN_SCORES_AVX2(1, 2) KN_SCORES_AVX2(2, 2) KN_SCORES_AVX2(3, 2) KN_SCORES_AVX2(4, 2)
             KN_SCORES_AVX2(5, 2) default: KN_SCORES_AVX2(6, 2)
@@ -453,6 +457,7 @@ KN_AVX2_INLINE int scores_tile_avx2(float *s, int64_t lds, const float *qt, int 
             float *sg = s + (int64_t)g * lds;
             const float *qg = qt + g;
             const void *kh = kv_at(kt, dt, 8 * half);
+            const int64_t hpf = half ? 0 : pf;   /* the first half's steps fetch the whole tile ahead */
             switch (R) {
                 KN_SCORES_AVX2(1, 1) KN_SCORES_AVX2(2, 1) KN_SCORES_AVX2(3, 1) KN_SCORES_AVX2(4, 1)
                 KN_SCORES_AVX2(5, 1) KN_SCORES_AVX2(6, 1) KN_SCORES_AVX2(7, 1) default: KN_SCORES_AVX2(8, 1)
@@ -484,7 +489,7 @@ KN_VNNI_INLINE void scores_rows16_avx512(float *s, int64_t lds, const float *qt,
         const float *qd = qt + d * KN_ATTN_QROWS;
         for (int b = 0; b < NT; b++) {
             const void *kd = kv_at(kt, dt, b * tile + d * KN_KTILE);
-            if (pf) _mm_prefetch((const char *)kv_at(kd, dt, pf), _MM_HINT_T0);
+            _mm_prefetch((const char *)kv_at(kd, dt, pf), _MM_HINT_T0);
             const __m512 kv = kv_load16_avx512(kd, dt);
             for (int r = 0; r < R; r++)
                 acc[b * R + r] = _mm512_fmadd_ps(_mm512_set1_ps(qd[r]), kv, acc[b * R + r]);

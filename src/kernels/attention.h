@@ -44,6 +44,8 @@ typedef struct {
  * would. A tile's lanes past the last position written are never read into
  * a result. */
 #define KN_KTILE 16
+/* Positions that whole tiles for n positions hold: n rounded up to KN_KTILE. */
+static inline int64_t kn_k_cap(int64_t n) { return (n + KN_KTILE - 1) / KN_KTILE * KN_KTILE; }
 static inline int64_t kn_k_elem(int64_t t, int64_t d, int64_t hd) {
     return (t / KN_KTILE * hd + d) * KN_KTILE + t % KN_KTILE;
 }

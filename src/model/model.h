@@ -242,7 +242,7 @@ typedef struct {
 } mdl_kv;
 
 /* The cap of a cache for max_ctx positions: whole K tiles. */
-static inline int mdl_kv_cap(int max_ctx) { return (max_ctx + KN_KTILE - 1) / KN_KTILE * KN_KTILE; }
+static inline int mdl_kv_cap(int max_ctx) { return (int)kn_k_cap(max_ctx); }
 
 /* Rows [row0, row0 + T) of a chunk that continue one sequence from position
  * pos, and the state of one layer they read and advance: a chunk may hold

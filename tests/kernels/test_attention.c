@@ -75,8 +75,7 @@ static void test_value_sum_twins_agree_bit_for_bit(void) {
 /* The K tiles of n rows of hd elements (row t at x + t * ld), of f32 and, with
  * f16 set, of f16: the values f16 rows hold written back into x first. */
 static void *k_tiles(float *x, int64_t ld, int64_t n, int64_t hd, int f16) {
-    const int64_t cap = (n + KN_KTILE - 1) / KN_KTILE * KN_KTILE;
-    void *k = calloc((size_t)(cap * hd), f16 ? 2 : 4);
+    void *k = calloc((size_t)(kn_k_cap(n) * hd), f16 ? 2 : 4);
     for (int64_t t = 0; t < n; t++) {
         if (f16) free(to_f16(x + t * ld, hd));
         kn_attn_store_k(k, f16 ? NX_DT_F16 : NX_DT_F32, t, x + t * ld, hd);
