@@ -1073,6 +1073,28 @@ void kn_matmul_qx_rows(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, 
     else active()->matmul_qx_rows(w, qx, y, ldy, r0, r1);
 }
 
+int64_t kn_gather_rows(const kn_mat *w, size_t buf_bytes) {
+    const size_t rb = w->packed ? (size_t)kn_lanes_packed_row_bytes(w) : 0;
+    if (rb == 0 || active() == &kn_impl_scalar) return 0;   /* rb 0: no columns */
+    return (int64_t)(buf_bytes / rb);
+}
+
+void kn_matmul_qx_gathered(const kn_mat *w, const kn_qx *qx, const int32_t *idx, int64_t n, void *buf, float *y) {
+    assert(qx->T == 1 && n >= 0 && kn_gather_rows(w, (size_t)n * (size_t)kn_lanes_packed_row_bytes(w)) >= n);
+    const size_t rb = (size_t)kn_lanes_packed_row_bytes(w);
+    for (int64_t a = 0; a < n; a++) {
+        assert(0 <= idx[a] && idx[a] < w->rows);
+        memcpy((char *)buf + (size_t)a * rb, (const char *)w->packed + (size_t)idx[a] * rb, rb);
+    }
+    /* A view of the copies: the SIMD sets read packed rows only (and
+     * kn_gather_rows gathers for none else), so its data, scales and
+     * biases, still w's, are never read. */
+    kn_mat v = *w;
+    v.rows = n;
+    v.packed = buf;
+    kn_matmul_qx_rows(&v, qx, y, n, 0, n);
+}
+
 void kn_affine_row_f32(const kn_mat *w, int64_t row, float *out) { active()->affine_row_f32(w, row, out); }
 
 void kn_fp_row_f32(const kn_mat *w, int64_t row, float *out) { active()->fp_row_f32(w, row, out); }

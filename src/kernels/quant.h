@@ -303,6 +303,25 @@ void kn_quantize_x(kn_qx *qx, const float *x, int64_t ldx);
  * storage order: kn_qx_lanes). A row-range worker like kn_matmul_rows. */
 void kn_matmul_qx_rows(const kn_mat *w, const kn_qx *qx, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
+/* Products over scattered rows (mdl_linear_at: the rows a screened draft
+ * scores): the rows are first copied side by side into a caller's buffer,
+ * then multiplied as one range. Why: rows read from DRAM in random order
+ * cost a latency each; a loop of copies (a few loads a line, nothing
+ * between them) keeps many rows in flight, a product row by row about one,
+ * and prefetching rows ahead of the product did not overlap them here (the
+ * q4 fixture's head, 2,048 of its 248,320 rows from DRAM, one thread:
+ * 420-450 ns a row in place with rows prefetched 8 ahead, 160-270 copied
+ * first; MTP rounds, q4, in-process A/B: below and bench/RESULTS.md).
+ *
+ * kn_gather_rows: the rows a gathered product takes at once in buf_bytes;
+ * 0 where w's products do not gather: w has no packed rows (kn_lanes_pack),
+ * or the active set reads codes where w stores them (the scalar reference).
+ * kn_matmul_qx_gathered: y[a] = row idx[a] of w times qx's one row (qx->T
+ * is 1) for a < n <= kn_gather_rows(w, buf's bytes), the bits
+ * kn_matmul_qx_rows gives those rows; buf is 64-byte aligned. */
+int64_t kn_gather_rows(const kn_mat *w, size_t buf_bytes);
+void kn_matmul_qx_gathered(const kn_mat *w, const kn_qx *qx, const int32_t *idx, int64_t n, void *buf, float *y);
+
 /* The twins behind kn_quantize_x and kn_matmul_qx_rows (the scalar ones are the
  * definition; matmul.c's kn_select picks one set). The product has an AVX2,
  * an AVX-VNNI and an AVX-512 VNNI version, equal bit for bit. */

@@ -101,8 +101,9 @@ void mdl_linear(const nx_model *m, mdl_scratch *sc, const kn_mat *w, const float
     mdl_linears(m, sc, x, T, 1, &w, &y);
 }
 
-/* Rows idx[j0 .. j1) of one activation row; runs of consecutive rows go
- * to the kernel as one range. */
+/* Rows idx[j0 .. j1) of one activation row: gathered where the int8
+ * product gathers (kernels/quant.h: kn_matmul_qx_gathered), else runs of
+ * consecutive rows go to the kernel as one range. */
 typedef struct {
     const kn_mat *w;
     const float *x;       /* f32 activations, read when qx is NULL */
@@ -111,12 +112,28 @@ typedef struct {
     float *y;
 } linear_at_job;
 
-/* Rows ahead of the one computed whose bytes are asked for: the rows are
- * scattered, so each is a DRAM latency the prefetcher cannot hide. */
+/* Rows ahead of the one computed whose bytes are asked for, where rows are
+ * not gathered: the rows are scattered, so each is a DRAM latency the
+ * prefetcher cannot hide. */
 #define LINEAR_AT_AHEAD 8
+/* Bytes of rows copied together for an int8 product (kernels/quant.h:
+ * kn_matmul_qx_gathered), on the worker's stack: in L1 while the product
+ * reads them. */
+#define LINEAR_AT_GATHER_BYTES 32768
 
 static void linear_at_rows(void *ctx, int64_t j0, int64_t j1, int tid) {
     const linear_at_job *j = ctx;
+    const int64_t per = j->qx ? kn_gather_rows(j->w, LINEAR_AT_GATHER_BYTES) : 0;
+    if (per > 0) {
+        _Alignas(64) unsigned char buf[LINEAR_AT_GATHER_BYTES];
+        float y[LINEAR_AT_GATHER_BYTES / 64];   /* a packed row takes a line at least */
+        for (int64_t a = j0; a < j1; a += per) {
+            const int64_t n = j1 - a < per ? j1 - a : per;
+            kn_matmul_qx_gathered(j->w, j->qx, j->idx + a, n, buf, y);
+            for (int64_t i = 0; i < n; i++) j->y[j->idx[a + i]] = y[i];
+        }
+        return;
+    }
     for (int64_t a = j0; a < j1 && a < j0 + LINEAR_AT_AHEAD; a++) kn_mat_prefetch_row(j->w, j->idx[a]);
     while (j0 < j1) {
         int64_t e = j0 + 1;

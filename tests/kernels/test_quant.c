@@ -19,6 +19,7 @@
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "test.h"
+#include "gathered.h"
 
 /* SIMD against the double-accumulating reference, relative to sum_c |w_c x_c|.
  * Both twins dequantize each weight with the same single f32 fma, so only the
@@ -936,6 +937,46 @@ static void test_int8_wide_passes_in_tiles_match_the_reference(void) {
  * activation rows run twice: alone (T = 3, one weight row a pass) and
  * repeated (T = 6, a wide pass: weight rows in pairs where the set has them,
  * lanes excepted). */
+/* Products over gathered rows (kn_matmul_qx_gathered, the screened draft
+ * head's) give the bits of the rows in place for 4- and 8-bit lanes, groups
+ * of 64 and 128, every scale type, 3 and 17 groups a row (1088 columns:
+ * rows past 512 bytes), 70 rows, every SIMD set on packed rows and both
+ * tunings; nothing gathers without packed rows, on the scalar set, or for
+ * widths and groups that pack nothing (gathered.h). */
+static void test_gathered_rows_equal_the_rows_in_place(void) {
+    enum { ROWS = 70 };
+    static const int lanes_bits[] = {4, 8, 3}, gprs[] = {3, 17};
+    nx_test_rng r = {0x6A7E4ED5EEDULL};
+    float want[ROWS];
+    int gathered = 0;
+    for (int b = 0; b < 3; b++)
+        for (int g = 0; g < N_GROUPS; g++) {
+            const int64_t n = groups[g] * gprs[(b + g) % 2];
+            qmat q = make_affine(&r, ROWS, n, lanes_bits[b], groups[g], sdtypes[(b + g) % N_SD], WEIGHT_SIGMA);
+            float *x = make_acts(&r, n);
+            kn_qx qx = make_qx(1, &q.m);
+            for (int k = 0; k < int8_variants(&q.m); k++)
+                for (int tune = 0; tune < 2; tune++) {
+                    if (!use_int8_variant(&q.m, k, &q.packed)) continue;
+                    kn_tuning_set((kn_tuning){.wide_l1 = tune});
+                    kn_quantize_x(&qx, x, n);
+                    kn_matmul_qx_rows(&q.m, &qx, want, ROWS, 0, ROWS);
+                    char what[112];
+                    describe(what, sizeof what, &q.m, 1);
+                    gathered += gathered_rows_match(&q.m, &qx, want, what);
+                }
+            if (q.packed && use_int8_isa(N_INT8_ISAS - 1)) {   /* the scalar set reads the codes as stored */
+                q.m.packed = q.packed;
+                CHECK(kn_gather_rows(&q.m, 1 << 20) == 0);
+            }
+            free(qx.q), free(x);
+            free_affine(&q);
+        }
+    printf("  %d gathered checks\n", gathered);
+    CHECK(gathered > 0 || kn_isa_available(KN_ISA_BEST) == KN_ISA_SCALAR);
+    kn_init(0);
+}
+
 static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(void) {
     enum { NMAX = 1152, rows = 3 };
     static const struct { int bits, group, n; } cases[] = {{8, 64, 128},  {8, 128, 128}, {8, 64, 1152}, {8, 128, 1152},
@@ -1119,6 +1160,11 @@ static const nx_test tests[] = {
      test_packed_rows_follow_the_documented_order},
     {"int8_matmul_with_no_columns_rows_or_tokens", "every kernel set: 0 columns give 0, T = 0 or r0 = r1 writes nothing",
      test_int8_matmul_with_no_columns_rows_or_tokens},
+    {"gathered_rows_equal_the_rows_in_place",
+     "kn_matmul_qx_gathered: runs of 1-37 rows (apart, descending, repeated, first and last) equal the rows in "
+     "place bit for bit, q4 and q8 lanes, every SIMD set on packed rows; no gather without packed rows, on the "
+     "scalar set or for q3",
+     test_gathered_rows_equal_the_rows_in_place},
     {"int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates",
      "q8 0/255, q6 g64, q5/q4/q3 g128 at their largest sums against xq = 127: exact in every kernel set; a NaN activation gives NaN",
      test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates},
