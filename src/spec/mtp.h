@@ -75,8 +75,14 @@ int mtp_auto_head_bits(const kn_mat *head);
  * bundled (trained) model among the best 16 in all but 1 of 388. Rows that
  * lose that way are mostly drafts the target rejects anyway: q8 acceptance
  * 58.8% at 2,048, 59.6% at 4,096, 60.4% at 8,192, while 2,048 ran 0.96x the
- * wall time of 4,096 (q4 and q8, 300-400 tokens). The rows are scattered, so
- * each costs a DRAM latency: about 80 ns a row on 2 threads here. */
+ * wall time of 4,096 (q4 and q8, 300-400 tokens). The rows are scattered:
+ * each thread copies its rows side by side before multiplying them
+ * (kernels/quant.h: kn_matmul_qx_gathered), 0.17-0.24 ms for the 2,048 rows
+ * of the q4 fixture on 2 threads (0.43 in place). With the rows that cheap,
+ * 4,096 against 2,048 on that fixture (one process, blocks of rounds in
+ * turn) accepted 60.6% against 56.1% and ran 1.016x the tokens a second;
+ * its flat logits overstate what a larger k wins on a trained head, where
+ * the argmax ranks near the top (above), so k stays. */
 #define MTP_SCREEN_K 2048
 int mtp_auto_screen_k(const kn_mat *head);
 
