@@ -48,6 +48,34 @@ KN_AVX2 void kn_conv_silu_avx2(float *out, const float *const rows[], int64_t ld
                                int64_t c1) {
     conv_silu_blocks(out, rows, ld, T, w, kc, c0, c1, kn_silu_mul_f32_avx2);
 }
+
+/* AVX-512: 16 channels a vector, the taps loaded once for every token and
+ * each output summed in a register (the same multiplies and adds in the
+ * same order as the blocks above, no FMA: the same bits), then the SiLU row
+ * by row. Against the blocks (whose taps each load and store the outputs
+ * again): 3072 channels in cache, kc = 4, T = 4 / 1 14.5 / 3.9 -> 8.6 / 3.5
+ * us; in the q4 0.8B fixture's forwards (one process, both ways in turn
+ * per forward, 512 positions) a verify of 4 took 0.12-0.30 ms less (of ~18). */
+KN_VNNI void kn_conv_silu_avx512(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc,
+                                 int64_t c0, int64_t c1) {
+    assert(kc >= 1 && T >= 0);
+    enum { TAPS = 8 };   /* taps kept in registers; more are loaded per token */
+    for (int64_t c = c0; c < c1; c += 16) {
+        const __mmask16 m = c1 - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (c1 - c)) - 1);
+        __m512 wv[TAPS];
+        for (int j = 0; j < kc && j < TAPS; j++) wv[j] = _mm512_maskz_loadu_ps(m, w + (int64_t)j * ld + c);
+        for (int t = 0; t < T; t++) {
+            __m512 acc = _mm512_mul_ps(wv[0], _mm512_maskz_loadu_ps(m, rows[t] + c));
+            for (int j = 1; j < kc; j++) {
+                const __m512 wj = j < TAPS ? wv[j] : _mm512_maskz_loadu_ps(m, w + (int64_t)j * ld + c);
+                acc = _mm512_add_ps(acc, _mm512_mul_ps(wj, _mm512_maskz_loadu_ps(m, rows[t + j] + c)));
+            }
+            _mm512_mask_storeu_ps(out + (int64_t)t * ld + c, m, acc);
+        }
+    }
+    for (int t = 0; t < T; t++)
+        kn_silu_mul_f32_avx512(out + (int64_t)t * ld + c0, out + (int64_t)t * ld + c0, NULL, c1 - c0);
+}
 #endif
 
 /* A head's state rows are read once, from DRAM, in order: asking for the row

@@ -64,13 +64,16 @@ void kn_gated_delta_steps(float *S_out, const float *S_in, const float *S_next, 
 /* Orders the non-temporal stores above before any later store (sfence). */
 void kn_store_fence(void);
 
-/* The twins behind kn_conv_silu (the same C compiled for the baseline and
- * for AVX2; no FMA contraction, so the same bits). */
+/* The twins behind kn_conv_silu: the same C compiled for the baseline and
+ * for AVX2, and an AVX-512 one summing each output in a register; no FMA
+ * contraction in any, so the same bits. */
 void kn_conv_silu_ref(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
                       int64_t c1);
 #if defined(__x86_64__) || defined(__i386__)
 void kn_conv_silu_avx2(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
                        int64_t c1);
+void kn_conv_silu_avx512(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
+                         int64_t c1);
 #endif
 
 /* The twins behind kn_gated_delta_steps, and so kn_gated_delta_step (one

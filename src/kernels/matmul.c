@@ -941,7 +941,7 @@ static const kn_impl kn_impl_avx512vnni = {
     .sketch_scores = kn_sketch_scores_avx512vnni, .sketch_layout = KN_SKETCH_ROWS,
     .top_k_collect = kn_top_k_collect_avx512vnni,
     .gated_delta_steps = kn_gated_delta_steps_avx512,
-    .conv_silu = kn_conv_silu_avx2};
+    .conv_silu = kn_conv_silu_avx512};
 #endif
 
 static _Atomic(const kn_impl *) kn_active = &kn_impl_scalar;
