@@ -924,19 +924,6 @@ static void test_int8_wide_passes_in_tiles_match_the_reference(void) {
     kn_init(0);
 }
 
-/* The largest codes against the largest activations, where the int16 sums
- * come closest to overflowing: 8-bit codes 0 and 255 (q - 128 = -128 and 127:
- * a pair sum of 32512 with the sign trick; in lanes, VNNI's int32 sums of
- * the codes as they are, up to 255 * 127 * 128, less 128 S), and the int16 group sums of
- * 6-bit codes in groups of 64 (2 * 63 * 127 * 2 = 32004) and of 5-bit codes
- * in groups of 128 (31496; 6-bit in 128 would not fit and must take the
- * int32 path), and 4-bit nibbles, whose AVX2 int16 sums add 8 steps of
- * 2 * 15 * 127 (30480) over 8 groups at once: 1152 columns, a full block of
- * 8 groups and a partial one (8 bits: also in lanes). All codes at their maximum against xq = 127.
- * Every result must be the exact sum; a NaN activation gives NaN. The three
- * activation rows run twice: alone (T = 3, one weight row a pass) and
- * repeated (T = 6, a wide pass: weight rows in pairs where the set has them,
- * lanes excepted). */
 /* Products over gathered rows (kn_matmul_qx_gathered, the screened draft
  * head's) give the bits of the rows in place for 4- and 8-bit lanes, groups
  * of 64 and 128, every scale type, 3 and 17 groups a row (1088 columns:
@@ -977,6 +964,19 @@ static void test_gathered_rows_equal_the_rows_in_place(void) {
     kn_init(0);
 }
 
+/* The largest codes against the largest activations, where the int16 sums
+ * come closest to overflowing: 8-bit codes 0 and 255 (q - 128 = -128 and 127:
+ * a pair sum of 32512 with the sign trick; in lanes, VNNI's int32 sums of
+ * the codes as they are, up to 255 * 127 * 128, less 128 S), and the int16 group sums of
+ * 6-bit codes in groups of 64 (2 * 63 * 127 * 2 = 32004) and of 5-bit codes
+ * in groups of 128 (31496; 6-bit in 128 would not fit and must take the
+ * int32 path), and 4-bit nibbles, whose AVX2 int16 sums add 8 steps of
+ * 2 * 15 * 127 (30480) over 8 groups at once: 1152 columns, a full block of
+ * 8 groups and a partial one (8 bits: also in lanes). All codes at their maximum against xq = 127.
+ * Every result must be the exact sum; a NaN activation gives NaN. The three
+ * activation rows run twice: alone (T = 3, one weight row a pass) and
+ * repeated (T = 6, a wide pass: weight rows in pairs where the set has them,
+ * lanes excepted). */
 static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(void) {
     enum { NMAX = 1152, rows = 3 };
     static const struct { int bits, group, n; } cases[] = {{8, 64, 128},  {8, 128, 128}, {8, 64, 1152}, {8, 128, 1152},
