@@ -1080,8 +1080,8 @@ int64_t kn_gather_rows(const kn_mat *w, size_t buf_bytes) {
 }
 
 void kn_matmul_qx_gathered(const kn_mat *w, const kn_qx *qx, const int32_t *idx, int64_t n, void *buf, float *y) {
-    assert(qx->T == 1 && n >= 0 && kn_gather_rows(w, (size_t)n * (size_t)kn_lanes_packed_row_bytes(w)) >= n);
     const size_t rb = (size_t)kn_lanes_packed_row_bytes(w);
+    assert(qx->T == 1 && n >= 0 && kn_gather_rows(w, (size_t)n * rb) >= n);
     for (int64_t a = 0; a < n; a++) {
         assert(0 <= idx[a] && idx[a] < w->rows);
         memcpy((char *)buf + (size_t)a * rb, (const char *)w->packed + (size_t)idx[a] * rb, rb);
