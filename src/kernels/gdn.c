@@ -339,9 +339,23 @@ KN_VNNI_INLINE void delta_block_avx512(float *S_out, const float *S_in, const fl
                           nb - i, stream);
 }
 
+/* Rows a block of several tokens takes (kn_gated_delta_steps_avx512): one
+ * group of delta_group16_avx512. Against 32 rows (16 KB at dk = 128), the
+ * 0.8B shape's 16 heads of 128 x 128 a layer on 2 threads, each layer's
+ * state from DRAM after 16 MB of other reads (a /tmp harness, both in turn,
+ * medians of 30, twice): a verify's T = 4 streamed out 64.0 / 65.2 -> 51.3
+ * / 49.0 us a layer, T = 2 65.7 / 72.2 -> 56.4 / 63.6, a replay's T = 3 in
+ * place 48.1 / 51.3 -> 41.9 / 44.2. In whole forwards of the q4 fixture
+ * (both in turn per forward, 800 pairs, paired medians of the time) a
+ * verify of 4 with a rollback that keeps 2: 0.993x, keeps 3 0.989x, no
+ * rollback 0.996x. Presumably the smaller block leaves L1 room for the
+ * block being read, the block after it that the passes prefetch, and the
+ * scratch rows (16 + 16 + 16 KB of a 48 KB L1 before). */
+#define GDN_BLOCK_ROWS 16
+
 /* One token goes straight from S_in to S_out. Several take the state a
- * block of rows at a time (16 KB: it stays in L1), every token's step on the
- * block in turn: the first reads S_in, the last writes S_out (streaming
+ * block of GDN_BLOCK_ROWS rows at a time (8 KB at dk = 128; in L1), every
+ * token's step on the block in turn: the first reads S_in, the last writes S_out (streaming
  * where asked and every row starts on a cache line: S_out aligned, dk a
  * multiple of 32 here), the others run on the block, whose rows are
  * independent (the single step's operations, 16 rows at a time:
@@ -374,11 +388,12 @@ KN_VNNI void kn_gated_delta_steps_avx512(float *S_out, const float *S_in, const 
         return;
     }
     stream = stream && (uintptr_t)S_out % 64 == 0;
-    float blk[4096] __attribute__((aligned(64)));   /* 16 KB */
+    float blk[4096] __attribute__((aligned(64)));   /* 16 KB: a block of rows up to this long */
+    const int cap = (int)(sizeof blk / sizeof *blk);
     /* one token, or rows too long for a block: each token over the whole
      * head (the later ones in place on S_out) */
-    const int whole = tk->T == 1 || dk > (int)(sizeof blk / sizeof *blk);
-    const int rows = whole ? dv : (int)(sizeof blk / sizeof *blk) / dk;
+    const int whole = tk->T == 1 || dk > cap;
+    const int rows = whole ? dv : dk * GDN_BLOCK_ROWS <= cap ? GDN_BLOCK_ROWS : cap / dk;
     for (int b0 = 0; b0 < dv; b0 += rows) {
         const int nb = dv - b0 < rows ? dv - b0 : rows;
         const int64_t off = (int64_t)b0 * dk;
