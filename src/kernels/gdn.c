@@ -340,25 +340,26 @@ KN_VNNI_INLINE void delta_block_avx512(float *S_out, const float *S_in, const fl
 }
 
 /* Rows a block of several tokens takes (kn_gated_delta_steps_avx512): one
- * group of delta_group16_avx512. Against 32 rows (16 KB at dk = 128), the
- * 0.8B shape's 16 heads of 128 x 128 a layer on 2 threads, each layer's
- * state from DRAM after 16 MB of other reads (a /tmp harness, both in turn,
- * medians of 30, twice): a verify's T = 4 streamed out 64.0 / 65.2 -> 51.3
- * / 49.0 us a layer, T = 2 65.7 / 72.2 -> 56.4 / 63.6, a replay's T = 3 in
- * place 48.1 / 51.3 -> 41.9 / 44.2. In whole forwards of the q4 fixture
- * (both in turn per forward, 800 pairs, paired medians of the time) a
- * verify of 4 with a rollback that keeps 2: 0.993x, keeps 3 0.989x, no
- * rollback 0.996x. Presumably the smaller block leaves L1 room for the
- * block being read, the block after it that the passes prefetch, and the
- * scratch rows (16 + 16 + 16 KB of a 48 KB L1 before). */
+ * group of delta_group16_avx512. Against 32 rows (16 KB at dk = 128), on
+ * the Zen 5 VM (`bench-gdn`: the 0.8B shape's 16 heads of 128 x 128 a layer
+ * on 2 threads, each layer's state from DRAM after 16 MB of other reads;
+ * the two builds in turn twice, us a layer): a verify of 4 streamed out
+ * 77.0 / 75.3 -> 66.2 / 69.2, of 3 72.0 / 72.0 -> 59.4 / 62.2, of 2 66.6 /
+ * 65.6 -> 58.1 / 60.6, a replay of 2 in place 49.8 / 49.1 -> 46.6 / 47.9.
+ * In whole forwards of the q4 fixture (both in turn per forward, 800
+ * pairs, paired medians of the time) a verify of 4 with a rollback that
+ * keeps 2: 0.993x, keeps 3 0.989x, no rollback 0.996x. Presumably the
+ * smaller block leaves L1 room for the block being read, the block after
+ * it that the passes prefetch, and the scratch rows (16 + 16 + 16 KB of a
+ * 48 KB L1 before). */
 #define GDN_BLOCK_ROWS 16
 
 /* One token goes straight from S_in to S_out. Several take the state a
  * block of GDN_BLOCK_ROWS rows at a time (8 KB at dk = 128; in L1), every
- * token's step on the block in turn: the first reads S_in, the last writes S_out (streaming
- * where asked and every row starts on a cache line: S_out aligned, dk a
- * multiple of 32 here), the others run on the block, whose rows are
- * independent (the single step's operations, 16 rows at a time:
+ * token's step on the block in turn: the first reads S_in, the last writes
+ * S_out (streaming where asked and every row starts on a cache line: S_out
+ * aligned, dk a multiple of 32 here), the others run on the block, whose
+ * rows are independent (the single step's operations, 16 rows at a time:
  * delta_block_avx512, the same bits; the whole-head path row by row).
  * Against token by token over the whole head (a verify's later tokens on
  * a 64 KB head in L2, its state after the block from a scratch head),
