@@ -1,8 +1,9 @@
 /* test_pool.c — the persistent thread pool: its default size (one per
  * physical core), ranges that cover [0, n) exactly once, its limits, a
  * slow thread's share going to the others, each thread working through
- * its own contiguous share front to back, and jobs that do not wait for a
- * worker held outside them (as a host descheduling its vCPU would). */
+ * its own contiguous share front to back, jobs that do not wait for a
+ * worker held outside them (as a host descheduling its vCPU would), and
+ * threads asleep on either side of a job woken when they are needed. */
 #include "base/clock.h"
 #include "test.h"
 
@@ -110,6 +111,42 @@ static void a_slow_thread_leaves_its_share_to_the_others(void) {
      * steals the sleeping worker keeps only its first claim (250) */
     CHECKF(atomic_load(&j.worker_started) && worker > 0 && caller + worker == 1000 && caller >= 700,
            "caller %lld, worker %lld", caller, worker);
+    nx_pool_free(p);
+}
+
+/* One index each: the caller's waits (up to 5 s) until the worker has begun
+ * its own, so a worker left asleep fails the check instead of having its
+ * index stolen; the worker's then takes 2 ms, so the caller, done first,
+ * outlasts its spin and sleeps until the worker leaves. */
+typedef struct {
+    atomic_int worker_in, done_by[2];
+} wake_job;
+
+static void wake_unit(void *ctx, int64_t i0, int64_t i1, int tid) {
+    wake_job *j = ctx;
+    if (tid != 0) {
+        atomic_store(&j->worker_in, 1);
+        nanosleep(&(struct timespec){0, 2 * 1000 * 1000}, NULL);
+    }
+    for (int w = 0; tid == 0 && !atomic_load(&j->worker_in) && w < 50000; w++)
+        nanosleep(&(struct timespec){0, 100 * 1000}, NULL);
+    atomic_fetch_add(&j->done_by[tid != 0], (int)(i1 - i0));
+}
+
+static void sleeping_threads_are_woken(void) {
+    char err[256];
+    nx_pool *p = NULL;
+    CHECK(nx_pool_new(2, &p, err, sizeof err) == NX_OK);
+    if (!p) return;
+    int joined = 0;
+    for (int round = 0; round < 20; round++) {
+        /* 5 ms idle: far past the worker's spin, so it is asleep */
+        nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
+        wake_job j = {0};
+        nx_pool_run(p, wake_unit, &j, 2, 1);
+        joined += atomic_load(&j.done_by[1]) == 1 && atomic_load(&j.done_by[0]) == 1;
+    }
+    CHECKF(joined == 20, "the worker joined %d of 20 jobs after sleeping", joined);
     nx_pool_free(p);
 }
 
@@ -263,6 +300,9 @@ static const nx_test tests[] = {
      jobs_do_not_wait_for_a_worker_that_has_not_joined},
     {"each_thread_streams_through_its_own_share", "2 threads, n = 1000, grain 4: first ranges at 0 and 500, second ones where the first ended",
      each_thread_streams_through_its_own_share},
+    {"sleeping_threads_are_woken",
+     "2 threads, 20 jobs after 5 ms idle: the sleeping worker joins each, the caller sleeps until it leaves",
+     sleeping_threads_are_woken},
 };
 
 NX_TEST_MAIN(tests)
