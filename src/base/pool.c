@@ -15,12 +15,13 @@
  * job's fields, the runs and the gate are plain (relaxed) stores ahead of
  * the generation's. Before, every job took the mutex and broadcast, and
  * every field was a sequentially consistent store: each waited for its
- * cache line to come back from the worker's core (~100-200 ns on the VM), and
- * the worker saw a new job 0.6-0.8 us after the caller began it; now ~0.2-0.3
- * us (rdtsc stamps, 2 threads). Runs of 16 claims of a small busy loop, the two
- * ways in turn: 0.90x / 0.96x / 0.99x the time at 0.1 / 0.4 / 1.5 us a
- * claim; whole q4 forwards, the two ways in turn per forward, 400 pairs:
- * a step 0.993x / 0.994x, a verify of 4 0.995x (bench/RESULTS.md).
+ * cache line to come back from the worker's core (~100-200 ns on the VM):
+ * the job was announced 0.6-0.8 us after the caller began it and seen by
+ * the worker ~0.3 us later; now announced at once and seen 0.2-0.3 us later
+ * (rdtsc stamps, 2 threads). Jobs of 16 claims of a busy loop, the two ways
+ * in turn: 0.90x / 0.96x / 0.99x the time at ~0.2 / 0.7 / 2.8 us a claim;
+ * whole q4 forwards, the two ways in turn per forward, 400 pairs: a step
+ * 0.993x / 0.994x, a verify of 4 0.995x (bench/RESULTS.md).
  *
  * The gate: once every index is claimed the caller closes the job's gate and
  * waits only for the workers inside it. A worker that had not come in yet
