@@ -15,8 +15,10 @@
  * so the states come from DRAM. The cases, one after another in each pass:
  *   step       T = 1 in place (a decode step)
  *   verify T   T = 2, 3, 4 from the state into a second one, streamed past
- *              the caches (a verify of T - 1 drafts keeps its prior state)
- *   replay T   T = 1, 2, 3 in place (a rollback keeping T of the block)
+ *              the caches, each token's delta recorded (a verify of T - 1
+ *              drafts keeps its prior state)
+ *   replay T   T = 1, 2, 3 recorded updates in place (kn_gated_delta_replay:
+ *              a rollback keeping T of the block)
  * Prints each case's median time a layer (us) and the best. The states'
  * values do not change the time. NEXTN_BENCH_KERNELS=avx2 (or scalar,
  * avxvnni, avx512vnni) times an older kernel set. Do not run it while a
@@ -38,12 +40,15 @@ enum { LAYERS = 18, HEADS = 16, DK = 128, DV = 128, MAX_T = 4, MAX_REPS = 1000 }
 typedef struct {
     float *in, *out;              /* this layer's states: [HEADS][DV][DK] each */
     int T, stream;                /* stream: out of place, non-temporal        */
+    int replay;                   /* the recorded updates in place instead     */
     const float *q, *k, *v;       /* [MAX_T][HEADS * 128] token inputs         */
     const float *alpha, *beta;
     float *o;                     /* [MAX_T][HEADS * DV]                       */
+    float *delta;                 /* [MAX_T][HEADS * DV] the verify's record   */
 } gdn_job;
 
-/* Heads [j0, j1) of one layer, as delta_heads steps them. */
+/* Heads [j0, j1) of one layer, as delta_heads steps them (or replay_heads
+ * replays them). */
 static void gdn_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
     (void)tid;
     const gdn_job *g = ctx;
@@ -51,8 +56,12 @@ static void gdn_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
     for (int64_t j = j0; j < j1; j++) {
         float *in = g->in + j * HEAD_FLOATS, *out = g->stream ? g->out + j * HEAD_FLOATS : in;
         const float *next = j + 1 < j1 ? in + HEAD_FLOATS : NULL;
+        if (g->replay) {
+            kn_gated_delta_replay(in, next, g->T, g->k + j * DK, g->delta + j * DV, ld, g->alpha, DK, DV);
+            continue;
+        }
         const kn_delta_tokens tk = {g->T, g->q + j * DK, g->k + j * DK, g->v + j * DV, ld, g->alpha, g->beta,
-                                    g->o + j * DV, HEADS * DV};
+                                    g->o + j * DV, HEADS * DV, g->stream ? g->delta + j * DV : NULL, ld};
         kn_gated_delta_steps(out, in, next, &tk, DK, DV, g->stream);
     }
     if (g->stream) kn_store_fence();
@@ -92,10 +101,11 @@ int main(int argc, char **argv) {
     const size_t flush_n = flush_step ? (flush_step * 8 > ((size_t)256 << 20) ? flush_step * 8 : (size_t)256 << 20) : 0;
     float *state = nx_alloc_aligned(2 * LAYERS * layer_floats * sizeof(float));
     float *in = malloc((size_t)MAX_T * HEADS * DK * sizeof(float)), *o = malloc((size_t)MAX_T * HEADS * DV * sizeof(float));
+    float *delta = calloc((size_t)MAX_T * HEADS * DV, sizeof(float));
     unsigned char *flush = flush_n ? nx_alloc_aligned(flush_n) : NULL;
     double *s = malloc((size_t)reps * sizeof *s);
     flush_job fj = {flush, 0};
-    if (!state || !in || !o || (flush_n && !flush) || !s) {
+    if (!state || !in || !o || !delta || (flush_n && !flush) || !s) {
         fprintf(stderr, "out of memory\n");
         return 1;
     }
@@ -106,9 +116,9 @@ int main(int argc, char **argv) {
 
     static const struct {
         const char *name;
-        int T, stream;
-    } cases[] = {{"step", 1, 0},     {"verify 2", 2, 1}, {"verify 3", 3, 1}, {"verify 4", 4, 1},
-                 {"replay 1", 1, 0}, {"replay 2", 2, 0}, {"replay 3", 3, 0}};
+        int T, stream, replay;
+    } cases[] = {{"step", 1, 0, 0},     {"verify 2", 2, 1, 0}, {"verify 3", 3, 1, 0}, {"verify 4", 4, 1, 0},
+                 {"replay 1", 1, 0, 1}, {"replay 2", 2, 0, 1}, {"replay 3", 3, 0, 1}};
     enum { NCASES = sizeof cases / sizeof cases[0] };
     printf("GDN recurrence: %d layers x %d heads of %d x %d, %d threads, %s kernels, %d MB read before each layer, "
            "median of %d passes (us a layer)\n\n| case | median | best |\n|---|---:|---:|\n",
@@ -127,7 +137,7 @@ int main(int argc, char **argv) {
                 /* a verify reads one state and writes the other, as a
                  * session's two alternate */
                 float *a = state + (size_t)l * layer_floats, *b = state + (size_t)(LAYERS + l) * layer_floats;
-                gdn_job g = {a, b, cases[c].T, cases[c].stream, in, in, in, alpha, beta, o};
+                gdn_job g = {a, b, cases[c].T, cases[c].stream, cases[c].replay, in, in, in, alpha, beta, o, delta};
                 const double t0 = nx_now_s();
                 nx_pool_run(pool, gdn_heads, &g, HEADS, 1);
                 t += nx_now_s() - t0;
@@ -141,6 +151,6 @@ int main(int argc, char **argv) {
     if (fj.sum == 1) printf("\n");   /* keeps the flush's reads */
     nx_pool_free(pool);
     nx_free_aligned(state), nx_free_aligned(flush);
-    free(in), free(o), free(s);
+    free(in), free(o), free(delta), free(s);
     return 0;
 }

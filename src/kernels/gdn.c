@@ -2,6 +2,7 @@
 #include "kernels/gdn.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -99,6 +100,8 @@ static inline const float *tok_q(const kn_delta_tokens *tk, int t) { return tk->
 static inline const float *tok_k(const kn_delta_tokens *tk, int t) { return tk->k + (int64_t)t * tk->ld; }
 static inline const float *tok_v(const kn_delta_tokens *tk, int t) { return tk->v + (int64_t)t * tk->ld; }
 static inline float *tok_o(const kn_delta_tokens *tk, int t) { return tk->o + (int64_t)t * tk->ldo; }
+/* Token t's delta record, or NULL where none is kept. */
+static inline float *tok_delta(const kn_delta_tokens *tk, int t) { return tk->delta ? tk->delta + (int64_t)t * tk->ldd : NULL; }
 
 /* Per row i of S (output channel i), with S k = alpha (S_old k):
  *   m = S_old[i] . k;  delta = beta (v[i] - alpha m)
@@ -119,7 +122,26 @@ void kn_gated_delta_steps_rows(float *S_out, const float *S_in, const float *S_n
         for (int t = 0; t < tk->T; t++, row = out) {
             const float alpha = tk->alpha[t], m = kn_dot_f32(row, tok_k(tk, t), dk);
             const float delta = tk->beta[t] * (tok_v(tk, t)[i] - alpha * m);
+            if (tk->delta) tok_delta(tk, t)[i] = delta;
             tok_o(tk, t)[i] = kn_scale_axpy_dot_f32(out, row, alpha, delta, tok_k(tk, t), tok_q(tk, t), dk);
+        }
+    }
+}
+
+/* kn_gated_delta_replay, row by row: every token's update of a row in turn
+ * (rows are independent, and each element sees the tokens in order, as
+ * the steps gave them), the row GDN_PREFETCH_BYTES ahead asked for as each
+ * row starts (the rows of a replay stream from DRAM, as a step's do). */
+void kn_gated_delta_replay_ref(float *S, const float *S_next, int T, const float *k, const float *delta, int64_t ld,
+                               const float *alpha, int dk, int dv) {
+    const int ahead = gdn_ahead(dk);
+    for (int i = 0; i < dv; i++) {
+        float *row = S + (int64_t)i * dk;
+        const float *later = ahead_row(S, S_next, i + ahead, dk, dv);
+        if (later) kn_prefetch_bytes(later, (size_t)dk * sizeof(float));
+        for (int t = 0; t < T; t++) {
+            const float a = alpha[t], d = delta[(int64_t)t * ld + i], *kt = k + (int64_t)t * ld;
+            for (int j = 0; j < dk; j++) row[j] = fmaf(d, kt[j], a * row[j]);
         }
     }
 }
@@ -158,8 +180,8 @@ KN_VNNI_INLINE void store16_avx512(float *out, __m512 v, int stream) {
 /* One token's step on dv rows, one row after another (the whole-head path,
  * and a block's rows past its last group of 16). */
 KN_VNNI_INLINE void delta_rows_avx512(float *S_out, const float *S_in, const float *S_next, const float *q,
-                                      const float *k, const float *v, float alpha, float beta, float *o, int dk, int dv,
-                                      int stream) {
+                                      const float *k, const float *v, float alpha, float beta, float *o, float *rec,
+                                      int dk, int dv, int stream) {
     assert(dk % 32 == 0);
     const __m512 av = _mm512_set1_ps(alpha);
     const int ahead = gdn_ahead(dk);
@@ -178,7 +200,9 @@ KN_VNNI_INLINE void delta_rows_avx512(float *S_out, const float *S_in, const flo
                 a23 = _mm512_fmadd_ps(r[j + 1], kv[j + 1], a23);
             }
             const float m = hsum_halves_avx512(a01, a23);
-            const __m512 dlt = _mm512_set1_ps(beta * (v[i] - alpha * m));
+            const float d = beta * (v[i] - alpha * m);
+            if (rec) rec[i] = d;
+            const __m512 dlt = _mm512_set1_ps(d);
             a01 = a23 = _mm512_setzero_ps();
             for (int j = 0; j < 8; j += 2) {
                 const __m512 n0 = _mm512_fmadd_ps(dlt, kv[j], _mm512_mul_ps(av, r[j]));
@@ -203,7 +227,9 @@ KN_VNNI_INLINE void delta_rows_avx512(float *S_out, const float *S_in, const flo
             a23 = _mm512_fmadd_ps(_mm512_loadu_ps(row + j + 16), _mm512_loadu_ps(k + j + 16), a23);
         }
         const float m = hsum_halves_avx512(a01, a23);
-        const __m512 dlt = _mm512_set1_ps(beta * (v[i] - alpha * m));
+        const float d = beta * (v[i] - alpha * m);
+        if (rec) rec[i] = d;
+        const __m512 dlt = _mm512_set1_ps(d);
         a01 = a23 = _mm512_setzero_ps();
         for (int j = 0; j < dk; j += 32) {
             const __m512 n0 = _mm512_fmadd_ps(dlt, _mm512_loadu_ps(k + j), _mm512_mul_ps(av, _mm512_loadu_ps(row + j)));
@@ -266,8 +292,8 @@ static inline int group16_row(int p, int h) { return p % 2 * 8 + p / 2 + 4 * h; 
  * 0.79 / 1.03 / 1.26 ms, in place (a replay) 0.77 / 1.13 / 1.47 -> 0.61 /
  * 0.84 / 1.09 ms. */
 KN_VNNI_INLINE void delta_group16_avx512(float *S_out, const float *S_in, const float *q, const float *k,
-                                         const float *v, float alpha, float beta, float *o, int dk, int stream,
-                                         const float *pf_rows, int pf) {
+                                         const float *v, float alpha, float beta, float *o, float *rec, int dk,
+                                         int stream, const float *pf_rows, int pf) {
     const int reg = dk == 128;
     __m512 Z[8], kr[8], qr[8];
     if (reg)
@@ -292,6 +318,7 @@ KN_VNNI_INLINE void delta_group16_avx512(float *S_out, const float *S_in, const 
     const __m512 av = _mm512_set1_ps(alpha);
     const __m512 m = fold16_avx512(Z);
     const __m512 delta = _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_sub_ps(_mm512_loadu_ps(v), _mm512_mul_ps(av, m)));
+    if (rec) _mm512_storeu_ps(rec, delta);
     for (int p = 0; p < 8; p++) {
         __m512 acc[2][2];
         for (int h = 0; h < 2; h++) {
@@ -320,7 +347,7 @@ KN_VNNI_INLINE void delta_group16_avx512(float *S_out, const float *S_in, const 
  * row. The groups prefetch pf rows from pf_rows between them (a share of
  * the block that comes next; see kn_gated_delta_steps_avx512). */
 KN_VNNI_INLINE void delta_block_avx512(float *S_out, const float *S_in, const float *q, const float *k, const float *v,
-                                       float alpha, float beta, float *o, int dk, int nb, int stream,
+                                       float alpha, float beta, float *o, float *rec, int dk, int nb, int stream,
                                        const float *pf_rows, int pf) {
     assert(dk % 32 == 0);
     const int per = nb >= 16 ? (pf + nb / 16 - 1) / (nb / 16) : 0;   /* rows a group prefetches */
@@ -328,15 +355,16 @@ KN_VNNI_INLINE void delta_block_avx512(float *S_out, const float *S_in, const fl
     for (; i + 16 <= nb; i += 16) {
         const int lo = i / 16 * per, rest = pf - lo, n = rest < 0 ? 0 : rest < per ? rest : per;
         const float *rows = n ? pf_rows + (int64_t)lo * dk : NULL;
+        float *r = rec ? rec + i : NULL;
         if (dk == 128)
-            delta_group16_avx512(S_out + (int64_t)i * dk, S_in + (int64_t)i * dk, q, k, v + i, alpha, beta, o + i, 128,
-                                 stream, rows, n);
-        else delta_group16_avx512(S_out + (int64_t)i * dk, S_in + (int64_t)i * dk, q, k, v + i, alpha, beta, o + i, dk,
-                                  stream, rows, n);
+            delta_group16_avx512(S_out + (int64_t)i * dk, S_in + (int64_t)i * dk, q, k, v + i, alpha, beta, o + i, r,
+                                 128, stream, rows, n);
+        else delta_group16_avx512(S_out + (int64_t)i * dk, S_in + (int64_t)i * dk, q, k, v + i, alpha, beta, o + i, r,
+                                  dk, stream, rows, n);
     }
     if (i < nb)
-        delta_rows_avx512(S_out + (int64_t)i * dk, S_in + (int64_t)i * dk, NULL, q, k, v + i, alpha, beta, o + i, dk,
-                          nb - i, stream);
+        delta_rows_avx512(S_out + (int64_t)i * dk, S_in + (int64_t)i * dk, NULL, q, k, v + i, alpha, beta, o + i,
+                          rec ? rec + i : NULL, dk, nb - i, stream);
 }
 
 /* Rows a block of several tokens takes (kn_gated_delta_steps_avx512): one
@@ -407,15 +435,67 @@ KN_VNNI void kn_gated_delta_steps_avx512(float *S_out, const float *S_in, const 
             const float *in = t ? (whole ? S_out + off : blk) : S_in + off;
             float *out = last || whole ? S_out + off : blk;
             const float *q = tok_q(tk, t), *k = tok_k(tk, t), *v = tok_v(tk, t) + b0;
-            float *o = tok_o(tk, t) + b0;
+            float *o = tok_o(tk, t) + b0, *rec = tk->delta ? tok_delta(tk, t) + b0 : NULL;
             const float *next = last ? S_next : NULL;   /* the whole head's path */
             const int f0 = nfol * t / tk->T, nf = nfol * (t + 1) / tk->T - f0;   /* this token's share */
             const float *pf_rows = nf ? fol + (int64_t)f0 * dk : NULL;
             const float al = tk->alpha[t], be = tk->beta[t];
-            if (whole && last && stream) delta_rows_avx512(out, in, next, q, k, v, al, be, o, dk, nb, 1);
-            else if (whole) delta_rows_avx512(out, in, next, q, k, v, al, be, o, dk, nb, 0);
-            else if (last && stream) delta_block_avx512(out, in, q, k, v, al, be, o, dk, nb, 1, pf_rows, nf);
-            else delta_block_avx512(out, in, q, k, v, al, be, o, dk, nb, 0, pf_rows, nf);
+            if (whole && last && stream) delta_rows_avx512(out, in, next, q, k, v, al, be, o, rec, dk, nb, 1);
+            else if (whole) delta_rows_avx512(out, in, next, q, k, v, al, be, o, rec, dk, nb, 0);
+            else if (last && stream) delta_block_avx512(out, in, q, k, v, al, be, o, rec, dk, nb, 1, pf_rows, nf);
+            else delta_block_avx512(out, in, q, k, v, al, be, o, rec, dk, nb, 0, pf_rows, nf);
+        }
+    }
+}
+
+/* kn_gated_delta_replay_ref on 8 lanes (the tail element by element), one
+ * fused multiply-add per element and token either way: the same bits. */
+KN_AVX2 void kn_gated_delta_replay_avx2(float *S, const float *S_next, int T, const float *k, const float *delta,
+                                        int64_t ld, const float *alpha, int dk, int dv) {
+    const int ahead = gdn_ahead(dk), d8 = dk & ~7;
+    for (int i = 0; i < dv; i++) {
+        float *row = S + (int64_t)i * dk;
+        const float *later = ahead_row(S, S_next, i + ahead, dk, dv);
+        if (later) kn_prefetch_lines_avx2(later, (size_t)dk * sizeof(float), 0);
+        for (int t = 0; t < T; t++) {
+            const float a = alpha[t], d = delta[(int64_t)t * ld + i], *kt = k + (int64_t)t * ld;
+            const __m256 av = _mm256_set1_ps(a), dl = _mm256_set1_ps(d);
+            int j = 0;
+            for (; j < d8; j += 8)
+                _mm256_storeu_ps(row + j, _mm256_fmadd_ps(dl, _mm256_loadu_ps(kt + j), _mm256_mul_ps(av, _mm256_loadu_ps(row + j))));
+            for (; j < dk; j++) row[j] = fmaf(d, kt[j], a * row[j]);
+        }
+    }
+}
+
+/* The same on 16 lanes (a masked tail); for dk = 128 the row stays in eight
+ * registers through every token and is stored once. */
+KN_VNNI void kn_gated_delta_replay_avx512(float *S, const float *S_next, int T, const float *k, const float *delta,
+                                          int64_t ld, const float *alpha, int dk, int dv) {
+    const int ahead = gdn_ahead(dk);
+    for (int i = 0; i < dv; i++) {
+        float *row = S + (int64_t)i * dk;
+        const float *later = ahead_row(S, S_next, i + ahead, dk, dv);
+        if (later) kn_prefetch_lines_avx2(later, (size_t)dk * sizeof(float), 0);
+        if (dk == 128) {
+            __m512 r[8];
+            for (int j = 0; j < 8; j++) r[j] = _mm512_loadu_ps(row + 16 * j);
+            for (int t = 0; t < T; t++) {
+                const __m512 av = _mm512_set1_ps(alpha[t]), dl = _mm512_set1_ps(delta[(int64_t)t * ld + i]);
+                const float *kt = k + (int64_t)t * ld;
+                for (int j = 0; j < 8; j++) r[j] = _mm512_fmadd_ps(dl, _mm512_loadu_ps(kt + 16 * j), _mm512_mul_ps(av, r[j]));
+            }
+            for (int j = 0; j < 8; j++) _mm512_storeu_ps(row + 16 * j, r[j]);
+            continue;
+        }
+        for (int t = 0; t < T; t++) {
+            const __m512 av = _mm512_set1_ps(alpha[t]), dl = _mm512_set1_ps(delta[(int64_t)t * ld + i]);
+            const float *kt = k + (int64_t)t * ld;
+            for (int j = 0; j < dk; j += 16) {
+                const __mmask16 m = dk - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (dk - j)) - 1);
+                const __m512 x = _mm512_mul_ps(av, _mm512_maskz_loadu_ps(m, row + j));
+                _mm512_mask_storeu_ps(row + j, m, _mm512_fmadd_ps(dl, _mm512_maskz_loadu_ps(m, kt + j), x));
+            }
         }
     }
 }

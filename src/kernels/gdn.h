@@ -31,13 +31,16 @@ void kn_conv_silu(float *out, const float *const rows[], int64_t ld, int T, cons
  * or one that does not overlap it (a verify's first token keeps the state
  * from before the block for a rollback without copying it).
  * S_in, S_out: [dv][dk]; k, q: [dk] (already L2-normalised, q scaled); v, o: [dv].
- * q is read for o alone: the new state's bits never depend on it (a
- * rollback's replay passes k as q and discards o; tests/kernels/test_gdn.c). */
+ * q is read for o alone: the new state's bits never depend on it
+ * (tests/kernels/test_gdn.c). */
 void kn_gated_delta_step(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                          float beta, float *o, int dk, int dv);
 /* The tokens of kn_gated_delta_steps: token t's q, k and v start t * ld
  * floats after the first's, its output t * ldo after o (ldo 0: every token
- * writes the same o), its gates are alpha[t] and beta[t]. */
+ * writes the same o), its gates are alpha[t] and beta[t]. delta, where not
+ * NULL, records each token's delta = beta (v - alpha (S_old k)), the [dv]
+ * floats of token t at delta + t * ldd: what kn_gated_delta_replay needs to
+ * redo the step's state update without its dot products. */
 typedef struct {
     int T;
     const float *q, *k, *v;
@@ -45,6 +48,8 @@ typedef struct {
     const float *alpha, *beta;
     float *o;
     int64_t ldo;
+    float *delta;
+    int64_t ldd;
 } kn_delta_tokens;
 
 /* T >= 0 steps in order, the same bits as T kn_gated_delta_step calls (the
@@ -63,6 +68,18 @@ void kn_gated_delta_steps(float *S_out, const float *S_in, const float *S_next, 
                           int stream);
 /* Orders the non-temporal stores above before any later store (sfence). */
 void kn_store_fence(void);
+
+/* The state updates of T recorded steps, in place on S ([dv][dk]): for t < T,
+ *   S <- alpha[t] S + delta_t k_t^T
+ * element by element as the step rounds it, fmaf(delta_t[i], k_t[j], alpha[t]
+ * * S[i][j]), with delta_t the delta kn_delta_tokens recorded for that step:
+ * the state bits of the steps themselves (from the same S), without their
+ * dot products (S k and S q) and the sums across a row they need. k_t starts
+ * t * ld floats after k, delta_t t * ld after delta. A rollback's replay of
+ * a verify's kept tokens (tests/kernels/test_gdn.c). S_next: the state the
+ * caller replays next, or NULL: its first rows are prefetched (a hint). */
+void kn_gated_delta_replay(float *S, const float *S_next, int T, const float *k, const float *delta, int64_t ld,
+                           const float *alpha, int dk, int dv);
 
 /* The twins behind kn_conv_silu: the same C compiled for the baseline and
  * for AVX2, and an AVX-512 one summing each output in a register; no FMA
@@ -85,6 +102,17 @@ void kn_gated_delta_steps_rows(float *S_out, const float *S_in, const float *S_n
 #if defined(__x86_64__) || defined(__i386__)
 void kn_gated_delta_steps_avx512(float *S_out, const float *S_in, const float *S_next, const kn_delta_tokens *tk,
                                  int dk, int dv, int stream);
+#endif
+
+/* The twins behind kn_gated_delta_replay: scalar, 8 and 16 lanes (the same
+ * fused multiply-add per element, so the same bits). */
+void kn_gated_delta_replay_ref(float *S, const float *S_next, int T, const float *k, const float *delta, int64_t ld,
+                               const float *alpha, int dk, int dv);
+#if defined(__x86_64__) || defined(__i386__)
+void kn_gated_delta_replay_avx2(float *S, const float *S_next, int T, const float *k, const float *delta, int64_t ld,
+                                const float *alpha, int dk, int dv);
+void kn_gated_delta_replay_avx512(float *S, const float *S_next, int T, const float *k, const float *delta, int64_t ld,
+                                  const float *alpha, int dk, int dv);
 #endif
 
 #endif

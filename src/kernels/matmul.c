@@ -880,6 +880,8 @@ typedef struct {
     int64_t (*top_k_collect)(const float *x, int64_t n, uint32_t thr, uint32_t *cand, uint32_t *ckey);
     void (*gated_delta_steps)(float *S_out, const float *S_in, const float *S_next, const kn_delta_tokens *tk, int dk,
                               int dv, int stream);
+    void (*gated_delta_replay)(float *S, const float *S_next, int T, const float *k, const float *delta, int64_t ld,
+                               const float *alpha, int dk, int dv);
     void (*conv_silu)(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,
                       int64_t c1);
 } kn_impl;
@@ -897,7 +899,7 @@ static const kn_impl kn_impl_scalar = {
     .affine_row_f32 = kn_affine_row_f32_ref, .fp_row_f32 = kn_fp_row_f32_ref, .sketch_scores = kn_sketch_scores_ref,
     .sketch_layout = KN_SKETCH_ROWS,
     .top_k_collect = kn_top_k_collect_ref,
-    .gated_delta_steps = kn_gated_delta_steps_rows,
+    .gated_delta_steps = kn_gated_delta_steps_rows, .gated_delta_replay = kn_gated_delta_replay_ref,
     .conv_silu = kn_conv_silu_ref};
 #if KN_HAVE_X86
 /* The AVX2 set's entries but its int8 products, which the AVX-VNNI set
@@ -914,7 +916,8 @@ static const kn_impl kn_impl_scalar = {
     .affine_quantize_row = kn_affine_quantize_row_avx2, .affine_row_f32 = kn_affine_row_f32_avx2,                   \
     .fp_row_f32 = kn_fp_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,                                      \
     .sketch_layout = KN_SKETCH_BLOCKS, .top_k_collect = kn_top_k_collect_ref,                                        \
-    .gated_delta_steps = kn_gated_delta_steps_rows, .conv_silu = kn_conv_silu_avx2
+    .gated_delta_steps = kn_gated_delta_steps_rows, .gated_delta_replay = kn_gated_delta_replay_avx2,              \
+    .conv_silu = kn_conv_silu_avx2
 static const kn_impl kn_impl_avx2 = {.name = "avx2", KN_AVX2_SHARED, .matmul_qx_rows = kn_matmul_qx_rows_avx2,
                                      .fp_qx_rows = kn_fp_matmul_qx_rows_avx2};
 /* The AVX2 set with the int8 products on AVX-VNNI (the QX_AVXVNNI and
@@ -940,7 +943,7 @@ static const kn_impl kn_impl_avx512vnni = {
     .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2,
     .sketch_scores = kn_sketch_scores_avx512vnni, .sketch_layout = KN_SKETCH_ROWS,
     .top_k_collect = kn_top_k_collect_avx512vnni,
-    .gated_delta_steps = kn_gated_delta_steps_avx512,
+    .gated_delta_steps = kn_gated_delta_steps_avx512, .gated_delta_replay = kn_gated_delta_replay_avx512,
     .conv_silu = kn_conv_silu_avx512};
 #endif
 
@@ -1123,13 +1126,18 @@ void kn_mat_prefetch_row(const kn_mat *w, int64_t r) {
 
 void kn_gated_delta_step(float *S_out, const float *S_in, const float *q, const float *k, const float *v, float alpha,
                          float beta, float *o, int dk, int dv) {
-    const kn_delta_tokens tk = {1, q, k, v, 0, &alpha, &beta, o, 0};
+    const kn_delta_tokens tk = {1, q, k, v, 0, &alpha, &beta, o, 0, NULL, 0};
     active()->gated_delta_steps(S_out, S_in, NULL, &tk, dk, dv, 0);
 }
 
 void kn_gated_delta_steps(float *S_out, const float *S_in, const float *S_next, const kn_delta_tokens *tk, int dk, int dv,
                           int stream) {
     active()->gated_delta_steps(S_out, S_in, S_next, tk, dk, dv, stream);
+}
+
+void kn_gated_delta_replay(float *S, const float *S_next, int T, const float *k, const float *delta, int64_t ld,
+                           const float *alpha, int dk, int dv) {
+    active()->gated_delta_replay(S, S_next, T, k, delta, ld, alpha, dk, dv);
 }
 
 void kn_conv_silu(float *out, const float *const rows[], int64_t ld, int T, const float *w, int kc, int64_t c0,

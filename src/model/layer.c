@@ -384,11 +384,11 @@ static void conv_channels(void *ctx, int64_t c0, int64_t c1, int tid) {
         const float scale = h0 < KD ? 1.0f / sqrtf((float)Dk) : 1.0f;
         for (int64_t t = 0; t < g->T; t++) kn_l2norm_scaled(out + t * CD + h0, Dk, GDN_L2_EPS, scale);
     }
-    /* a verify records k | v (channels [KD, CD)) as the recurrence reads them */
-    const int64_t k0 = c0 > KD ? c0 : KD, RW = mdl_replay_row(c);
-    if (g->replay && k0 < c1)
+    /* a verify records k (channels [KD, 2 KD)) as the recurrence reads it */
+    const int64_t k0 = c0 > KD ? c0 : KD, k1 = c1 < 2 * KD ? c1 : 2 * KD, RW = mdl_replay_row(c);
+    if (g->replay && k0 < k1)
         for (int64_t t = 0; t < g->T; t++)
-            memcpy(g->replay + t * RW + (k0 - KD), out + t * CD + k0, (size_t)(c1 - k0) * sizeof(float));
+            memcpy(g->replay + t * RW + (k0 - KD), out + t * CD + k0, (size_t)(k1 - k0) * sizeof(float));
 }
 
 /* One index per (segment, value head): that head's recurrence over the
@@ -424,16 +424,13 @@ static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
             int t = sg->row0 + i;
             beta[i] = kn_sigmoid(sc->bbuf[t * Hv + jh]);
             alpha[i] = expf(L->neg_exp_a[jh] * kn_softplus(sc->abuf[t * Hv + jh] + L->dt_bias[jh]));
-            if (sg->replay) {
-                float *gates = sg->replay + i * RW + KD + VD;
-                gates[jh] = alpha[i];
-                gates[Hv + jh] = beta[i];
-            }
+            if (sg->replay) sg->replay[i * RW + KD + VD + jh] = alpha[i];
         }
         const float *row0 = sc->conv_out + sg->row0 * CD;   /* token i's q | k | v: CD floats apart */
         float *o0 = sc->mix + sg->row0 * VD + jh * Dv;
+        /* a verify records each token's delta for a replay (mdl_replay_row) */
         const kn_delta_tokens tk = {sg->T, row0 + kh * Dk, row0 + KD + kh * Dk, row0 + 2 * KD + jh * Dv, CD, alpha, beta,
-                                    o0, VD};
+                                    o0, VD, sg->replay ? sg->replay + KD + jh * Dv : NULL, RW};
         const int record = sg->recurrent_out != NULL;
         float *S = sg->recurrent + jh * head;
         const float *next = NULL;   /* the head this thread steps next */
@@ -446,7 +443,7 @@ static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
     if (streamed) kn_store_fence();
 }
 
-int64_t mdl_replay_row(const cfg_model *c) { return cfg_key_dim(c) + cfg_value_dim(c) + 2 * (int64_t)c->linear_v_heads; }
+int64_t mdl_replay_row(const cfg_model *c) { return cfg_key_dim(c) + cfg_value_dim(c) + c->linear_v_heads; }
 
 typedef struct {
     const nx_model *m;
@@ -454,30 +451,30 @@ typedef struct {
     int keep;
 } replay_job;
 
-/* One index per (layer, value head): the kept tokens' steps on that head's
- * state, in order, from the recorded inputs (delta_heads' step without the
- * output, which the verify already gave). */
+/* One index per (layer, value head): the kept tokens' updates of that
+ * head's state, in order, from the record (kn_gated_delta_replay: the
+ * verify's deltas, so no dot products and no outputs). Against running the
+ * kept steps again from the recorded k, v, alpha and beta (k as q, the
+ * outputs discarded): see bench/RESULTS.md, forty-third session. */
 static void replay_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
+    (void)tid;
     const replay_job *j = ctx;
     const cfg_model *c = &j->m->cfg;
     const mdl_rollback *rb = &j->s->rb;
     const int Hv = c->linear_v_heads, Dk = c->linear_k_dim, Dv = c->linear_v_dim, r = c->linear_v_heads / c->linear_k_heads;
     const int64_t KD = cfg_key_dim(c), VD = cfg_value_dim(c), RW = mdl_replay_row(c), head = (int64_t)Dv * Dk;
-    float *o = rb->replay_o + (int64_t)tid * Dv;
     assert(j->keep <= MDL_CHUNK);
     for (int64_t ij = j0; ij < j1; ij++) {
         const int l = (int)(ij / Hv), jh = (int)(ij % Hv);
         if (c->layer_full[l]) continue;
         float *S = j->s->recurrent[l] + jh * head;
         const float *row = rb->replay[l];
-        float alpha[MDL_CHUNK], beta[MDL_CHUNK];
-        for (int i = 0; i < j->keep; i++) alpha[i] = row[i * RW + KD + VD + jh], beta[i] = row[i * RW + KD + VD + Hv + jh];
-        /* k as q too (only o reads q), every o into one discarded row */
-        const float *k = row + (jh / r) * Dk;
-        const kn_delta_tokens tk = {j->keep, k, k, row + KD + jh * Dv, RW, alpha, beta, o, 0};
-        int64_t n = ij + 1;   /* the head this thread steps next: past the attention layers */
+        float alpha[MDL_CHUNK];
+        for (int i = 0; i < j->keep; i++) alpha[i] = row[i * RW + KD + VD + jh];
+        int64_t n = ij + 1;   /* the head this thread replays next: past the attention layers */
         while (n < j1 && c->layer_full[n / Hv]) n += Hv - n % Hv;
-        kn_gated_delta_steps(S, S, n < j1 ? j->s->recurrent[n / Hv] + n % Hv * head : NULL, &tk, Dk, Dv, 0);
+        kn_gated_delta_replay(S, n < j1 ? j->s->recurrent[n / Hv] + n % Hv * head : NULL, j->keep, row + (jh / r) * Dk,
+                              row + KD + jh * Dv, RW, alpha, Dk, Dv);
     }
 }
 

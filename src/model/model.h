@@ -142,8 +142,9 @@ void mdl_scratch_free(mdl_scratch *sc);
  * put every Gated DeltaNet layer back to its state after any prefix of the
  * block (spec §4, option 2, replay). The verify writes each layer's state
  * after the block to a buffer of its own and keeps the state from before it
- * in prior, with each token's recurrence inputs; a rollback takes prior back
- * and runs the kept tokens' steps again. Why not a snapshot per token (option
+ * in prior, with each token's k, delta and alpha; a rollback takes prior back
+ * and applies the kept tokens' state updates again (the deltas the verify
+ * recorded: no dot products). Why not a snapshot per token (option
  * 1): each is 18 MB a layer stack at the 0.8B shape, written on every verify
  * (and read for ownership first), while a replay reads and writes one state
  * stack, and only when a draft was rejected. Measured on the 0.8B shape at
@@ -156,9 +157,8 @@ typedef struct {
     /* per GDN layer (NULL for attention layers) */
     float **prior;                /* [Hv][Dv][Dk] the state before the block; the
                                      spare buffer a verify writes to otherwise */
-    float **replay;               /* [max_block][mdl_replay_row] recurrence inputs */
+    float **replay;               /* [max_block][mdl_replay_row] recurrence record */
     float **window;               /* [Kc-1 + max_block][CD] conv input window   */
-    float *replay_o;              /* [pool threads][Dv] outputs a replay discards */
     void *block;                  /* prior, replay and window of every layer    */
 } mdl_rollback;
 
@@ -256,7 +256,7 @@ typedef struct {
      * to recurrent_out, recurrent keeps the state before it */
     float *recurrent_out;               /* [Hv][Dv][Dk]                          */
     float *replay;                      /* [T][mdl_replay_row]: each token's
-                                           k | v | alpha | beta                  */
+                                           k | delta | alpha                     */
     float *snap_window;                 /* [Kc-1+T][CD] conv input window        */
 } mdl_seg;
 
@@ -277,14 +277,16 @@ void mdl_attention_kv(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, md
  * recurrent_out, each token's recurrence inputs to replay and its conv input
  * window to snap_window (for rollback). */
 void mdl_gdn_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, const mdl_seg *segs, int nseg);
-/* Floats of one token's recurrence inputs in a replay record: k (key dim) |
- * v (value dim) | alpha (Hv) | beta (Hv), as the recurrence read them. */
+/* Floats of one token's record for a replay: k (key dim) as the recurrence
+ * read it | delta (value dim: each value head's beta (v - alpha S k), as the
+ * step computed it) | alpha (Hv), so that a replay redoes each kept step's
+ * update of the state (kn_gated_delta_replay) without its dot products. */
 int64_t mdl_replay_row(const cfg_model *c);
-/* Runs the recurrence of the first keep tokens of s's recorded block again
- * on every Gated DeltaNet layer's recurrent state, which must hold the state
- * from before the block: the state after token keep - 1, bit for bit the one
- * the verify computed (the same steps on the same inputs). Heads of all
- * layers split over the pool. */
+/* Applies the state updates of the first keep tokens of s's recorded block
+ * again to every Gated DeltaNet layer's recurrent state, which must hold the
+ * state from before the block: the state after token keep - 1, bit for bit
+ * the one the verify computed (the same updates from the same state with
+ * the deltas the verify computed). Heads of all layers split over the pool. */
 void mdl_gdn_replay(const nx_model *m, nx_state *s, int keep);
 
 /* ---- verify and rollback (forward.c), used by the speculative decoder ---- */

@@ -117,7 +117,6 @@ static void free_rollback(nx_state *s) {
     nx_free(rb->prior);
     nx_free(rb->replay);
     nx_free(rb->window);
-    nx_free_aligned(rb->replay_o);
     memset(rb, 0, sizeof *rb);
 }
 
@@ -171,11 +170,10 @@ nx_status mdl_state_enable_rollback(nx_state *s, int max_block, char *err, size_
     const cfg_model *c = &s->m->cfg;
     mdl_rollback *rb = &s->rb;
     rb->max_block = max_block;
-    const size_t replay_o = (size_t)nx_pool_size(s->m->pool) * (size_t)c->linear_v_dim * sizeof(float);
     int ok = (rb->prior = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
              (rb->replay = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
              (rb->window = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
-             (rb->replay_o = nx_alloc_aligned(replay_o)) && (rb->block = nx_alloc_aligned(rollback_layout(s, NULL)));
+             (rb->block = nx_alloc_aligned(rollback_layout(s, NULL)));
     if (!ok) {
         free_rollback(s);
         return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the rollback record of %d tokens", max_block);

@@ -161,6 +161,20 @@ static void test_gated_delta_simd_sets_agree_bit_for_bit(void) {
     kn_init(0);
 }
 
+/* Runs check(r, dk, dv) for each shape dims[i] = {dk, dv} under every
+ * kernel set this CPU runs (at least the scalar one), then restores the
+ * default set. */
+static void each_set_and_shape(const int (*dims)[2], size_t n, nx_test_rng *r, void (*check)(nx_test_rng *, int, int)) {
+    int sets = 0;
+    for (int isa = KN_ISA_SCALAR; isa <= KN_ISA_BEST; isa++) {
+        if (kn_select((kn_isa)isa) != (kn_isa)isa) continue;
+        sets++;
+        for (size_t i = 0; i < n; i++) check(r, dims[i][0], dims[i][1]);
+    }
+    CHECK(sets >= 1);
+    kn_init(0);
+}
+
 /* kn_gated_delta_steps == T kn_gated_delta_step calls (the first from S_in,
  * the rest in place), state and every token's o bit for bit: T 1, 2, 3, 5,
  * in place and not, streamed or not, into an aligned out and one a float
@@ -170,71 +184,130 @@ static void test_gated_delta_simd_sets_agree_bit_for_bit(void) {
  * for a block, the rest; blocks of rows, their groups of 16 and the rows
  * past them, blocks of one group), and nothing written around
  * the state or past the outputs. And the state never reads q (only o
- * does): a rollback's replay passes k for q and must get the verify's
- * state bits. */
+ * does): with k passed as q too the state keeps its bits, and ldo 0 sends
+ * every token's o to one row. */
+static void steps_equal_single_steps(nx_test_rng *r, int dk, int dv) {
+    static const int Ts[] = {1, 2, 3, 5};
+    const int64_t ld = 2 * dk + dv + 3, ldo = dv + 1, n = (int64_t)dk * dv;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *S0 = normals(r, n, 0.3f), *want = malloc(bytes), *mem = nx_alloc_aligned(bytes + 64);
+    float *qkv = normals(r, 5 * ld, 0.1f), *o_want = malloc((size_t)(5 * ldo) * sizeof(float));
+    float *o = malloc((size_t)(5 * ldo) * sizeof(float)), alpha[5], beta[5];
+    float *next = normals(r, n, 0.3f), *next_was = malloc(bytes);   /* S_next: hinted at only */
+    memcpy(next_was, next, bytes);
+    for (int t = 0; t < 5; t++) alpha[t] = 0.95f - 0.07f * (float)t, beta[t] = 0.2f + 0.15f * (float)t;
+    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+        const int T = Ts[ti];
+        for (int t = 0; t < T; t++) {
+            const float *x = qkv + t * ld;
+            kn_gated_delta_step(want, t ? want : S0, x, x + dk, x + 2 * dk, alpha[t], beta[t], o_want + t * ldo,
+                                dk, dv);
+        }
+        /* mode bit 0: stream, 1: in place, 2: out a float off and a
+         * next state to prefetch, 3: k as q too, every o into one
+         * row */
+        for (int mode = 0; mode < 16; mode++) {
+            const int stream = mode & 1, in_place = mode >> 1 & 1, k_as_q = mode >> 3;
+            float *out = mem + (mode >> 2 & 1);
+            memset(mem, 0xa5, bytes + 64);
+            memcpy(out, S0, bytes);
+            memset(o, 0xff, (size_t)(5 * ldo) * sizeof(float));
+            const kn_delta_tokens tk = {T, k_as_q ? qkv + dk : qkv, qkv + dk, qkv + 2 * dk, ld, alpha, beta, o,
+                                        k_as_q ? 0 : ldo, NULL, 0};
+            kn_gated_delta_steps(out, in_place ? out : S0, mode & 4 ? next : NULL, &tk, dk, dv, stream);
+            kn_store_fence();
+            int same = memcmp(out, want, bytes) == 0 && memcmp(next, next_was, bytes) == 0;
+            for (int t = 0; t < T && !k_as_q; t++)
+                same &= memcmp(o + t * ldo, o_want + t * ldo, (size_t)dv * sizeof(float)) == 0;
+            /* nothing written around the state, past each token's dv
+             * outputs, nor past the last token */
+            const unsigned char *m0 = (const unsigned char *)mem, *s0 = (const unsigned char *)out;
+            for (const unsigned char *b = m0; b < m0 + bytes + 64; b++)
+                if (b < s0 || b >= s0 + bytes) same &= *b == 0xa5;
+            const unsigned char *ob = (const unsigned char *)o;
+            for (int64_t b = 0; b < 5 * ldo * (int64_t)sizeof(float); b++) {
+                const int64_t e = b / (int64_t)sizeof(float), t = e / ldo;
+                const int written = k_as_q ? e < dv : t < T && e % ldo < dv;
+                if (!written) same &= ob[b] == 0xff;
+            }
+            CHECKF(same, "%s dk=%d dv=%d T=%d mode %d: steps differ from single steps", kn_impl_name(), dk, dv, T,
+                   mode);
+        }
+    }
+    free(S0), free(want), free(qkv), free(o_want), free(o), free(next), free(next_was);
+    nx_free_aligned(mem);
+}
+
 static void test_gated_delta_steps_equal_single_steps(void) {
     static const int dims[][2] = {{128, 128}, {128, 7},  {128, 37}, {128, 50}, {128, 16}, {64, 96}, {96, 40},
                                   {32, 40},   {192, 21}, {256, 16}, {32, 3},   {33, 17},  {4128, 3}};
-    static const int Ts[] = {1, 2, 3, 5};
     nx_test_rng r = {0x57E95ULL};
-    int sets = 0;
-    for (int isa = KN_ISA_SCALAR; isa <= KN_ISA_BEST; isa++) {
-        if (kn_select((kn_isa)isa) != (kn_isa)isa) continue;
-        sets++;
-        for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
-            const int dk = dims[di][0], dv = dims[di][1];
-            const int64_t ld = 2 * dk + dv + 3, ldo = dv + 1, n = (int64_t)dk * dv;
-            const size_t bytes = (size_t)n * sizeof(float);
-            float *S0 = normals(&r, n, 0.3f), *want = malloc(bytes), *mem = nx_alloc_aligned(bytes + 64);
-            float *qkv = normals(&r, 5 * ld, 0.1f), *o_want = malloc((size_t)(5 * ldo) * sizeof(float));
-            float *o = malloc((size_t)(5 * ldo) * sizeof(float)), alpha[5], beta[5];
-            float *next = normals(&r, n, 0.3f), *next_was = malloc(bytes);   /* S_next: hinted at only */
-            memcpy(next_was, next, bytes);
-            for (int t = 0; t < 5; t++) alpha[t] = 0.95f - 0.07f * (float)t, beta[t] = 0.2f + 0.15f * (float)t;
-            for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
-                const int T = Ts[ti];
-                for (int t = 0; t < T; t++) {
-                    const float *x = qkv + t * ld;
-                    kn_gated_delta_step(want, t ? want : S0, x, x + dk, x + 2 * dk, alpha[t], beta[t], o_want + t * ldo,
-                                        dk, dv);
-                }
-                /* mode bit 0: stream, 1: in place, 2: out a float off and a
-                 * next state to prefetch, 3: the replay's tokens (k as q too,
-                 * every o into one row) */
-                for (int mode = 0; mode < 16; mode++) {
-                    const int stream = mode & 1, in_place = mode >> 1 & 1, k_as_q = mode >> 3;
-                    float *out = mem + (mode >> 2 & 1);
-                    memset(mem, 0xa5, bytes + 64);
-                    memcpy(out, S0, bytes);
-                    memset(o, 0xff, (size_t)(5 * ldo) * sizeof(float));
-                    const kn_delta_tokens tk = {T, k_as_q ? qkv + dk : qkv, qkv + dk, qkv + 2 * dk, ld, alpha, beta, o,
-                                                k_as_q ? 0 : ldo};
-                    kn_gated_delta_steps(out, in_place ? out : S0, mode & 4 ? next : NULL, &tk, dk, dv, stream);
-                    kn_store_fence();
-                    int same = memcmp(out, want, bytes) == 0 && memcmp(next, next_was, bytes) == 0;
-                    for (int t = 0; t < T && !k_as_q; t++)
-                        same &= memcmp(o + t * ldo, o_want + t * ldo, (size_t)dv * sizeof(float)) == 0;
-                    /* nothing written around the state, past each token's dv
-                     * outputs, nor past the last token */
-                    const unsigned char *m0 = (const unsigned char *)mem, *s0 = (const unsigned char *)out;
-                    for (const unsigned char *b = m0; b < m0 + bytes + 64; b++)
-                        if (b < s0 || b >= s0 + bytes) same &= *b == 0xa5;
-                    const unsigned char *ob = (const unsigned char *)o;
-                    for (int64_t b = 0; b < 5 * ldo * (int64_t)sizeof(float); b++) {
-                        const int64_t e = b / (int64_t)sizeof(float), t = e / ldo;
-                        const int written = k_as_q ? e < dv : t < T && e % ldo < dv;
-                        if (!written) same &= ob[b] == 0xff;
-                    }
-                    CHECKF(same, "%s dk=%d dv=%d T=%d mode %d: steps differ from single steps", kn_impl_name(), dk, dv, T,
-                           mode);
-                }
+    each_set_and_shape(dims, sizeof dims / sizeof *dims, &r, steps_equal_single_steps);
+}
+
+/* A verify's record and a rollback's replay: kn_gated_delta_steps with
+ * kn_delta_tokens.delta set writes each token's delta (dv floats a token,
+ * nothing else in the record's rows, the state and outputs as without it),
+ * and kn_gated_delta_replay of the first keep tokens from the state before
+ * them gives the bits of keep single steps, for every keep <= T: T 1, 2, 3,
+ * 5, streamed or not, deltas laid out as the model's record lays them (k and
+ * delta in one row of ld floats); every set this CPU runs, and every path
+ * of both kernels (dk = 128 with its row in registers, other multiples of
+ * 16 and 32, tails of 8 and 16 lanes, blocks and whole heads, rows too long
+ * for a block). */
+static void replay_gives_the_steps_state(nx_test_rng *r, int dk, int dv) {
+    static const int Ts[] = {1, 2, 3, 5};
+    /* a record row: k (dk) | delta (dv) | slack, as model.h's */
+    const int64_t n = (int64_t)dk * dv, ld = dk + dv + 5, ldo = dv + 1;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *S0 = normals(r, n, 0.3f), *want = malloc(6 * bytes), *S = malloc(bytes);
+    float *out = nx_alloc_aligned(bytes), *out_plain = malloc(bytes), *o = malloc((size_t)(5 * ldo) * sizeof(float));
+    float *o_plain = malloc((size_t)(5 * ldo) * sizeof(float)), *o_steps = malloc((size_t)(5 * ldo) * sizeof(float));
+    /* token t's q | k | v at tok + t * tld; the record keeps k */
+    const int64_t tld = 2 * dk + dv + 3;
+    float *tok = normals(r, 5 * tld, 0.1f), *rec = malloc((size_t)(5 * ld) * sizeof(float));
+    float alpha[5], beta[5];
+    for (int t = 0; t < 5; t++) alpha[t] = 0.93f - 0.05f * (float)t, beta[t] = 0.3f + 0.12f * (float)t;
+    memcpy(want, S0, bytes);   /* want + t * n: the state after t single steps, o_plain their outputs */
+    for (int t = 0; t < 5; t++)
+        kn_gated_delta_step(want + (t + 1) * n, want + t * n, tok + t * tld, tok + t * tld + dk,
+                            tok + t * tld + 2 * dk, alpha[t], beta[t], o_plain + t * ldo, dk, dv);
+    for (int ti = 0; ti < (int)(sizeof Ts / sizeof *Ts); ti++) {
+        const int T = Ts[ti];
+        for (int stream = 0; stream < 2; stream++) {
+            for (int64_t i = 0; i < 5 * ld; i++) rec[i] = -555.0f;
+            for (int t = 0; t < T; t++) memcpy(rec + t * ld, tok + t * tld + dk, (size_t)dk * sizeof(float));
+            kn_delta_tokens tk = {T, tok, tok + dk, tok + 2 * dk, tld, alpha, beta, o_steps, ldo, NULL, 0};
+            kn_gated_delta_steps(out_plain, S0, NULL, &tk, dk, dv, 0);   /* without a record */
+            tk.o = o, tk.delta = rec + dk, tk.ldd = ld;
+            kn_gated_delta_steps(out, S0, NULL, &tk, dk, dv, stream);
+            kn_store_fence();
+            int same = memcmp(out, out_plain, bytes) == 0 && memcmp(out, want + T * n, bytes) == 0;
+            for (int t = 0; t < T; t++)
+                same &= memcmp(o + t * ldo, o_plain + t * ldo, (size_t)dv * sizeof(float)) == 0 &&
+                        memcmp(o_steps + t * ldo, o + t * ldo, (size_t)dv * sizeof(float)) == 0;
+            int stray = 0;   /* nothing in the record but each token's dv deltas */
+            for (int t = 0; t < 5; t++)
+                for (int64_t e = dk; e < ld; e++) stray += (t >= T || e >= dk + dv) && rec[t * ld + e] != -555.0f;
+            CHECKF(same && stray == 0, "%s dk=%d dv=%d T=%d stream %d: the steps differ with the record, or "
+                   "from single steps (%d stray writes)", kn_impl_name(), dk, dv, T, stream, stray);
+            for (int keep = 1; keep <= T; keep++) {
+                memcpy(S, S0, bytes);
+                kn_gated_delta_replay(S, keep % 2 ? S0 : NULL, keep, rec, rec + dk, ld, alpha, dk, dv);
+                CHECKF(memcmp(S, want + keep * n, bytes) == 0, "%s dk=%d dv=%d T=%d keep %d stream %d: replay "
+                       "differs from %d single steps", kn_impl_name(), dk, dv, T, keep, stream, keep);
             }
-            free(S0), free(want), free(qkv), free(o_want), free(o), free(next), free(next_was);
-            nx_free_aligned(mem);
         }
     }
-    CHECK(sets >= 1);
-    kn_init(0);
+    free(S0), free(want), free(S), free(out_plain), free(o), free(o_plain), free(o_steps), free(tok), free(rec);
+    nx_free_aligned(out);
+}
+
+static void test_gated_delta_replay_gives_the_steps_state(void) {
+    static const int dims[][2] = {{128, 128}, {128, 37}, {64, 96}, {96, 40}, {32, 3},
+                                  {33, 17},   {136, 5},  {8, 9},   {4128, 3}};
+    nx_test_rng r = {0x2E91A7ULL};
+    each_set_and_shape(dims, sizeof dims / sizeof *dims, &r, replay_gives_the_steps_state);
 }
 
 /* y = x rsqrt(mean(x^2) + eps) w silu(z), also in place, across the
@@ -280,6 +353,10 @@ static const nx_test tests[] = {
      "T steps at once == T single steps bit for bit (S, every o): T 1-5, in place or not, streamed or not, every set; "
      "the state the same with q = k",
      test_gated_delta_steps_equal_single_steps},
+    {"gated_delta_replay_gives_the_steps_state",
+     "steps recording deltas == steps without (S, o, nothing else written); replaying keep <= T recorded updates == keep "
+     "single steps bit for bit; T 1-5, streamed or not, every set",
+     test_gated_delta_replay_gives_the_steps_state},
     {"gated_rmsnorm_follows_the_formula", "x rsqrt(mean x^2 + eps) w silu(z), in place too, past 256 elements",
      test_gated_rmsnorm_follows_the_formula},
 };
