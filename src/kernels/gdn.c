@@ -318,7 +318,8 @@ KN_VNNI_INLINE void delta_group16_avx512(float *S_out, const float *S_in, const 
     const __m512 av = _mm512_set1_ps(alpha);
     const __m512 m = fold16_avx512(Z);
     const __m512 delta = _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_sub_ps(_mm512_loadu_ps(v), _mm512_mul_ps(av, m)));
-    if (rec) _mm512_storeu_ps(rec, delta);
+    if (rec && (uintptr_t)rec % 64 == 0) _mm512_stream_ps(rec, delta);   /* read at a rollback, if ever */
+    else if (rec) _mm512_storeu_ps(rec, delta);
     for (int p = 0; p < 8; p++) {
         __m512 acc[2][2];
         for (int h = 0; h < 2; h++) {

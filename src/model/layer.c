@@ -436,7 +436,7 @@ static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
         const float *next = NULL;   /* the head this thread steps next */
         if (ij + 1 < j1) next = g->segs[(ij + 1) / Hv].recurrent + (ij + 1) % Hv * head;
         kn_gated_delta_steps(record ? sg->recurrent_out + jh * head : S, S, next, &tk, Dk, Dv, record);
-        streamed |= record;
+        streamed |= record || sg->replay;   /* the state and the deltas */
         for (int i = 0; i < sg->T; i++)
             kn_rmsnorm_gated(o0 + i * VD, o0 + i * VD, sc->zbuf + (sg->row0 + i) * VD + jh * Dv, L->gnorm, Dv, eps);
     }

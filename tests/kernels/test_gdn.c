@@ -257,7 +257,8 @@ static void test_gated_delta_steps_equal_single_steps(void) {
  * for a block). */
 static void replay_gives_the_steps_state(nx_test_rng *r, int dk, int dv) {
     static const int Ts[] = {1, 2, 3, 5};
-    /* a record row: k (dk) | delta (dv) | slack, as model.h's */
+    /* a record row: k (dk) | delta (dv) | slack, as model.h's; row 0's
+     * deltas 64-byte aligned where dk is a multiple of 16, row 1's not */
     const int64_t n = (int64_t)dk * dv, ld = dk + dv + 5, ldo = dv + 1;
     const size_t bytes = (size_t)n * sizeof(float);
     float *S0 = normals(r, n, 0.3f), *want = malloc(6 * bytes), *S = malloc(bytes);
@@ -265,7 +266,7 @@ static void replay_gives_the_steps_state(nx_test_rng *r, int dk, int dv) {
     float *o_plain = malloc((size_t)(5 * ldo) * sizeof(float)), *o_steps = malloc((size_t)(5 * ldo) * sizeof(float));
     /* token t's q | k | v at tok + t * tld; the record keeps k */
     const int64_t tld = 2 * dk + dv + 3;
-    float *tok = normals(r, 5 * tld, 0.1f), *rec = malloc((size_t)(5 * ld) * sizeof(float));
+    float *tok = normals(r, 5 * tld, 0.1f), *rec = nx_alloc_aligned((size_t)(5 * ld) * sizeof(float));
     float alpha[5], beta[5];
     for (int t = 0; t < 5; t++) alpha[t] = 0.93f - 0.05f * (float)t, beta[t] = 0.3f + 0.12f * (float)t;
     memcpy(want, S0, bytes);   /* want + t * n: the state after t single steps, o_plain their outputs */
@@ -299,8 +300,8 @@ static void replay_gives_the_steps_state(nx_test_rng *r, int dk, int dv) {
             }
         }
     }
-    free(S0), free(want), free(S), free(out_plain), free(o), free(o_plain), free(o_steps), free(tok), free(rec);
-    nx_free_aligned(out);
+    free(S0), free(want), free(S), free(out_plain), free(o), free(o_plain), free(o_steps), free(tok);
+    nx_free_aligned(out), nx_free_aligned(rec);
 }
 
 static void test_gated_delta_replay_gives_the_steps_state(void) {
