@@ -101,7 +101,9 @@ static inline const float *tok_k(const kn_delta_tokens *tk, int t) { return tk->
 static inline const float *tok_v(const kn_delta_tokens *tk, int t) { return tk->v + (int64_t)t * tk->ld; }
 static inline float *tok_o(const kn_delta_tokens *tk, int t) { return tk->o + (int64_t)t * tk->ldo; }
 /* Token t's delta record, or NULL where none is kept. */
-static inline float *tok_delta(const kn_delta_tokens *tk, int t) { return tk->delta ? tk->delta + (int64_t)t * tk->ldd : NULL; }
+static inline float *tok_delta(const kn_delta_tokens *tk, int t) {
+    return tk->delta ? tk->delta + (int64_t)t * tk->ldd : NULL;
+}
 
 /* Per row i of S (output channel i), with S k = alpha (S_old k):
  *   m = S_old[i] . k;  delta = beta (v[i] - alpha m)
@@ -436,7 +438,7 @@ KN_VNNI void kn_gated_delta_steps_avx512(float *S_out, const float *S_in, const 
             const float *in = t ? (whole ? S_out + off : blk) : S_in + off;
             float *out = last || whole ? S_out + off : blk;
             const float *q = tok_q(tk, t), *k = tok_k(tk, t), *v = tok_v(tk, t) + b0;
-            float *o = tok_o(tk, t) + b0, *rec = tk->delta ? tok_delta(tk, t) + b0 : NULL;
+            float *o = tok_o(tk, t) + b0, *rec = tk->delta ? tok_delta(tk, t) + b0 : NULL;   /* this token's deltas */
             const float *next = last ? S_next : NULL;   /* the whole head's path */
             const int f0 = nfol * t / tk->T, nf = nfol * (t + 1) / tk->T - f0;   /* this token's share */
             const float *pf_rows = nf ? fol + (int64_t)f0 * dk : NULL;
@@ -463,7 +465,8 @@ KN_AVX2 void kn_gated_delta_replay_avx2(float *S, const float *S_next, int T, co
             const __m256 av = _mm256_set1_ps(a), dl = _mm256_set1_ps(d);
             int j = 0;
             for (; j < d8; j += 8)
-                _mm256_storeu_ps(row + j, _mm256_fmadd_ps(dl, _mm256_loadu_ps(kt + j), _mm256_mul_ps(av, _mm256_loadu_ps(row + j))));
+                _mm256_storeu_ps(row + j, _mm256_fmadd_ps(dl, _mm256_loadu_ps(kt + j),
+                                                          _mm256_mul_ps(av, _mm256_loadu_ps(row + j))));
             for (; j < dk; j++) row[j] = fmaf(d, kt[j], a * row[j]);
         }
     }
@@ -484,7 +487,8 @@ KN_VNNI void kn_gated_delta_replay_avx512(float *S, const float *S_next, int T, 
             for (int t = 0; t < T; t++) {
                 const __m512 av = _mm512_set1_ps(alpha[t]), dl = _mm512_set1_ps(delta[(int64_t)t * ld + i]);
                 const float *kt = k + (int64_t)t * ld;
-                for (int j = 0; j < 8; j++) r[j] = _mm512_fmadd_ps(dl, _mm512_loadu_ps(kt + 16 * j), _mm512_mul_ps(av, r[j]));
+                for (int j = 0; j < 8; j++)
+                    r[j] = _mm512_fmadd_ps(dl, _mm512_loadu_ps(kt + 16 * j), _mm512_mul_ps(av, r[j]));
             }
             for (int j = 0; j < 8; j++) _mm512_storeu_ps(row + 16 * j, r[j]);
             continue;

@@ -402,7 +402,9 @@ static void conv_channels(void *ctx, int64_t c0, int64_t c1, int tid) {
  * 3 on the q4 fixture, both ways in turn in one process, verify 0.975-0.979x
  * the time, tokens a second 1.016-1.022x (q8: level); measured with the
  * later tokens on a per-thread scratch head, which kn_gated_delta_steps'
- * blocks then matched (bench/RESULTS.md, twenty-third session). */
+ * blocks then matched (bench/RESULTS.md, twenty-third session). It also
+ * records each token's alpha and delta beside the k conv_channels recorded,
+ * for a rollback's replay (replay_heads). */
 static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
     (void)tid;
     const gdn_job *g = ctx;

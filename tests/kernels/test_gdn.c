@@ -355,8 +355,8 @@ static const nx_test tests[] = {
      "the state the same with q = k",
      test_gated_delta_steps_equal_single_steps},
     {"gated_delta_replay_gives_the_steps_state",
-     "steps recording deltas == steps without (S, o, nothing else written); replaying keep <= T recorded updates == keep "
-     "single steps bit for bit; T 1-5, streamed or not, every set",
+     "steps recording deltas == steps without (S, o, nothing else written); a replay of keep <= T recorded "
+     "updates == keep single steps bit for bit; T 1-5, streamed or not, every set",
      test_gated_delta_replay_gives_the_steps_state},
     {"gated_rmsnorm_follows_the_formula", "x rsqrt(mean x^2 + eps) w silu(z), in place too, past 256 elements",
      test_gated_rmsnorm_follows_the_formula},
