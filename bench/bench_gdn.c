@@ -101,7 +101,8 @@ int main(int argc, char **argv) {
     const size_t flush_n = flush_step ? (flush_step * 8 > ((size_t)256 << 20) ? flush_step * 8 : (size_t)256 << 20) : 0;
     float *state = nx_alloc_aligned(2 * LAYERS * layer_floats * sizeof(float));
     float *in = malloc((size_t)MAX_T * HEADS * DK * sizeof(float)), *o = malloc((size_t)MAX_T * HEADS * DV * sizeof(float));
-    float *delta = calloc((size_t)MAX_T * HEADS * DV, sizeof(float));
+    /* 64-byte aligned, as the model's record (its deltas go past the caches) */
+    float *delta = nx_alloc_aligned((size_t)MAX_T * HEADS * DV * sizeof(float));
     unsigned char *flush = flush_n ? nx_alloc_aligned(flush_n) : NULL;
     double *s = malloc((size_t)reps * sizeof *s);
     flush_job fj = {flush, 0};
@@ -111,6 +112,7 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < 2 * LAYERS * layer_floats; i++) state[i] = (float)(i * 2654435761u % 1000) * 1e-4f;
     for (int i = 0; i < MAX_T * HEADS * DK; i++) in[i] = (float)(i % 13) * 0.01f - 0.06f;
+    memset(delta, 0, (size_t)MAX_T * HEADS * DV * sizeof(float));
     if (flush) memset(flush, 1, flush_n);
     const float alpha[MAX_T] = {0.9f, 0.95f, 0.85f, 0.9f}, beta[MAX_T] = {0.5f, 0.4f, 0.6f, 0.5f};
 
@@ -151,6 +153,7 @@ int main(int argc, char **argv) {
     if (fj.sum == 1) printf("\n");   /* keeps the flush's reads */
     nx_pool_free(pool);
     nx_free_aligned(state), nx_free_aligned(flush);
-    free(in), free(o), free(delta), free(s);
+    free(in), free(o), free(s);
+    nx_free_aligned(delta);
     return 0;
 }

@@ -274,8 +274,8 @@ void mdl_attention_kv(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, md
 /* The same with a Gated DeltaNet mixer: each segment's conv_state and
  * recurrent state advance by its T tokens. A segment with a record leaves
  * recurrent as it was and writes the state after its last token to
- * recurrent_out, each token's recurrence inputs to replay and its conv input
- * window to snap_window (for rollback). */
+ * recurrent_out, each token's replay record (mdl_replay_row) to replay and
+ * its conv input window to snap_window (for rollback). */
 void mdl_gdn_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, const mdl_seg *segs, int nseg);
 /* Floats of one token's record for a replay: k (key dim) as the recurrence
  * read it | delta (value dim: each value head's beta (v - alpha S k), as the
