@@ -100,10 +100,8 @@ static inline const float *tok_q(const kn_delta_tokens *tk, int t) { return tk->
 static inline const float *tok_k(const kn_delta_tokens *tk, int t) { return tk->k + (int64_t)t * tk->ld; }
 static inline const float *tok_v(const kn_delta_tokens *tk, int t) { return tk->v + (int64_t)t * tk->ld; }
 static inline float *tok_o(const kn_delta_tokens *tk, int t) { return tk->o + (int64_t)t * tk->ldo; }
-/* Token t's delta record, or NULL where none is kept. */
-static inline float *tok_delta(const kn_delta_tokens *tk, int t) {
-    return tk->delta ? tk->delta + (int64_t)t * tk->ldd : NULL;
-}
+/* Token t's delta record (where tk->delta is set). */
+static inline float *tok_delta(const kn_delta_tokens *tk, int t) { return tk->delta + (int64_t)t * tk->ldd; }
 
 /* Per row i of S (output channel i), with S k = alpha (S_old k):
  *   m = S_old[i] . k;  delta = beta (v[i] - alpha m)
@@ -473,7 +471,9 @@ KN_AVX2 void kn_gated_delta_replay_avx2(float *S, const float *S_next, int T, co
 }
 
 /* The same on 16 lanes (a masked tail); for dk = 128 the row stays in eight
- * registers through every token and is stored once. */
+ * registers through every token and is stored once (bench-gdn, against the
+ * masked loop alone, three runs in turn, us a layer: replay 3 35.4 / 26.0 /
+ * 36.2 against 40.1 / 37.2 / 39.2; replay 1 level). */
 KN_VNNI void kn_gated_delta_replay_avx512(float *S, const float *S_next, int T, const float *k, const float *delta,
                                           int64_t ld, const float *alpha, int dk, int dv) {
     const int ahead = gdn_ahead(dk);
