@@ -8,6 +8,7 @@
  *
  * A call runs its tokens in chunks of up to MDL_CHUNK rows. Any split of a
  * sequence into calls gives bit-identical rows (layer.c says why). */
+#include <assert.h>
 #include <string.h>
 
 #include "base/err.h"
@@ -21,6 +22,20 @@ typedef struct {
     int T;
     int record;                   /* keep the rollback record of these rows */
 } chunk_part;
+
+/* Where layer l of s takes the conv rows of a forward of T tokens (mdl_seg's
+ * conv_log): after its state's rows while the log has room, else from the
+ * log's start, or NULL (in place) without a log or for a chunk longer than
+ * the log holds (a prefill piece, which is never recorded). */
+static float *conv_log_at(const nx_state *s, int l, int T) {
+    const mdl_rollback *rb = &s->rb;
+    if (!rb->conv_log) return NULL;
+    const cfg_model *c = &s->m->cfg;
+    const int64_t CD = cfg_conv_dim(c), need = c->conv_kernel - 1 + T;
+    float *log = rb->conv_log[l], *st = s->conv_state[l];
+    if ((st - log) / CD + need <= rb->log_rows) return st;
+    return need <= rb->log_rows ? log : NULL;
+}
 
 /* Runs the parts' tokens as one chunk of sum(T) <= MDL_CHUNK rows, part i's
  * at its state's positions pos..pos+T-1, and advances each pos. Every matrix
@@ -47,21 +62,27 @@ static void forward_chunk(const nx_model *m, mdl_scratch *sc, const chunk_part *
             segs[i].kv = L->is_full ? (mdl_kv){s->k_cache[l], s->v_cache[l], mdl_kv_cap(s->max_ctx), m->kv_dtype}
                                     : (mdl_kv){0};
             segs[i].conv_state = L->is_full ? NULL : s->conv_state[l];
+            segs[i].conv_log = L->is_full ? NULL : conv_log_at(s, l, parts[i].T);
             segs[i].recurrent = L->is_full ? NULL : s->recurrent[l];
             segs[i].recurrent_out = !L->is_full && rec ? s->rb.prior[l] : NULL;
             segs[i].replay = !L->is_full && rec ? s->rb.replay[l] : NULL;
-            segs[i].snap_window = !L->is_full && rec ? s->rb.window[l] : NULL;
+            assert(L->is_full || !rec || segs[i].conv_log);   /* T <= max_block always fits the log */
         }
         if (L->is_full) {
             mdl_attention_segs(m, L, sc, segs, np);
             continue;
         }
         mdl_gdn_segs(m, L, sc, segs, np);
-        for (int i = 0; i < np; i++) { /* a record: the state after the block in place, the one before in prior */
+        for (int i = 0; i < np; i++) {
             nx_state *s = parts[i].s;
+            if (segs[i].conv_log) /* the new conv state: the log's last Kc-1 rows */
+                s->conv_state[l] = segs[i].conv_log + (size_t)parts[i].T * (size_t)cfg_conv_dim(c);
             if (!parts[i].record) continue;
+            /* a record: the state after the block in place, the one before in
+             * prior, and the conv state before it where the log starts */
             s->rb.prior[l] = s->recurrent[l];
             s->recurrent[l] = segs[i].recurrent_out;
+            s->rb.conv_from[l] = segs[i].conv_log;
         }
     }
     for (int t = 0; t < T; t++) kn_rmsnorm(sc->hfinal + t * H, sc->x + t * H, m->final_norm, H, (float)c->rms_norm_eps);
@@ -173,14 +194,14 @@ nx_status mdl_rollback_to(nx_state *s, int keep, char *err, size_t errlen) {
         return nx_fail(err, errlen, NX_EINVAL, "rollback: keep %d of a %d-token block (must be 1..%d)", keep, rb->T, rb->T);
     const cfg_model *c = &s->m->cfg;
     if (keep < rb->T) {
-        size_t CD = (size_t)cfg_conv_dim(c), conv = (size_t)(c->conv_kernel - 1) * CD;
+        const size_t CD = (size_t)cfg_conv_dim(c);
         for (int l = 0; l < c->n_layers; l++) {
             if (c->layer_full[l]) continue; /* KV rows past pos are simply never read */
             float *before = rb->prior[l];   /* the state before the block, exchanged back */
             rb->prior[l] = s->recurrent[l];
             s->recurrent[l] = before;
-            /* conv state after token keep-1 = window rows keep .. keep+Kc-2 */
-            memcpy(s->conv_state[l], rb->window[l] + (size_t)keep * CD, conv * sizeof(float));
+            /* conv state after token keep-1 = log rows keep .. keep+Kc-2 */
+            s->conv_state[l] = rb->conv_from[l] + (size_t)keep * CD;
         }
         mdl_gdn_replay(s->m, s, keep);   /* the recurrent state after token keep - 1 */
     }

@@ -357,11 +357,12 @@ typedef struct {
 
 /* Channels [c0, c1) of one segment, all on the thread that claimed them:
  * the conv window = [the conv state (Kc-1 rows) | the segment's pre-conv
- * rows], read where its rows lie (and copied out for a rollback), the conv
- * + SiLU, the new conv state = the window's last Kc-1 rows; then q <-
- * l2n(q)/sqrt(Dk), k <- l2n(k) for the key heads inside [c0, c1) (claims
- * start on multiples of a grain that is a multiple of Dk, so a head is never
- * split). */
+ * rows], read where its rows lie, or with a conv log first gathered there
+ * (the state's rows, unless the log starts at them, then the segment's),
+ * the conv + SiLU, and without a log the new conv state = the window's
+ * last Kc-1 rows in place; then q <- l2n(q)/sqrt(Dk), k <- l2n(k) for the
+ * key heads inside [c0, c1) (claims start on multiples of a grain that is a
+ * multiple of Dk, so a head is never split). */
 static void conv_channels(void *ctx, int64_t c0, int64_t c1, int tid) {
     const gdn_job *j = ctx;
     const cfg_model *c = &j->m->cfg;
@@ -373,13 +374,21 @@ static void conv_channels(void *ctx, int64_t c0, int64_t c1, int tid) {
     const float *window[CFG_MAX_CONV_KERNEL - 1 + MDL_CHUNK];
     for (int64_t r = 0; r < keep; r++) window[r] = g->conv_state + r * CD;
     for (int64_t t = 0; t < g->T; t++) window[keep + t] = sc->proj + (g->row0 + t) * CD;
-    if (g->snap_window)
-        for (int64_t r = 0; r < keep + g->T; r++) memcpy(g->snap_window + r * CD + c0, window[r] + c0, bytes);
+    if (g->conv_log) {
+        /* into the log: the state's rows where it starts below them (row r
+         * from r + a whole number of rows up: each read before a lower row
+         * of the log overwrites it), then the segment's */
+        for (int64_t r = g->conv_log == g->conv_state ? keep : 0; r < keep + g->T; r++) {
+            memcpy(g->conv_log + r * CD + c0, window[r] + c0, bytes);
+            window[r] = g->conv_log + r * CD;
+        }
+    }
     float *out = sc->conv_out + (int64_t)g->row0 * CD;
     kn_conv_silu(out, window, CD, g->T, j->L->conv_w, c->conv_kernel, c0, c1);
     /* state row r <- window row T + r: a later state row while T + r < Kc-1
      * (r ascending reads each before it is overwritten), then a new row */
-    for (int64_t r = 0; r < keep; r++) memcpy(g->conv_state + r * CD + c0, window[g->T + r] + c0, bytes);
+    if (!g->conv_log)
+        for (int64_t r = 0; r < keep; r++) memcpy(g->conv_state + r * CD + c0, window[g->T + r] + c0, bytes);
     for (int64_t h0 = c0; h0 + Dk <= c1 && h0 < 2 * KD; h0 += Dk) {
         const float scale = h0 < KD ? 1.0f / sqrtf((float)Dk) : 1.0f;
         for (int64_t t = 0; t < g->T; t++) kn_l2norm_scaled(out + t * CD + h0, Dk, GDN_L2_EPS, scale);

@@ -158,8 +158,19 @@ typedef struct {
     float **prior;                /* [Hv][Dv][Dk] the state before the block; the
                                      spare buffer a verify writes to otherwise */
     float **replay;               /* [max_block][mdl_replay_row] recurrence record */
-    float **window;               /* [Kc-1 + max_block][CD] conv input window   */
-    void *block;                  /* prior, replay and window of every layer    */
+    /* The conv log: [log_rows][CD] pre-conv rows where the conv state lives
+     * while a record can be made. A forward appends its rows after the
+     * state's Kc-1 (moving those to the front first when the rest would not
+     * fit) and the state moves up by T rows, so the rows a rollback needs
+     * stay where they are: the conv state after token keep - 1 of a block
+     * is conv_from + keep rows, and no row is copied to record or restore
+     * it. Against a copy of the block's window in the record and a copy
+     * back at rollback, a verify of 4 with its rollback to 2 took 0.98x the
+     * time (bench/RESULTS.md). */
+    float **conv_log;             /* [log_rows][CD]                             */
+    float **conv_from;            /* the state before the recorded block, in the log */
+    int log_rows;                 /* 2 (Kc-1 + max_block)                       */
+    void *block;                  /* prior, replay and the log of every layer  */
 } mdl_rollback;
 
 struct nx_state {
@@ -171,7 +182,9 @@ struct nx_state {
                                      post-norm post-RoPE K (mdl_kv)           */
     void **v_cache;               /* [Nkv][mdl_kv_cap(max_ctx)][hd]            */
     /* per GDN layer (NULL for attention layers) */
-    float **conv_state;           /* [Kc-1][CD] last pre-conv rows             */
+    float **conv_state;           /* [Kc-1][CD] last pre-conv rows: conv_home, or
+                                     rows of rb.conv_log while it exists       */
+    float **conv_home;            /* the conv state's rows in block            */
     float **recurrent;            /* [Hv][Dv][Dk]                              */
     void *block;                  /* the caches and states above, one block (the
                                      verify swaps recurrent[l] with rb.prior[l]:
@@ -257,7 +270,12 @@ typedef struct {
     float *recurrent_out;               /* [Hv][Dv][Dk]                          */
     float *replay;                      /* [T][mdl_replay_row]: each token's
                                            k | delta | alpha                     */
-    float *snap_window;                 /* [Kc-1+T][CD] conv input window        */
+    float *conv_log;                    /* NULL: the new conv state replaces
+                                           conv_state in place; else Kc-1+T rows,
+                                           conv_state itself or rows below it in
+                                           its log, that take the state's rows and
+                                           then the segment's (the new state: the
+                                           last Kc-1 of them)                     */
 } mdl_seg;
 
 /* One pre-norm decoder layer with gated full attention over the rows of
@@ -271,11 +289,13 @@ void mdl_attention_layer(const nx_model *m, const mdl_layer *L, mdl_scratch *sc,
  * bit the values it would write: for rows whose outputs nobody reads (the
  * MTP head's committed entries, whose K/V later drafts attend to). */
 void mdl_attention_kv(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, mdl_kv kv, int pos, int T);
-/* The same with a Gated DeltaNet mixer: each segment's conv_state and
- * recurrent state advance by its T tokens. A segment with a record leaves
- * recurrent as it was and writes the state after its last token to
- * recurrent_out, each token's replay record (mdl_replay_row) to replay and
- * its conv input window to snap_window (for rollback). */
+/* The same with a Gated DeltaNet mixer: each segment's conv state and
+ * recurrent state advance by its T tokens; the conv state in place, or
+ * with a conv_log into the log, where the new state is then conv_log + T
+ * rows (the caller moves its pointer). A segment with a record (it has a
+ * conv_log) leaves recurrent as it was and writes the state after its last
+ * token to recurrent_out and each token's replay record (mdl_replay_row) to
+ * replay. */
 void mdl_gdn_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, const mdl_seg *segs, int nseg);
 /* Floats of one token's record for a replay: k (key dim) as the recurrence
  * read it | delta (value dim: each value head's beta (v - alpha S k), as the

@@ -77,7 +77,7 @@ static size_t state_layout(nx_state *s, char *base) {
             at += 2 * kv;
         } else {
             if (base) {
-                s->conv_state[l] = (float *)(void *)(base + at);
+                s->conv_state[l] = s->conv_home[l] = (float *)(void *)(base + at);
                 s->recurrent[l] = (float *)(void *)(base + at + conv);
             }
             at += conv + rec;
@@ -100,6 +100,7 @@ nx_status nx_state_new(const nx_model *m, int max_ctx, nx_state **out, char *err
     int ok = (s->k_cache = nx_calloc((size_t)L, sizeof(void *))) &&
              (s->v_cache = nx_calloc((size_t)L, sizeof(void *))) &&
              (s->conv_state = nx_calloc((size_t)L, sizeof(float *))) &&
+             (s->conv_home = nx_calloc((size_t)L, sizeof(float *))) &&
              (s->recurrent = nx_calloc((size_t)L, sizeof(float *))) &&
              (s->block = nx_alloc_aligned(state_layout(s, NULL)));
     if (ok) state_layout(s, s->block);
@@ -116,7 +117,8 @@ static void free_rollback(nx_state *s) {
     nx_free_aligned(rb->block);
     nx_free(rb->prior);
     nx_free(rb->replay);
-    nx_free(rb->window);
+    nx_free(rb->conv_log);
+    nx_free(rb->conv_from);
     memset(rb, 0, sizeof *rb);
 }
 
@@ -126,8 +128,7 @@ static size_t rollback_layout(nx_state *s, char *base) {
     const cfg_model *c = &s->m->cfg;
     mdl_rollback *rb = &s->rb;
     const size_t rec = nx_round64(recurrent_bytes(c));
-    const size_t win_rows = (size_t)(c->conv_kernel - 1 + rb->max_block);
-    const size_t win = nx_round64(win_rows * (size_t)cfg_conv_dim(c) * sizeof(float));
+    const size_t log = nx_round64((size_t)rb->log_rows * (size_t)cfg_conv_dim(c) * sizeof(float));
     const size_t replay = nx_round64((size_t)rb->max_block * (size_t)mdl_replay_row(c) * sizeof(float));
     size_t at = 0;
     for (int l = 0; l < c->n_layers; l++) {
@@ -135,16 +136,17 @@ static size_t rollback_layout(nx_state *s, char *base) {
         if (base) {
             rb->prior[l] = (float *)(void *)(base + at);
             rb->replay[l] = (float *)(void *)(base + at + rec);
-            rb->window[l] = (float *)(void *)(base + at + rec + replay);
+            rb->conv_log[l] = (float *)(void *)(base + at + rec + replay);
         }
-        at += rec + replay + win;
+        at += rec + replay + log;
     }
     return at;
 }
 
 /* Before the record's block goes: a layer whose current state a verify
  * left there (the verify swaps recurrent[l] with rb.prior[l]) gets it
- * copied into its other buffer, the one in the state's own block. */
+ * copied into its other buffer, the one in the state's own block, and the
+ * conv state leaves the log for its home rows. */
 static void states_home(nx_state *s) {
     mdl_rollback *rb = &s->rb;
     if (!rb->block) return;
@@ -152,8 +154,11 @@ static void states_home(nx_state *s) {
     const uintptr_t lo = (uintptr_t)rb->block, hi = lo + rollback_layout(s, NULL);
     const size_t rec = recurrent_bytes(c);
     for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_full[l]) continue;
+        if (s->conv_state[l] != s->conv_home[l]) memcpy(s->conv_home[l], s->conv_state[l], conv_bytes(c));
+        s->conv_state[l] = s->conv_home[l];
         const uintptr_t at = (uintptr_t)s->recurrent[l];
-        if (c->layer_full[l] || at < lo || at >= hi) continue;
+        if (at < lo || at >= hi) continue;
         memcpy(rb->prior[l], s->recurrent[l], rec);
         float *own = rb->prior[l];
         rb->prior[l] = s->recurrent[l];
@@ -170,15 +175,22 @@ nx_status mdl_state_enable_rollback(nx_state *s, int max_block, char *err, size_
     const cfg_model *c = &s->m->cfg;
     mdl_rollback *rb = &s->rb;
     rb->max_block = max_block;
+    rb->log_rows = 2 * (c->conv_kernel - 1 + max_block);   /* room for blocks and steps between moves */
     int ok = (rb->prior = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
              (rb->replay = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
-             (rb->window = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
+             (rb->conv_log = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
+             (rb->conv_from = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
              (rb->block = nx_alloc_aligned(rollback_layout(s, NULL)));
     if (!ok) {
         free_rollback(s);
         return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the rollback record of %d tokens", max_block);
     }
     rollback_layout(s, rb->block);
+    for (int l = 0; l < c->n_layers; l++) {   /* the conv state into its log */
+        if (c->layer_full[l]) continue;
+        memcpy(rb->conv_log[l], s->conv_state[l], conv_bytes(c));
+        s->conv_state[l] = rb->conv_log[l];
+    }
     return NX_OK;
 }
 
@@ -190,6 +202,7 @@ void nx_state_free(nx_state *s) {
     nx_free(s->k_cache);
     nx_free(s->v_cache);
     nx_free(s->conv_state);
+    nx_free(s->conv_home);
     nx_free(s->recurrent);
     free_rollback(s);
     mdl_scratch_free(&s->sc);
