@@ -50,7 +50,7 @@ void mdl_scratch_free(mdl_scratch *sc) {
     memset(sc, 0, sizeof *sc);
 }
 
-/* Bytes of one GDN layer's recurrent state and of its conv window. */
+/* Bytes of one GDN layer's recurrent state and of its conv state (Kc-1 rows). */
 static size_t recurrent_bytes(const cfg_model *c) {
     return (size_t)c->linear_v_heads * c->linear_v_dim * c->linear_k_dim * sizeof(float);
 }
