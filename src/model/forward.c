@@ -78,11 +78,9 @@ static void forward_chunk(const nx_model *m, mdl_scratch *sc, const chunk_part *
             if (segs[i].conv_log) /* the new conv state: the log's last Kc-1 rows */
                 s->conv_state[l] = segs[i].conv_log + (size_t)parts[i].T * (size_t)cfg_conv_dim(c);
             if (!parts[i].record) continue;
-            /* a record: the state after the block in place, the one before in
-             * prior, and the conv state before it where the log starts */
+            /* a record: the state after the block in place, the one before in prior */
             s->rb.prior[l] = s->recurrent[l];
             s->recurrent[l] = segs[i].recurrent_out;
-            s->rb.conv_from[l] = segs[i].conv_log;
         }
     }
     for (int t = 0; t < T; t++) kn_rmsnorm(sc->hfinal + t * H, sc->x + t * H, m->final_norm, H, (float)c->rms_norm_eps);
@@ -200,8 +198,8 @@ nx_status mdl_rollback_to(nx_state *s, int keep, char *err, size_t errlen) {
             float *before = rb->prior[l];   /* the state before the block, exchanged back */
             rb->prior[l] = s->recurrent[l];
             s->recurrent[l] = before;
-            /* conv state after token keep-1 = log rows keep .. keep+Kc-2 */
-            s->conv_state[l] = rb->conv_from[l] + (size_t)keep * CD;
+            /* conv state after token keep-1: T - keep rows down the block's log */
+            s->conv_state[l] -= (size_t)(rb->T - keep) * CD;
         }
         mdl_gdn_replay(s->m, s, keep);   /* the recurrent state after token keep - 1 */
     }

@@ -163,12 +163,11 @@ typedef struct {
      * state's Kc-1 (moving those to the front first when the rest would not
      * fit) and the state moves up by T rows, so the rows a rollback needs
      * stay where they are: the conv state after token keep - 1 of a block
-     * is conv_from + keep rows, and no row is copied to record or restore
-     * it. Against a copy of the block's window in the record and a copy
+     * of T lies T - keep rows below the state after it, and no row is
+     * copied to record or restore it. Against a copy of the block's window in the record and a copy
      * back at rollback, a verify of 4 with its rollback to 2 took 0.98x the
      * time (bench/RESULTS.md). */
     float **conv_log;             /* [log_rows][CD]                             */
-    float **conv_from;            /* the state before the recorded block, in the log */
     int log_rows;                 /* 2 (Kc-1 + max_block)                       */
     void *block;                  /* prior, replay and the log of every layer  */
 } mdl_rollback;

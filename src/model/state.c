@@ -118,7 +118,6 @@ static void free_rollback(nx_state *s) {
     nx_free(rb->prior);
     nx_free(rb->replay);
     nx_free(rb->conv_log);
-    nx_free(rb->conv_from);
     memset(rb, 0, sizeof *rb);
 }
 
@@ -179,7 +178,6 @@ nx_status mdl_state_enable_rollback(nx_state *s, int max_block, char *err, size_
     int ok = (rb->prior = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
              (rb->replay = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
              (rb->conv_log = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
-             (rb->conv_from = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
              (rb->block = nx_alloc_aligned(rollback_layout(s, NULL)));
     if (!ok) {
         free_rollback(s);
