@@ -364,6 +364,9 @@ int nx_drafter_head_bits(const nx_drafter *d);
 /* Rows a draft scores exactly after the screen (draft_screen), or 0 when
  * drafts score the whole head. */
 int nx_drafter_screen_k(const nx_drafter *d);
+/* N when drafts range over token ids [0, N) only (draft_vocab below the
+ * vocabulary), or 0 when they range over all of it. */
+int nx_drafter_draft_vocab(const nx_drafter *d);
 /* 1 if the drafter reads the pre-final-norm hidden (nx_drafter_opts). */
 int nx_drafter_hidden_prenorm(const nx_drafter *d);
 

@@ -123,6 +123,7 @@ typedef struct {
     int k_max, mtp_matches;
     int draft_head_bits;                     /* nx_drafter_head_bits: 0 as stored    */
     int draft_screen;                        /* nx_drafter_screen_k: 0 without       */
+    int draft_vocab;                         /* nx_drafter_draft_vocab: 0 all ids    */
     int verify_rounds;
     double verify_s[BENCH_VERIFY_T + 1];     /* [T]: median seconds of a T-token call */
     double verify_cost[BENCH_VERIFY_T + 1];  /* [T]: median over rounds of T's time / 1's */
@@ -369,6 +370,7 @@ static int measure_model(const nx_model *m, const bench_opts *o, bench_result *r
     res->mtp_load_s = d ? cli_now() - t0 : -1;
     res->draft_head_bits = d ? nx_drafter_head_bits(d) : 0;
     res->draft_screen = d ? nx_drafter_screen_k(d) : 0;
+    res->draft_vocab = d ? nx_drafter_draft_vocab(d) : 0;
 
     res->verify_rounds = BENCH_VERIFY_ROUNDS * (int)o->repeat;
     int64_t ctx = o->prompt + 1 + o->gen + NX_SPEC_MAX_DRAFT + 1;
@@ -484,7 +486,10 @@ static bench_summary summarize(bench_result *r, const bench_opts *o, const nx_mo
     /* step p of the decode attends to P + p + 1 positions, p = 0 .. G - 1 */
     const double mean_ctx = (double)o->prompt + (double)(o->gen + 1) / 2.0;
     s.moved_bytes = (double)in->decode_bytes + (double)in->state_bytes + (double)in->kv_bytes_per_pos * mean_ctx;
-    s.moved_roofline_pct = paired_median(r->decode, r->bw_gbs, n, 100.0 * s.moved_bytes / 1e9, tmp);
+    /* the paired median scaled by the bytes a step moves over the weights'
+     * bytes: a median commutes with scaling, and the rates and probes are
+     * sorted by now, so a second paired median would pair them wrongly */
+    s.moved_roofline_pct = s.roofline_pct * s.moved_bytes / (double)in->decode_bytes;
     s.moved_roofline_tok_s = s.bandwidth.median / (s.moved_bytes / 1e9);
     const double rounds = has_mtp && r->st.rounds ? (double)r->st.rounds : NAN;
     s.round_draft_ms = 1e3 * r->st.draft_s / rounds;
@@ -533,7 +538,7 @@ static int print_json(const bench_result *r, const bench_summary *s, const bench
     PUT("mtp_skipped", r->mtp_skipped ? json_string(r->mtp_skipped) : json_null());
     PUT("mtp_speedup", jnum(s->mtp_speedup));
     PUT("draft", has_mtp ? json_integer(r->k_max) : json_null());
-    PUT("draft_vocab", o->draft_vocab ? json_integer(o->draft_vocab) : json_null());
+    PUT("draft_vocab", r->draft_vocab ? json_integer(r->draft_vocab) : json_null());
     PUT("draft_head_bits", r->draft_head_bits ? json_integer(r->draft_head_bits) : json_null());
     PUT("draft_screen", r->draft_screen ? json_integer(r->draft_screen) : json_null());
     PUT("acceptance", jnum(s->acceptance));
@@ -621,6 +626,7 @@ static void print_text(const bench_result *r, const bench_summary *s, const benc
                    "mtp round", s->round_draft_ms, s->round_verify_ms, s->mtp_verify_cost, s->round_commit_ms);
         if (r->draft_head_bits) printf("%-14s drafts score a %d-bit copy of the LM head\n", "", r->draft_head_bits);
         if (r->draft_screen) printf("%-14s drafts score the %d rows a sketch ranks best\n", "", r->draft_screen);
+        if (r->draft_vocab) printf("%-14s drafts range over token ids [0, %d) only\n", "", r->draft_vocab);
     }
     printf("%-14s", "verify cost");
     for (int T = 2; T <= BENCH_VERIFY_T; T++) printf(" T=%d %.2fx", T, s->verify_cost[T]);

@@ -398,6 +398,7 @@ int cmd_generate(int argc, char **argv) {
             else fprintf(stderr, "; --draft %d", policy);
             if (nx_drafter_head_bits(d)) fprintf(stderr, "; drafts score a %d-bit copy of the LM head", nx_drafter_head_bits(d));
             if (nx_drafter_screen_k(d)) fprintf(stderr, "; drafts score the %d rows a sketch ranks best", nx_drafter_screen_k(d));
+            if (nx_drafter_draft_vocab(d)) fprintf(stderr, "; drafts range over token ids [0, %d) only", nx_drafter_draft_vocab(d));
             fprintf(stderr, "\n");
         } else {
             fprintf(stderr, "mtp: off\n");

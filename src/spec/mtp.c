@@ -242,6 +242,10 @@ static nx_status build_screen(nx_drafter *d, int k, char *err, size_t errlen) {
 
 int nx_drafter_screen_k(const nx_drafter *d) { return d->screen_k; }
 
+int nx_drafter_draft_vocab(const nx_drafter *d) {
+    return d->head.rows < d->target->cfg.vocab_size ? (int)d->head.rows : 0;
+}
+
 nx_status nx_drafter_load(const nx_model *target, const char *dir, const nx_drafter_opts *opts, nx_drafter **out, char *err,
                           size_t errlen) {
     *out = NULL;

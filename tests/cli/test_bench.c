@@ -112,6 +112,22 @@ static void bench_json_reports_every_figure(void) {
     json_decref(j);
 }
 
+/* Over several repeats the roofline shares are medians of per-repeat
+ * ratios: the share with the state's bytes is the weights' share scaled by
+ * the bytes (a median commutes with scaling), whatever order the repeats'
+ * rates came in; and a --draft-vocab past the vocabulary drafts over all of
+ * it, so the report says so (null), not the number asked for. */
+static void bench_over_repeats_reports_what_it_ran(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("bench-repeats"));
+    json_t *j = bench_json("bench -t 2 --prompt 16 --gen 8 --repeat 3 --draft-vocab 99999999 --json");
+    if (!j) return;
+    double pct = num(j, "roofline_pct"), mpct = num(j, "moved_roofline_pct");
+    double mwant = pct * num(j, "moved_bytes") / num(j, "decode_bytes");
+    CHECKF(pct > 0 && fabs(mpct - mwant) <= 1e-4 * mwant, "moved_roofline_pct %g, roofline_pct scaled %g", mpct, mwant);
+    CHECKF(json_is_null(json_object_get(j, "draft_vocab")), "draft_vocab %g", num(j, "draft_vocab"));
+    json_decref(j);
+}
+
 /* Sampling options: both sessions sample, the MTP one by rejection sampling
  * with the drafts asked for; the settings are reported, and the output
  * match is null (another sample, not plain's). */
@@ -256,6 +272,9 @@ static void decode_bytes_counts_the_main_stack_once(void) {
 static const nx_test tests[] = {
     {"bench_json_reports_every_figure", "bench --json on the bundled model: every required key, positive rates, T = 2..8",
      bench_json_reports_every_figure},
+    {"bench_over_repeats_reports_what_it_ran",
+     "bench --repeat 3: the state-inclusive roofline share is the weights' scaled; a draft vocab past V reports null",
+     bench_over_repeats_reports_what_it_ran},
     {"bench_samples_when_asked", "bench with sampling options: settings in JSON, output match null, rates positive",
      bench_samples_when_asked},
     {"bench_without_a_head_reports_mtp_as_null", "no MTP head: MTP figures null in JSON, 'skipped' in the table",

@@ -84,6 +84,14 @@ static void draft_logits_are_the_head_rows_below_n(void) {
         CHECK(nx_test_argmax(b + (long)p * V, V) < N);
     }
     CHECK(rows_equal && tail_inf);
+    /* the vocabulary the drafter reports is the one it drafts over: N, or 0
+     * (all ids) where N would reach past the vocabulary */
+    nx_drafter *past = drafter(m, V + 7);
+    CHECKF(nx_drafter_draft_vocab(part) == N && nx_drafter_draft_vocab(full) == 0 && past &&
+               nx_drafter_draft_vocab(past) == 0,
+           "draft vocab %d / %d / %d", nx_drafter_draft_vocab(part), nx_drafter_draft_vocab(full),
+           past ? nx_drafter_draft_vocab(past) : -1);
+    nx_drafter_free(past);
     nx_drafter *neg = NULL;
     nx_drafter_opts bad = {.draft_vocab = -1};
     CHECK(nx_drafter_load(m, NULL, &bad, &neg, err, sizeof err) == NX_EINVAL && neg == NULL);
