@@ -266,31 +266,40 @@ const char *cfg_qmode_name(int mode) {
 }
 
 /* mode, bits and group_size of one quantization object (the block or an
- * override): an absent mode is *mode, absent sizes take that mode's
- * defaults (mlx's to_quantized(**entry)). */
-static nx_status quant_params(cfg_ctx *c, json_t *obj, const char *where, int *mode, int *bits, int *group) {
+ * override), named `name` in messages ("quantization", or
+ * "quantization.<module path>"): an absent mode is *mode, absent sizes take
+ * that mode's defaults (mlx's nn.quantize and to_quantized(**entry)).
+ * *explicit: 1 where the object gives both sizes. */
+static nx_status quant_params(const cfg_ctx *top, json_t *obj, const char *name, int *mode, int *bits, int *group,
+                              int *explicit) {
+    char scope[sizeof ((cfg_quant_override *)0)->path + 32];
+    snprintf(scope, sizeof scope, "%s.", name);
+    cfg_ctx c = *top;
+    c.scope = scope;   /* get_int's messages: quantization.<module>.bits */
     json_t *m = json_object_get(obj, "mode");
     if (m && !json_is_null(m)) {
         int found = -1;
         for (int i = 0; json_is_string(m) && i < (int)(sizeof qmodes / sizeof *qmodes); i++)
             if (strcmp(json_string_value(m), qmodes[i].name) == 0) found = i;
         if (found < 0)
-            return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED,
-                           "%s: %s%s: mode '%s' is not supported (affine, mxfp4, nvfp4 or mxfp8)", c->file, c->scope,
-                           where, json_is_string(m) ? json_string_value(m) : "?");
+            return nx_fail(c.err, c.errlen, NX_EUNSUPPORTED,
+                           "%s: %smode '%s' is not supported (affine, mxfp4, nvfp4 or mxfp8)", c.file, scope,
+                           json_is_string(m) ? json_string_value(m) : "?");
         *mode = found;
     }
     long long b = qmodes[*mode].bits, g = qmodes[*mode].group;
-    if (get_int(c, obj, "bits", 1, 64, &b) < 0 || get_int(c, obj, "group_size", 1, 1 << 20, &g) < 0) return NX_EFORMAT;
+    int has_b = get_int(&c, obj, "bits", 1, 64, &b), has_g = get_int(&c, obj, "group_size", 1, 1 << 20, &g);
+    if (has_b < 0 || has_g < 0) return NX_EFORMAT;
     if (*mode == CFG_Q_AFFINE && (!affine_bits_ok(b) || !affine_group_ok(g)))
-        return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED,
-                       "%s: %s%s: bits %lld, group_size %lld (affine quantization takes bits 2, 3, 4, 5, 6 or 8 and group_size 32, 64 or 128)",
-                       c->file, c->scope, where, b, g);
+        return nx_fail(c.err, c.errlen, NX_EUNSUPPORTED,
+                       "%s: %s: bits %lld, group_size %lld (affine quantization takes bits 2, 3, 4, 5, 6 or 8 and group_size 32, 64 or 128)",
+                       c.file, name, b, g);
     if (*mode != CFG_Q_AFFINE && (b != qmodes[*mode].bits || g != qmodes[*mode].group))
-        return nx_fail(c->err, c->errlen, NX_EUNSUPPORTED,
-                       "%s: %s%s: bits %lld, group_size %lld (mode %s takes bits %d, group_size %d)",
-                       c->file, c->scope, where, b, g, qmodes[*mode].name, qmodes[*mode].bits, qmodes[*mode].group);
+        return nx_fail(c.err, c.errlen, NX_EUNSUPPORTED,
+                       "%s: %s: bits %lld, group_size %lld (mode %s takes bits %d, group_size %d)",
+                       c.file, name, b, g, qmodes[*mode].name, qmodes[*mode].bits, qmodes[*mode].group);
     *bits = (int)b, *group = (int)g;
+    if (explicit) *explicit = has_b && has_g;
     return NX_OK;
 }
 
@@ -332,7 +341,7 @@ static nx_status parse_quantization(cfg_ctx *top, json_t *root, cfg_model *out) 
                        json_is_string(method) ? json_string_value(method) : "?");
     out->has_quantization = 1;
     out->q_mode = CFG_Q_AFFINE;
-    nx_status st = quant_params(&c, q, "defaults", &out->q_mode, &out->q_bits, &out->q_group);
+    nx_status st = quant_params(&c, q, key, &out->q_mode, &out->q_bits, &out->q_group, &out->q_sizes_given);
     if (st) return st;
     const char *k;
     json_t *v;
@@ -346,7 +355,10 @@ static nx_status parse_quantization(cfg_ctx *top, json_t *root, cfg_model *out) 
             return nx_fail(c.err, c.errlen, NX_EFORMAT, "%s: %s: module path '%.60s...' is too long", c.file, key, k);
         snprintf(o->path, sizeof o->path, "%s", k);
         o->mode = CFG_Q_AFFINE, o->bits = o->group = 0;
-        if (json_is_object(v) && (st = quant_params(&c, v, k, &o->mode, &o->bits, &o->group))) return st;
+        char name[sizeof o->path + 32];
+        snprintf(name, sizeof name, "%s.%s", key, k);
+        if (json_is_object(v) && (st = quant_params(&c, v, name, &o->mode, &o->bits, &o->group, &o->sizes_given)))
+            return st;
     }
     return NX_OK;
 }
@@ -360,6 +372,12 @@ int cfg_quant_for(const cfg_model *c, const char *module, int *mode, int *bits, 
         }
     *mode = c->q_mode, *bits = c->q_bits, *group = c->q_group;
     return 1;
+}
+
+int cfg_quant_defaulted(const cfg_model *c, const char *module) {
+    for (int i = 0; i < c->n_q_overrides; i++)
+        if (strcmp(c->q_overrides[i].path, module) == 0) return c->q_overrides[i].bits && !c->q_overrides[i].sizes_given;
+    return c->has_quantization && !c->q_sizes_given;
 }
 
 nx_status cfg_parse(const char *text, size_t len, const char *name, cfg_model *out, char *err, size_t errlen) {

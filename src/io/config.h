@@ -38,6 +38,7 @@ typedef struct {
     char path[120];               /* module path without ".weight"            */
     int mode;                     /* CFG_Q_*                                  */
     int bits, group;              /* 0, 0: explicitly not quantized            */
+    int sizes_given;              /* 1: the entry names bits and group_size    */
 } cfg_quant_override;
 
 typedef struct {
@@ -73,6 +74,8 @@ typedef struct {
     int has_quantization;
     int q_mode;                   /* CFG_Q_*: the block's defaults            */
     int q_bits, q_group;
+    int q_sizes_given;            /* 1: the block names bits and group_size;
+                                     0: q_bits / q_group are q_mode's defaults */
     int fp8_block;                /* quant_method "fp8", weight_block_size [128, 128] */
     int n_q_overrides;
     cfg_quant_override q_overrides[CFG_MAX_QOVERRIDES];
@@ -91,6 +94,10 @@ nx_status cfg_parse(const char *text, size_t len, const char *name, cfg_model *o
  * the block's defaults), 0 if the block marks it unquantized or there is no
  * MLX block. */
 int cfg_quant_for(const cfg_model *c, const char *module, int *mode, int *bits, int *group);
+/* 1 if the bits and group_size cfg_quant_for gives module are its mode's
+ * defaults because config.json names neither or only one of them (worth
+ * saying when the weights disagree). */
+int cfg_quant_defaulted(const cfg_model *c, const char *module);
 
 /* Derived sizes. */
 static inline int cfg_key_dim(const cfg_model *c) { return c->linear_k_heads * c->linear_k_dim; }

@@ -139,8 +139,9 @@ static nx_status check_config(mdl_binder *b, const st_tensor *w, const char *mod
                                                   : "is missing");
     if (cmode != mode || cbits != bits || cgroup != group)
         return nx_fail(b->err, b->errlen, NX_EFORMAT,
-                       "%s: module '%s' is stored as %s with bits %d, group %d but config.json's quantization says %s, bits %d, group_size %d",
-                       w->file, module, cfg_qmode_name(mode), bits, group, cfg_qmode_name(cmode), cbits, cgroup);
+                       "%s: module '%s' is stored as %s with bits %d, group %d but config.json's quantization says %s, bits %d, group_size %d%s",
+                       w->file, module, cfg_qmode_name(mode), bits, group, cfg_qmode_name(cmode), cbits, cgroup,
+                       cfg_quant_defaulted(b->quant, module) ? " (config.json gives not both bits and group_size: the mode's defaults fill in)" : "");
     return NX_OK;
 }
 

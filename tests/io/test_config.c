@@ -208,10 +208,31 @@ static void quantization_modes_and_block_fp8(void) {
         {"\"quantization_config\":{\"quant_method\":\"fp8\"}", "weight_block_size"},
         {"\"quantization_config\":{\"quant_method\":\"fp8\",\"fmt\":\"e5m2\",\"weight_block_size\":[128,128]}", "fmt 'e5m2'"},
         {"\"quantization_config\":{\"quant_method\":\"gptq\",\"bits\":4}", "quant_method 'gptq'"},
+        /* each message names the field where it is: the block's own, or the entry's */
+        {"\"quantization\":{\"mode\":\"foo\"}", "quantization.mode 'foo'"},
+        {"\"quantization\":{\"bits\":4,\"m.x\":{\"mode\":\"foo\"}}", "quantization.m.x.mode 'foo'"},
+        {"\"quantization\":{\"bits\":7}", "quantization: bits 7, group_size 64"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         CHECKF(parse(with_block(bad[i].block), c, err) == NX_EUNSUPPORTED && strstr(err, bad[i].want), "%s: %s", bad[i].block,
                err);
+    static const struct { const char *block, *want; } malformed[] = {
+        {"\"quantization\":{\"bits\":4,\"m.x\":{\"bits\":\"8\"}}", "quantization.m.x.bits must be an integer"},
+        {"\"quantization\":{\"group_size\":\"64\"}", "quantization.group_size must be an integer"},
+        {"\"quantization_config\":{\"bits\":99}", "quantization_config.bits = 99 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof malformed / sizeof *malformed; i++)
+        CHECKF(parse(with_block(malformed[i].block), c, err) == NX_EFORMAT && strstr(err, malformed[i].want), "%s: %s",
+               malformed[i].block, err);
+    /* sizes left to the mode's defaults are known as such: the block's, an
+     * entry's, not an entry that names both */
+    CHECKF(parse(with_block("\"quantization\":{\"bits\":8,\"m.a\":{\"bits\":4,\"group_size\":32},\"m.b\":{\"bits\":4},"
+                            "\"m.c\":false}"),
+                 c, err) == NX_OK, "%s", err);
+    CHECK(cfg_quant_defaulted(c, "m.x") && !cfg_quant_defaulted(c, "m.a") && cfg_quant_defaulted(c, "m.b") &&
+          !cfg_quant_defaulted(c, "m.c"));
+    CHECKF(parse(with_block("\"quantization\":{\"bits\":8,\"group_size\":32}"), c, err) == NX_OK, "%s", err);
+    CHECK(!cfg_quant_defaulted(c, "m.x"));
     free(c);
 }
 

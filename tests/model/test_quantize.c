@@ -280,6 +280,11 @@ static void edit_config(const char *dir, void (*edit)(json_t *)) {
 }
 static void set_mxfp4(json_t *r) { json_object_set_new(json_object_get(r, "quantization"), "mode", json_string("mxfp4")); }
 static void set_bits8(json_t *r) { json_object_set_new(json_object_get(r, "quantization"), "bits", json_integer(8)); }
+static void set_group32_no_bits(json_t *r) {   /* config: bits from affine's default 4, group 32 */
+    json_t *q = json_object_get(r, "quantization");
+    json_object_del(q, "bits");
+    json_object_set_new(q, "group_size", json_integer(32));
+}
 static void set_fp8(json_t *r) {
     json_object_del(r, "quantization");
     json_object_set_new(r, "quantization_config", json_pack("{s:s, s:[i,i]}", "quant_method", "fp8", "weight_block_size", 128, 128));
@@ -654,6 +659,7 @@ static void malformed_quantization_is_a_clear_error(void) {
     snprintf(work, sizeof work, "%s", nx_test_tmpdir("quant-bad-work"));
     struct { void (*edit)(json_t *); const char *want; } cases[] = {
         {set_mxfp4, "mxfp4"}, {set_fp8, "fp8"}, {set_bits8, "bits 8"}, {set_override_off, "layers.0.mlp.up_proj"},
+        {set_group32_no_bits, "group_size 32 (config.json gives not both bits and group_size: the mode's defaults fill in)"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         CHECK(nx_test_system("cp '%s'/* '%s'/", base, work) == 0);
