@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/err.h"
@@ -153,6 +154,35 @@ static nx_status add_shifted_norm(st_writer *w, const st_tensor *t, const char *
     return st;
 }
 
+/* Appends t (a tensor of m's files, or of an mtp.safetensors beside them,
+ * raw names) to w under its mlx-community name, quantized where it is a
+ * matrix the mode takes; counts it in r. */
+static nx_status add_tensor(st_writer *w, const nx_model *m, const st_tensor *t, const nx_quantize_opts *o,
+                            nx_quantize_report *r, char *err, size_t errlen) {
+    char name[300];
+    mlx_name(m, t->name, name, sizeof name);
+    if (!name[0]) return NX_OK;
+    r->bytes_in += (int64_t)t->nbytes;
+    r->tensors++;
+    int is_float = t->dtype == NX_DT_F32 || t->dtype == NX_DT_BF16 || t->dtype == NX_DT_F16;
+    if (ends_with(t->name, "conv1d.weight") && t->ndim == 3 && t->shape[1] == 1) {
+        /* [CD, 1, Kc] -> [CD, Kc, 1]: the same bytes in the same order */
+        int64_t shape[3] = {t->shape[0], t->shape[2], 1};
+        return st_writer_add(w, name, t->dtype, 3, shape, t->data, t->nbytes, err, errlen);
+    }
+    if ((!m->layout_mlx || strncmp(t->name, "mtp.", 4) == 0) && is_float && is_zero_centred_norm(t->name, m->prefix))
+        /* raw norms: every one in a raw HF file, and a raw mtp.* head kept
+         * inline in an MLX file or beside it (the loader shifts exactly those) */
+        return add_shifted_norm(w, t, name, err, errlen);
+    if (is_float && t->ndim == 2 && ends_with(t->name, ".weight") && !strstr(t->name, "norm") &&
+        t->shape[1] % o->group_size == 0 && !(o->keep_mtp_dense && is_mtp(t->name)) &&
+        (o->mode == NX_QUANT_AFFINE || t->shape[1] <= KN_FP_MAX_COLS)) {
+        r->quantized++;
+        return add_quantized(w, t, name, o, err, errlen);
+    }
+    return st_writer_add(w, name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err, errlen);
+}
+
 /* 1 if dir has no entries but . and .. (or cannot be read: mkdir reports that). */
 static int dir_is_empty(const char *dir) {
     DIR *d = opendir(dir);
@@ -204,39 +234,29 @@ nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize
         goto done;
     }
     if ((st = st_writer_new(&w, err, errlen))) goto done;
-    for (int i = 0; !st && i < st_count(m->st); i++) {
-        const st_tensor *t = st_at(m->st, i);
-        char name[300];
-        mlx_name(m, t->name, name, sizeof name);
-        if (!name[0]) continue;
-        r.bytes_in += (int64_t)t->nbytes;
-        r.tensors++;
-        int is_float = t->dtype == NX_DT_F32 || t->dtype == NX_DT_BF16 || t->dtype == NX_DT_F16;
-        if (ends_with(t->name, "conv1d.weight") && t->ndim == 3 && t->shape[1] == 1) {
-            /* [CD, 1, Kc] -> [CD, Kc, 1]: the same bytes in the same order */
-            int64_t shape[3] = {t->shape[0], t->shape[2], 1};
-            st = st_writer_add(w, name, t->dtype, 3, shape, t->data, t->nbytes, err, errlen);
-        } else if ((!m->layout_mlx || strncmp(t->name, "mtp.", 4) == 0) && is_float &&
-                   is_zero_centred_norm(t->name, m->prefix)) {
-            /* raw norms: every one in a raw HF file, and a raw mtp.* head kept
-             * inline in an MLX file (the loader shifts exactly those) */
-            st = add_shifted_norm(w, t, name, err, errlen);
-        } else if (is_float && t->ndim == 2 && ends_with(t->name, ".weight") && !strstr(t->name, "norm") &&
-                   t->shape[1] % o.group_size == 0 && !(o.keep_mtp_dense && is_mtp(t->name)) &&
-                   (o.mode == NX_QUANT_AFFINE || t->shape[1] <= KN_FP_MAX_COLS)) {
-            st = add_quantized(w, t, name, &o, err, errlen);
-            r.quantized++;
-        } else {
-            st = st_writer_add(w, name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err, errlen);
-        }
-    }
+    for (int i = 0; !st && i < st_count(m->st); i++) st = add_tensor(w, m, st_at(m->st, i), &o, &r, err, errlen);
+    /* a head kept in an mtp.safetensors beside the weights joins the others
+     * in the one file, as language_model.mtp.* (raw "mtp." keys, so its norms
+     * are shifted like a raw file's): an MLX checkpoint keeps it inline */
     char from[4096], to[4096];
+    snprintf(from, sizeof from, "%s/mtp.safetensors", in_dir);
+    if (!st && !m->n_mtp_tensors && access(from, R_OK) == 0) {
+        st_set *head = NULL;
+        st = st_open_file(from, &head, err, errlen);
+        for (int i = 0; !st && i < st_count(head); i++) {
+            const st_tensor *t = st_at(head, i);
+            st = strncmp(t->name, "mtp.", 4) == 0
+                     ? add_tensor(w, m, t, &o, &r, err, errlen)
+                     : nx_fail(err, errlen, NX_EFORMAT, "%s: tensor '%s' is not an mtp.* tensor", from, t->name);
+        }
+        st_close(head);
+    }
     snprintf(to, sizeof to, "%s/model.safetensors", out_dir);
     if (!st) st = st_writer_write(w, to, err, errlen);
     r.bytes_out = w ? (int64_t)st_writer_bytes(w) : 0;
     if (!st) st = write_config(in_dir, out_dir, &o, err, errlen);
     static const char *const extra[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
-                                        "chat_template.jinja", "mtp.safetensors"};
+                                        "chat_template.jinja"};
     for (size_t i = 0; !st && i < sizeof extra / sizeof *extra; i++) {
         snprintf(from, sizeof from, "%s/%s", in_dir, extra[i]);
         snprintf(to, sizeof to, "%s/%s", out_dir, extra[i]);

@@ -7,8 +7,10 @@
 #include "test.h"
 
 #include <jansson.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/dtype.h"
 #include "io/safetensors.h"
 #include "kernels/fpq.h"
 #include "kernels/matmul.h"
@@ -139,11 +141,8 @@ static void greedy_speculative_equals_plain_on_quantized_weights(void) {
     }
 }
 
-/* An MLX-layout input that keeps a raw mtp.* head inline: its norms are raw
- * (the loader adds 1 to exactly those), so the writer must shift them too. */
-static void raw_inline_head_of_an_mlx_input_keeps_its_norms(void) {
-    const char *src = nx_test_fixture("quant-mlx-src", "--preset tiny --layout mlx --mtp-layout inline --copy-head 0.05 --no-tie --seed 2");
-    const char *dir = quantize("quant-mlx", src, 8, 64, 0);
+/* The MTP logits of a quantized copy of src against src's own (q8: close). */
+static void head_drafts_as_the_source(const char *what, const char *src, const char *dir) {
     nx_model *a = nx_test_model(src, 2), *b = nx_test_model(dir, 2);
     nx_drafter *da = a ? nx_test_drafter(a, 0) : NULL, *db = b ? nx_test_drafter(b, 0) : NULL;
     if (da && db) {
@@ -155,12 +154,40 @@ static void raw_inline_head_of_an_mlx_input_keeps_its_norms(void) {
         CHECK(nx_drafter_teacher_forced(da, tok, 24, la, NULL, err, sizeof err) == NX_OK &&
               nx_drafter_teacher_forced(db, tok, 24, lb, NULL, err, sizeof err) == NX_OK);
         nx_test_diff d = nx_test_compare(lb, la, 23 * V);
-        printf("  mlx input, raw inline head, q8: MTP logits nmse %.2e\n", d.nmse);
-        CHECKF(d.nmse < 1e-3, "MTP logits nmse %.2e (norms not shifted?)", d.nmse);
+        printf("  %s, q8: MTP logits nmse %.2e\n", what, d.nmse);
+        CHECKF(d.nmse < 1e-3, "%s: MTP logits nmse %.2e (norms not shifted?)", what, d.nmse);
         free(la), free(lb);
     }
     nx_drafter_free(da), nx_drafter_free(db);
     nx_model_free(a), nx_model_free(b);
+}
+
+/* An MLX-layout input that keeps a raw mtp.* head inline: its norms are raw
+ * (the loader adds 1 to exactly those), so the writer must shift them too. */
+static void raw_inline_head_of_an_mlx_input_keeps_its_norms(void) {
+    const char *src = nx_test_fixture("quant-mlx-src", "--preset tiny --layout mlx --mtp-layout inline --copy-head 0.05 --no-tie --seed 2");
+    head_drafts_as_the_source("mlx input, raw inline head", src, quantize("quant-mlx", src, 8, 64, 0));
+}
+
+/* A head kept in an mtp.safetensors beside the weights (raw mtp.* keys) is
+ * written inline as language_model.mtp.*, quantized unless kept dense, its
+ * norms shifted, and no mtp.safetensors is left beside the output. */
+static void a_head_beside_the_weights_is_quantized_inline(void) {
+    const char *src = nx_test_fixture("quant-file-src", "--preset tiny --mtp-layout file --copy-head 0.05 --no-tie --seed 2");
+    for (int keep = 0; keep <= 1; keep++) {
+        const char *dir = quantize(keep ? "quant-file-keep" : "quant-file", src, 8, 64, keep);
+        char path[1200], err[512];
+        snprintf(path, sizeof path, "%s/mtp.safetensors", dir);
+        CHECKF(access(path, F_OK) != 0, "%s is left beside the quantized weights", path);
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        st_set *st = NULL;
+        CHECK(st_open_file(path, &st, err, sizeof err) == NX_OK);
+        const st_tensor *fc = st ? st_find(st, "language_model.mtp.fc.weight") : NULL;
+        CHECKF(fc && (fc->dtype == NX_DT_U32) == !keep && (st_find(st, "language_model.mtp.fc.scales") == NULL) == keep,
+               "keep %d: language_model.mtp.fc is %s", keep, fc ? nx_dtype_name(fc->dtype) : "missing");
+        st_close(st);
+        head_drafts_as_the_source(keep ? "head in mtp.safetensors, kept dense" : "head in mtp.safetensors", src, dir);
+    }
 }
 
 /* Copies the tensors of dir/model.safetensors to out/model.safetensors,
@@ -833,6 +860,9 @@ static const nx_test tests[] = {
      raw_inline_head_of_an_mlx_input_keeps_its_norms},
     {"quantized_drafter_directory_equals_the_inline_head", "q4 and mxfp4 heads split into a qwen3_5_mtp directory: same draft logits",
      quantized_drafter_directory_equals_the_inline_head},
+    {"a_head_beside_the_weights_is_quantized_inline",
+     "an mtp.safetensors head: written inline as language_model.mtp.*, quantized unless kept dense, drafts close",
+     a_head_beside_the_weights_is_quantized_inline},
     {"keep_mtp_dense_leaves_the_head_alone", "--keep-mtp-dense: head bf16, embeddings quantized, layout transforms",
      keep_mtp_dense_leaves_the_head_alone},
     {"malformed_quantization_is_a_clear_error", "mxfp4, fp8, bits, override, no biases/scales, NaN input, bad options, non-empty output",
