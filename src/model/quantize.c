@@ -5,7 +5,8 @@
  * §2.6.1), so that nextn and MLX tools read it alike:
  *   - names: model.language_model.X -> language_model.model.X, lm_head ->
  *     language_model.lm_head, mtp.X -> language_model.mtp.X (the MTP head
- *     stays in the target's file, as third-party MLX conversions keep it);
+ *     stays in the target's file, as third-party MLX conversions keep it,
+ *     and one kept in an mtp.safetensors beside the weights moves into it);
  *   - zero-centred norm weights stored as 1 + w, conv1d as [CD, Kc, 1];
  *   - every matrix whose columns are a multiple of the group, embeddings
  *     included, as <module>.weight U32 + .scales + .biases in the source
