@@ -215,6 +215,11 @@ nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize
     struct stat a, b;
     if (stat(in_dir, &a) == 0 && stat(out_dir, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
         return nx_fail(err, errlen, NX_EINVAL, "quantize: the output directory %s is the input", out_dir);
+    /* the output's own faults before the input's load, which takes a while */
+    if (stat(out_dir, &b) == 0 && !S_ISDIR(b.st_mode))
+        return nx_fail(err, errlen, NX_EINVAL, "quantize: the output %s exists and is not a directory", out_dir);
+    if (!dir_is_empty(out_dir))   /* stale shards or an index there would be loaded instead of the new file */
+        return nx_fail(err, errlen, NX_EINVAL, "quantize: the output directory %s is not empty", out_dir);
     nx_model *m = NULL;
     nx_load_opts lo = {.n_threads = 1};
     nx_status st = nx_model_load(in_dir, &lo, &m, err, errlen);
@@ -227,11 +232,6 @@ nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize
     }
     if (mkdir(out_dir, 0755) && errno != EEXIST) {
         st = nx_fail(err, errlen, NX_EIO, "%s: cannot create: %s", out_dir, strerror(errno));
-        goto done;
-    }
-    if (!dir_is_empty(out_dir)) {
-        /* stale shards or an index there would be loaded instead of the new file */
-        st = nx_fail(err, errlen, NX_EINVAL, "quantize: the output directory %s is not empty", out_dir);
         goto done;
     }
     if ((st = st_writer_new(&w, err, errlen))) goto done;

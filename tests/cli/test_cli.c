@@ -234,7 +234,10 @@ static void bad_use_exits_2_with_one_line(void) {
         {"perplexity -m '" GOLDEN "/hf' --ids 5,99999", 1, "99999"},
         {"quantize -o y --mode mxfp5", 2, "--mode wants affine, mxfp4, nvfp4 or mxfp8"},
         {"quantize -o y", 2, "--bits (or a --mode) is required"},
-        {"quantize -m x -o y --mode nvfp4 --bits 8", 1, "mode nvfp4 takes bits 4 and group size 16"},
+        {"quantize -m x -o y --mode nvfp4 --bits 8", 2, "--mode nvfp4 takes bits 4 and group size 16"},
+        {"quantize -m x -o y --mode mxfp4 --group-size 64", 2, "--mode mxfp4 takes bits 4 and group size 32"},
+        {"quantize -m x -o y --bits 4 --group-size 16", 2, "--group-size 16 is nvfp4's"},
+        {"quantize -m '" GOLDEN "/hf' -o '" GOLDEN "/hf/config.json' --bits 4", 1, "exists and is not a directory"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int rc = nextn(cases[i].args);
