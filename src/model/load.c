@@ -106,6 +106,10 @@ static int is_float_dtype(nx_dtype d) { return d == NX_DT_F32 || d == NX_DT_BF16
 
 static nx_status check_float(mdl_binder *b, const st_tensor *t) {
     if (is_float_dtype(t->dtype)) return NX_OK;
+    const size_t n = strlen(t->name);
+    if (n > 7 && (strcmp(t->name + n - 7, ".scales") == 0 || strcmp(t->name + n - 7, ".biases") == 0))
+        return nx_fail(b->err, b->errlen, NX_EFORMAT, "%s: tensor '%s' has dtype %s (affine scales and biases are F32, BF16 or F16)",
+                       t->file, t->name, nx_dtype_name(t->dtype));
     if (t->dtype == NX_DT_U32)
         return nx_fail(b->err, b->errlen, NX_EFORMAT, "%s: tensor '%s' is U32 (MLX-quantized?) but this tensor cannot be quantized",
                        t->file, t->name);
@@ -161,9 +165,9 @@ static nx_status bind_mx(mdl_binder *b, const st_tensor *w, const st_tensor *sc,
                    : bits == 8 && group == 32 ? CFG_Q_MXFP8 : -1;
     if (mode < 0)
         return nx_fail(b->err, b->errlen, NX_EFORMAT,
-                       "%s: tensors '%s' [%lld, %lld] and '%s' [%lld, %lld] describe no %lld-column mxfp4 (4 bits, group 32), nvfp4 (4, 16) or mxfp8 (8, 32) matrix",
+                       "%s: tensors '%s' [%lld, %lld] and '%s' [%lld, %lld] describe no %lld-column mxfp4 (4 bits, group 32), nvfp4 (4, 16) or mxfp8 (8, 32) matrix, and with no '%s.biases' no affine one",
                        w->file, w->name, (long long)rows, (long long)words, sc->name, (long long)rows, (long long)ngroups,
-                       (long long)cols);
+                       (long long)cols, module);
     char name[320];
     snprintf(name, sizeof name, "%s.global_scale", module);
     if (st_find(b->st, name))

@@ -217,6 +217,32 @@ static void rewrite_tensors(const char *dir, const char *out, const char *drop, 
     st_close(st);
 }
 
+/* Copies dir/model.safetensors to out/model.safetensors with `name`
+ * replaced by zeros of the same shape in `dtype`, leaving out `drop`. */
+static void retype_tensor(const char *dir, const char *out, const char *name, nx_dtype dtype, const char *drop) {
+    char path[1200], err[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    st_set *st = NULL;
+    st_writer *w = NULL;
+    CHECK(st_open_file(path, &st, err, sizeof err) == NX_OK && st_writer_new(&w, err, sizeof err) == NX_OK);
+    for (int i = 0; st && w && i < st_count(st); i++) {
+        const st_tensor *t = st_at(st, i);
+        if (drop && strcmp(t->name, drop) == 0) continue;
+        if (strcmp(t->name, name) != 0) {
+            CHECK(st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err, sizeof err) == NX_OK);
+            continue;
+        }
+        size_t n = (size_t)t->numel * nx_dtype_size(dtype);
+        void *zeros = calloc(1, n ? n : 1);
+        CHECK(st_writer_add(w, t->name, dtype, t->ndim, t->shape, zeros, n, err, sizeof err) == NX_OK);
+        free(zeros);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    CHECK(w && st_writer_write(w, path, err, sizeof err) == NX_OK);
+    st_writer_free(w);
+    st_close(st);
+}
+
 /* --keep-mtp-dense: the head's matrices stay as they were, the rest is quantized. */
 static void keep_mtp_dense_leaves_the_head_alone(void) {
     const char *dir = quantize("quant-keep", DEFAULT_MODEL, 4, 64, 1);
@@ -699,6 +725,12 @@ static void malformed_quantization_is_a_clear_error(void) {
     expect_error(work, "layers.1.mlp.down_proj.biases");
     rewrite_tensors(base, work, "language_model.model.layers.2.mlp.up_proj.scales", NULL, NULL);
     expect_error(work, "no matching .scales");
+    /* U32 scales; U8 scales without biases (a small-float layout that fits no mode) */
+    retype_tensor(base, work, "language_model.model.layers.1.mlp.up_proj.scales", NX_DT_U32, NULL);
+    expect_error(work, "'language_model.model.layers.1.mlp.up_proj.scales' has dtype U32 (affine scales and biases are");
+    retype_tensor(base, work, "language_model.model.layers.1.mlp.up_proj.scales", NX_DT_U8,
+                  "language_model.model.layers.1.mlp.up_proj.biases");
+    expect_error(work, "and with no 'language_model.model.layers.1.mlp.up_proj.biases' no affine one");
     /* a non-finite weight in the input */
     snprintf(nan_dir, sizeof nan_dir, "%s", nx_test_tmpdir("quant-nan"));
     snprintf(nan_out, sizeof nan_out, "%s", nx_test_tmpdir("quant-nan-out"));
