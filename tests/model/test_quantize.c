@@ -191,9 +191,11 @@ static void a_head_beside_the_weights_is_quantized_inline(void) {
 }
 
 /* Copies the tensors of dir/model.safetensors to out/model.safetensors,
- * leaving out `drop`, passing `poison`'s first element through as NaN, and
- * adding `extra` (an F32 [1] tensor holding 1) when not NULL. */
-static void rewrite_tensors(const char *dir, const char *out, const char *drop, const char *poison, const char *extra) {
+ * leaving out `drop`, passing `poison`'s first element through as NaN,
+ * replacing `retype` by zeros of the same shape in dtype `as`, and adding
+ * `extra` (an F32 [1] tensor holding 1); each where not NULL. */
+static void rewrite_model(const char *dir, const char *out, const char *drop, const char *poison, const char *extra,
+                          const char *retype, nx_dtype as) {
     char path[1200], err[512];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     st_set *st = NULL;
@@ -202,10 +204,13 @@ static void rewrite_tensors(const char *dir, const char *out, const char *drop, 
     for (int i = 0; st && w && i < st_count(st); i++) {
         const st_tensor *t = st_at(st, i);
         if (drop && strcmp(t->name, drop) == 0) continue;
-        void *copy = malloc(t->nbytes ? t->nbytes : 1);
-        memcpy(copy, t->data, t->nbytes);
-        if (poison && strcmp(t->name, poison) == 0) ((uint16_t *)copy)[0] = 0x7fc0;   /* bf16 NaN */
-        CHECK(st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, copy, t->nbytes, err, sizeof err) == NX_OK);
+        const int zeros = retype && strcmp(t->name, retype) == 0;
+        const nx_dtype dt = zeros ? as : t->dtype;
+        const size_t n = zeros ? (size_t)t->numel * nx_dtype_size(as) : t->nbytes;
+        unsigned char *copy = calloc(1, n ? n : 1);
+        if (!zeros) memcpy(copy, t->data, n);
+        if (poison && strcmp(t->name, poison) == 0) ((uint16_t *)(void *)copy)[0] = 0x7fc0;   /* bf16 NaN */
+        CHECK(st_writer_add(w, t->name, dt, t->ndim, t->shape, copy, n, err, sizeof err) == NX_OK);
         free(copy);
     }
     const float one = 1.0f;
@@ -217,30 +222,13 @@ static void rewrite_tensors(const char *dir, const char *out, const char *drop, 
     st_close(st);
 }
 
-/* Copies dir/model.safetensors to out/model.safetensors with `name`
- * replaced by zeros of the same shape in `dtype`, leaving out `drop`. */
+static void rewrite_tensors(const char *dir, const char *out, const char *drop, const char *poison, const char *extra) {
+    rewrite_model(dir, out, drop, poison, extra, NULL, NX_DT_F32);
+}
+
+/* dir's tensors with `name` as zeros in `dtype` and without `drop`. */
 static void retype_tensor(const char *dir, const char *out, const char *name, nx_dtype dtype, const char *drop) {
-    char path[1200], err[512];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    st_set *st = NULL;
-    st_writer *w = NULL;
-    CHECK(st_open_file(path, &st, err, sizeof err) == NX_OK && st_writer_new(&w, err, sizeof err) == NX_OK);
-    for (int i = 0; st && w && i < st_count(st); i++) {
-        const st_tensor *t = st_at(st, i);
-        if (drop && strcmp(t->name, drop) == 0) continue;
-        if (strcmp(t->name, name) != 0) {
-            CHECK(st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err, sizeof err) == NX_OK);
-            continue;
-        }
-        size_t n = (size_t)t->numel * nx_dtype_size(dtype);
-        void *zeros = calloc(1, n ? n : 1);
-        CHECK(st_writer_add(w, t->name, dtype, t->ndim, t->shape, zeros, n, err, sizeof err) == NX_OK);
-        free(zeros);
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", out);
-    CHECK(w && st_writer_write(w, path, err, sizeof err) == NX_OK);
-    st_writer_free(w);
-    st_close(st);
+    rewrite_model(dir, out, drop, NULL, NULL, name, dtype);
 }
 
 /* --keep-mtp-dense: the head's matrices stay as they were, the rest is quantized. */
