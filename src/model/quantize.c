@@ -256,8 +256,12 @@ nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize
     if (!st) st = st_writer_write(w, to, err, errlen);
     r.bytes_out = w ? (int64_t)st_writer_bytes(w) : 0;
     if (!st) st = write_config(in_dir, out_dir, &o, err, errlen);
+    /* the text model's files, as an mlx-lm conversion writes them (a slow
+     * tokenizer's vocab.json and merges.txt too; the vision tower's
+     * preprocessor_config.json goes with the tower's weights, left out) */
     static const char *const extra[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
-                                        "chat_template.jinja"};
+                                        "chat_template.jinja", "special_tokens_map.json", "added_tokens.json",
+                                        "vocab.json", "merges.txt"};
     for (size_t i = 0; !st && i < sizeof extra / sizeof *extra; i++) {
         snprintf(from, sizeof from, "%s/%s", in_dir, extra[i]);
         snprintf(to, sizeof to, "%s/%s", out_dir, extra[i]);

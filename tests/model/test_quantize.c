@@ -231,6 +231,27 @@ static void retype_tensor(const char *dir, const char *out, const char *name, nx
     rewrite_model(dir, out, drop, NULL, NULL, name, dtype);
 }
 
+/* The text model's side files go with the weights, byte for byte (the
+ * tokenizer's, a slow tokenizer's vocab.json and merges.txt); the vision
+ * tower's preprocessor config stays behind with the tower's weights. */
+static void the_text_models_files_go_with_it(void) {
+    char src[1024], path[1200];
+    snprintf(src, sizeof src, "%s", nx_test_tmpdir("quant-files-src"));
+    CHECK(nx_test_system("cp '%s'/* '%s'/", DEFAULT_MODEL, src) == 0);
+    static const char *const files[] = {"vocab.json", "merges.txt", "special_tokens_map.json", "preprocessor_config.json"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(path, sizeof path, "%s/%s", src, files[i]);
+        nx_test_write_file(path, files[i], strlen(files[i]));   /* each holds its own name */
+    }
+    const char *dir = quantize("quant-files", src, 8, 64, 0);
+    static const char *const kept[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "vocab.json",
+                                       "merges.txt", "special_tokens_map.json"};
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++)
+        CHECKF(nx_test_system("cmp -s '%s/%s' '%s/%s'", src, kept[i], dir, kept[i]) == 0, "%s not copied as it was", kept[i]);
+    snprintf(path, sizeof path, "%s/preprocessor_config.json", dir);
+    CHECK(access(path, F_OK) != 0);
+}
+
 /* --keep-mtp-dense: the head's matrices stay as they were, the rest is quantized. */
 static void keep_mtp_dense_leaves_the_head_alone(void) {
     const char *dir = quantize("quant-keep", DEFAULT_MODEL, 4, 64, 1);
@@ -883,6 +904,8 @@ static const nx_test tests[] = {
     {"a_head_beside_the_weights_is_quantized_inline",
      "an mtp.safetensors head: written inline as language_model.mtp.*, quantized unless kept dense, drafts close",
      a_head_beside_the_weights_is_quantized_inline},
+    {"the_text_models_files_go_with_it", "quantize copies the tokenizer's and generation files, not the vision tower's",
+     the_text_models_files_go_with_it},
     {"keep_mtp_dense_leaves_the_head_alone", "--keep-mtp-dense: head bf16, embeddings quantized, layout transforms",
      keep_mtp_dense_leaves_the_head_alone},
     {"malformed_quantization_is_a_clear_error", "mxfp4, fp8, bits, override, no biases/scales, NaN input, bad options, non-empty output",
