@@ -254,14 +254,14 @@ static void test_gated_delta_steps_equal_single_steps(void) {
  * delta in one row of ld floats); every set this CPU runs, and every path
  * of both kernels (dk = 128 with its row in registers, other multiples of
  * 16 and 32, tails of 8 and 16 lanes, blocks and whole heads, rows too long
- * for a block). */
+ * for a block); each set's replay == the scalar twin's, bit for bit. */
 static void replay_gives_the_steps_state(nx_test_rng *r, int dk, int dv) {
     static const int Ts[] = {1, 2, 3, 5};
     /* a record row: k (dk) | delta (dv) | slack, as model.h's; row 0's
      * deltas 64-byte aligned where dk is a multiple of 16, row 1's not */
     const int64_t n = (int64_t)dk * dv, ld = dk + dv + 5, ldo = dv + 1;
     const size_t bytes = (size_t)n * sizeof(float);
-    float *S0 = normals(r, n, 0.3f), *want = malloc(6 * bytes), *S = malloc(bytes);
+    float *S0 = normals(r, n, 0.3f), *want = malloc(6 * bytes), *S = malloc(bytes), *S_ref = malloc(bytes);
     float *out = nx_alloc_aligned(bytes), *out_plain = malloc(bytes), *o = malloc((size_t)(5 * ldo) * sizeof(float));
     float *o_plain = malloc((size_t)(5 * ldo) * sizeof(float)), *o_steps = malloc((size_t)(5 * ldo) * sizeof(float));
     /* token t's q | k | v at tok + t * tld; the record keeps k */
@@ -297,10 +297,14 @@ static void replay_gives_the_steps_state(nx_test_rng *r, int dk, int dv) {
                 kn_gated_delta_replay(S, keep % 2 ? S0 : NULL, keep, rec, rec + dk, ld, alpha, dk, dv);
                 CHECKF(memcmp(S, want + keep * n, bytes) == 0, "%s dk=%d dv=%d T=%d keep %d stream %d: replay "
                        "differs from %d single steps", kn_impl_name(), dk, dv, T, keep, stream, keep);
+                memcpy(S_ref, S0, bytes);   /* the scalar twin: the same fused multiply-adds, the same bits */
+                kn_gated_delta_replay_ref(S_ref, keep % 2 ? S0 : NULL, keep, rec, rec + dk, ld, alpha, dk, dv);
+                CHECKF(memcmp(S, S_ref, bytes) == 0, "%s dk=%d dv=%d T=%d keep %d: replay differs from its scalar twin",
+                       kn_impl_name(), dk, dv, T, keep);
             }
         }
     }
-    free(S0), free(want), free(S), free(out_plain), free(o), free(o_plain), free(o_steps), free(tok);
+    free(S0), free(want), free(S), free(S_ref), free(out_plain), free(o), free(o_plain), free(o_steps), free(tok);
     nx_free_aligned(out), nx_free_aligned(rec);
 }
 
@@ -356,7 +360,7 @@ static const nx_test tests[] = {
      test_gated_delta_steps_equal_single_steps},
     {"gated_delta_replay_gives_the_steps_state",
      "steps recording deltas == steps without (S, o, nothing else written); a replay of keep <= T recorded "
-     "updates == keep single steps bit for bit; T 1-5, streamed or not, every set",
+     "updates == keep single steps and == the scalar replay, bit for bit; T 1-5, streamed or not, every set",
      test_gated_delta_replay_gives_the_steps_state},
     {"gated_rmsnorm_follows_the_formula", "x rsqrt(mean x^2 + eps) w silu(z), in place too, past 256 elements",
      test_gated_rmsnorm_follows_the_formula},
