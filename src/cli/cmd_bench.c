@@ -547,11 +547,17 @@ static int print_json(const bench_result *r, const bench_summary *s, const bench
     PUT("per_position", has_mtp ? per : (json_decref(per), json_null()));
     PUT("tokens_per_forward", jnum(s->tokens_per_forward));
     PUT("mtp_output_matches", has_mtp && !sampled(o) ? json_boolean(r->mtp_matches) : json_null());
-    PUT("sampling", sampled(o) ? json_pack("{s:f,s:i,s:f,s:f,s:I,s:s}", "temperature", (double)o->sp.temperature, "top_k",
-                                           o->sp.top_k, "top_p", (double)o->sp.top_p, "min_p", (double)o->sp.min_p, "seed",
-                                           (json_int_t)o->sp.seed,
-                                           "draft_pick", o->draft_pick == NX_DRAFT_PICK_ARGMAX ? "argmax" : "sample")
-                               : json_null());
+    /* null for plain greedy decoding: argmax of the raw logits */
+    const nx_sampling *sp = &o->sp;
+    const int plain_greedy = !sampled(o) && sp->repetition_penalty == 1.0f && sp->presence_penalty == 0.0f &&
+                             sp->frequency_penalty == 0.0f && sp->n_logit_bias == 0;
+    PUT("sampling", plain_greedy ? json_null()
+                                 : json_pack("{s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:I,s:s}", "temperature", (double)sp->temperature,
+                                             "top_k", sp->top_k, "top_p", (double)sp->top_p, "min_p", (double)sp->min_p,
+                                             "repetition_penalty", (double)sp->repetition_penalty, "presence_penalty",
+                                             (double)sp->presence_penalty, "frequency_penalty", (double)sp->frequency_penalty,
+                                             "seed", (json_int_t)sp->seed, "draft_pick",
+                                             o->draft_pick == NX_DRAFT_PICK_ARGMAX ? "argmax" : "sample"));
     PUT("mtp_round_ms", isfinite(s->round_verify_ms) ? json_pack("{s:o,s:o,s:o}", "draft", jnum(s->round_draft_ms), "verify",
                                                                  jnum(s->round_verify_ms), "commit", jnum(s->round_commit_ms))
                                                      : json_null());

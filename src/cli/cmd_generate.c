@@ -46,7 +46,8 @@ static const char *generate_help =
     "  --load-state F     continue the session saved in F: the prompt, if any, is appended\n"
     "                     after it as tokens (no chat rendering), then generation goes on\n"
     "  --echo             print the prompt's text before the generated text\n"
-    "  --json             print one JSON object {prompt_ids, ids, text, stats} at the end\n"
+    "  --json             print one JSON object {prompt_ids, ids, text, stats, and mtp\n"
+    "                     with a drafter} at the end\n"
     "Output is text when DIR has a tokenizer.json (special tokens left out), else token ids.\n"
     "  --stats            print prefill / decode speed to stderr\n";
 

@@ -6,7 +6,7 @@
 #include "cli.h"
 
 static const char *quantize_help =
-    "usage: nextn quantize [-m IN] -o OUT (--bits 4|8 [--group-size 64] | --mode mxfp4|nvfp4|mxfp8)\n"
+    "usage: nextn quantize [-m IN] -o OUT (--bits B [--group-size G] | --mode mxfp4|nvfp4|mxfp8)\n"
     "                      [--keep-mtp-dense]\n"
     "Writes OUT as an MLX-quantized checkpoint of the dense checkpoint IN\n"
     "(mlx-community layout and names, quantization block in config.json; the MTP\n"
@@ -14,7 +14,8 @@ static const char *quantize_help =
     "  -m, --model IN     dense checkpoint (default: $NEXTN_MODEL, else the bundled model)\n"
     "  -o, --out OUT      output directory (created if missing)\n"
     "  --bits B           affine: 2, 3, 4, 5, 6 or 8\n"
-    "  --group-size G     affine: 32, 64 or 128 (default 64)\n"
+    "  --group-size G     affine: 32, 64 or 128 (default 64); a small-float mode's\n"
+    "                     own group may be given too\n"
     "  --mode M           affine (the default), or a small-float mode with its own\n"
     "                     bits and group: mxfp4 (4, 32), nvfp4 (4, 16), mxfp8 (8, 32)\n"
     "  --keep-mtp-dense   leave the MTP head's matrices as they are\n";

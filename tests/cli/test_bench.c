@@ -115,16 +115,23 @@ static void bench_json_reports_every_figure(void) {
 /* Over several repeats the roofline shares are medians of per-repeat
  * ratios: the share with the state's bytes is the weights' share scaled by
  * the bytes (a median commutes with scaling), whatever order the repeats'
- * rates came in; and a --draft-vocab past the vocabulary drafts over all of
- * it, so the report says so (null), not the number asked for. */
+ * rates came in; a --draft-vocab past the vocabulary drafts over all of
+ * it, so the report says so (null), not the number asked for; and greedy
+ * decoding with a penalty reports its options (not null: not the argmax of
+ * the raw logits) and still matches plain output. */
 static void bench_over_repeats_reports_what_it_ran(void) {
     snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("bench-repeats"));
-    json_t *j = bench_json("bench -t 2 --prompt 16 --gen 8 --repeat 3 --draft-vocab 99999999 --json");
+    json_t *j = bench_json("bench -t 2 --prompt 16 --gen 8 --repeat 3 --draft-vocab 99999999 --repeat-penalty 1.3 --json");
     if (!j) return;
     double pct = num(j, "roofline_pct"), mpct = num(j, "moved_roofline_pct");
     double mwant = pct * num(j, "moved_bytes") / num(j, "decode_bytes");
     CHECKF(pct > 0 && fabs(mpct - mwant) <= 1e-4 * mwant, "moved_roofline_pct %g, roofline_pct scaled %g", mpct, mwant);
     CHECKF(json_is_null(json_object_get(j, "draft_vocab")), "draft_vocab %g", num(j, "draft_vocab"));
+    const json_t *sp = json_object_get(j, "sampling");
+    CHECKF(num(sp, "temperature") == 0 && fabs(num(sp, "repetition_penalty") - 1.3) < 1e-6 &&
+               num(sp, "presence_penalty") == 0 && num(sp, "frequency_penalty") == 0,
+           "sampling: temperature %g repetition_penalty %g", num(sp, "temperature"), num(sp, "repetition_penalty"));
+    CHECK(json_is_true(json_object_get(j, "mtp_output_matches")));
     json_decref(j);
 }
 
@@ -138,7 +145,8 @@ static void bench_samples_when_asked(void) {
     if (!j) return;
     const json_t *sp = json_object_get(j, "sampling");
     CHECKF(fabs(num(sp, "temperature") - 0.7) < 1e-6 && num(sp, "top_k") == 20 && fabs(num(sp, "top_p") - 0.8) < 1e-6 &&
-               num(sp, "min_p") == 0 && num(sp, "seed") == 3 &&
+               num(sp, "min_p") == 0 && num(sp, "seed") == 3 && num(sp, "repetition_penalty") == 1 &&
+               num(sp, "presence_penalty") == 0 && num(sp, "frequency_penalty") == 0 &&
                strcmp(json_string_value(json_object_get(sp, "draft_pick")), "argmax") == 0,
            "sampling: temperature %g top_k %g top_p %g", num(sp, "temperature"), num(sp, "top_k"), num(sp, "top_p"));
     CHECK(json_is_null(json_object_get(j, "mtp_output_matches")));
@@ -273,7 +281,8 @@ static const nx_test tests[] = {
     {"bench_json_reports_every_figure", "bench --json on the bundled model: every required key, positive rates, T = 2..8",
      bench_json_reports_every_figure},
     {"bench_over_repeats_reports_what_it_ran",
-     "bench --repeat 3: the state-inclusive roofline share is the weights' scaled; a draft vocab past V reports null",
+     "bench --repeat 3: the state-inclusive roofline share is the weights' scaled; a draft vocab past V reports null; "
+     "greedy with a penalty reports its options and matches plain",
      bench_over_repeats_reports_what_it_ran},
     {"bench_samples_when_asked", "bench with sampling options: settings in JSON, output match null, rates positive",
      bench_samples_when_asked},
