@@ -84,7 +84,8 @@ typedef enum {
 nx_status nx_kv_cache_parse(const char *name, nx_kv_cache *out);
 
 typedef struct {
-    int n_threads;          /* worker threads for kernels; <= 0: one per core   */
+    int n_threads;          /* worker threads for kernels; <= 0: one per physical
+                               core the process may run on (its CPU affinity) */
     int force_reference;    /* 1: route every kernel to its scalar reference    */
     int f32_activations;    /* 1: quantized weights multiply f32 activations
                                (slower); 0: activations are rounded to int8 per
