@@ -321,7 +321,7 @@ nx_status mtp_rows_init(mtp_rows *r, const nx_drafter *d, int max_ctx, char *err
     int ok = (r->k_cache = nx_alloc_aligned((size_t)mdl_kv_cap(max_ctx) * kv_row)) &&
              (r->v_cache = nx_alloc_aligned((size_t)mdl_kv_cap(max_ctx) * kv_row)) &&
              (r->u = nx_alloc_aligned((size_t)MDL_CHUNK * 2 * H * sizeof(float))) &&
-             (r->m = nx_alloc_aligned(H * sizeof(float))) &&
+             (r->m = nx_alloc_aligned(H * sizeof(float))) && (r->m_kept = nx_alloc_aligned(H * sizeof(float))) &&
              (r->logits = nx_alloc_aligned((size_t)c->vocab_size * sizeof(float))) &&
              (!d->screen_k || (r->head_work = nx_alloc_aligned(mtp_head_work_bytes(d->target)))) &&
              mdl_scratch_init(&r->sc, d->target, max_ctx) == NX_OK;
@@ -337,6 +337,7 @@ void mtp_rows_free(mtp_rows *r) {
     nx_free_aligned(r->v_cache);
     nx_free_aligned(r->u);
     nx_free_aligned(r->m);
+    nx_free_aligned(r->m_kept);
     nx_free_aligned(r->logits);
     nx_free_aligned(r->head_work);
     mdl_scratch_free(&r->sc);
@@ -538,6 +539,16 @@ void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, in
 
 void mtp_rows_append_m(mtp_rows *r, const int32_t *tokens, const float *hidden, int T) {
     append(r, tokens, hidden, T, NULL, 1);
+}
+
+void mtp_rows_keep_m(mtp_rows *r) {
+    memcpy(r->m_kept, r->m, (size_t)r->d->target->cfg.hidden_size * sizeof(float));
+}
+
+void mtp_rows_drop_to(mtp_rows *r, int n) {
+    if (r->n <= n) return;
+    r->n = n;
+    memcpy(r->m, r->m_kept, (size_t)r->d->target->cfg.hidden_size * sizeof(float));
 }
 
 void mtp_step_batch(mtp_rows *const *rs, int n, const int32_t *tokens, const float *const *hidden, mdl_scratch *sc,

@@ -52,6 +52,7 @@ typedef struct {
     mdl_scratch sc;
     float *u;                     /* [MDL_CHUNK][2H] fc input                  */
     float *m;                     /* [H] output m of the last entry run        */
+    float *m_kept;                /* [H] m as mtp_rows_keep_m saved it         */
     float *logits;                /* [V] draft logits of the last entry run    */
     void *head_work;              /* mtp_head_rows' scratch (with a screen), or NULL */
 } mtp_rows;
@@ -109,6 +110,11 @@ void mtp_rows_append(mtp_rows *r, const int32_t *tokens, const float *hidden, in
 /* Appends as above, only the last entry running the whole layer: its output
  * m is left in r->m, for a draft (mtp_head_drafts) to score. */
 void mtp_rows_append_m(mtp_rows *r, const int32_t *tokens, const float *hidden, int T);
+/* Saves m, the output of entry n - 1, before entries that may be dropped
+ * are run; mtp_rows_drop_to(r, n) drops them and puts m back, so that the
+ * next entry reads the m it would have read had they never run. */
+void mtp_rows_keep_m(mtp_rows *r);
+void mtp_rows_drop_to(mtp_rows *r, int n);
 /* Bytes of scratch mtp_head_rows needs, for any drafter of target m. */
 size_t mtp_head_work_bytes(const nx_model *m);
 /* Draft logits of n <= MDL_CHUNK output rows m_rows ([n][H]) through the

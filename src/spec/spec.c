@@ -345,10 +345,24 @@ int32_t spec_head_draft(nx_spec *s, int j) {
     return draft;
 }
 
+/* Before a provisional entry: the committed entries' m is kept for
+ * drop_provisional (the first provisional entry overwrites it). */
+static void before_provisional(nx_spec *s) {
+    if (s->rows.n == s->mtp_committed) mtp_rows_keep_m(&s->rows);
+}
+
+/* Drops the provisional entries of a round that is not committed (refused,
+ * or past the context), m included: the next round drafts as if they had
+ * never run. */
+static void drop_provisional(nx_spec *s) {
+    if (s->d) mtp_rows_drop_to(&s->rows, s->mtp_committed);
+}
+
 /* A recursive step (spec §5.4): draft j from draft j-1 and the head's own
  * output m. Its entry is provisional, dropped at commit. */
 static void draft_next(nx_spec *s, int j) {
     s->hist[s->n + j] = s->drafts[j - 1];
+    before_provisional(s);
     mtp_rows_append_m(&s->rows, &s->drafts[j - 1], s->rows.m, 1);
     s->drafts[j] = spec_head_draft(s, j);
 }
@@ -629,7 +643,7 @@ static nx_status verify_begin(nx_spec *s, char *err, size_t errlen) {
     else if (s->state != SPEC_DRAFTED) return wrong_state(s, "verify", err, errlen);
     int K = s->k;
     if (s->n + K + 1 > s->max_ctx) {
-        if (s->d) s->rows.n = s->mtp_committed; /* drop provisional entries */
+        drop_provisional(s);
         s->state = SPEC_READY;
         return nx_fail(err, errlen, NX_ERANGE, "verify: the context of %d tokens is full", s->max_ctx);
     }
@@ -834,6 +848,7 @@ static void draft_rest(nx_spec_batch *b, nx_spec *const *ss, int n) {
             }
             if (s) {
                 s->hist[s->n + j] = s->drafts[j - 1];   /* as draft_next */
+                before_provisional(s);
                 rs[c] = &s->rows, tok[c] = s->drafts[j - 1], h[c] = s->rows.m, who[c++] = s;
             }
             if (c && (c == MDL_CHUNK || !s)) {
@@ -899,7 +914,7 @@ static void verify_group(nx_spec_batch *b, nx_spec *const *ss, const int *idx, i
     for (int i = 0; i < n; i++) {
         nx_spec *s = ss[idx[i]];
         if (fst) { /* refused before anything ran: the round is undone, not broken */
-            if (s->d) s->rows.n = s->mtp_committed;
+            drop_provisional(s);
             s->state = SPEC_READY;
             st[idx[i]] = nx_fail(msgs + (size_t)idx[i] * msglen, msglen, fst, "%s", fmsg);
             continue;
