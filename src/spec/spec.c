@@ -118,6 +118,9 @@ static nx_status spec_configure(nx_spec *s, const nx_model *m, const nx_drafter 
     s->max_ctx = max_ctx;
     s->opts.accept = resolve_accept(s->opts.accept, &s->opts.sampling);
     s->sample_drafts = d && o.draft_pick != NX_DRAFT_PICK_ARGMAX && nx_spec_drafts_shape_output(o.accept, &o.sampling);
+    const nx_sampling *sp = &s->opts.sampling;
+    s->draft_processed = d && !s->sample_drafts && (sp->n_logit_bias > 0 || sp->repetition_penalty != 1.0f ||
+                                                    sp->presence_penalty != 0.0f || sp->frequency_penalty != 0.0f);
     spec_auto_init(&s->au);
     s->state = SPEC_FRESH;
     return NX_OK;
@@ -324,8 +327,26 @@ static int32_t sample_draft(nx_spec *s, int j, float *logits, const int32_t *can
     return smp_draw(ids, probs, n, smp_uniform(sp->seed, pos, SMP_STREAM_DRAFT));
 }
 
+/* Draft j as the argmax of the head's draft logits after the session's
+ * logit bias and penalties (processed in place; with a screen, among its
+ * candidates only), with the history sample_draft uses: the token the
+ * target's greedy choice would make from the head's logits. Without it a
+ * bias or a penalty that moves the target's choice would reject the raw
+ * argmax's draft every time (a +100 bias: 0 of 183 drafts accepted). */
+static int32_t processed_argmax(nx_spec *s, int j, float *logits, const int32_t *cand, int n_cand) {
+    nx_sampling greedy = s->opts.sampling;
+    greedy.temperature = 0.0f;
+    const int pos = s->n + 1 + j;
+    const int32_t *ids;
+    const float *probs;
+    if (cand) smp_distribution_at(s->smp, &greedy, logits, cand, n_cand, s->hist, pos, &ids, &probs);
+    else smp_distribution(s->smp, &greedy, logits, s->hist, pos, &ids, &probs);
+    return ids[0];
+}
+
 /* The chooser (mtp_pick_fn) of drafts j of sessions who[]: a draw where the
- * session samples drafts, else the head's argmax. */
+ * session samples drafts, the processed argmax where it has a bias or
+ * penalties, else the head's argmax (-1: mtp's own). */
 typedef struct {
     nx_spec *const *who;
     int j;
@@ -334,7 +355,9 @@ typedef struct {
 static int32_t pick_for(void *ctx, int t, float *logits, const int32_t *cand, int n) {
     const draft_pick *c = ctx;
     nx_spec *s = c->who[t];
-    return s->sample_drafts ? sample_draft(s, c->j, logits, cand, n) : -1;
+    return s->sample_drafts     ? sample_draft(s, c->j, logits, cand, n)
+           : s->draft_processed ? processed_argmax(s, c->j, logits, cand, n)
+                                : -1;
 }
 
 int32_t spec_head_draft(nx_spec *s, int j) {

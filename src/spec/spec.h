@@ -62,6 +62,9 @@ struct nx_spec {
     float *hbuf;                  /* [SPEC_PREFILL_PIECE][H] prefill hiddens     */
     float *resid;                 /* [V] residual distribution scratch          */
     int sample_drafts;            /* drafts drawn from the head's distribution Q */
+    int draft_processed;          /* argmax drafts of the logits after the logit
+                                     bias and penalties, as the target's greedy
+                                     choice sees them                          */
     int32_t *q_ids;               /* [k_max][V] Q of draft j: ids in the fixed   */
     float *q_probs;               /*   order and their probabilities (with     */
     int q_n[NX_SPEC_MAX_DRAFT];   /*   sample_drafts), q_n[j] of them; 0: the

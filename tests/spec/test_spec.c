@@ -608,6 +608,51 @@ static void logit_bias_shapes_the_output_and_drafts_keep_it_exact(void) {
     nx_model_free(m);
 }
 
+/* Greedy speculative output of m (prompt[0..np), 120 tokens) under rc
+ * equals plain output; returns the share of drafts accepted. */
+static double greedy_acceptance(nx_model *m, nx_drafter *d, const int32_t *prompt, int np, run_cfg rc, const char *what) {
+    int32_t plain[120], spec[120];
+    rc.draft = 0;
+    const int n0 = generate(m, NULL, prompt, np, 120, &rc, plain, NULL);
+    rc.draft = 3;
+    nx_spec_stats st;
+    const int n1 = generate(m, d, prompt, np, 120, &rc, spec, &st);
+    CHECKF(n0 == n1 && memcmp(plain, spec, (size_t)n0 * sizeof *spec) == 0, "%s: speculative != plain", what);
+    printf("  %s: %lld of %lld drafts accepted\n", what, (long long)st.accepted, (long long)st.drafted);
+    return st.drafted ? (double)st.accepted / (double)st.drafted : 0;
+}
+
+/* Argmax drafts see the target's logit processing: the head drafts the
+ * token the target's greedy choice makes after the logit bias and the
+ * penalties, where the raw argmax is rejected wherever they move the
+ * choice -- a +100 bias on one token (a copy head: 0% accepted before,
+ * 100% now), a repetition penalty on the bundled model's repeating text
+ * (42.9% before, 61.1% now; the same through a screen); output stays plain
+ * output. */
+static void argmax_drafts_follow_the_bias_and_penalties(void) {
+    nx_model *copy = nx_test_model(TORCH("torchref-mini-copy-s0.05") "/hf", 2), *m = nx_test_model(NX_MODELS_DIR "/default", 2);
+    nx_drafter *dc = copy ? nx_test_drafter(copy, 0) : NULL, *d = m ? nx_test_drafter(m, 0) : NULL, *screened = NULL;
+    char err[512];
+    nx_drafter_opts so = {.draft_screen = 64};
+    if (d) CHECKF(nx_drafter_load(m, NULL, &so, &screened, err, sizeof err) == NX_OK, "%s", err);
+    if (!dc || !screened) goto done;
+    const int32_t prompt[8] = {5, 17, 300, 42, 9, 77, 600, 3}, text[7] = {449, 324, 271, 671, 268, 258, 685};
+    nx_logit_bias favour = {123, 100.0f};
+    run_cfg rc = {3, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    rc.sp.logit_bias = &favour, rc.sp.n_logit_bias = 1;
+    double acc = greedy_acceptance(copy, dc, prompt, 8, rc, "copy head, bias +100");
+    CHECKF(acc >= 0.9, "a +100 bias: %.3f of the drafts accepted", acc);
+    rc.sp = nx_sampling_default();
+    rc.sp.repetition_penalty = 1.3f;   /* "The history of the city", whose continuation repeats */
+    acc = greedy_acceptance(m, d, text, 7, rc, "bundled model, repetition penalty 1.3");
+    CHECKF(acc >= 0.55, "a repetition penalty: %.3f of the drafts accepted", acc);
+    acc = greedy_acceptance(m, screened, text, 7, rc, "the same through a screen of 64");
+    CHECKF(acc >= 0.55, "a repetition penalty, screened: %.3f of the drafts accepted", acc);
+done:
+    nx_drafter_free(screened), nx_drafter_free(d), nx_drafter_free(dc);
+    nx_model_free(m), nx_model_free(copy);
+}
+
 /* The largest difference between entries e[0..n) for the tokens seq[p0 ..
  * p0+n) and log_softmax in double of rows p0-1 .. of logits ([..][V]); the
  * top alternatives must be the likeliest in order. */
@@ -1032,6 +1077,10 @@ static const nx_test tests[] = {
      "top-k and a repetition penalty: the two tokens after the first follow the target's joint distribution "
      "(chi-square, 2000 seeds)",
      rejection_sampling_keeps_the_target_distribution},
+    {"argmax_drafts_follow_the_bias_and_penalties",
+     "greedy drafts after the logit bias and penalties: a +100 bias >= 90% accepted, a repetition penalty >= 55% "
+     "(screened too); plain output",
+     argmax_drafts_follow_the_bias_and_penalties},
     {"logit_bias_shapes_the_output_and_drafts_keep_it_exact",
      "with a logit bias, K = 1..3 greedy and matched output equal plain; banned ids never come; bad entries refused",
      logit_bias_shapes_the_output_and_drafts_keep_it_exact},
