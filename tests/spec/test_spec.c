@@ -451,31 +451,42 @@ static void target_probs(nx_model *m, nx_sampler *smp, const nx_sampling *sp, co
  * with a repetition penalty (P and Q then have different supports, and the
  * drafts' history matters); sampled drafts also through a screen of 4 of
  * the 8 rows (Q over the screen's candidates, smp_distribution_at; P has
- * tokens Q lacks). The tiny fixture's random head disagrees with the
- * target, so acceptances, rejections and residual draws all happen. */
+ * tokens Q lacks), over a draft vocabulary of 3 ids with top-p and a
+ * presence penalty, and from a 4-bit copy of the head; argmax drafts after
+ * a logit bias and penalties (the processed argmax). The tiny fixture's
+ * random head disagrees with the target, so acceptances, rejections and
+ * residual draws all happen. */
 static void rejection_sampling_keeps_the_target_distribution(void) {
     const char *dir = nx_test_fixture("spec-vocab8", "--preset tiny --seed 9 --vocab 8");
     nx_model *m = nx_test_model(dir, 2);
-    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL, *screened = NULL;
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL, *screened = NULL, *vocab3 = NULL, *copy4 = NULL;
     char err[512];
-    nx_drafter_opts so = {.draft_screen = 4};
-    if (d) CHECKF(nx_drafter_load(m, NULL, &so, &screened, err, sizeof err) == NX_OK, "%s", err);
-    if (!screened) {
+    nx_drafter_opts so = {.draft_screen = 4}, vo = {.draft_vocab = 3}, co = {.draft_head_bits = 4};
+    if (d)
+        CHECKF(nx_drafter_load(m, NULL, &so, &screened, err, sizeof err) == NX_OK &&
+                   nx_drafter_load(m, NULL, &vo, &vocab3, err, sizeof err) == NX_OK &&
+                   nx_drafter_load(m, NULL, &co, &copy4, err, sizeof err) == NX_OK,
+               "%s", err);
+    if (!screened || !vocab3 || !copy4) {
+        nx_drafter_free(screened), nx_drafter_free(vocab3), nx_drafter_free(copy4);
         nx_drafter_free(d);
         nx_model_free(m);
         return;
     }
-    CHECK(nx_drafter_screen_k(screened) == 4);
+    CHECK(nx_drafter_screen_k(screened) == 4 && nx_drafter_draft_vocab(vocab3) == 3 && nx_drafter_head_bits(copy4) == 4);
+    static const nx_logit_bias bias[2] = {{2, 1.0f}, {5, -2.0f}};
     enum { V = 8, SEEDS = 2000, P = 5 };
     const int32_t prompt[P] = {1, 4, 2, 6, 3};
     nx_sampler *smp = NULL;
     CHECK(nx_sampler_new(V, &smp, err, sizeof err) == NX_OK);
-    for (int cfg = 0; smp && cfg < 6; cfg++) {
+    for (int cfg = 0; smp && cfg < 9; cfg++) {
         nx_sampling sp = nx_sampling_default();
         sp.temperature = 1.0f;
         if (cfg & 1) sp.temperature = 1.5f, sp.top_k = 5, sp.repetition_penalty = 1.3f;
-        const nx_draft_pick pick = cfg >= 2 ? NX_DRAFT_PICK_SAMPLE : NX_DRAFT_PICK_ARGMAX;
-        nx_drafter *dc = cfg >= 4 ? screened : d;
+        const nx_draft_pick pick = cfg >= 2 && cfg != 8 ? NX_DRAFT_PICK_SAMPLE : NX_DRAFT_PICK_ARGMAX;
+        nx_drafter *dc = cfg == 6 ? vocab3 : cfg == 7 ? copy4 : cfg >= 4 && cfg < 6 ? screened : d;
+        if (cfg == 6) sp.top_p = 0.9f, sp.presence_penalty = 0.5f;
+        if (cfg == 8) sp.logit_bias = bias, sp.n_logit_bias = 2, sp.frequency_penalty = 0.4f;
         /* expected joint of (t1, t2) given b: p1[b][t1] * p2[b][t1][t2] */
         static double p1[V][V], p2[V][V][V];
         for (int b = 0; b < V; b++) {
@@ -531,9 +542,12 @@ static void rejection_sampling_keeps_the_target_distribution(void) {
             for (int k = 0; k < V; k++) most = first_drafts[b][k] > most ? first_drafts[b][k] : most, sum += first_drafts[b][k];
             drawn += sum - most;
         }
-        printf("  %s%s drafts, temperature %.1f top-k %d: chi2 %.1f (df %d, critical %.1f at p=0.001); drafts accepted "
+        printf("  %s%s drafts, temperature %.1f top-k %d%s: chi2 %.1f (df %d, critical %.1f at p=0.001); drafts accepted "
                "%lld / %lld, %lld / %lld; %d first drafts not the usual one\n",
-               pick == NX_DRAFT_PICK_SAMPLE ? "sampled" : "argmax", dc == screened ? " screened" : "", sp.temperature, sp.top_k, chi2, df, crit,
+               pick == NX_DRAFT_PICK_SAMPLE ? "sampled" : "argmax",
+               dc == screened ? " screened" : dc == vocab3 ? " draft-vocab 3" : dc == copy4 ? " 4-bit head copy" : "",
+               sp.temperature, sp.top_k, cfg == 6 ? " top-p 0.9 presence 0.5" : cfg == 8 ? " logit bias, frequency 0.4" : "",
+               chi2, df, crit,
                (long long)total.hits[0], (long long)total.tried[0], (long long)total.hits[1], (long long)total.tried[1], drawn);
         CHECKF(df >= 20 && chi2 < crit, "cfg %d: chi2 %.1f, df %d", cfg, chi2, df);
         /* both outcomes at both depths, so acceptance and the residual both ran */
@@ -544,7 +558,7 @@ static void rejection_sampling_keeps_the_target_distribution(void) {
         CHECKF(pick == NX_DRAFT_PICK_SAMPLE ? drawn > SEEDS / 10 : drawn == 0, "cfg %d: %d drafts off the usual", cfg, drawn);
     }
     nx_sampler_free(smp);
-    nx_drafter_free(screened);
+    nx_drafter_free(screened), nx_drafter_free(vocab3), nx_drafter_free(copy4);
     nx_drafter_free(d);
     nx_model_free(m);
 }
@@ -1073,8 +1087,9 @@ static const nx_test tests[] = {
      copy_head_is_always_accepted},
     {"match_mode_equals_plain_sampling", "match acceptance: sampled output identical to plain sampling for 20 seeds", match_mode_equals_plain_sampling},
     {"rejection_sampling_keeps_the_target_distribution",
-     "rejection sampling, argmax and sampled drafts (also through a screen of 4 of 8 rows), temperature alone and with "
-     "top-k and a repetition penalty: the two tokens after the first follow the target's joint distribution "
+     "rejection sampling, argmax and sampled drafts (also through a screen of 4 of 8 rows, a draft vocabulary of 3, a "
+     "4-bit head copy; argmax after a logit bias), temperature alone and with top-k, top-p and penalties: the two "
+     "tokens after the first follow the target's joint distribution "
      "(chi-square, 2000 seeds)",
      rejection_sampling_keeps_the_target_distribution},
     {"argmax_drafts_follow_the_bias_and_penalties",
