@@ -46,43 +46,59 @@ static int run_to(nx_spec *s, int32_t *out, int have, int total) {
 
 static const int32_t prompt[6] = {11, 42, 7, 300, 5, 9}, turn2[4] = {77, 78, 79, 80};
 
+/* One session run uninterrupted to 51 tokens (after 20 a second turn where
+ * greedy), and one saved after 20, restored in a new session and run on:
+ * the same tokens. */
+static void restored_equals_uninterrupted(nx_model *m, nx_drafter *dk, int K, int sampled, const char *path,
+                                          const char *what) {
+    char err[512];
+    int32_t a[128], b[128], first;
+    nx_spec *s = session_of(m, dk, K, 256, sampled);
+    CHECK(nx_spec_prefill(s, prompt, 6, &a[0], err, sizeof err) == NX_OK);
+    int n = run_to(s, a, 1, 20);
+    if (!sampled) CHECK(nx_spec_extend(s, turn2, 4, &a[n++], err, sizeof err) == NX_OK);
+    run_to(s, a, n, 51);
+    nx_spec_free(s);
+    s = session_of(m, dk, K, 256, sampled);
+    CHECK(nx_spec_prefill(s, prompt, 6, &b[0], err, sizeof err) == NX_OK);
+    run_to(s, b, 1, 20);
+    CHECK(nx_spec_save(s, path, err, sizeof err) == NX_OK);
+    nx_spec_free(s);
+    CHECK(nx_spec_checkpoint_tokens(path) == 6 + 20);
+    s = session_of(m, dk, K, 256, sampled);
+    CHECKF(nx_spec_load(s, path, err, sizeof err) == NX_OK, "%s", err);
+    CHECK(nx_spec_length(s) == 26);
+    if (!sampled) CHECK(nx_spec_extend(s, turn2, 4, &first, err, sizeof err) == NX_OK);
+    b[20] = first;
+    run_to(s, b, 20 + !sampled, 51);
+    CHECKF(memcmp(a, b, 51 * sizeof *a) == 0, "%s K %d%s: the restored session diverges", what, K, sampled ? " sampled" : "");
+    nx_spec_free(s);
+}
+
 /* Greedy K = 0..3, and K = 1..3 under rejection sampling with sampled
  * drafts, without the second turn: the restored session draws its first
  * draft again, from the same (seed, position) stream, as the uninterrupted
- * one did at the commit before the save. */
+ * one did at the commit before the save; sampled drafts through a screen
+ * and from a 4-bit head copy too (their Q drawn again the same way). */
 static void restored_session_continues_exactly(void) {
     nx_model *m = nx_test_model(COPY, 2);
-    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
-    if (!d) return;
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL, *screened = NULL, *copy4 = NULL;
     char err[512], path[1200];
+    nx_drafter_opts so = {.draft_screen = 64}, co = {.draft_head_bits = 4};
+    if (d)
+        CHECKF(nx_drafter_load(m, NULL, &so, &screened, err, sizeof err) == NX_OK &&
+                   nx_drafter_load(m, NULL, &co, &copy4, err, sizeof err) == NX_OK,
+               "%s", err);
+    if (!screened || !copy4) goto done;
     snprintf(path, sizeof path, "%s/s.ckpt", nx_test_tmpdir("ckpt"));
     for (int run = 0; run < 7; run++) { /* K = 0: plain decoding through the same session */
-        const int K = run % 4 + run / 4, sampled = run >= 4;
-        nx_drafter *dk = K ? d : NULL;
-        int32_t a[128], b[128], first;
-        /* uninterrupted: 20 tokens, a second turn (or none), 30 (31) more */
-        nx_spec *s = session_of(m, dk, K, 256, sampled);
-        CHECK(nx_spec_prefill(s, prompt, 6, &a[0], err, sizeof err) == NX_OK);
-        int n = run_to(s, a, 1, 20);
-        if (!sampled) CHECK(nx_spec_extend(s, turn2, 4, &a[n++], err, sizeof err) == NX_OK);
-        run_to(s, a, n, 51);
-        nx_spec_free(s);
-        /* interrupted after 20 tokens: save, restore in a new session, go on */
-        s = session_of(m, dk, K, 256, sampled);
-        CHECK(nx_spec_prefill(s, prompt, 6, &b[0], err, sizeof err) == NX_OK);
-        run_to(s, b, 1, 20);
-        CHECK(nx_spec_save(s, path, err, sizeof err) == NX_OK);
-        nx_spec_free(s);
-        CHECK(nx_spec_checkpoint_tokens(path) == 6 + 20);
-        s = session_of(m, dk, K, 256, sampled);
-        CHECKF(nx_spec_load(s, path, err, sizeof err) == NX_OK, "%s", err);
-        CHECK(nx_spec_length(s) == 26);
-        if (!sampled) CHECK(nx_spec_extend(s, turn2, 4, &first, err, sizeof err) == NX_OK);
-        b[20] = first;
-        run_to(s, b, 20 + !sampled, 51);
-        CHECKF(memcmp(a, b, 51 * sizeof *a) == 0, "K %d%s: the restored session diverges", K, sampled ? " sampled" : "");
-        nx_spec_free(s);
+        const int K = run % 4 + run / 4;
+        restored_equals_uninterrupted(m, K ? d : NULL, K, run >= 4, path, "");
     }
+    restored_equals_uninterrupted(m, screened, 3, 1, path, "screen of 64,");
+    restored_equals_uninterrupted(m, copy4, 2, 1, path, "4-bit head copy,");
+done:
+    nx_drafter_free(screened), nx_drafter_free(copy4);
     nx_drafter_free(d);
     nx_model_free(m);
 }
@@ -391,7 +407,7 @@ static const nx_test tests[] = {
      "f32 and f16 caches; the other layout refuses it",
      checkpoints_move_between_contexts},
     {"restored_session_continues_exactly", "save after 20 tokens, restore, add a turn, go on: equals the uninterrupted run; "
-     "rejection sampling with sampled drafts too",
+     "rejection sampling with sampled drafts too, through a screen and from a 4-bit head copy",
      restored_session_continues_exactly},
     {"forged_checkpoints_with_valid_checksums_are_refused",
      "a file edited and its checksum recomputed: deferred tokens outside the vocabulary, entries without a head",
