@@ -85,7 +85,7 @@ nx_status nx_kv_cache_parse(const char *name, nx_kv_cache *out);
 
 typedef struct {
     int n_threads;          /* worker threads for kernels; <= 0: one per physical
-                               core the process may run on (its CPU affinity) */
+                               core, at most the CPUs the process may run on */
     int force_reference;    /* 1: route every kernel to its scalar reference    */
     int f32_activations;    /* 1: quantized weights multiply f32 activations
                                (slower); 0: activations are rounded to int8 per
@@ -413,10 +413,13 @@ typedef enum {
  * probability P(argmax Q). The first wins where Q resembles P, the second
  * where Q is much flatter than P. Both keep the target's distribution.
  * Greedy and match acceptance accept by equality, where the likeliest token
- * is the best guess: their drafts are always the argmax. */
+ * is the best guess: their drafts are always the argmax. An argmax draft is
+ * taken after the request's logit bias and penalties (the target's greedy
+ * choice from the head's logits; with a screen, among its candidates). */
 typedef enum {
     NX_DRAFT_PICK_DEFAULT = 0,  /* SAMPLE                                        */
-    NX_DRAFT_PICK_ARGMAX,       /* the head's likeliest token (Q one-hot)        */
+    NX_DRAFT_PICK_ARGMAX,       /* the head's likeliest token after the bias and
+                                   penalties (Q one-hot)                       */
     NX_DRAFT_PICK_SAMPLE        /* drawn from Q with the (seed, position) draft
                                    stream; argmax where the sampling is greedy
                                    or the acceptance is not rejection          */

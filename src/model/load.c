@@ -145,7 +145,9 @@ static nx_status check_config(mdl_binder *b, const st_tensor *w, const char *mod
         return nx_fail(b->err, b->errlen, NX_EFORMAT,
                        "%s: module '%s' is stored as %s with bits %d, group %d but config.json's quantization says %s, bits %d, group_size %d%s",
                        w->file, module, cfg_qmode_name(mode), bits, group, cfg_qmode_name(cmode), cbits, cgroup,
-                       cfg_quant_defaulted(b->quant, module) ? " (config.json gives not both bits and group_size: the mode's defaults fill in)" : "");
+                       cmode == CFG_Q_AFFINE && mode == CFG_Q_AFFINE && cfg_quant_defaulted(b->quant, module)
+                           ? " (config.json names not both bits and group_size: affine's defaults fill in)"
+                           : "");
     return NX_OK;
 }
 

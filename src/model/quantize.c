@@ -155,28 +155,30 @@ static nx_status add_shifted_norm(st_writer *w, const st_tensor *t, const char *
     return st;
 }
 
-/* Appends t (a tensor of m's files, or of an mtp.safetensors beside them,
- * raw names) to w under its mlx-community name, quantized where it is a
- * matrix the mode takes; counts it in r. */
-static nx_status add_tensor(st_writer *w, const nx_model *m, const st_tensor *t, const nx_quantize_opts *o,
-                            nx_quantize_report *r, char *err, size_t errlen) {
+/* Appends t to w under the mlx-community name of `raw` (t's name, or for a
+ * bare key of an mtp.safetensors "mtp." + the key), quantized where it is a
+ * matrix the mode takes; counts it in r. norms_shifted: t's zero-centred
+ * norms hold 1 + w already (a bare-key head, as a drafter directory keeps
+ * them). */
+static nx_status add_tensor(st_writer *w, const nx_model *m, const st_tensor *t, const char *raw, int norms_shifted,
+                            const nx_quantize_opts *o, nx_quantize_report *r, char *err, size_t errlen) {
     char name[300];
-    mlx_name(m, t->name, name, sizeof name);
+    mlx_name(m, raw, name, sizeof name);
     if (!name[0]) return NX_OK;
     r->bytes_in += (int64_t)t->nbytes;
     r->tensors++;
     int is_float = t->dtype == NX_DT_F32 || t->dtype == NX_DT_BF16 || t->dtype == NX_DT_F16;
-    if (ends_with(t->name, "conv1d.weight") && t->ndim == 3 && t->shape[1] == 1) {
+    if (ends_with(raw, "conv1d.weight") && t->ndim == 3 && t->shape[1] == 1) {
         /* [CD, 1, Kc] -> [CD, Kc, 1]: the same bytes in the same order */
         int64_t shape[3] = {t->shape[0], t->shape[2], 1};
         return st_writer_add(w, name, t->dtype, 3, shape, t->data, t->nbytes, err, errlen);
     }
-    if ((!m->layout_mlx || strncmp(t->name, "mtp.", 4) == 0) && is_float && is_zero_centred_norm(t->name, m->prefix))
+    if (!norms_shifted && (!m->layout_mlx || strncmp(raw, "mtp.", 4) == 0) && is_float && is_zero_centred_norm(raw, m->prefix))
         /* raw norms: every one in a raw HF file, and a raw mtp.* head kept
          * inline in an MLX file or beside it (the loader shifts exactly those) */
         return add_shifted_norm(w, t, name, err, errlen);
-    if (is_float && t->ndim == 2 && ends_with(t->name, ".weight") && !strstr(t->name, "norm") &&
-        t->shape[1] % o->group_size == 0 && !(o->keep_mtp_dense && is_mtp(t->name)) &&
+    if (is_float && t->ndim == 2 && ends_with(raw, ".weight") && !strstr(raw, "norm") &&
+        t->shape[1] % o->group_size == 0 && !(o->keep_mtp_dense && is_mtp(raw)) &&
         (o->mode == NX_QUANT_AFFINE || t->shape[1] <= KN_FP_MAX_COLS)) {
         r->quantized++;
         return add_quantized(w, t, name, o, err, errlen);
@@ -235,20 +237,28 @@ nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize
         goto done;
     }
     if ((st = st_writer_new(&w, err, errlen))) goto done;
-    for (int i = 0; !st && i < st_count(m->st); i++) st = add_tensor(w, m, st_at(m->st, i), &o, &r, err, errlen);
+    for (int i = 0; !st && i < st_count(m->st); i++) {
+        const st_tensor *t = st_at(m->st, i);
+        st = add_tensor(w, m, t, t->name, 0, &o, &r, err, errlen);
+    }
     /* a head kept in an mtp.safetensors beside the weights joins the others
-     * in the one file, as language_model.mtp.* (raw "mtp." keys, so its norms
-     * are shifted like a raw file's): an MLX checkpoint keeps it inline */
+     * in the one file, as language_model.mtp.*: an MLX checkpoint keeps it
+     * inline. Its keys are raw ("mtp." prefix, norms as w: shifted here, as
+     * a raw file's) or bare (norms as 1 + w), as the drafter loader reads
+     * them; a head quantized already is refused, as a quantized input is. */
     char from[4096], to[4096];
     snprintf(from, sizeof from, "%s/mtp.safetensors", in_dir);
     if (!st && !m->n_mtp_tensors && access(from, R_OK) == 0) {
         st_set *head = NULL;
         st = st_open_file(from, &head, err, errlen);
+        const int bare = head && !st_find(head, "mtp.fc.weight");
         for (int i = 0; !st && i < st_count(head); i++) {
             const st_tensor *t = st_at(head, i);
-            st = strncmp(t->name, "mtp.", 4) == 0
-                     ? add_tensor(w, m, t, &o, &r, err, errlen)
-                     : nx_fail(err, errlen, NX_EFORMAT, "%s: tensor '%s' is not an mtp.* tensor", from, t->name);
+            char raw[300];
+            snprintf(raw, sizeof raw, "%s%s", bare ? "mtp." : "", t->name);
+            if (t->dtype == NX_DT_U32 || ends_with(t->name, ".scales"))
+                st = nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: already quantized (tensor '%s')", from, t->name);
+            else st = add_tensor(w, m, t, raw, bare, &o, &r, err, errlen);
         }
         st_close(head);
     }

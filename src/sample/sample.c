@@ -164,10 +164,18 @@ static void apply_logit_bias(const nx_sampler *s, const nx_sampling *p, float *l
  * not O(vocab): the first pass counts, the second applies each distinct
  * token's penalty once and zeroes its count, which also marks it done. */
 
+static int uses_repetition_penalty(const nx_sampling *p) {
+    return p->repetition_penalty > 0.0f && p->repetition_penalty != 1.0f;
+}
+
+int smp_changes_logits(const nx_sampling *p) {
+    return p->n_logit_bias > 0 || uses_repetition_penalty(p) || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+}
+
 static void apply_penalties(nx_sampler *s, const nx_sampling *p, float *logits,
                             const int32_t *history, int n_history) {
     float rep = p->repetition_penalty;
-    int use_rep = rep > 0.0f && rep != 1.0f;
+    int use_rep = uses_repetition_penalty(p);
     float pres = p->presence_penalty, freq = p->frequency_penalty;
     if (!use_rep && pres == 0.0f && freq == 0.0f) return;
     int32_t *counts = s->counts;

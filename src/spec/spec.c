@@ -119,8 +119,7 @@ static nx_status spec_configure(nx_spec *s, const nx_model *m, const nx_drafter 
     s->opts.accept = resolve_accept(s->opts.accept, &s->opts.sampling);
     s->sample_drafts = d && o.draft_pick != NX_DRAFT_PICK_ARGMAX && nx_spec_drafts_shape_output(o.accept, &o.sampling);
     const nx_sampling *sp = &s->opts.sampling;
-    s->draft_processed = d && !s->sample_drafts && (sp->n_logit_bias > 0 || sp->repetition_penalty != 1.0f ||
-                                                    sp->presence_penalty != 0.0f || sp->frequency_penalty != 0.0f);
+    s->draft_processed = d && !s->sample_drafts && smp_changes_logits(sp);
     spec_auto_init(&s->au);
     s->state = SPEC_FRESH;
     return NX_OK;
@@ -843,8 +842,8 @@ static int joins(const nx_spec_batch *b, const nx_spec *s, const nx_drafter *d) 
 }
 
 /* Drafts j of sessions who[0..c) (one drafter) from their head outputs
- * m_rows ([c][H]), the head read once for all: each session's argmax, or its
- * draw where it samples drafts. */
+ * m_rows ([c][H]), the head read once for all: each session's pick_for (its
+ * argmax, processed where it has a bias or penalties, or its draw). */
 static void head_drafts(nx_spec_batch *b, nx_spec *const *who, int c, int j, const float *m_rows, int32_t *ids) {
     draft_pick ctx = {who, j};
     mtp_head_drafts(who[0]->d, &b->sc, b->head_work, m_rows, c, b->logits, ids, pick_for, &ctx);

@@ -86,9 +86,11 @@ struct nx_spec {
 
 /* 1 if t ends the output: one of the session's stop ids or the model's eos. */
 int spec_is_stop(const nx_spec *s, int32_t t);
-/* The draft for position n+1+j from the head's output s->rows.m: its argmax,
- * or drawn from its distribution (sample_drafts; hist[n+1..n+j] must hold
- * drafts 0..j-1, the history the target's distribution there sees). */
+/* The draft for position n+1+j from the head's output s->rows.m: its argmax
+ * (after the logit bias and penalties where the session has them:
+ * draft_processed), or drawn from its distribution (sample_drafts); for
+ * both, hist[n+1..n+j] must hold drafts 0..j-1, the history the target's
+ * distribution there sees. */
 int32_t spec_head_draft(nx_spec *s, int j);
 
 void spec_auto_init(spec_auto *au);

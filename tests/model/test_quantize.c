@@ -169,14 +169,22 @@ static void raw_inline_head_of_an_mlx_input_keeps_its_norms(void) {
     head_drafts_as_the_source("mlx input, raw inline head", src, quantize("quant-mlx", src, 8, 64, 0));
 }
 
-/* A head kept in an mtp.safetensors beside the weights (raw mtp.* keys) is
- * written inline as language_model.mtp.*, quantized unless kept dense, its
- * norms shifted, and no mtp.safetensors is left beside the output. */
+/* A head kept in an mtp.safetensors beside the weights is written inline
+ * as language_model.mtp.*, quantized unless kept dense, and no
+ * mtp.safetensors is left beside the output: raw mtp.* keys (their norms
+ * shifted on the way) and bare keys (an mlx-vlm drafter's file, norms
+ * shifted already). A head quantized already is refused. */
+static void rewrite_model(const char *dir, const char *out, const char *drop, const char *poison, const char *extra,
+                          const char *retype, nx_dtype as);
 static void a_head_beside_the_weights_is_quantized_inline(void) {
-    const char *src = nx_test_fixture("quant-file-src", "--preset tiny --mtp-layout file --copy-head 0.05 --no-tie --seed 2");
-    for (int keep = 0; keep <= 1; keep++) {
-        const char *dir = quantize(keep ? "quant-file-keep" : "quant-file", src, 8, 64, keep);
-        char path[1200], err[512];
+    const char *raw = nx_test_fixture("quant-file-src", "--preset tiny --mtp-layout file --copy-head 0.05 --no-tie --seed 2");
+    char bare[1024], path[1200], err[512];
+    snprintf(bare, sizeof bare, "%s", nx_test_fixture("quant-bare-src", "--preset tiny --mtp-layout separate --copy-head 0.05 --no-tie --seed 2"));
+    CHECK(nx_test_system("cp '%s/mtp-drafter/model.safetensors' '%s/mtp.safetensors'", bare, bare) == 0);
+    for (int c = 0; c < 3; c++) {
+        const char *src = c == 2 ? bare : raw;
+        const int keep = c == 1;
+        const char *dir = quantize(c == 0 ? "quant-file" : c == 1 ? "quant-file-keep" : "quant-bare", src, 8, 64, keep);
         snprintf(path, sizeof path, "%s/mtp.safetensors", dir);
         CHECKF(access(path, F_OK) != 0, "%s is left beside the quantized weights", path);
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -184,10 +192,23 @@ static void a_head_beside_the_weights_is_quantized_inline(void) {
         CHECK(st_open_file(path, &st, err, sizeof err) == NX_OK);
         const st_tensor *fc = st ? st_find(st, "language_model.mtp.fc.weight") : NULL;
         CHECKF(fc && (fc->dtype == NX_DT_U32) == !keep && (st_find(st, "language_model.mtp.fc.scales") == NULL) == keep,
-               "keep %d: language_model.mtp.fc is %s", keep, fc ? nx_dtype_name(fc->dtype) : "missing");
+               "case %d: language_model.mtp.fc is %s", c, fc ? nx_dtype_name(fc->dtype) : "missing");
         st_close(st);
-        head_drafts_as_the_source(keep ? "head in mtp.safetensors, kept dense" : "head in mtp.safetensors", src, dir);
+        head_drafts_as_the_source(c == 0 ? "head in mtp.safetensors" : c == 1 ? "head in mtp.safetensors, kept dense"
+                                                                              : "bare-key head in mtp.safetensors",
+                                  src, dir);
     }
+    /* a quantized head beside dense weights */
+    char work[1024], tmp[1024], tmp2[1024];
+    snprintf(work, sizeof work, "%s", nx_test_tmpdir("quant-file-q"));
+    snprintf(tmp, sizeof tmp, "%s", nx_test_tmpdir("quant-file-q-head"));
+    snprintf(tmp2, sizeof tmp2, "%s", nx_test_tmpdir("quant-file-q-head2"));
+    CHECK(nx_test_system("cp '%s'/* '%s'/ && cp '%s/mtp.safetensors' '%s/model.safetensors'", raw, work, raw, tmp) == 0);
+    rewrite_model(tmp, tmp2, NULL, NULL, NULL, "mtp.fc.weight", NX_DT_U32);
+    CHECK(nx_test_system("cp '%s/model.safetensors' '%s/mtp.safetensors'", tmp2, work) == 0);
+    nx_quantize_opts q8 = {8, 64, 0, NX_QUANT_AFFINE};
+    CHECK(nx_quantize(work, nx_test_tmpdir("quant-file-q-out"), &q8, NULL, err, sizeof err) == NX_EUNSUPPORTED &&
+          strstr(err, "mtp.safetensors: already quantized (tensor 'mtp.fc.weight')"));
 }
 
 /* Copies the tensors of dir/model.safetensors to out/model.safetensors,
@@ -721,7 +742,7 @@ static void malformed_quantization_is_a_clear_error(void) {
     snprintf(work, sizeof work, "%s", nx_test_tmpdir("quant-bad-work"));
     struct { void (*edit)(json_t *); const char *want; } cases[] = {
         {set_mxfp4, "mxfp4"}, {set_fp8, "fp8"}, {set_bits8, "bits 8"}, {set_override_off, "layers.0.mlp.up_proj"},
-        {set_group32_no_bits, "group_size 32 (config.json gives not both bits and group_size: the mode's defaults fill in)"},
+        {set_group32_no_bits, "group_size 32 (config.json names not both bits and group_size: affine's defaults fill in)"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         CHECK(nx_test_system("cp '%s'/* '%s'/", base, work) == 0);

@@ -13,13 +13,17 @@ enum { N = 36, GEN = 40, W = NX_SPEC_MAX_DRAFT + 1 };
 
 /* Session i's options: draft lengths 0 (plain) .. 3 and auto, greedy,
  * matched sampling and rejection sampling, its drafts the head's argmax or
- * drawn from the head's distribution (both in one chunk). */
+ * drawn from the head's distribution (both in one chunk), some with
+ * penalties or a logit bias (argmax drafts after them). */
 static nx_spec_opts opts_of(int i) {
     static const int drafts[] = {1, 2, 3, NX_DRAFT_AUTO, 3, 2};
     nx_spec_opts o = {.draft = drafts[i % 6], .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
     if (i % 3 == 1) o.accept = NX_ACCEPT_MATCH, o.sampling.temperature = 0.9f, o.sampling.seed = 5 + i;
     if (i % 3 == 2) o.accept = NX_ACCEPT_REJECTION, o.sampling.temperature = 0.7f, o.sampling.top_p = 0.9f, o.sampling.seed = 9 + i;
     if (i % 3 == 2) o.draft_pick = i % 2 ? NX_DRAFT_PICK_SAMPLE : NX_DRAFT_PICK_ARGMAX;
+    static const nx_logit_bias bias[2] = {{11, 3.0f}, {267, -5.0f}};
+    if (i % 4 == 3) o.sampling.repetition_penalty = 1.3f, o.sampling.presence_penalty = 0.3f;
+    if (i % 8 == 4) o.sampling.logit_bias = bias, o.sampling.n_logit_bias = 2;
     return o;
 }
 
