@@ -199,6 +199,11 @@ nx_status nx_forward(const nx_model *m, nx_state *s, const int32_t *tokens, int 
  * (8, 32). */
 typedef enum { NX_QUANT_AFFINE = 0, NX_QUANT_MXFP4, NX_QUANT_NVFP4, NX_QUANT_MXFP8 } nx_quant_mode;
 
+/* The mode's MLX name ("affine", "mxfp4", ...) and, for a small-float mode,
+ * its own bits and group size (affine: 0 and 0, the caller's to choose);
+ * NULL for a value that is not an nx_quant_mode. bits and group may be NULL. */
+const char *nx_quant_mode_info(nx_quant_mode mode, int *bits, int *group);
+
 typedef struct {
     int bits;              /* affine: 2, 3, 4, 5, 6 or 8; the small-float modes:
                               0 or their own                                     */
@@ -272,6 +277,10 @@ nx_sampling nx_sampling_default(void);
 /* NX_EINVAL, with a message naming the entry, unless p's logit bias is one
  * nx_spec_new would take for a vocabulary of vocab_size tokens. */
 nx_status nx_sampling_check(const nx_sampling *p, int vocab_size, char *err, size_t errlen);
+
+/* 1 if p's logit bias or penalties change the logits before the temperature
+ * (so that a greedy choice can differ from the argmax of the raw logits). */
+int nx_sampling_changes_logits(const nx_sampling *p);
 
 /* One emitted token's log-probability, and the n_top likeliest tokens at its
  * position (OpenAI's logprobs / top_logprobs). The distribution is the

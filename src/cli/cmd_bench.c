@@ -549,9 +549,7 @@ static int print_json(const bench_result *r, const bench_summary *s, const bench
     PUT("mtp_output_matches", has_mtp && !sampled(o) ? json_boolean(r->mtp_matches) : json_null());
     /* null for plain greedy decoding: argmax of the raw logits */
     const nx_sampling *sp = &o->sp;
-    const int plain_greedy = !sampled(o) && sp->repetition_penalty == 1.0f && sp->presence_penalty == 0.0f &&
-                             sp->frequency_penalty == 0.0f && sp->n_logit_bias == 0;
-    PUT("sampling", plain_greedy ? json_null()
+    PUT("sampling", !sampled(o) && !nx_sampling_changes_logits(sp) ? json_null()
                                  : json_pack("{s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:I,s:s}", "temperature", (double)sp->temperature,
                                              "top_k", sp->top_k, "top_p", (double)sp->top_p, "min_p", (double)sp->min_p,
                                              "repetition_penalty", (double)sp->repetition_penalty, "presence_penalty",

@@ -20,10 +20,6 @@ static const char *quantize_help =
     "                     bits and group: mxfp4 (4, 32), nvfp4 (4, 16), mxfp8 (8, 32)\n"
     "  --keep-mtp-dense   leave the MTP head's matrices as they are\n";
 
-/* By nx_quant_mode: the name, and a small-float mode's own bits and group. */
-static const struct { const char *name; int bits, group; } modes[] = {
-    {"affine", 0, 0}, {"mxfp4", 4, 32}, {"nvfp4", 4, 16}, {"mxfp8", 8, 32}};
-
 int cmd_quantize(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
     nx_quantize_opts o = {0, 0, 0, NX_QUANT_AFFINE};
@@ -44,8 +40,8 @@ int cmd_quantize(int argc, char **argv) {
             o.group_size = (int)k;
         } else if (strcmp(a, "--mode") == 0) {
             int found = -1;
-            for (int j = 0; j < 4; j++)
-                if (strcmp(v, modes[j].name) == 0) found = j;
+            for (int j = NX_QUANT_AFFINE; j <= NX_QUANT_MXFP8; j++)
+                if (strcmp(v, nx_quant_mode_info((nx_quant_mode)j, NULL, NULL)) == 0) found = j;
             if (found < 0) return cli_usage_error("quantize: --mode wants affine, mxfp4, nvfp4 or mxfp8, got '%s'", v);
             o.mode = (nx_quant_mode)found;
         } else {
@@ -56,16 +52,17 @@ int cmd_quantize(int argc, char **argv) {
     if (!o.bits && o.mode == NX_QUANT_AFFINE) return cli_usage_error("quantize: --bits (or a --mode) is required");
     if (o.mode == NX_QUANT_AFFINE && o.group_size == 16)
         return cli_usage_error("quantize: --group-size 16 is nvfp4's; affine takes 32, 64 or 128");
-    if (o.mode != NX_QUANT_AFFINE && ((o.bits && o.bits != modes[o.mode].bits) ||
-                                      (o.group_size && o.group_size != modes[o.mode].group)))
+    int mode_bits, mode_group;
+    const char *mode_name = nx_quant_mode_info(o.mode, &mode_bits, &mode_group);
+    if (o.mode != NX_QUANT_AFFINE && ((o.bits && o.bits != mode_bits) || (o.group_size && o.group_size != mode_group)))
         return cli_usage_error("quantize: --mode %s takes bits %d and group size %d (leave --bits and --group-size out)",
-                               modes[o.mode].name, modes[o.mode].bits, modes[o.mode].group);
+                               mode_name, mode_bits, mode_group);
     if (!in) in = cli_default_model();
     char err[1024];
     nx_quantize_report r;
     if (nx_quantize(in, out, &o, &r, err, sizeof err)) return cli_fail("%s", err);
     printf("%s -> %s: %lld tensors, %lld quantized (%s, %d bits, group %d)%s; %.1f MiB -> %.1f MiB\n", in, out,
-           (long long)r.tensors, (long long)r.quantized, modes[o.mode].name, r.bits, r.group_size,
+           (long long)r.tensors, (long long)r.quantized, mode_name, r.bits, r.group_size,
            o.keep_mtp_dense ? ", MTP head dense" : "",
            (double)r.bytes_in / (1 << 20), (double)r.bytes_out / (1 << 20));
     return 0;

@@ -363,21 +363,27 @@ static nx_status parse_quantization(cfg_ctx *top, json_t *root, cfg_model *out) 
     return NX_OK;
 }
 
+/* The block's per-module entry for module, or NULL. */
+static const cfg_quant_override *override_of(const cfg_model *c, const char *module) {
+    for (int i = 0; i < c->n_q_overrides; i++)
+        if (strcmp(c->q_overrides[i].path, module) == 0) return &c->q_overrides[i];
+    return NULL;
+}
+
 int cfg_quant_for(const cfg_model *c, const char *module, int *mode, int *bits, int *group) {
     if (!c->has_quantization) return 0;
-    for (int i = 0; i < c->n_q_overrides; i++)
-        if (strcmp(c->q_overrides[i].path, module) == 0) {
-            *mode = c->q_overrides[i].mode, *bits = c->q_overrides[i].bits, *group = c->q_overrides[i].group;
-            return *bits != 0;
-        }
+    const cfg_quant_override *o = override_of(c, module);
+    if (o) {
+        *mode = o->mode, *bits = o->bits, *group = o->group;
+        return *bits != 0;
+    }
     *mode = c->q_mode, *bits = c->q_bits, *group = c->q_group;
     return 1;
 }
 
 int cfg_quant_defaulted(const cfg_model *c, const char *module) {
-    for (int i = 0; i < c->n_q_overrides; i++)
-        if (strcmp(c->q_overrides[i].path, module) == 0) return c->q_overrides[i].bits && !c->q_overrides[i].sizes_given;
-    return c->has_quantization && !c->q_sizes_given;
+    const cfg_quant_override *o = override_of(c, module);
+    return o ? o->bits && !o->sizes_given : c->has_quantization && !c->q_sizes_given;
 }
 
 nx_status cfg_parse(const char *text, size_t len, const char *name, cfg_model *out, char *err, size_t errlen) {

@@ -84,6 +84,13 @@ static const struct { const char *name; int bits, group; } modes[] = {
     [NX_QUANT_NVFP4] = {"nvfp4", 4, 16},  [NX_QUANT_MXFP8] = {"mxfp8", 8, 32},
 };
 
+const char *nx_quant_mode_info(nx_quant_mode mode, int *bits, int *group) {
+    if ((unsigned)mode > NX_QUANT_MXFP8) return NULL;
+    if (bits) *bits = modes[mode].bits;
+    if (group) *group = modes[mode].group;
+    return modes[mode].name;
+}
+
 /* config.json with the quantization block added (both spellings, as mlx-lm writes). */
 static nx_status write_config(const char *in_dir, const char *out_dir, const nx_quantize_opts *o, char *err,
                               size_t errlen) {

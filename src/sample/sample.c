@@ -168,7 +168,7 @@ static int uses_repetition_penalty(const nx_sampling *p) {
     return p->repetition_penalty > 0.0f && p->repetition_penalty != 1.0f;
 }
 
-int smp_changes_logits(const nx_sampling *p) {
+int nx_sampling_changes_logits(const nx_sampling *p) {
     return p->n_logit_bias > 0 || uses_repetition_penalty(p) || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
 }
 

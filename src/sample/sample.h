@@ -80,10 +80,6 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
                      const int32_t *history, int n_history,
                      const int32_t **ids, const float **probs);
 
-/* 1 if p's logit bias or penalties change logits before the temperature
- * (so that a greedy choice can differ from the argmax of the raw logits). */
-int smp_changes_logits(const nx_sampling *p);
-
 /* smp_distribution in two steps, for a caller that may need one token's
  * probability only (a verify that accepts the draft): smp_process applies
  * steps a-c to logits in place; then smp_prob gives P(id) where that needs

@@ -118,8 +118,7 @@ static nx_status spec_configure(nx_spec *s, const nx_model *m, const nx_drafter 
     s->max_ctx = max_ctx;
     s->opts.accept = resolve_accept(s->opts.accept, &s->opts.sampling);
     s->sample_drafts = d && o.draft_pick != NX_DRAFT_PICK_ARGMAX && nx_spec_drafts_shape_output(o.accept, &o.sampling);
-    const nx_sampling *sp = &s->opts.sampling;
-    s->draft_processed = d && !s->sample_drafts && smp_changes_logits(sp);
+    s->draft_processed = d && !s->sample_drafts && nx_sampling_changes_logits(&s->opts.sampling);
     spec_auto_init(&s->au);
     s->state = SPEC_FRESH;
     return NX_OK;
@@ -313,13 +312,22 @@ static void hidden_out(const nx_spec *s, nx_forward_out *fo, float *rows) {
  * distribution at that position sees (hist[0..n+1+j): the sequence, b and
  * drafts 0..j-1), so that where the head matches the target Q = P and
  * every draft is accepted. Q is kept for the verify (spec §7.2). */
+/* The distribution under sp of draft j's logits (processed in place; with
+ * a screen, of its candidates cand[0..n_cand) only), with the history the
+ * target's distribution at that position sees: hist[0..n+1+j). */
+static int draft_list(nx_spec *s, const nx_sampling *sp, int j, float *logits, const int32_t *cand, int n_cand,
+                      const int32_t **ids, const float **probs) {
+    const int pos = s->n + 1 + j;
+    return cand ? smp_distribution_at(s->smp, sp, logits, cand, n_cand, s->hist, pos, ids, probs)
+                : smp_distribution(s->smp, sp, logits, s->hist, pos, ids, probs);
+}
+
 static int32_t sample_draft(nx_spec *s, int j, float *logits, const int32_t *cand, int n_cand) {
     const nx_sampling *sp = &s->opts.sampling;
     const int64_t pos = s->n + 1 + j, V = s->m->cfg.vocab_size;
     const int32_t *ids;
     const float *probs;
-    const int n = cand ? smp_distribution_at(s->smp, sp, logits, cand, n_cand, s->hist, (int)pos, &ids, &probs)
-                       : smp_distribution(s->smp, sp, logits, s->hist, (int)pos, &ids, &probs);
+    const int n = draft_list(s, sp, j, logits, cand, n_cand, &ids, &probs);
     memcpy(s->q_ids + j * V, ids, (size_t)n * sizeof *ids);
     memcpy(s->q_probs + j * V, probs, (size_t)n * sizeof *probs);
     s->q_n[j] = n;
@@ -335,11 +343,9 @@ static int32_t sample_draft(nx_spec *s, int j, float *logits, const int32_t *can
 static int32_t processed_argmax(nx_spec *s, int j, float *logits, const int32_t *cand, int n_cand) {
     nx_sampling greedy = s->opts.sampling;
     greedy.temperature = 0.0f;
-    const int pos = s->n + 1 + j;
     const int32_t *ids;
     const float *probs;
-    if (cand) smp_distribution_at(s->smp, &greedy, logits, cand, n_cand, s->hist, pos, &ids, &probs);
-    else smp_distribution(s->smp, &greedy, logits, s->hist, pos, &ids, &probs);
+    draft_list(s, &greedy, j, logits, cand, n_cand, &ids, &probs);
     return ids[0];
 }
 

@@ -720,6 +720,11 @@ static void malformed_small_float_checkpoints_are_clear_errors(void) {
     CHECK(nx_test_system("cp '%s'/* '%s'/", fp8, work) == 0);
     edit_config(work, set_fp8_block_64);
     expect_error(work, "weight_block_size");
+    /* the modes' names and own sizes, as the writer and its CLI take them */
+    int mb = -1, mg = -1;
+    CHECK(strcmp(nx_quant_mode_info(NX_QUANT_NVFP4, &mb, &mg), "nvfp4") == 0 && mb == 4 && mg == 16);
+    CHECK(strcmp(nx_quant_mode_info(NX_QUANT_AFFINE, &mb, &mg), "affine") == 0 && mb == 0 && mg == 0);
+    CHECK(nx_quant_mode_info((nx_quant_mode)4, NULL, NULL) == NULL);
     /* the writer: a small-float mode takes only its own sizes */
     nx_quantize_opts o = {8, 0, 0, NX_QUANT_MXFP4};
     CHECK(nx_quantize(DEFAULT_MODEL, nx_test_tmpdir("quant-fp-bits"), &o, NULL, err, sizeof err) == NX_EINVAL &&
