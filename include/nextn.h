@@ -424,7 +424,9 @@ typedef enum {
  * Greedy and match acceptance accept by equality, where the likeliest token
  * is the best guess: their drafts are always the argmax. An argmax draft is
  * taken after the request's logit bias and penalties (the target's greedy
- * choice from the head's logits; with a screen, among its candidates). */
+ * choice from the head's logits; with a screen, among its candidates). A
+ * screen or a draft vocabulary scores the ids a positive logit bias raises
+ * too, so that a token the bias makes the target's choice can be drafted. */
 typedef enum {
     NX_DRAFT_PICK_DEFAULT = 0,  /* SAMPLE                                        */
     NX_DRAFT_PICK_ARGMAX,       /* the head's likeliest token after the bias and

@@ -454,15 +454,66 @@ static void pool_ranges(void *pool, nx_range_fn fn, void *ctx, int64_t n) { nx_p
 /* Row t's draft: the chooser's, or where it has none (NULL, or -1) the argmax
  * of the row's V logits -- of those at the candidates cand[0..k) when a
  * screen ranked the row (cand not NULL). */
-static int32_t pick_draft(mtp_pick_fn pick, void *ctx, int t, float *logits, const int32_t *cand, int k, int V) {
-    const int32_t id = pick ? pick(ctx, t, logits, cand, cand ? k : V) : -1;
+static int32_t pick_draft(const mtp_chooser *ch, int t, float *logits, const int32_t *cand, int k, int V) {
+    const int32_t id = ch && ch->pick ? ch->pick(ch->ctx, t, logits, cand, cand ? k : V) : -1;
     if (id >= 0) return id;
     return cand ? (int32_t)kn_argmax_at_f32(logits, cand, k, V) : mtp_argmax(logits, V);
 }
 
+/* Row t's lift ids (mtp_chooser): their count, the ids in *ids. */
+static int lift_ids(const mtp_chooser *ch, int t, const int32_t **ids) {
+    *ids = NULL;
+    return ch && ch->lift ? ch->lift(ch->ctx, t, ids) : 0;
+}
+
+/* Where the ids at or past the draft vocabulary start in ascending ids[0..k). */
+static int64_t past_vocab(const nx_drafter *d, const int32_t *ids, int64_t k) {
+    while (k > 0 && ids[k - 1] >= d->head.rows) k--;
+    return k;
+}
+
+/* y[ids[j]] for ascending ids[0..k): from the drafter's head within its
+ * draft vocabulary, from the target's lm_head past it. */
+static void score_at(const nx_drafter *d, mdl_scratch *sc, const float *x, const int32_t *ids, int64_t k, float *y) {
+    const int64_t lo = past_vocab(d, ids, k);
+    if (lo) mdl_linear_at(d->target, sc, &d->head, x, ids, lo, y);
+    if (lo < k) mdl_linear_at(d->target, sc, &d->target->lm_head, x, ids + lo, k - lo, y);
+}
+
+/* idx[0..k) joined by ids[0..e) in place (both ascending and distinct, so is
+ * the result; idx has room for it). Returns the count. */
+static int64_t join_ids(int32_t *idx, int64_t k, const int32_t *ids, int64_t e) {
+    int64_t both = 0;
+    for (int64_t i = 0, j = 0; i < k && j < e;)
+        if (idx[i] < ids[j]) i++;
+        else if (idx[i] > ids[j]) j++;
+        else both++, i++, j++;
+    const int64_t n = k + e - both;
+    for (int64_t i = k - 1, j = e - 1, o = n - 1; j >= 0;) {   /* from the top: no unread id is overwritten */
+        if (i >= 0 && idx[i] > ids[j]) idx[o--] = idx[i--];
+        else {
+            if (i >= 0 && idx[i] == ids[j]) i--;
+            idx[o--] = ids[j--];
+        }
+    }
+    return n;
+}
+
+/* A whole row's draft (x: [H], row: its logits over the whole head): its
+ * lift ids past the draft vocabulary scored too, then picked. */
+static int32_t whole_row_draft(const nx_drafter *d, mdl_scratch *sc, const float *x, float *row,
+                               const mtp_chooser *ch, int t) {
+    const int32_t *lift;
+    const int e = lift_ids(ch, t, &lift);
+    const int64_t lo = past_vocab(d, lift, e);
+    if (lo < e) score_at(d, sc, x, lift + lo, e - lo, row);
+    return pick_draft(ch, t, row, NULL, 0, d->target->cfg.vocab_size);
+}
+
 /* Draft logits of n rows through the screen (above), or with drafts, each
  * row's draft (pick_draft: the chooser's, or the argmax) without the -inf
- * fill: logits then hold sketch scores beyond the candidates. A row the sketch cannot rank (a value that
+ * fill: logits then hold sketch scores beyond the candidates, which take in
+ * the row's lift ids. A row the sketch cannot rank (a value that
  * is not finite) is scored over the whole head on its own, so that no row's
  * draft depends on the others in the call. The candidates' pass over the
  * sketch scores runs on the pool too, each thread over the scores it has
@@ -471,7 +522,7 @@ static int32_t pick_draft(mtp_pick_fn pick, void *ctx, int t, float *logits, con
  * thread's one pass, drafts took 0.964-0.987x the time, commits (which
  * draft d1) 0.973-1.016x. */
 static void screened_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *x, int n, float *logits,
-                          int32_t *drafts, mtp_pick_fn pick, void *ctx) {
+                          int32_t *drafts, const mtp_chooser *ch) {
     const nx_model *m = d->target;
     const int64_t H = m->cfg.hidden_size, V = m->cfg.vocab_size, N = d->head.rows;
     head_work w;
@@ -484,35 +535,42 @@ static void screened_rows(const nx_drafter *d, mdl_scratch *sc, void *work, cons
             continue;
         }
         whole_head_rows(d, sc, x + t * H, 1, logits + t * V);
-        if (drafts) drafts[t] = pick_draft(pick, ctx, t, logits + t * V, NULL, 0, (int)V);
+        if (drafts) drafts[t] = whole_row_draft(d, sc, x + t * H, logits + t * V, ch, t);
     }
     screen_job j = {&d->screen, g, w.xq, w.ldq, w.d, w.sum, y};
     nx_pool_run(m->pool, screen_rows, &j, g ? N : 0, SCREEN_BLOCK);   /* sketch scores in y[i][0, N) */
     for (int i = 0; i < g; i++) {
-        const int64_t k = kn_top_k_f32_split(y[i], N, d->screen_k, w.idx, w.top_work, pool_ranges, m->pool);
-        if (!drafts)
+        const int t = row_of[i];
+        int64_t k = kn_top_k_f32_split(y[i], N, d->screen_k, w.idx, w.top_work, pool_ranges, m->pool);
+        if (!drafts) {
             for (int64_t v = 0; v < V; v++) y[i][v] = -INFINITY;
-        mdl_linear_at(m, sc, &d->head, x + row_of[i] * H, w.idx, k, y[i]);
-        if (drafts) drafts[row_of[i]] = pick_draft(pick, ctx, row_of[i], y[i], w.idx, (int)k, (int)V);
+            mdl_linear_at(m, sc, &d->head, x + t * H, w.idx, k, y[i]);
+            continue;
+        }
+        const int32_t *lift;
+        const int e = lift_ids(ch, t, &lift);
+        if (e) k = join_ids(w.idx, k, lift, e);
+        score_at(d, sc, x + t * H, w.idx, k, y[i]);
+        drafts[t] = pick_draft(ch, t, y[i], w.idx, (int)k, (int)V);
     }
 }
 
 void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits) {
     assert(n <= MDL_CHUNK);
-    if (d->screen_k) screened_rows(d, sc, work, m_rows, n, logits, NULL, NULL, NULL);
+    if (d->screen_k) screened_rows(d, sc, work, m_rows, n, logits, NULL, NULL);
     else whole_head_rows(d, sc, m_rows, n, logits);
 }
 
 void mtp_head_drafts(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits,
-                     int32_t *drafts, mtp_pick_fn pick, void *ctx) {
+                     int32_t *drafts, const mtp_chooser *ch) {
     assert(n <= MDL_CHUNK);
     if (d->screen_k) {
-        screened_rows(d, sc, work, m_rows, n, logits, drafts, pick, ctx);
+        screened_rows(d, sc, work, m_rows, n, logits, drafts, ch);
         return;
     }
-    const int V = d->target->cfg.vocab_size;
+    const int64_t H = d->target->cfg.hidden_size, V = d->target->cfg.vocab_size;
     whole_head_rows(d, sc, m_rows, n, logits);
-    for (int t = 0; t < n; t++) drafts[t] = pick_draft(pick, ctx, t, logits + (int64_t)t * V, NULL, 0, V);
+    for (int t = 0; t < n; t++) drafts[t] = whole_row_draft(d, sc, m_rows + t * H, logits + t * V, ch, t);
 }
 
 /* Appends T entries; their outputs: every row's logits (logits_out), or the

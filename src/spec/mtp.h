@@ -126,19 +126,35 @@ size_t mtp_head_work_bytes(const nx_model *m);
  * mtp_head_work_bytes(d->target) bytes, 64-byte aligned (unused without a
  * screen: NULL will do). */
 void mtp_head_rows(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits);
-/* A draft chooser for mtp_head_drafts: row t's draft from its logits, which
- * hold the head's scores at cand[0..n) (ascending ids; the rest of the row is
- * scratch) when a screen ranked the row, else (cand NULL) the whole row of n
- * = V values, -inf beyond the draft vocabulary. Returns the draft, or -1 for
- * the row's argmax. */
+/* How mtp_head_drafts chooses each row's draft.
+ *
+ * pick: row t's draft from its logits, which hold the head's scores at
+ * cand[0..n) (ascending ids; the rest of the row is scratch) when a screen
+ * ranked the row, else (cand NULL) the whole row of n = V values, -inf
+ * beyond the draft vocabulary. Returns the draft, or -1 for the row's argmax.
+ * NULL: every row's argmax.
+ *
+ * lift: ids[0..returned) (ascending, distinct, below V) that row t scores
+ * besides a screen's candidates and a draft vocabulary: the ids a positive
+ * logit bias can lift to the top, which neither the sketch nor the draft
+ * vocabulary knows of. They are scored with the head a screen or a draft
+ * vocabulary would score them with, or, past the draft vocabulary, with the
+ * target's lm_head. NULL: none. */
 typedef int32_t (*mtp_pick_fn)(void *ctx, int t, float *logits, const int32_t *cand, int n);
+typedef int (*mtp_lift_fn)(void *ctx, int t, const int32_t **ids);
 
-/* mtp_head_rows' drafts: drafts[t] = pick's choice for row t, or (pick NULL,
- * or it returns -1) the argmax of row t's draft logits (mtp_argmax), the same
+typedef struct {
+    mtp_pick_fn pick;
+    mtp_lift_fn lift;
+    void *ctx;
+} mtp_chooser;
+
+/* mtp_head_rows' drafts: drafts[t] = ch's pick for row t, or (ch NULL, or its
+ * pick NULL or -1) the argmax of row t's draft logits (mtp_argmax), the same
  * ids, without writing rows of -inf where a screen scores only its
  * candidates. logits: [n][V] scratch (left unspecified). */
 void mtp_head_drafts(const nx_drafter *d, mdl_scratch *sc, void *work, const float *m_rows, int n, float *logits,
-                     int32_t *drafts, mtp_pick_fn pick, void *ctx);
+                     int32_t *drafts, const mtp_chooser *ch);
 /* One entry for each of n sequences (n <= MDL_CHUNK, one drafter): entry i
  * from tokens[i] and hidden[i] ([H]) appended to rs[i], all run as one chunk
  * in sc (u: [n][2H] scratch) so the head's layer is read once. Outputs m go

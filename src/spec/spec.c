@@ -26,6 +26,7 @@
 #include <assert.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -76,9 +77,32 @@ static nx_accept_mode resolve_accept(nx_accept_mode accept, const nx_sampling *s
     return sp->temperature > 0 ? NX_ACCEPT_REJECTION : NX_ACCEPT_GREEDY;
 }
 
+static int cmp_id(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* s->lift: the ids a positive logit bias raises, ascending and distinct,
+ * held after the bias entries (one block). The head scores them beside a
+ * screen's candidates and past a draft vocabulary (mtp_chooser's lift), so
+ * that a token the bias makes the target's choice can be drafted. */
+static void lift_init(nx_spec *s) {
+    const int nb = s->opts.sampling.n_logit_bias;
+    s->lift = s->bias ? (int32_t *)(s->bias + nb) : NULL;
+    s->n_lift = 0;
+    for (int i = 0; i < nb; i++)
+        if (s->bias[i].bias > 0) s->lift[s->n_lift++] = s->bias[i].id;
+    if (!s->n_lift) return;
+    qsort(s->lift, (size_t)s->n_lift, sizeof *s->lift, cmp_id);
+    int n = 1;
+    for (int i = 1; i < s->n_lift; i++)
+        if (s->lift[i] != s->lift[n - 1]) s->lift[n++] = s->lift[i];
+    s->n_lift = n;
+}
+
 /* The fields of s (zeroed) that opts and the session's model, drafter and
  * context decide, as nx_spec_new sets them, after checking opts; the only
- * allocation is the logit bias copy. On failure s holds nothing. */
+ * allocation is the logit bias copy (and its lift ids). On failure s holds nothing. */
 static nx_status spec_configure(nx_spec *s, const nx_model *m, const nx_drafter *d, int max_ctx,
                                 const nx_spec_opts *opts, char *err, size_t errlen) {
     if (d && d->target != m) return nx_fail(err, errlen, NX_EINVAL, "spec: the drafter is bound to another model");
@@ -101,8 +125,8 @@ static nx_status spec_configure(nx_spec *s, const nx_model *m, const nx_drafter 
         nx_err_prefix(err, errlen, "spec");
         return st;
     }
-    size_t nb = (size_t)o.sampling.n_logit_bias;
-    if (nb && !(s->bias = nx_alloc(nb * sizeof *s->bias)))
+    size_t nb = (size_t)o.sampling.n_logit_bias;   /* bias, then lift, in one block */
+    if (nb && !(s->bias = nx_alloc(nb * (sizeof *s->bias + sizeof *s->lift))))
         return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the speculative session");
     s->m = m;
     s->d = d;
@@ -111,6 +135,7 @@ static nx_status spec_configure(nx_spec *s, const nx_model *m, const nx_drafter 
     s->opts.stop_ids = s->stop;
     if (nb) memcpy(s->bias, o.sampling.logit_bias, nb * sizeof *s->bias);
     s->opts.sampling.logit_bias = s->bias;
+    lift_init(s);
     s->auto_k = o.draft == NX_DRAFT_AUTO;
     s->k_max = !d ? 0 : s->auto_k ? (d->block_size - 1 > 4 ? d->block_size - 1 : 4) : k;
     if (s->k_max > NX_SPEC_MAX_DRAFT) s->k_max = NX_SPEC_MAX_DRAFT; /* stats and drafts are sized by it */
@@ -365,11 +390,19 @@ static int32_t pick_for(void *ctx, int t, float *logits, const int32_t *cand, in
                                 : -1;
 }
 
+/* mtp_lift_fn: the ids session who[t]'s positive bias raises. */
+static int lift_for(void *ctx, int t, const int32_t **ids) {
+    const draft_pick *c = ctx;
+    *ids = c->who[t]->lift;
+    return c->who[t]->n_lift;
+}
+
 int32_t spec_head_draft(nx_spec *s, int j) {
     mtp_rows *r = &s->rows;
     int32_t draft;
     draft_pick c = {&s, j};
-    mtp_head_drafts(r->d, &r->sc, r->head_work, r->m, 1, r->logits, &draft, pick_for, &c);
+    const mtp_chooser ch = {pick_for, lift_for, &c};
+    mtp_head_drafts(r->d, &r->sc, r->head_work, r->m, 1, r->logits, &draft, &ch);
     return draft;
 }
 
@@ -852,7 +885,8 @@ static int joins(const nx_spec_batch *b, const nx_spec *s, const nx_drafter *d) 
  * argmax, processed where it has a bias or penalties, or its draw). */
 static void head_drafts(nx_spec_batch *b, nx_spec *const *who, int c, int j, const float *m_rows, int32_t *ids) {
     draft_pick ctx = {who, j};
-    mtp_head_drafts(who[0]->d, &b->sc, b->head_work, m_rows, c, b->logits, ids, pick_for, &ctx);
+    const mtp_chooser ch = {pick_for, lift_for, &ctx};
+    mtp_head_drafts(who[0]->d, &b->sc, b->head_work, m_rows, c, b->logits, ids, &ch);
 }
 
 /* The recursive drafts of sessions ss[0..n) (each past draft_start, its

@@ -33,6 +33,9 @@ struct nx_spec {
     nx_spec_opts opts;
     int32_t stop[SPEC_MAX_STOP];
     nx_logit_bias *bias;          /* the session's copy of opts.sampling's      */
+    int32_t *lift;                /* ids a positive bias raises (lift_init), in
+                                     bias's block                               */
+    int n_lift;
     int max_ctx;
     int k_max;                    /* drafts per round at most                   */
     int k_fixed;                  /* drafts per round when not adaptive         */

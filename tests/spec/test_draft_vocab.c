@@ -420,13 +420,14 @@ static void a_row_the_screen_cannot_rank_goes_over_the_whole_head(void) {
     /* the drafts alone (no -inf rows written): each row's argmax */
     float *scratch = malloc((size_t)3 * V * sizeof *scratch);
     int32_t ids[3];
-    mtp_head_drafts(d, &r.sc, r.head_work, x, 3, scratch, ids, NULL, NULL);
+    mtp_head_drafts(d, &r.sc, r.head_work, x, 3, scratch, ids, NULL);
     for (int t = 0; t < 3; t++)
         CHECKF(ids[t] == mtp_argmax(together + (long)t * V, V), "row %d: draft %d, the logits' argmax %d", t, ids[t],
                mtp_argmax(together + (long)t * V, V));
     pick_check c = {together, V, 1, 0};
     int32_t picked[3];
-    mtp_head_drafts(d, &r.sc, r.head_work, x, 3, scratch, picked, pick_last, &c);
+    const mtp_chooser ch = {pick_last, NULL, &c};
+    mtp_head_drafts(d, &r.sc, r.head_work, x, 3, scratch, picked, &ch);
     int last0 = V - 1;
     while (last0 > 0 && isinf(together[last0])) last0--;
     CHECKF(c.ok && c.calls == 3 && picked[0] == last0 && picked[1] == V - 1 && picked[2] == ids[2],

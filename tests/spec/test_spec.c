@@ -452,8 +452,10 @@ static void target_probs(nx_model *m, nx_sampler *smp, const nx_sampling *sp, co
  * drafts' history matters); sampled drafts also through a screen of 4 of
  * the 8 rows (Q over the screen's candidates, smp_distribution_at; P has
  * tokens Q lacks), over a draft vocabulary of 3 ids with top-p and a
- * presence penalty, and from a 4-bit copy of the head; argmax drafts after
- * a logit bias and penalties (the processed argmax). The tiny fixture's
+ * presence penalty, and from a 4-bit copy of the head; sampled drafts with
+ * a positive bias on ids past the draft vocabulary or off the screen (Q
+ * takes them in: mtp_chooser's lift); argmax drafts after a logit bias and
+ * penalties (the processed argmax). The tiny fixture's
  * random head disagrees with the target, so acceptances, rejections and
  * residual draws all happen. */
 static void rejection_sampling_keeps_the_target_distribution(void) {
@@ -474,19 +476,20 @@ static void rejection_sampling_keeps_the_target_distribution(void) {
         return;
     }
     CHECK(nx_drafter_screen_k(screened) == 4 && nx_drafter_draft_vocab(vocab3) == 3 && nx_drafter_head_bits(copy4) == 4);
-    static const nx_logit_bias bias[2] = {{2, 1.0f}, {5, -2.0f}};
+    static const nx_logit_bias bias[2] = {{2, 1.0f}, {5, -2.0f}}, lift[2] = {{6, 1.5f}, {7, 0.5f}};
     enum { V = 8, SEEDS = 2000, P = 5 };
     const int32_t prompt[P] = {1, 4, 2, 6, 3};
     nx_sampler *smp = NULL;
     CHECK(nx_sampler_new(V, &smp, err, sizeof err) == NX_OK);
-    for (int cfg = 0; smp && cfg < 9; cfg++) {
+    for (int cfg = 0; smp && cfg < 11; cfg++) {
         nx_sampling sp = nx_sampling_default();
         sp.temperature = 1.0f;
         if (cfg & 1) sp.temperature = 1.5f, sp.top_k = 5, sp.repetition_penalty = 1.3f;
         const nx_draft_pick pick = cfg >= 2 && cfg != 8 ? NX_DRAFT_PICK_SAMPLE : NX_DRAFT_PICK_ARGMAX;
-        nx_drafter *dc = cfg == 6 ? vocab3 : cfg == 7 ? copy4 : cfg >= 4 && cfg < 6 ? screened : d;
+        nx_drafter *dc = cfg == 6 || cfg == 9 ? vocab3 : cfg == 7 ? copy4 : (cfg >= 4 && cfg < 6) || cfg == 10 ? screened : d;
         if (cfg == 6) sp.top_p = 0.9f, sp.presence_penalty = 0.5f;
         if (cfg == 8) sp.logit_bias = bias, sp.n_logit_bias = 2, sp.frequency_penalty = 0.4f;
+        if (cfg >= 9) sp.logit_bias = lift, sp.n_logit_bias = 2;   /* Q takes in ids past the vocabulary / screen */
         /* expected joint of (t1, t2) given b: p1[b][t1] * p2[b][t1][t2] */
         static double p1[V][V], p2[V][V][V];
         for (int b = 0; b < V; b++) {
@@ -546,7 +549,11 @@ static void rejection_sampling_keeps_the_target_distribution(void) {
                "%lld / %lld, %lld / %lld; %d first drafts not the usual one\n",
                pick == NX_DRAFT_PICK_SAMPLE ? "sampled" : "argmax",
                dc == screened ? " screened" : dc == vocab3 ? " draft-vocab 3" : dc == copy4 ? " 4-bit head copy" : "",
-               sp.temperature, sp.top_k, cfg == 6 ? " top-p 0.9 presence 0.5" : cfg == 8 ? " logit bias, frequency 0.4" : "",
+               sp.temperature, sp.top_k,
+               cfg == 6   ? " top-p 0.9 presence 0.5"
+               : cfg == 8 ? " logit bias, frequency 0.4"
+               : cfg >= 9 ? " positive bias on ids 6, 7"
+                          : "",
                chi2, df, crit,
                (long long)total.hits[0], (long long)total.tried[0], (long long)total.hits[1], (long long)total.tried[1], drawn);
         CHECKF(df >= 20 && chi2 < crit, "cfg %d: chi2 %.1f, df %d", cfg, chi2, df);
@@ -645,7 +652,8 @@ static double greedy_acceptance(nx_model *m, nx_drafter *d, const int32_t *promp
  * output. */
 static void argmax_drafts_follow_the_bias_and_penalties(void) {
     nx_model *copy = nx_test_model(TORCH("torchref-mini-copy-s0.05") "/hf", 2), *m = nx_test_model(NX_MODELS_DIR "/default", 2);
-    nx_drafter *dc = copy ? nx_test_drafter(copy, 0) : NULL, *d = m ? nx_test_drafter(m, 0) : NULL, *screened = NULL;
+    nx_drafter *dc = copy ? nx_test_drafter(copy, 0) : NULL, *d = m ? nx_test_drafter(m, 0) : NULL, *screened = NULL,
+               *vocab = NULL;
     char err[512];
     nx_drafter_opts so = {.draft_screen = 64};
     if (d) CHECKF(nx_drafter_load(m, NULL, &so, &screened, err, sizeof err) == NX_OK, "%s", err);
@@ -662,8 +670,21 @@ static void argmax_drafts_follow_the_bias_and_penalties(void) {
     CHECKF(acc >= 0.55, "a repetition penalty: %.3f of the drafts accepted", acc);
     acc = greedy_acceptance(m, screened, text, 7, rc, "the same through a screen of 64");
     CHECKF(acc >= 0.55, "a repetition penalty, screened: %.3f of the drafts accepted", acc);
+    /* a token that neither the screen ranks nor the draft vocabulary holds,
+     * made the target's choice by a bias: the head scores it too (0% of the
+     * drafts accepted when it did not) */
+    nx_drafter_opts vo = {.draft_vocab = 2048};
+    CHECKF(nx_drafter_load(m, NULL, &vo, &vocab, err, sizeof err) == NX_OK, "%s", err);
+    if (!vocab) goto done;
+    favour = (nx_logit_bias){3000, 100.0f};
+    rc.sp = nx_sampling_default();
+    rc.sp.logit_bias = &favour, rc.sp.n_logit_bias = 1;
+    acc = greedy_acceptance(m, screened, text, 7, rc, "bundled model, bias +100 on a token the screen of 64 skips");
+    CHECKF(acc >= 0.9, "a +100 bias, screened: %.3f of the drafts accepted", acc);
+    acc = greedy_acceptance(m, vocab, text, 7, rc, "bundled model, bias +100 on a token past a draft vocabulary of 2048");
+    CHECKF(acc >= 0.9, "a +100 bias, draft vocabulary: %.3f of the drafts accepted", acc);
 done:
-    nx_drafter_free(screened), nx_drafter_free(d), nx_drafter_free(dc);
+    nx_drafter_free(vocab), nx_drafter_free(screened), nx_drafter_free(d), nx_drafter_free(dc);
     nx_model_free(m), nx_model_free(copy);
 }
 
@@ -1088,7 +1109,7 @@ static const nx_test tests[] = {
     {"match_mode_equals_plain_sampling", "match acceptance: sampled output identical to plain sampling for 20 seeds", match_mode_equals_plain_sampling},
     {"rejection_sampling_keeps_the_target_distribution",
      "rejection sampling, argmax and sampled drafts (also through a screen of 4 of 8 rows, a draft vocabulary of 3, a "
-     "4-bit head copy; argmax after a logit bias), temperature alone and with top-k, top-p and penalties: the two "
+     "4-bit head copy, a positive bias on ids past them; argmax after a logit bias), temperature alone and with top-k, top-p and penalties: the two "
      "tokens after the first follow the target's joint distribution "
      "(chi-square, 2000 seeds)",
      rejection_sampling_keeps_the_target_distribution},
