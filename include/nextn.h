@@ -251,7 +251,11 @@ typedef struct {
 /* Logit processing and sampling parameters. temperature <= 0 means greedy
  * (argmax, ties to the lowest id). top_k <= 0, top_p >= 1 and min_p <= 0
  * disable those filters; penalties of 1 (repetition) and 0 (presence,
- * frequency) disable those.
+ * frequency) disable those. The repetition penalty divides (multiplies,
+ * where negative) the logit of every token in the sequence so far, prompt
+ * included; the presence and frequency penalties count the output only: a
+ * speculative session's, the tokens after its last prefill, extend or
+ * absorb (restore: after the restored sequence).
  *
  * logit_bias[0..n_logit_bias) is borrowed: it must stay valid while a call
  * given this nx_sampling runs. nx_spec_new and nx_engine_submit keep copies,
@@ -306,11 +310,14 @@ void nx_sampler_free(nx_sampler *s);
 
 /* Chooses the token at absolute sequence position `position` from `logits`
  * ([vocab], modified in place by the processing). history[0..n_history) are
- * the tokens seen so far (for penalties). The random draw is a pure function of
- * (seed, position), so the choice does not depend on how decoding was batched.
- * Returns the token id. */
+ * the tokens seen so far, of which history[0..n_input) are the input (the
+ * prompt): the repetition penalty sees them all, the presence and frequency
+ * penalties only the output history[n_input..n_history) (OpenAI's
+ * definition: the tokens sampled so far). The random draw is a pure function
+ * of (seed, position), so the choice does not depend on how decoding was
+ * batched. Returns the token id. */
 int32_t nx_sample(nx_sampler *s, const nx_sampling *p, float *logits,
-                  const int32_t *history, int n_history, int64_t position);
+                  const int32_t *history, int n_history, int n_input, int64_t position);
 
 /* ---- MTP drafter and speculative decoding ------------------------------ */
 

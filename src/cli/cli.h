@@ -64,8 +64,8 @@ int cli_sampling_option(const char *a, const char *v, nx_sampling *sp);
     "  --top-k K          keep the K most likely tokens (default 0 = off)\n"                             \
     "  --top-p P          nucleus sampling mass (default 1 = off)\n"                                     \
     "  --min-p P          drop tokens below P x the top probability (default 0 = off)\n"                 \
-    "  --repeat-penalty R repetition penalty (default 1 = off)\n"                                        \
-    "  --presence-penalty P, --frequency-penalty F   (default 0 = off)\n"                                \
+    "  --repeat-penalty R repetition penalty over prompt and output (default 1 = off)\n"                \
+    "  --presence-penalty P, --frequency-penalty F   over the output only (default 0 = off)\n"          \
     "  --seed S           sampling seed (default 0); draws are keyed by (seed, position)\n"
 /* --draft-pick argmax|sample into *out: 0, or -1 (an error printed). */
 int cli_parse_draft_pick(const char *v, nx_draft_pick *out);

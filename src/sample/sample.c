@@ -160,9 +160,14 @@ static void apply_logit_bias(const nx_sampler *s, const nx_sampling *p, float *l
 }
 
 /* ---- Penalties ----------------------------------------------------------
- * counts[] is all zero on entry and on exit, so the work is O(n_history),
- * not O(vocab): the first pass counts, the second applies each distinct
- * token's penalty once and zeroes its count, which also marks it done. */
+ * The repetition penalty sees every token of the history; presence and
+ * frequency see the output only, history[n_input..) (OpenAI's and vLLM's
+ * definition: tokens sampled so far; a prompt's tokens -- a chat template's
+ * end-of-turn among them -- are not penalised). counts[] is all zero on entry
+ * and on exit, so the work is O(n_history), not O(vocab): the first pass
+ * marks each token seen (bit 0) and counts its output occurrences (the bits
+ * above), the second applies each distinct token's penalty once and zeroes
+ * its entry, which also marks it done. */
 
 static int uses_repetition_penalty(const nx_sampling *p) {
     return p->repetition_penalty > 0.0f && p->repetition_penalty != 1.0f;
@@ -172,8 +177,8 @@ int nx_sampling_changes_logits(const nx_sampling *p) {
     return p->n_logit_bias > 0 || uses_repetition_penalty(p) || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
 }
 
-static void apply_penalties(nx_sampler *s, const nx_sampling *p, float *logits,
-                            const int32_t *history, int n_history) {
+static void apply_penalties(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *history, int n_history,
+                            int n_input) {
     float rep = p->repetition_penalty;
     int use_rep = uses_repetition_penalty(p);
     float pres = p->presence_penalty, freq = p->frequency_penalty;
@@ -181,16 +186,16 @@ static void apply_penalties(nx_sampler *s, const nx_sampling *p, float *logits,
     int32_t *counts = s->counts;
     for (int i = 0; i < n_history; i++) {
         int32_t t = history[i];
-        if (t >= 0 && t < s->vocab) counts[t]++;
+        if (t >= 0 && t < s->vocab) counts[t] = (counts[t] | 1) + (i >= n_input ? 2 : 0);
     }
     for (int i = 0; i < n_history; i++) {
         int32_t t = history[i];
         if (t < 0 || t >= s->vocab || counts[t] == 0) continue;
-        int32_t c = counts[t];
+        int32_t c = counts[t] >> 1;
         counts[t] = 0;
         float l = logits[t];
         if (use_rep) l = l > 0.0f ? l / rep : l * rep;
-        l -= (float)c * freq + pres;
+        if (c) l -= (float)c * freq + pres;
         logits[t] = l;
     }
 }
@@ -494,10 +499,10 @@ static int list_softmax(nx_sampler *s, const nx_sampling *p, const float *x, int
 
 /* Step a on a row of the vocabulary, in place. */
 static void bias_and_penalties(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *history,
-                               int n_history) {
+                               int n_history, int n_input) {
     assert(s && p && logits && n_history >= 0 && (history || n_history == 0));
     apply_logit_bias(s, p, logits);
-    apply_penalties(s, p, logits, history, n_history);
+    apply_penalties(s, p, logits, history, n_history, n_input);
 }
 
 /* Steps d-h over x[0..n_x), tempered by the last temper (s->softmax). */
@@ -505,8 +510,9 @@ static int list(nx_sampler *s, const nx_sampling *p, const float *x, int n_x) {
     return s->softmax ? list_softmax(s, p, x, n_x) : list_greedy(s, x, n_x);
 }
 
-void smp_process(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *history, int n_history) {
-    bias_and_penalties(s, p, logits, history, n_history);
+void smp_process(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *history, int n_history,
+                 int n_input) {
+    bias_and_penalties(s, p, logits, history, n_history, n_input);
     s->softmax = temper(s, p, logits, s->vocab);
     s->processed = logits;
     s->weighed = 0;
@@ -533,20 +539,21 @@ int smp_list(nx_sampler *s, const nx_sampling *p, const float *logits, const int
 }
 
 int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
-                     const int32_t *history, int n_history,
+                     const int32_t *history, int n_history, int n_input,
                      const int32_t **ids, const float **probs) {
     assert(s && p && logits && ids && probs);
-    smp_process(s, p, logits, history, n_history);
+    smp_process(s, p, logits, history, n_history, n_input);
     return smp_list(s, p, logits, ids, probs);
 }
 
 int smp_distribution_at(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *cand, int n_cand,
-                        const int32_t *history, int n_history, const int32_t **ids, const float **probs) {
+                        const int32_t *history, int n_history, int n_input, const int32_t **ids,
+                        const float **probs) {
     assert(cand && ids && probs && n_cand >= 1 && n_cand <= s->vocab);
     *ids = s->ids;
     *probs = s->probs;
     s->processed = NULL, s->weighed = 0;
-    bias_and_penalties(s, p, logits, history, n_history);
+    bias_and_penalties(s, p, logits, history, n_history, n_input);
     for (int j = 0; j < n_cand; j++) s->gather[j] = logits[cand[j]];
     s->softmax = temper(s, p, s->gather, n_cand);
     const int n = list(s, p, s->gather, n_cand);
@@ -596,9 +603,9 @@ void smp_logprobs(nx_sampler *s, const float *logits, int32_t id, int n_top, nx_
 }
 
 int32_t nx_sample(nx_sampler *s, const nx_sampling *p, float *logits,
-                  const int32_t *history, int n_history, int64_t position) {
+                  const int32_t *history, int n_history, int n_input, int64_t position) {
     const int32_t *ids;
     const float *probs;
-    int n = smp_distribution(s, p, logits, history, n_history, &ids, &probs);
+    int n = smp_distribution(s, p, logits, history, n_history, n_input, &ids, &probs);
     return smp_draw(ids, probs, n, smp_uniform(p->seed, position, SMP_STREAM_TARGET));
 }

@@ -11,10 +11,14 @@
  *      applying temperature last):
  *        a. the logit bias: l[id] += bias for each entry (ids outside the
  *           vocabulary skipped; an id listed twice gets both);
- *           then penalties over the history, once per distinct token t with count c:
- *             repetition: l = l > 0 ? l / r : l * r            (r == 1: off)
- *             then        l -= c * frequency + presence
- *           (llama.cpp's penalties sampler; r <= 0 is treated as off);
+ *           then penalties over the history, once per distinct token t,
+ *           c its count in the output (history[n_input..)):
+ *             repetition: l = l > 0 ? l / r : l * r   (t anywhere in the
+ *                         history, prompt included; r == 1: off)
+ *             then        l -= c * frequency + presence     (c > 0 only)
+ *           (the repetition penalty as Hugging Face and vLLM apply it;
+ *           presence and frequency as OpenAI defines them, over the tokens
+ *           sampled so far; r <= 0 is treated as off);
  *        b. temperature <= 0: greedy, argmax with ties to the lowest id; stop;
  *        c. x = l / temperature (NaN becomes -inf, -0 becomes +0:
  *           kn_temper_f32);
@@ -70,14 +74,15 @@ double smp_uniform(uint64_t seed, int64_t position, uint32_t stream);
 
 /* Runs the processing of the contract above on logits ([vocab], modified in
  * place: penalties, then division by the temperature) with history[0..
- * n_history) for the penalties (ids outside [0, vocab) are ignored; history
- * may be NULL when n_history is 0). Sets *ids and *probs to n candidates in the
+ * n_history) for the penalties, of which history[0..n_input) is input (the
+ * prompt) that only the repetition penalty sees (ids outside [0, vocab) are
+ * ignored; history may be NULL when n_history is 0). Sets *ids and *probs to n candidates in the
  * fixed order, every prob > 0, summing to 1 (within float rounding); greedy
  * gives one id with prob 1. Returns n >= 1. The arrays belong to the sampler
  * and are overwritten by its next call: copy what must outlive it. Cannot
  * fail (arguments are checked with assert). */
 int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
-                     const int32_t *history, int n_history,
+                     const int32_t *history, int n_history, int n_input,
                      const int32_t **ids, const float **probs);
 
 /* smp_distribution in two steps, for a caller that may need one token's
@@ -87,7 +92,8 @@ int smp_distribution(nx_sampler *s, const nx_sampling *p, float *logits,
  * smp_list gives the candidates as smp_distribution would (P(id) from
  * smp_prob is the very float smp_list lists for id). Both take the row
  * smp_process last processed; smp_list ends it. */
-void smp_process(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *history, int n_history);
+void smp_process(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *history, int n_history,
+                 int n_input);
 double smp_prob(nx_sampler *s, const nx_sampling *p, const float *logits, int32_t id);
 int smp_list(nx_sampler *s, const nx_sampling *p, const float *logits, const int32_t **ids, const float **probs);
 
@@ -100,7 +106,8 @@ int smp_list(nx_sampler *s, const nx_sampling *p, const float *logits, const int
  * of the row (other rounding). For a screened draft: 2048 logits instead of
  * 248k. */
 int smp_distribution_at(nx_sampler *s, const nx_sampling *p, float *logits, const int32_t *cand, int n_cand,
-                        const int32_t *history, int n_history, const int32_t **ids, const float **probs);
+                        const int32_t *history, int n_history, int n_input, const int32_t **ids,
+                        const float **probs);
 
 /* Walks ids[0..n) in the given order and returns the first id whose
  * cumulative probability exceeds u (u in [0, 1)); if rounding leaves the total

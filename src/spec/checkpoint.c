@@ -83,6 +83,7 @@ static void header_of(const nx_spec *s, ckpt_header *h) {
     h->rows = s->d ? s->rows.n : 0;
     h->n_defer = s->n_defer;
     h->d1 = s->d1;
+    h->n_input = s->n_input;
     h->n_layers = c->n_layers;
     h->n_kv_heads = c->n_kv_heads;
     h->head_dim = c->head_dim;
@@ -158,6 +159,7 @@ static nx_status restore(nx_spec *s, const unsigned char *blob, size_t len, cons
     if (h.n_layers != want.n_layers || h.n_kv_heads != want.n_kv_heads || h.head_dim != want.head_dim || h.conv_floats != want.conv_floats || h.rec_floats != want.rec_floats ||
         h.hidden != want.hidden || h.vocab != want.vocab || h.n < 1 || h.n >= CKPT_MAX_TOKENS || h.rows < 0 || h.n_defer < 0 || h.n_defer > SPEC_MAX_DEFER ||
         (s->d && h.rows + h.n_defer > h.n) || (!s->d && (h.rows != 0 || h.n_defer != 0)) || h.rows > h.n || h.d1 < 0 ||
+        h.n_input < 0 || h.n_input > h.n + 1 ||
         h.d1 >= want.vocab)
         return nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint's sizes do not fit this model", name);
     if (h.n + 1 + s->k_max + 1 > s->max_ctx)
@@ -168,6 +170,7 @@ static nx_status restore(nx_spec *s, const unsigned char *blob, size_t len, cons
     if (h.payload_bytes != len - sizeof h || XXH64(blob + sizeof h, h.payload_bytes, 0) != h.payload_hash)
         return nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint is truncated or damaged (checksum mismatch)", name);
     s->n = h.n;
+    s->n_input = h.n_input;
     if (s->d) s->rows.n = s->mtp_committed = h.rows;
     s->n_defer = h.n_defer;
     ckpt_part parts[4 * CFG_MAX_LAYERS + 8];

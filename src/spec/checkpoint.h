@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define CKPT_MAGIC "NXSPEC01"
-#define CKPT_VERSION 3   /* 3: K in tiles of positions (2: K rows head by head; 1: position by position) */
+#define CKPT_VERSION 4   /* 4: n_input; 3: K in tiles of positions (2: K rows head by head; 1: position by position) */
 
 typedef struct {
     char magic[8];                      /* CKPT_MAGIC, no NUL            */
@@ -24,6 +24,7 @@ typedef struct {
     uint64_t target_id, drafter_id;     /* identities (0: no drafter)    */
     int32_t n, rows, n_defer, d1;       /* tokens, drafter rows, deferred entries, pending draft */
     int32_t n_layers, n_kv_heads, head_dim, conv_floats, rec_floats, hidden, vocab;
+    int32_t n_input;                    /* tokens of input (the penalties' split) */
     uint64_t payload_bytes, payload_hash;
 } ckpt_header;
 _Static_assert(sizeof(ckpt_header) == 96, "the checkpoint header is 96 bytes on disk");

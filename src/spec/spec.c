@@ -343,8 +343,8 @@ static void hidden_out(const nx_spec *s, nx_forward_out *fo, float *rows) {
 static int draft_list(nx_spec *s, const nx_sampling *sp, int j, float *logits, const int32_t *cand, int n_cand,
                       const int32_t **ids, const float **probs) {
     const int pos = s->n + 1 + j;
-    return cand ? smp_distribution_at(s->smp, sp, logits, cand, n_cand, s->hist, pos, ids, probs)
-                : smp_distribution(s->smp, sp, logits, s->hist, pos, ids, probs);
+    return cand ? smp_distribution_at(s->smp, sp, logits, cand, n_cand, s->hist, pos, s->n_input, ids, probs)
+                : smp_distribution(s->smp, sp, logits, s->hist, pos, s->n_input, ids, probs);
 }
 
 static int32_t sample_draft(nx_spec *s, int j, float *logits, const int32_t *cand, int n_cand) {
@@ -516,8 +516,9 @@ static nx_status feed(nx_spec *s, int count, int32_t next, int32_t *first, char 
     if (s->d) s->mtp_committed = s->rows.n;
     int n = start + count;
     s->n = n;
+    s->n_input = next >= 0 ? n + 1 : n;   /* the output starts after the fed tokens */
     if (next < 0) lp_keep(s, s->vlogits);
-    int32_t b = next >= 0 ? next : nx_sample(s->smp, &s->opts.sampling, s->vlogits, s->hist, n, n);
+    int32_t b = next >= 0 ? next : nx_sample(s->smp, &s->opts.sampling, s->vlogits, s->hist, n, s->n_input, n);
     if (next < 0) lp_take(s, 0, b);
     s->n_lp = next < 0;
     s->hist[n] = b;
@@ -650,7 +651,7 @@ static int accept_at(nx_spec *s, float *vlogits, int j, int32_t *c) {
     if (s->opts.accept != NX_ACCEPT_REJECTION || !has_draft) {
         nx_sampling greedy = *sp;
         if (s->opts.accept == NX_ACCEPT_GREEDY) greedy.temperature = 0;
-        *c = nx_sample(s->smp, &greedy, logits, s->hist, hist_n, pos);
+        *c = nx_sample(s->smp, &greedy, logits, s->hist, hist_n, s->n_input, pos);
         return has_draft && *c == s->drafts[j];
     }
     /* rejection sampling (spec §7.2): accept d with probability
@@ -663,7 +664,7 @@ static int accept_at(nx_spec *s, float *vlogits, int j, int32_t *c) {
     const float *probs = NULL;
     const int32_t d = s->drafts[j];
     int n = 0;
-    smp_process(s->smp, sp, logits, s->hist, hist_n);
+    smp_process(s->smp, sp, logits, s->hist, hist_n, s->n_input);
     double pd = smp_prob(s->smp, sp, logits, d);   /* -1: only the list tells */
     if (pd < 0) {
         n = smp_list(s->smp, sp, logits, &ids, &probs);

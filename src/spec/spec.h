@@ -52,6 +52,8 @@ struct nx_spec {
     nx_sampler *smp;
     int32_t *hist;                /* [max_ctx + K + 1]: x_0..x_{n-1}, b, drafts  */
     int n;                        /* tokens in the target caches                */
+    int n_input;                  /* hist[0..n_input) is input: the presence and
+                                     frequency penalties count hist[n_input..)  */
     int32_t d1;                   /* the head's draft for position n+1          */
     int32_t defer_tok[SPEC_MAX_DEFER];
     float *defer_h;               /* [SPEC_MAX_DEFER][H] hiddens of deferred entries */

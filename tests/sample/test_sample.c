@@ -45,7 +45,7 @@ static void random_logits(float *out, int n, uint64_t seed, float scale) {
 static int dist_of(nx_sampler *s, const nx_sampling *p, const float *logits, int n,
                    float *work, const int32_t **ids, const float **probs) {
     memcpy(work, logits, (size_t)n * sizeof *work);
-    return smp_distribution(s, p, work, NULL, 0, ids, probs);
+    return smp_distribution(s, p, work, NULL, 0, 0, ids, probs);
 }
 
 /* ---- a slow reference, straight from the contract in sample.h ------------ */
@@ -146,21 +146,21 @@ static void test_greedy_takes_the_argmax_and_breaks_ties_to_the_lowest_id(void) 
     nx_sampler *s = new_sampler(6);
     nx_sampling p = nx_sampling_default();
     float a[6] = {1, 3, 3, 2, -1, 3};
-    CHECK(nx_sample(s, &p, a, NULL, 0, 0) == 1);
+    CHECK(nx_sample(s, &p, a, NULL, 0, 0, 0) == 1);
     float b[6] = {NAN, 3, 5, 5, 0, 1};          /* NaN never wins */
-    CHECK(nx_sample(s, &p, b, NULL, 0, 0) == 2);
+    CHECK(nx_sample(s, &p, b, NULL, 0, 0, 0) == 2);
     float c[6] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    CHECK(nx_sample(s, &p, c, NULL, 0, 0) == 0);
+    CHECK(nx_sample(s, &p, c, NULL, 0, 0, 0) == 0);
     const int32_t *ids;
     const float *probs;
     float d[6] = {0, 0, 0, 0, 7, 0};
     p.temperature = -1.0f;                       /* any temperature <= 0 is greedy */
-    CHECK(smp_distribution(s, &p, d, NULL, 0, &ids, &probs) == 1);
+    CHECK(smp_distribution(s, &p, d, NULL, 0, 0, &ids, &probs) == 1);
     CHECK(ids[0] == 4 && probs[0] == 1.0f);
     /* All -inf with a positive temperature: softmax is undefined, greedy is the limit. */
     float e[6] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
     p.temperature = 1.0f;
-    CHECK(smp_distribution(s, &p, e, NULL, 0, &ids, &probs) == 1 && ids[0] == 0);
+    CHECK(smp_distribution(s, &p, e, NULL, 0, 0, &ids, &probs) == 1 && ids[0] == 0);
     nx_sampler_free(s);
 }
 
@@ -211,14 +211,14 @@ static void test_same_seed_and_position_draw_the_same_token_in_any_call_order(vo
     int seen[V] = {0};
     for (int i = 0; i < P; i++) {
         memcpy(w, logits, sizeof w);
-        fwd[i] = nx_sample(s1, &p, w, NULL, 0, i);
+        fwd[i] = nx_sample(s1, &p, w, NULL, 0, 0, i);
         seen[fwd[i]]++;
     }
     /* Backwards, on another sampler: what a batched verifier would do. */
     int same = 1;
     for (int i = P - 1; i >= 0; i--) {
         memcpy(w, logits, sizeof w);
-        if (nx_sample(s2, &p, w, NULL, 0, i) != fwd[i]) same = 0;
+        if (nx_sample(s2, &p, w, NULL, 0, 0, i) != fwd[i]) same = 0;
     }
     CHECK(same);
     for (int t = 0; t < V; t++) CHECKF(seen[t] > 100, "token %d drawn %d times", t, seen[t]);
@@ -227,7 +227,7 @@ static void test_same_seed_and_position_draw_the_same_token_in_any_call_order(vo
     int differ = 0;
     for (int i = 0; i < P; i++) {
         memcpy(w, logits, sizeof w);
-        differ += nx_sample(s1, &p, w, NULL, 0, i) != fwd[i];
+        differ += nx_sample(s1, &p, w, NULL, 0, 0, i) != fwd[i];
     }
     CHECKF(differ > P / 2, "only %d of %d tokens differ", differ, P);
     nx_sampler_free(s1);
@@ -248,9 +248,9 @@ static void test_top_k_of_one_equals_greedy(void) {
             logits[300] = 20.0f;
         }
         memcpy(w, logits, sizeof w);
-        int32_t greedy = nx_sample(s, &g, w, NULL, 0, 0);
+        int32_t greedy = nx_sample(s, &g, w, NULL, 0, 0, 0);
         memcpy(w, logits, sizeof w);
-        int32_t k1 = nx_sample(s, &p, w, NULL, 0, (int64_t)seed);
+        int32_t k1 = nx_sample(s, &p, w, NULL, 0, 0, (int64_t)seed);
         CHECKF(k1 == greedy, "seed %d: top-k=1 %d, greedy %d", (int)seed, k1, greedy);
         if (seed % 5 == 0) CHECK(greedy == 300);
     }
@@ -350,26 +350,26 @@ static void test_penalties_apply_once_per_distinct_token_in_the_history(void) {
 
     p.repetition_penalty = 2.0f;      /* positive: divide; negative: multiply */
     memcpy(w, logits, sizeof w);
-    smp_distribution(s, &p, w, hist, 6, &ids, &probs);
+    smp_distribution(s, &p, w, hist, 6, 0, &ids, &probs);
     CHECK(w[0] == 1.0f && w[1] == -4.0f && w[2] == 1.0f && w[3] == 0.25f && w[4] == 3.0f);
 
     p = nx_sampling_default();
     p.presence_penalty = 0.5f;        /* subtracted once, whatever the count */
     memcpy(w, logits, sizeof w);
-    smp_distribution(s, &p, w, hist, 6, &ids, &probs);
+    smp_distribution(s, &p, w, hist, 6, 0, &ids, &probs);
     CHECK(w[0] == 1.5f && w[1] == -2.5f && w[3] == 0.0f && w[2] == 1.0f);
 
     p = nx_sampling_default();
     p.frequency_penalty = 0.5f;       /* subtracted count times */
     memcpy(w, logits, sizeof w);
-    smp_distribution(s, &p, w, hist, 6, &ids, &probs);
+    smp_distribution(s, &p, w, hist, 6, 0, &ids, &probs);
     CHECK(w[0] == 1.0f && w[1] == -2.5f && w[3] == 0.0f && w[5] == 0.0f);
 
     /* All three: repetition first, then count * frequency + presence. */
     p.repetition_penalty = 2.0f;
     p.presence_penalty = 0.25f;
     memcpy(w, logits, sizeof w);
-    int n = smp_distribution(s, &p, w, hist, 6, &ids, &probs);
+    int n = smp_distribution(s, &p, w, hist, 6, 0, &ids, &probs);
     CHECK(w[0] == 1.0f - 1.0f - 0.25f && w[1] == -4.0f - 0.5f - 0.25f && w[3] == 0.25f - 0.5f - 0.25f);
     CHECK(n == 1 && ids[0] == 4);
 
@@ -378,11 +378,31 @@ static void test_penalties_apply_once_per_distinct_token_in_the_history(void) {
     p = nx_sampling_default();
     p.frequency_penalty = 0.5f;
     memcpy(w, logits, sizeof w);
-    CHECK(nx_sample(s, &p, w, rep4, 3, 0) == 0);
+    CHECK(nx_sample(s, &p, w, rep4, 3, 0, 0) == 0);
 
     /* The counts are cleared between calls: no history, no change. */
     memcpy(w, logits, sizeof w);
-    smp_distribution(s, &p, w, NULL, 0, &ids, &probs);
+    smp_distribution(s, &p, w, NULL, 0, 0, &ids, &probs);
+    CHECK(memcmp(w, logits, sizeof w) == 0);
+
+    /* hist[0..3) = {0, 1, 0} as input (the prompt): the repetition penalty
+     * sees tokens 0 and 1 there, presence and frequency only the output's
+     * token 3. */
+    p = nx_sampling_default();
+    p.repetition_penalty = 2.0f, p.presence_penalty = 0.25f, p.frequency_penalty = 0.5f;
+    memcpy(w, logits, sizeof w);
+    smp_distribution(s, &p, w, hist, 6, 3, &ids, &probs);
+    CHECKF(w[0] == 1.0f && w[1] == -4.0f && w[2] == 1.0f && w[3] == 0.25f - 0.5f - 0.25f && w[4] == 3.0f,
+           "input split: %g %g %g %g %g", w[0], w[1], w[2], w[3], w[4]);
+    /* an input token counted once more in the output gets one count */
+    const int32_t again[4] = {0, 0, 1, 0};
+    memcpy(w, logits, sizeof w);
+    smp_distribution(s, &p, w, again, 4, 3, &ids, &probs);
+    CHECKF(w[0] == 1.0f - 0.5f - 0.25f && w[1] == -4.0f, "again: %g %g", w[0], w[1]);
+    /* all of it input: presence and frequency change nothing */
+    p.repetition_penalty = 1.0f;
+    memcpy(w, logits, sizeof w);
+    smp_distribution(s, &p, w, hist, 6, 6, &ids, &probs);
     CHECK(memcmp(w, logits, sizeof w) == 0);
     nx_sampler_free(s);
 }
@@ -404,7 +424,7 @@ static void test_logit_bias_comes_first_and_decides_greedy_and_sampling(void) {
     p.n_logit_bias = 5;
     p.repetition_penalty = 2.0f;
     memcpy(w, logits, sizeof w);
-    int n = smp_distribution(s, &p, w, hist, 2, &ids, &probs);
+    int n = smp_distribution(s, &p, w, hist, 2, 0, &ids, &probs);
     CHECKF(w[2] == 1.5f && w[1] == -1.25f && w[0] == 2.0f && w[4] == 3.0f && w[5] == 0.0f, "%g %g", w[2], w[1]);
     CHECK(n == 1 && ids[0] == 4);
 
@@ -414,10 +434,10 @@ static void test_logit_bias_comes_first_and_decides_greedy_and_sampling(void) {
     p.logit_bias = &ban;
     p.n_logit_bias = 1;
     memcpy(w, logits, sizeof w);
-    CHECK(nx_sample(s, &p, w, NULL, 0, 0) == 0);
+    CHECK(nx_sample(s, &p, w, NULL, 0, 0, 0) == 0);
     p.logit_bias = &force;
     memcpy(w, logits, sizeof w);
-    CHECK(nx_sample(s, &p, w, NULL, 0, 0) == 1);
+    CHECK(nx_sample(s, &p, w, NULL, 0, 0, 0) == 1);
 
     /* sampling at temperature 1: the banned token is never drawn, and the
      * distribution is softmax(logits + bias) */
@@ -427,10 +447,10 @@ static void test_logit_bias_comes_first_and_decides_greedy_and_sampling(void) {
     p.n_logit_bias = 1;
     for (int64_t pos = 0; pos < 2000; pos++) {
         memcpy(w, logits, sizeof w);
-        CHECK(nx_sample(s, &p, w, NULL, 0, pos) != 4);
+        CHECK(nx_sample(s, &p, w, NULL, 0, 0, pos) != 4);
     }
     memcpy(w, logits, sizeof w);
-    n = smp_distribution(s, &p, w, NULL, 0, &ids, &probs);
+    n = smp_distribution(s, &p, w, NULL, 0, 0, &ids, &probs);
     double z = 0;
     for (int i = 0; i < 6; i++) z += exp(logits[i] + (i == 4 ? -100.0 : 0.0));
     for (int j = 0; j < n; j++) {
@@ -509,7 +529,7 @@ static void test_20000_draws_on_a_5_token_softmax_match_its_probabilities(void) 
         float w[V];
         for (int64_t pos = 0; pos < N; pos++) {
             memcpy(w, logits, sizeof w);
-            count[nx_sample(s, &p, w, NULL, 0, pos)]++;
+            count[nx_sample(s, &p, w, NULL, 0, 0, pos)]++;
         }
         double chi2 = 0;
         for (int i = 0; i < V; i++) {
@@ -569,7 +589,7 @@ static void test_fast_selection_paths_equal_a_full_sort_of_the_vocabulary(void) 
                 CHECKF(ok, "seed %d config %d: n %d vs reference %d", (int)seed, (int)c, n, rn);
             /* And nx_sample is the draw over exactly this list. */
             memcpy(w, logits, sizeof w);
-            int32_t t = nx_sample(s, &p, w, NULL, 0, (int64_t)seed);
+            int32_t t = nx_sample(s, &p, w, NULL, 0, 0, (int64_t)seed);
             CHECK(t == smp_draw(rids, rprobs, rn, smp_uniform(seed, (int64_t)seed, 0)));
         }
     }
@@ -613,9 +633,9 @@ static void test_distribution_at_equals_the_row_with_the_rest_masked(void) {
             memcpy(sparse, logits, sizeof sparse);
             const int32_t *ids;
             const float *probs;
-            const int nd = smp_distribution(s, &p, dense, hist, 4, &ids, &probs);
+            const int nd = smp_distribution(s, &p, dense, hist, 4, 0, &ids, &probs);
             memcpy(ids_d, ids, (size_t)nd * sizeof *ids), memcpy(probs_d, probs, (size_t)nd * sizeof *probs);
-            const int ns = smp_distribution_at(s, &p, sparse, cand, n_cand, hist, 4, &ids, &probs);
+            const int ns = smp_distribution_at(s, &p, sparse, cand, n_cand, hist, 4, 0, &ids, &probs);
             int same_ids = ns == nd && memcmp(ids, ids_d, (size_t)nd * sizeof *ids) == 0, close = same_ids;
             for (int j = 0; close && j < nd; j++) close = fabsf(probs[j] - probs_d[j]) <= 1e-6f;
             const int exact = same_ids && memcmp(probs, probs_d, (size_t)nd * sizeof *probs) == 0;
@@ -652,7 +672,7 @@ static void test_one_probability_without_the_list(void) {
         memcpy(a, logits, sizeof a), memcpy(b, logits, sizeof b);
         const int32_t *ids, *ids2;
         const float *probs, *probs2;
-        smp_process(s, &p, a, hist, 3);
+        smp_process(s, &p, a, hist, 3, 0);
         double pr[5];
         for (int k = 0; k < 5; k++) pr[k] = smp_prob(s, &p, a, probe[k]);
         const int n = smp_list(s, &p, a, &ids, &probs);
@@ -665,7 +685,7 @@ static void test_one_probability_without_the_list(void) {
         }
         const int32_t first = ids[0];
         const float p0 = probs[0];
-        const int n2 = smp_distribution(s, &p, b, hist, 3, &ids2, &probs2);
+        const int n2 = smp_distribution(s, &p, b, hist, 3, 0, &ids2, &probs2);
         CHECKF(ok && n2 == n && ids2[0] == first && probs2[0] == p0, "config %d: smp_prob disagrees with the list",
                (int)c);
     }
@@ -694,7 +714,7 @@ static void test_sample_never_allocates(void) {
     nx_alloc_guard_begin();
     for (int i = 0; i < 6; i++) {
         memcpy(w, logits, sizeof w);
-        out[i] = nx_sample(s, &cfg[i], w, hist, 64, 1000 + i);
+        out[i] = nx_sample(s, &cfg[i], w, hist, 64, 0, 1000 + i);
     }
     nx_alloc_guard_end();
     for (int i = 0; i < 6; i++) CHECK(out[i] >= 0 && out[i] < V);
@@ -725,7 +745,7 @@ static const nx_test tests[] = {
      "min-p on a hand-made distribution: kept in id order, in the fixed order with top-k",
      test_min_p_drops_tokens_below_a_fraction_of_the_best},
     {"penalties_apply_once_per_distinct_token_in_the_history",
-     "repetition, presence and frequency penalties on hand-made logits",
+     "repetition, presence and frequency penalties on hand-made logits; the prompt seen by the repetition penalty only",
      test_penalties_apply_once_per_distinct_token_in_the_history},
     {"logit_bias_comes_first_and_decides_greedy_and_sampling",
      "bias before penalties; -100 bans, +100 forces; softmax(logits + bias); the checks nx_spec_new makes",

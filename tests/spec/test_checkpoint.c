@@ -14,7 +14,8 @@
 #define COPY NX_TEST_DATA "/golden/torchref-mini-copy-s0.05/hf"
 
 /* A session of K drafts, greedy, or (sampled) under rejection sampling with
- * drafts drawn from the head's distribution. */
+ * drafts drawn from the head's distribution; sampled 2: with presence and
+ * frequency penalties too (which count the output only: n_input). */
 static nx_spec *session_of(nx_model *m, nx_drafter *d, int K, int ctx, int sampled) {
     char err[512];
     nx_spec *s = NULL;
@@ -23,6 +24,7 @@ static nx_spec *session_of(nx_model *m, nx_drafter *d, int K, int ctx, int sampl
         o.accept = NX_ACCEPT_REJECTION, o.draft_pick = NX_DRAFT_PICK_SAMPLE;
         o.sampling.temperature = 0.8f, o.sampling.top_k = 30, o.sampling.seed = 21;
     }
+    if (sampled == 2) o.sampling.presence_penalty = 0.8f, o.sampling.frequency_penalty = 0.3f;
     CHECKF(nx_spec_new(m, d, ctx, &o, &s, err, sizeof err) == NX_OK, "%s", err);
     return s;
 }
@@ -97,6 +99,7 @@ static void restored_session_continues_exactly(void) {
     }
     restored_equals_uninterrupted(m, screened, 3, 1, path, "screen of 64,");
     restored_equals_uninterrupted(m, copy4, 2, 1, path, "4-bit head copy,");
+    restored_equals_uninterrupted(m, d, 2, 2, path, "presence and frequency penalties,");
 done:
     nx_drafter_free(screened), nx_drafter_free(copy4);
     nx_drafter_free(d);
@@ -396,6 +399,29 @@ static void checkpoints_move_between_contexts_one(nx_kv_cache layout) {
     nx_model_free(m);
 }
 
+/* The checkpoint files the fuzz harness starts from (tests/data/fuzz/
+ * checkpoint, tests/fuzz/README.md) are this version's: the seeds load, and
+ * the reproducers reach the check they were made for (deferred tokens
+ * outside the vocabulary), not the version or identity checks -- else they
+ * no longer cover what they are kept for. */
+static void the_fuzz_corpus_checkpoints_are_current(void) {
+    nx_model *m = nx_test_model(NX_TEST_DATA "/golden/torchref-mini-a/hf", 1);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    static const char *const files[] = {"seed-plain-session", "seed-drafting-session", "seed-deferred-entries",
+                                        "ckpt-deferred-token-1024", "ckpt-deferred-token-garbage"};
+    for (int i = 0; d && i < 5; i++) {
+        char path[1200], err[512];
+        snprintf(path, sizeof path, "%s/fuzz/checkpoint/%s.bin", NX_TEST_DATA, files[i]);
+        nx_spec *s = session_ctx(m, i ? d : NULL, 0, 64);
+        const nx_status st = s ? nx_spec_load(s, path, err, sizeof err) : NX_ENOMEM;
+        if (i < 3) CHECKF(st == NX_OK, "%s: %s", files[i], err);
+        else CHECKF(st == NX_EFORMAT && strstr(err, "contents do not fit"), "%s: %d %s", files[i], st, err);
+        nx_spec_free(s);
+    }
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 static void checkpoints_move_between_contexts(void) {
     checkpoints_move_between_contexts_one(NX_KV_F32);
     checkpoints_move_between_contexts_one(NX_KV_F16);
@@ -407,8 +433,12 @@ static const nx_test tests[] = {
      "f32 and f16 caches; the other layout refuses it",
      checkpoints_move_between_contexts},
     {"restored_session_continues_exactly", "save after 20 tokens, restore, add a turn, go on: equals the uninterrupted run; "
-     "rejection sampling with sampled drafts too, through a screen and from a 4-bit head copy",
+     "rejection sampling with sampled drafts too, through a screen, from a 4-bit head copy, with presence and "
+     "frequency penalties",
      restored_session_continues_exactly},
+    {"the_fuzz_corpus_checkpoints_are_current",
+     "tests/data/fuzz/checkpoint: the seeds load; the reproducers are refused for their deferred tokens",
+     the_fuzz_corpus_checkpoints_are_current},
     {"forged_checkpoints_with_valid_checksums_are_refused",
      "a file edited and its checksum recomputed: deferred tokens outside the vocabulary, entries without a head",
      forged_checkpoints_with_valid_checksums_are_refused},

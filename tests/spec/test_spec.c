@@ -330,7 +330,7 @@ static void sampled_drafts_see_the_targets_history(nx_model *m, nx_drafter *d, c
             nx_state_free(t);
             const int32_t *ids;
             const float *probs;
-            const int k = smp_distribution(smp, sp, logits, s->hist, n, &ids, &probs);
+            const int k = smp_distribution(smp, sp, logits, s->hist, n, n_prompt, &ids, &probs);
             for (int i = 0; i < s->q_n[j]; i++) q[s->q_ids[(size_t)j * V + i]] = s->q_probs[(size_t)j * V + i];
             for (int i = 0; i < k; i++) worst = fmax(worst, fabs(q[ids[i]] - probs[i])), q[ids[i]] = 0;
             for (int i = 0; i < V; i++) worst = fmax(worst, q[i]), q[i] = 0;   /* Q's ids outside P */
@@ -425,9 +425,10 @@ static void match_mode_equals_plain_sampling(void) {
     nx_model_free(m);
 }
 
-/* The target's processed distribution (the sampler's, penalties over seq)
- * of the token after seq[0..n), by id into p[V]. */
-static void target_probs(nx_model *m, nx_sampler *smp, const nx_sampling *sp, const int32_t *seq, int n, double *p) {
+/* The target's processed distribution (the sampler's, penalties over seq,
+ * seq[0..n_input) the prompt) of the token after seq[0..n), by id into p[V]. */
+static void target_probs(nx_model *m, nx_sampler *smp, const nx_sampling *sp, const int32_t *seq, int n, int n_input,
+                         double *p) {
     enum { V = 8 };
     char err[512];
     nx_state *t = NULL;
@@ -438,7 +439,7 @@ static void target_probs(nx_model *m, nx_sampler *smp, const nx_sampling *sp, co
     nx_state_free(t);
     const int32_t *ids;
     const float *probs;
-    int k = smp_distribution(smp, sp, logits, seq, n, &ids, &probs);
+    int k = smp_distribution(smp, sp, logits, seq, n, n_input, &ids, &probs);
     for (int i = 0; i < V; i++) p[i] = 0;
     for (int i = 0; i < k; i++) p[ids[i]] = probs[i];
 }
@@ -496,10 +497,10 @@ static void rejection_sampling_keeps_the_target_distribution(void) {
             int32_t seq[P + 2];
             memcpy(seq, prompt, sizeof prompt);
             seq[P] = b;
-            target_probs(m, smp, &sp, seq, P + 1, p1[b]);
+            target_probs(m, smp, &sp, seq, P + 1, P, p1[b]);
             for (int t1 = 0; t1 < V; t1++) {
                 seq[P + 1] = t1;
-                target_probs(m, smp, &sp, seq, P + 2, p2[b][t1]);
+                target_probs(m, smp, &sp, seq, P + 2, P, p2[b][t1]);
             }
         }
         double expected[V * V] = {0}, observed[V * V] = {0};
@@ -566,6 +567,49 @@ static void rejection_sampling_keeps_the_target_distribution(void) {
     }
     nx_sampler_free(smp);
     nx_drafter_free(screened), nx_drafter_free(vocab3), nx_drafter_free(copy4);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+/* Presence and frequency penalties count the output only (OpenAI's
+ * definition): on a prompt that repeats itself, the first token is plain
+ * greedy's, however strong the penalty, where counting the prompt changed it;
+ * the output after it is penalised (it differs from plain), speculative
+ * output equals plain output with the penalty, and an extend's tokens count
+ * as input too. */
+static void presence_and_frequency_count_the_output_only(void) {
+    nx_model *m = nx_test_model(NX_MODELS_DIR "/default", 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) goto done;
+    static const int32_t text[7] = {449, 324, 271, 671, 268, 258, 685};
+    int32_t prompt[19], plain[40], pen[40], spec[40];
+    for (int i = 0; i < 19; i++) prompt[i] = text[i % 7];
+    run_cfg rc = {0, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+    const int n0 = generate(m, NULL, prompt, 19, 40, &rc, plain, NULL);
+    rc.sp.presence_penalty = 2.0f, rc.sp.frequency_penalty = 1.0f;
+    const int n1 = generate(m, NULL, prompt, 19, 40, &rc, pen, NULL);
+    rc.draft = 3;
+    const int n2 = generate(m, d, prompt, 19, 40, &rc, spec, NULL);
+    CHECKF(n0 > 1 && n1 > 1 && pen[0] == plain[0], "first token %d with the penalties, %d without", pen[0], plain[0]);
+    CHECKF(memcmp(plain, pen, (size_t)(n0 < n1 ? n0 : n1) * sizeof *pen) != 0, "the penalties changed nothing");
+    CHECKF(n1 == n2 && memcmp(pen, spec, (size_t)n1 * sizeof *pen) == 0, "speculative != plain with the penalties");
+    /* a second turn: its tokens are input, the reply's first token again plain greedy's */
+    char err[512];
+    int32_t first_pen, first_plain, out[8];
+    int got;
+    for (int with = 0; with < 2; with++) {
+        nx_spec_opts o = {.draft = 2, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
+        if (with) o.sampling.presence_penalty = 2.0f, o.sampling.frequency_penalty = 1.0f;
+        nx_spec *s = NULL;
+        CHECKF(nx_spec_new(m, d, 128, &o, &s, err, sizeof err) == NX_OK, "%s", err);
+        if (!s) break;
+        CHECK(nx_spec_prefill(s, prompt, 7, &out[0], err, sizeof err) == NX_OK);
+        CHECK(nx_spec_step(s, 4, out, &got, err, sizeof err) == NX_OK);
+        CHECK(nx_spec_extend(s, prompt, 19, with ? &first_pen : &first_plain, err, sizeof err) == NX_OK);
+        nx_spec_free(s);
+    }
+    CHECKF(first_pen == first_plain, "after an extend: %d with the penalties, %d without", first_pen, first_plain);
+done:
     nx_drafter_free(d);
     nx_model_free(m);
 }
@@ -1120,6 +1164,10 @@ static const nx_test tests[] = {
     {"logit_bias_shapes_the_output_and_drafts_keep_it_exact",
      "with a logit bias, K = 1..3 greedy and matched output equal plain; banned ids never come; bad entries refused",
      logit_bias_shapes_the_output_and_drafts_keep_it_exact},
+    {"presence_and_frequency_count_the_output_only",
+     "presence and frequency penalties: the first token after a repeating prompt (and after an extend) is plain "
+     "greedy's; the output after it changes; speculative equals plain",
+     presence_and_frequency_count_the_output_only},
     {"logprobs_follow_the_target_and_drafts_keep_them_exact",
      "logprobs = log_softmax (double) of a plain forward's logits within 2e-5, top 5 in order, a bias that changes the "
      "output ignored; K = 1..3 greedy and matched, and K = 3 cut at a stop id: the same bits as plain; off: none; "
