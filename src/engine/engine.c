@@ -255,8 +255,9 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
     if (o->n_prompt < 1) return nx_fail(err, errlen, NX_EINVAL, "request: empty prompt");
     if (o->n_stop < 0 || o->n_stop > ENG_MAX_STOP)
         return nx_fail(err, errlen, NX_EINVAL, "request: %d stop ids (at most %d)", o->n_stop, ENG_MAX_STOP);
-    if (o->n_prompt > e->o.max_ctx - 2) /* the prompt, one output token, the next round's input */
-        return nx_fail(err, errlen, NX_ERANGE, "request: the prompt has %d tokens; the context holds %d", o->n_prompt, e->o.max_ctx);
+    if (o->n_prompt > e->o.max_ctx - 1) /* the prompt and one output token */
+        return nx_fail(err, errlen, NX_ERANGE, "request: the prompt has %d tokens; the context holds %d (prompt + output)",
+                       o->n_prompt, e->o.max_ctx);
     for (int i = 0; i < o->n_prompt; i++)
         if (o->prompt[i] < 0 || o->prompt[i] >= V)
             return nx_fail(err, errlen, NX_EINVAL, "request: prompt token %d at index %d is outside the vocabulary [0, %d)",
@@ -427,7 +428,7 @@ static void row_emit(nx_engine *e, nx_request *r, const int32_t *ids, int n) {
         return;
     }
     r->generated += keep;
-    if (f == NX_FINISH_NONE && nx_spec_length(r->spec) + 2 > e->o.max_ctx) f = NX_FINISH_LENGTH;
+    if (f == NX_FINISH_NONE && nx_spec_length(r->spec) >= e->o.max_ctx) f = NX_FINISH_LENGTH;
     if (f != NX_FINISH_NONE) request_finish(r, f, NULL);
 }
 
@@ -524,6 +525,8 @@ static void rows_decode(nx_engine *e, nx_request **rows, int n) {
     for (int i = 0; i < n; i++) {
         nx_request *r = rows[i];
         int room = r->max_tokens > 0 ? r->max_tokens - r->generated : NX_SPEC_MAX_DRAFT + 1;
+        const int ctx_room = e->o.max_ctx - nx_spec_length(r->spec);   /* prompt + output <= max_ctx */
+        if (room > ctx_room) room = ctx_room;
         ss[i] = r->spec;
         /* one token at most: a round without drafts */
         max_emit[i] = !drafting || room < 1 ? 1 : room;

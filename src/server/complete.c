@@ -699,15 +699,18 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
      * token, which the answer leaves out */
     int score_only = q.echo && q.max_tokens == 0;
     if (score_only) q.max_tokens = 1;
-    if (q.max_tokens == 0 || q.max_tokens > ctx - n || n > ctx - 2) {
-        if (q.max_tokens == 0) snprintf(err, sizeof err, "max_tokens must be at least 1%s", chat ? "" : " (or 0 with echo)");
+    /* prompt + completion <= the context (the engine's bound), and at least
+     * one completion token */
+    if (q.max_tokens == 0 || q.max_tokens > ctx - n || n > ctx - 1) {
+        const int want = q.max_tokens > 0 ? q.max_tokens : 1;
+        if (q.max_tokens == 0)
+            snprintf(err, sizeof err, "%s must be at least 1%s", q.max_tokens_name, chat ? "" : " (or 0 with echo)");
         else
             snprintf(err, sizeof err,
                      "This model's maximum context length is %d tokens. However, you requested %lld tokens (%d in the %s, %d in the "
                      "completion). Please reduce the length of the %s or completion.",
-                     ctx, n + (q.max_tokens > 0 ? (long long)q.max_tokens : 0), n, chat ? "messages" : "prompt", q.max_tokens > 0 ? q.max_tokens : 0,
-                     chat ? "messages" : "prompt");
-        const char *param = q.max_tokens == 0 ? "max_tokens" : chat ? "messages" : "prompt";
+                     ctx, (long long)n + want, n, chat ? "messages" : "prompt", want, chat ? "messages" : "prompt");
+        const char *param = q.max_tokens == 0 ? q.max_tokens_name : chat ? "messages" : "prompt";
         nx_free(ids);
         oai_request_free(&q);
         return srv_send_error(s, c, 400, err, "invalid_request_error", param);

@@ -44,6 +44,7 @@ typedef struct {
                                  array of one such array); prompt is then NULL */
     int n_prompt_ids;
     int max_tokens;           /* max_completion_tokens, else max_tokens; -1 when absent */
+    const char *max_tokens_name; /* the field max_tokens came from (static), for messages */
     nx_sampling sampling;     /* OpenAI's defaults: temperature 1, top_p 1, top_k 0 (off),
                                  min_p 0, presence/frequency_penalty 0, repetition_penalty 1;
                                  logit_bias points into bias */

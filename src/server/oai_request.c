@@ -75,18 +75,69 @@ static int get_int(const json_t *obj, const char *key, long long lo, const char 
 static int clamp_int(long long v) { return v > INT_MAX ? INT_MAX : (int)v; }
 
 
+/* messages[i]: a role of OpenAI's ("developer", its newer name for the
+ * system role, becomes "system": the chat template knows that one), and
+ * content that is absent, null, a string or an array of text parts. Images,
+ * audio and files are refused: the model here reads text only, and a
+ * template would render an image part as placeholder tokens with no image
+ * behind them. */
+static int check_message(json_t *m, size_t i, parse_err *e) {
+    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
+    const char *role = json_string_value(json_object_get(m, "role"));
+    if (!role) return fail(e, "messages", "messages[%zu].role must be a string", i);
+    size_t k = 0;
+    while (k < sizeof roles / sizeof *roles && strcmp(role, roles[k]) != 0) k++;
+    if (k == sizeof roles / sizeof *roles)
+        return fail(e, "messages", "messages[%zu].role must be system, developer, user, assistant or tool", i);
+    if (strcmp(role, "developer") == 0 && json_object_set_new(m, "role", json_string("system"))) return 1;
+    json_t *c = json_object_get(m, "content"), *part;
+    if (!c || json_is_null(c) || json_is_string(c)) return 0;
+    if (!json_is_array(c))
+        return fail(e, "messages", "messages[%zu].content must be a string or an array of content parts", i);
+    json_array_foreach(c, k, part) {
+        const char *type = json_string_value(json_object_get(part, "type"));
+        if (!json_is_object(part) || !type)
+            return fail(e, "messages", "messages[%zu].content[%zu] must be an object with a string type", i, k);
+        if (strcmp(type, "text") != 0)
+            return fail(e, "messages", "messages[%zu].content[%zu].type must be \"text\" (images, audio and files are not supported)",
+                        i, k);
+        if (!json_is_string(json_object_get(part, "text")))
+            return fail(e, "messages", "messages[%zu].content[%zu].text must be a string", i, k);
+    }
+    return 0;
+}
+
+/* tools[i]: {"type": "function", "function": {"name": ..., "description"?,
+ * "parameters"?: an object}}, as OpenAI takes them; anything else would be
+ * rendered into the prompt as it came. */
+static int check_tool(const json_t *t, size_t i, parse_err *e) {
+    const json_t *f = json_object_get(t, "function"), *name = json_object_get(f, "name"), *v;
+    if (!json_is_object(t) || !json_is_string(json_object_get(t, "type")) ||
+        strcmp(json_string_value(json_object_get(t, "type")), "function") != 0)
+        return fail(e, "tools", "tools[%zu] must be an object with type \"function\"", i);
+    if (!json_is_object(f) || !json_is_string(name) || json_string_length(name) == 0)
+        return fail(e, "tools", "tools[%zu].function must be an object with a non-empty name", i);
+    if ((v = json_object_get(f, "description")) && !json_is_null(v) && !json_is_string(v))
+        return fail(e, "tools", "tools[%zu].function.description must be a string", i);
+    if ((v = json_object_get(f, "parameters")) && !json_is_null(v) && !json_is_object(v))
+        return fail(e, "tools", "tools[%zu].function.parameters must be an object", i);
+    return 0;
+}
+
 static int parse_messages(const json_t *root, oai_request *r, parse_err *e) {
     json_t *msgs = field(root, "messages"), *m, *tools, *choice;
     size_t i;
+    int st;
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) return fail(e, "messages", "messages must be a non-empty array");
     json_array_foreach(msgs, i, m) {
         if (!json_is_object(m)) return fail(e, "messages", "messages[%zu] must be an object", i);
-        if (!json_is_string(json_object_get(m, "role")))
-            return fail(e, "messages", "messages[%zu].role must be a string", i);
+        if ((st = check_message(m, i, e))) return st;
     }
     tools = field(root, "tools");
     choice = field(root, "tool_choice");
     if (tools && !json_is_array(tools)) return fail(e, "tools", "tools must be an array");
+    json_array_foreach(tools, i, m)
+        if ((st = check_tool(m, i, e))) return st;
     /* "required" and a named function ask for a tool call whatever the model
      * says: a guarantee only constrained decoding could give */
     const char *cs = json_string_value(choice);
@@ -138,6 +189,9 @@ static int parse_prompt(const json_t *root, oai_request *r, parse_err *e) {
     static const char msg[] = "prompt must be a string, an array of token ids, or an array holding one of them";
     json_t *v = field(root, "prompt"), *t;
     size_t i;
+    if (json_is_array(v) && json_array_size(v) > 1 &&
+        (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0))))
+        return fail(e, "prompt", "prompt holds %zu prompts: one per request is supported", json_array_size(v));
     if (json_is_array(v) && json_array_size(v) == 1 && !json_is_integer(json_array_get(v, 0))) v = json_array_get(v, 0);
     if (json_is_string(v)) return (r->prompt = strdup(json_string_value(v))) ? 0 : 1;
     if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > INT_MAX) return fail(e, "prompt", "%s", msg);
@@ -248,9 +302,9 @@ static int parse_body(const json_t *root, oai_request *r, parse_err *e) {
 
     const char *nonneg = "a non-negative integer";
     if ((got = get_int(root, "max_tokens", 0, nonneg, &n, e)) < 0) return -1;
-    if (got) r->max_tokens = clamp_int(n);
+    if (got) r->max_tokens = clamp_int(n), r->max_tokens_name = "max_tokens";
     if ((got = get_int(root, "max_completion_tokens", 0, nonneg, &n, e)) < 0) return -1;
-    if (got) r->max_tokens = clamp_int(n);   /* the newer name wins */
+    if (got) r->max_tokens = clamp_int(n), r->max_tokens_name = "max_completion_tokens";   /* the newer name wins */
 
     for (size_t i = 0; i < sizeof real_fields / sizeof *real_fields; i++) {
         const char *key = real_fields[i].key;
@@ -298,6 +352,7 @@ int oai_parse_request(const char *body, size_t len, int chat, oai_request *out, 
     memset(out, 0, sizeof *out);
     out->chat = chat;
     out->max_tokens = -1;
+    out->max_tokens_name = "max_tokens";
     out->enable_thinking = -1;
     out->sampling = nx_sampling_default();
     out->sampling.temperature = 1.0f;   /* OpenAI's default; nextn's own default is greedy */

@@ -205,6 +205,49 @@ static void cancelling_frees_the_row_and_others_go_on(void) {
     nx_model_free(m);
 }
 
+/* The context bounds prompt + output (nx_engine_opts.max_ctx): a prompt of
+ * 255 tokens in a context of 256 gets one token, one of 240 with drafts
+ * every round exactly 16 (a round never emits past the end), both ending
+ * for length; 256 tokens are refused. The eos ids are banned so the output
+ * runs to the limit. */
+static void the_context_bounds_prompt_and_output(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    policy = NX_DRAFTS_ALWAYS;
+    nx_engine *e = engine(m, d, 1, 0, NULL, 64);
+    policy = NX_DRAFTS_ADAPTIVE;
+    const nx_model_info *info = nx_model_get_info(m);
+    nx_logit_bias ban[8];
+    int nb = 0;
+    for (int i = 0; i < info->n_eos && nb < 8; i++) ban[nb++] = (nx_logit_bias){info->eos_ids[i], -100.0f};
+    int32_t p[256], out[64];
+    prompt_of(p, 256, 3);
+    char err[512];
+    static const int lens[2] = {255, 240}, want[2] = {1, 16};
+    for (int i = 0; e && i < 2; i++) {
+        nx_request_opts o = {0};
+        o.prompt = p, o.n_prompt = lens[i];
+        o.sampling = nx_sampling_default();
+        o.sampling.logit_bias = ban, o.sampling.n_logit_bias = nb;
+        nx_request *r = NULL;
+        CHECKF(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_OK, "%s", err);
+        nx_finish fin;
+        const int n = drain(r, out, 64, &fin);
+        CHECKF(n == want[i] && fin == NX_FINISH_LENGTH, "a prompt of %d: %d tokens (want %d), finish %d", lens[i], n,
+               want[i], fin);
+        nx_request_free(r);
+    }
+    nx_request_opts o = {0};
+    o.prompt = p, o.n_prompt = 256;
+    o.sampling = nx_sampling_default();
+    nx_request *r = NULL;
+    CHECKF(e && nx_engine_submit(e, &o, &r, err, sizeof err) == NX_ERANGE && !r && strstr(err, "256"), "%s", err);
+    nx_engine_free(e);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 static void bad_submissions_are_refused(void) {
     nx_model *m = nx_test_model(COPY, 2);
     if (!m) return;
@@ -598,6 +641,9 @@ static void prompt_logprobs_score_the_whole_prompt(void) {
 }
 
 static const nx_test tests[] = {
+    {"the_context_bounds_prompt_and_output",
+     "prompt + output <= max_ctx: 255 of 256 gets 1 token, 240 gets 16 with drafts every round (length); 256 refused",
+     the_context_bounds_prompt_and_output},
     {"rows_in_company_equal_rows_alone",
      "6 requests on 4 rows (greedy and matched sampling), drafts always or adaptive: each equals the request alone",
      rows_in_company_equal_rows_alone},

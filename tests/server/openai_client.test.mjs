@@ -274,6 +274,32 @@ test('a prompt of token ids reads as its text does', async () => {
   assert.match(far.json.error.message, /outside the vocabulary/);
 });
 
+test('prompt and completion fit the context, to the last token', async () => {
+  // --ctx 1024: a prompt of 1023 ids gets its one token; 1020 with max_tokens 4
+  // gets all 4; one more than fits is a 400 that counts what was asked
+  // (the bundled model's eos ids banned, so that the output runs to the limit)
+  const ids = (n) => Array.from({ length: n }, (_, i) => 100 + (i % 50));
+  const noEos = { 4320: -100, 4322: -100 };
+  const ask = (n, extra) => raw('POST', '/v1/completions', JSON.stringify({ prompt: ids(n), temperature: 0, ...extra }));
+  const last = await ask(1023, { logit_bias: noEos });
+  assert.equal(last.status, 200, last.text);
+  assert.deepEqual([last.json.usage.prompt_tokens, last.json.usage.completion_tokens], [1023, 1]);
+  assert.equal(last.json.choices[0].finish_reason, 'length');
+  const four = await ask(1020, { max_tokens: 4, logit_bias: noEos });
+  assert.equal(four.status, 200, four.text);
+  assert.deepEqual([four.json.usage.prompt_tokens, four.json.usage.completion_tokens], [1020, 4]);
+  const over = await ask(1021, { max_tokens: 4 });
+  assert.equal(over.status, 400);
+  assert.equal(over.json.error.param, 'prompt');
+  assert.match(over.json.error.message, /maximum context length is 1024 tokens\. However, you requested 1025 tokens \(1021 in the prompt, 4 in the completion\)/);
+  const full = await ask(1024, {});
+  assert.equal(full.status, 400);
+  assert.match(full.json.error.message, /requested 1025 tokens \(1024 in the prompt, 1 in the completion\)/);
+  const zero = await ask(8, { max_completion_tokens: 0 });
+  assert.equal(zero.status, 400);
+  assert.equal(zero.json.error.param, 'max_completion_tokens');
+});
+
 test('logit_bias forces or bans a token', async () => {
   const c = client();
   const [id] = JSON.parse(spawnSync(nextn, ['tokenize', '-m', modelDir, '--text', ' Moses']).stdout);

@@ -119,14 +119,30 @@ static void tool_choice_none_drops_the_tools(void) {
     oai_request r;
     int status;
     char err[256];
-    CHECK(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}],"
-                "\"tool_choice\":\"none\"}",
+    CHECK(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"none\"}",
                 1, &r, &status, err, sizeof err) == 0);
     CHECK(r.tools_json == NULL);
     oai_request_free(&r);
     CHECK(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":null}", 1, &r, &status, err,
                 sizeof err) == 0);
     CHECK(r.tools_json == NULL);
+    oai_request_free(&r);
+}
+
+/* "developer" (OpenAI's newer name for the system role) reaches the chat
+ * template as "system"; max_tokens' field name is kept for messages. */
+static void a_developer_message_is_a_system_message(void) {
+    oai_request r;
+    int status;
+    char err[256];
+    CHECK(parse("{\"messages\":[{\"role\":\"developer\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
+                "\"x\"}],\"max_completion_tokens\":3}",
+                1, &r, &status, err, sizeof err) == 0);
+    CHECKF(r.messages_json && strcmp(r.messages_json, "[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":"
+                                                      "\"user\",\"content\":\"x\"}]") == 0,
+           "%s", r.messages_json);
+    CHECK(r.max_tokens == 3 && strcmp(r.max_tokens_name, "max_completion_tokens") == 0);
     oai_request_free(&r);
 }
 
@@ -256,7 +272,9 @@ static void invalid_requests_get_400_naming_the_field(void) {
         {0, "{\"prompt\":[1,\"a\"]}", "prompt[1] must be a token id", "prompt"},
         {0, "{\"prompt\":[1,-2]}", "prompt[1] must be a token id", "prompt"},
         {0, "{\"prompt\":[2147483648]}", "prompt[0] must be a token id", "prompt"},
-        {0, "{\"prompt\":[[1],[2]]}", "prompt[0] must be a token id", "prompt"},
+        {0, "{\"prompt\":[[1],[2]]}", "prompt holds 2 prompts: one per request", "prompt"},
+        {0, "{\"prompt\":[\"a\",\"b\"]}", "prompt holds 2 prompts: one per request", "prompt"},
+        {0, "{\"prompt\":[1,[2]]}", "prompt[1] must be a token id", "prompt"},
         {1, "{\"max_tokens\":3}", "messages must be a non-empty array", "messages"},
         {1, "{\"messages\":[]}", "messages must be a non-empty array", "messages"},
         {1, "{\"messages\":{\"role\":\"user\"}}", "messages must be a non-empty array", "messages"},
@@ -264,6 +282,24 @@ static void invalid_requests_get_400_naming_the_field(void) {
         {1, "{\"messages\":[{\"role\":\"user\"},{\"role\":7}]}", "messages[1].role", "messages"},
         {1, "{\"messages\":[\"hi\"]}", "messages[0] must be an object", "messages"},
         {1, "{\"messages\":[{\"role\":\"user\"}],\"tools\":{}}", "tools", "tools"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"tools\":[5]}", "tools[0] must be an object with type", "tools"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+            "{\"type\":\"function\",\"function\":{}}]}",
+         "tools[1].function must be an object with a non-empty name", "tools"},
+        {1, "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+            "\"parameters\":[]}}]}",
+         "tools[0].function.parameters must be an object", "tools"},
+        {1, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"hi\"}]}", "messages[0].role must be system, developer",
+         "messages"},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"describe\"},"
+            "{\"type\":\"image_url\",\"image_url\":{\"url\":\"http://x/y.png\"}}]}]}",
+         "messages[0].content[1].type must be \"text\" (images, audio and files are not supported)", "messages"},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":3}]}]}",
+         "messages[0].content[0].text must be a string", "messages"},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":[\"hi\"]}]}", "messages[0].content[0] must be an object",
+         "messages"},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content must be a string or an array",
+         "messages"},
         {1, "{\"messages\":[{\"role\":\"user\"}],\"chat_template_kwargs\":{\"enable_thinking\":1}}",
          "enable_thinking", "chat_template_kwargs"},
         {0, "{\"prompt\":\"x\",\"logit_bias\":[1]}", "logit_bias must be an object", "logit_bias"},
@@ -942,6 +978,8 @@ static const nx_test tests[] = {
      max_completion_tokens_wins_over_max_tokens},
     {"tool_choice_none_drops_the_tools", "tools_json NULL for tool_choice none and tools null",
      tool_choice_none_drops_the_tools},
+    {"a_developer_message_is_a_system_message", "role developer becomes system; the max_tokens field's name kept",
+     a_developer_message_is_a_system_message},
     {"unknown_fields_and_nulls_are_ignored", "extra keys and null values change nothing",
      unknown_fields_and_nulls_are_ignored},
     {"logit_bias_becomes_the_sampling_entries", "logit_bias {\"id\": bias} parsed into nx_sampling; {} is none",
