@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,17 +57,24 @@ enum MHD_Result srv_send_json(nx_server *s, struct MHD_Connection *c, unsigned s
     return srv_queue(s, c, status, json_response(json));
 }
 
-enum MHD_Result srv_send_error(nx_server *s, struct MHD_Connection *c, unsigned status, const char *message,
-                               const char *type, const char *param) {
-    char *json = oai_error_json(message, type, param, NULL);
+/* An OpenAI error response (401s with OpenAI's code invalid_api_key), or NULL. */
+static struct MHD_Response *error_response(unsigned status, const char *message, const char *type, const char *param) {
+    const char *code = status == 401 ? "invalid_api_key" : NULL;
+    char *json = oai_error_json(message, type, param, code);
     if (!json) /* a message that is not valid UTF-8 (a decoded URL, a cut text): say less */
-        json = oai_error_json(status == 404 ? "no such endpoint" : "the request could not be served", type, NULL, NULL);
-    if (!json) return MHD_NO;
+        json = oai_error_json(status == 404 ? "no such endpoint" : "the request could not be served", type, NULL, code);
+    if (!json) return NULL;
     struct MHD_Response *r = json_response(json);
     free(json);
     if (r && status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (r && status == 503) MHD_add_response_header(r, "Retry-After", "1");
-    return srv_queue(s, c, status, r);
+    return r;
+}
+
+enum MHD_Result srv_send_error(nx_server *s, struct MHD_Connection *c, unsigned status, const char *message,
+                               const char *type, const char *param) {
+    struct MHD_Response *r = error_response(status, message, type, param);
+    return r ? srv_queue(s, c, status, r) : MHD_NO;
 }
 
 /* ---- GET endpoints ------------------------------------------------------------ */
@@ -197,7 +205,7 @@ static enum MHD_Result send_metrics(nx_server *s, struct MHD_Connection *c) {
 static int authorized(const nx_server *s, struct MHD_Connection *c) {
     if (!s->api_key) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return 0;
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return 0;   /* the scheme's case does not matter (RFC 9110) */
     h += 7;
     size_t a = strlen(h), b = strlen(s->api_key);
     unsigned diff = a != b;
@@ -277,7 +285,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (chat || text || tok || detok || metrics || one_model || strcmp(url, "/v1/models") == 0 || strcmp(url, "/health") == 0) {
         char msg[160];
         snprintf(msg, sizeof msg, "method %s is not allowed on %s", method, url);
-        return srv_send_error(s, c, 405, msg, "invalid_request_error", NULL);
+        struct MHD_Response *r = error_response(405, msg, "invalid_request_error", NULL);
+        if (r) MHD_add_response_header(r, "Allow", chat || text || tok || detok ? "POST" : "GET");   /* as a 405 must */
+        return r ? srv_queue(s, c, 405, r) : MHD_NO;
     }
     char msg[300];
     snprintf(msg, sizeof msg, "no such endpoint: %s %.200s", method, url);

@@ -529,6 +529,9 @@ test('malformed requests get OpenAI-style 4xx errors', async () => {
     [{ messages: msgs, logprobs: true, top_logprobs: 21 }, 400, /at most 20/, 'top_logprobs'],
     [{ messages: msgs, response_format: { type: 'json_object' } }, 400, /only \{"type": "text"\}/, 'response_format'],
     [{ messages: msgs, tool_choice: 'required' }, 400, /cannot force a tool call/, 'tool_choice'],
+    [{ messages: [{ role: 'user', content: [{ type: 'text', text: 'see' }, { type: 'image_url', image_url: { url: 'http://x/y.png' } }] }] },
+      400, /messages\[0\]\.content\[1\]\.type must be "text"/, 'messages'],
+    [{ messages: msgs, tools: [5] }, 400, /tools\[0\] must be an object/, 'tools'],
   ];
   for (const [body, status, re, param] of cases) {
     const r = await chat(body);
@@ -544,8 +547,16 @@ test('malformed requests get OpenAI-style 4xx errors', async () => {
   const big = await chat({ messages: [user('x'.repeat(70000))] });
   assert.equal(big.status, 413);
   assert.equal((await raw('GET', '/v1/nothing')).status, 404);
-  assert.equal((await raw('GET', '/v1/chat/completions')).status, 405);
-  assert.equal((await raw('GET', '/v1/models', undefined, { Authorization: 'Bearer wrong' })).status, 401);
+  const notAllowed = await raw('GET', '/v1/chat/completions');
+  assert.equal(notAllowed.status, 405);
+  assert.equal(notAllowed.headers.get('allow'), 'POST');
+  assert.equal((await raw('POST', '/v1/models')).headers.get('allow'), 'GET');
+  const wrongKey = await raw('GET', '/v1/models', undefined, { Authorization: 'Bearer wrong' });
+  assert.equal(wrongKey.status, 401);
+  assert.equal(wrongKey.json.error.code, 'invalid_api_key');
+  assert.equal((await raw('GET', '/v1/models', undefined, { Authorization: `bearer ${KEY}` })).status, 200, 'the scheme in any case');
+  const dev = await chat({ messages: [{ role: 'developer', content: 'Answer briefly.' }, user('hi')], max_tokens: 2 });
+  assert.equal(dev.status, 200, dev.text);
   assert.equal((await raw('GET', '/metrics', undefined, { Authorization: '' })).status, 401);
   const ok = await chat({ messages: msgs, max_tokens: 3, unknown_field: { deep: [1] }, logprobs: false, response_format: { type: 'text' }, tool_choice: 'auto' });
   assert.equal(ok.status, 200, 'unknown fields and the off values of refused ones pass');
