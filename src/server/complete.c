@@ -576,35 +576,10 @@ static void chat_cache_at(nx_server *s, const oai_request *q, const char *messag
     free(sys);
 }
 
-/* OpenAI clients send a tool call's "arguments" as a JSON string; the Qwen
- * templates iterate them as a mapping. Arguments that parse as a JSON object
- * become that object (others are left for the template to judge). Returns a
- * malloc'd array text, or NULL to use the original. */
-static char *tool_arguments_as_objects(const char *messages_json) {
-    if (!strstr(messages_json, "\"tool_calls\"")) return NULL;
-    json_t *msgs = json_loads(messages_json, JSON_DECODE_ANY, NULL);
-    size_t i, k;
-    json_t *m, *call;
-    int changed = 0;
-    json_array_foreach(msgs, i, m) {
-        json_array_foreach(json_object_get(m, "tool_calls"), k, call) {
-            json_t *fn = json_object_get(call, "function");
-            json_t *args = json_object_get(fn ? fn : call, "arguments");
-            if (!json_is_string(args)) continue;
-            json_t *obj = json_loads(json_string_value(args), 0, NULL);
-            if (json_is_object(obj)) changed |= json_object_set(fn ? fn : call, "arguments", obj) == 0;
-            json_decref(obj);
-        }
-    }
-    char *out = changed ? json_dumps(msgs, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(msgs);
-    return out;
-}
-
 int srv_build_prompt(nx_server *s, struct MHD_Connection *c, const oai_request *q, int32_t **ids, int *n, int *think_open,
                         int cache_at[NX_CACHE_POINTS], enum MHD_Result *sent) {
     char err[600];
-    char *text = NULL, *fixed = NULL;
+    char *text = NULL;
     *think_open = -1;
     cache_at[0] = cache_at[1] = 0;
     if (q->chat) {
@@ -613,10 +588,8 @@ int srv_build_prompt(nx_server *s, struct MHD_Connection *c, const oai_request *
                                    "messages");
             return -1;
         }
-        fixed = tool_arguments_as_objects(q->messages_json);
-        nx_chat_request cr = {fixed ? fixed : q->messages_json, q->tools_json, 1, q->enable_thinking};
+        nx_chat_request cr = {q->messages_json, q->tools_json, 1, q->enable_thinking};
         if (nx_chat_render(s->o.chat_template, &cr, &text, err, sizeof err) != NX_OK) {
-            free(fixed);
             *sent = srv_send_error(s, c, 400, err, "invalid_request_error", "messages");
             return -1;
         }
@@ -639,11 +612,9 @@ int srv_build_prompt(nx_server *s, struct MHD_Connection *c, const oai_request *
         *sent = srv_send_error(s, c, 400, bad ? err : "the prompt is empty", "invalid_request_error", q->chat ? "messages" : "prompt");
         nx_free(*ids);
         *ids = NULL;
-        free(fixed);
         return -1;
     }
-    if (q->chat) chat_cache_at(s, q, fixed ? fixed : q->messages_json, *ids, *n, cache_at);
-    free(fixed);
+    if (q->chat) chat_cache_at(s, q, q->messages_json, *ids, *n, cache_at);
     return 0;
 }
 

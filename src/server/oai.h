@@ -36,7 +36,9 @@ typedef struct {
     char *model;              /* as sent, or NULL */
     char *messages_json;      /* chat: the "messages" array, re-serialized compactly (the
                                  chat renderer takes a JSON array string); content strings
-                                 and content-part arrays are left as sent */
+                                 and content-part arrays are left as sent; role "developer"
+                                 becomes "system", and a tool call's arguments sent as a
+                                 string holding a JSON object become that object */
     char *tools_json;         /* the "tools" array serialized; NULL when absent or null, and
                                  NULL too when tool_choice is "none" */
     char *prompt;             /* completions: "prompt" (a string, or an array of one string) */

@@ -90,6 +90,26 @@ static int check_message(json_t *m, size_t i, parse_err *e) {
     if (k == sizeof roles / sizeof *roles)
         return fail(e, "messages", "messages[%zu].role must be system, developer, user, assistant or tool", i);
     if (strcmp(role, "developer") == 0 && json_object_set_new(m, "role", json_string("system"))) return 1;
+    json_t *calls = json_object_get(m, "tool_calls"), *call;
+    if (calls && !json_is_null(calls) && !json_is_array(calls))
+        return fail(e, "messages", "messages[%zu].tool_calls must be an array", i);
+    json_array_foreach(calls, k, call) {
+        if (!json_is_object(call)) return fail(e, "messages", "messages[%zu].tool_calls[%zu] must be an object", i, k);
+        /* OpenAI clients send "arguments" as a JSON string; the Qwen
+         * templates iterate them as a mapping: a string holding an object
+         * becomes that object, anything else is refused here rather than
+         * by the template */
+        json_t *fn = json_object_get(call, "function"), *holder = fn ? fn : call;
+        json_t *args = json_object_get(holder, "arguments");
+        if (!args || json_is_object(args)) continue;
+        json_t *obj = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
+        if (!json_is_object(obj)) {
+            json_decref(obj);
+            return fail(e, "messages", "messages[%zu].tool_calls[%zu].function.arguments must be a JSON object, or a string "
+                                       "holding one", i, k);
+        }
+        if (json_object_set_new(holder, "arguments", obj)) return 1;
+    }
     json_t *c = json_object_get(m, "content"), *part;
     if (!c || json_is_null(c) || json_is_string(c)) return 0;
     if (!json_is_array(c))

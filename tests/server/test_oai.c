@@ -146,6 +146,35 @@ static void a_developer_message_is_a_system_message(void) {
     oai_request_free(&r);
 }
 
+/* A tool call's arguments sent as a string holding a JSON object (as OpenAI
+ * clients send them) reach the template as that object; an object stays;
+ * anything else is a 400 naming the call. */
+static void tool_call_arguments_become_objects(void) {
+    oai_request r;
+    int status;
+    char err[256];
+    CHECKF(parse("{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"type\":\"function\",\"function\":"
+                 "{\"name\":\"f\",\"arguments\":\"{\\\"q\\\":1}\"}},{\"function\":{\"name\":\"g\",\"arguments\":{\"k\":2}}}]}]}",
+                 1, &r, &status, err, sizeof err) == 0,
+           "%s", err);
+    CHECKF(r.messages_json && strstr(r.messages_json, "\"arguments\":{\"q\":1}") &&
+               strstr(r.messages_json, "\"arguments\":{\"k\":2}"),
+           "%s", r.messages_json);
+    oai_request_free(&r);
+    static const char *const bad[] = {"\"not json\"", "\"[1,2]\"", "[1]", "7"};
+    for (int i = 0; i < 4; i++) {
+        char body[300];
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"tool_calls\":"
+                 "[{\"function\":{\"name\":\"f\",\"arguments\":%s}}]}]}",
+                 bad[i]);
+        CHECKF(parse(body, 1, &r, &status, err, sizeof err) != 0 && status == 400 &&
+                   strstr(err, "messages[1].tool_calls[0].function.arguments must be a JSON object"),
+               "%s: %s", bad[i], err);
+        oai_request_free(&r);
+    }
+}
+
 static void logit_bias_becomes_the_sampling_entries(void) {
     oai_request r;
     int status;
@@ -978,6 +1007,8 @@ static const nx_test tests[] = {
      max_completion_tokens_wins_over_max_tokens},
     {"tool_choice_none_drops_the_tools", "tools_json NULL for tool_choice none and tools null",
      tool_choice_none_drops_the_tools},
+    {"tool_call_arguments_become_objects", "a string holding a JSON object becomes it; other arguments refused by index",
+     tool_call_arguments_become_objects},
     {"a_developer_message_is_a_system_message", "role developer becomes system; the max_tokens field's name kept",
      a_developer_message_is_a_system_message},
     {"unknown_fields_and_nulls_are_ignored", "extra keys and null values change nothing",
