@@ -255,7 +255,7 @@ typedef struct {
  * where negative) the logit of every token in the sequence so far, prompt
  * included; the presence and frequency penalties count the output only: a
  * speculative session's, the tokens after its last prefill, extend or
- * absorb (restore: after the restored sequence).
+ * absorb (a restored session keeps the split its snapshot had).
  *
  * logit_bias[0..n_logit_bias) is borrowed: it must stay valid while a call
  * given this nx_sampling runs. nx_spec_new and nx_engine_submit keep copies,
@@ -540,7 +540,10 @@ nx_status nx_spec_absorb(nx_spec *s, const int32_t *tokens, int n, char *err, si
  * session at its committed boundary: the sequence, the target state (KV rows,
  * conv and recurrent state) and the drafter's entries, namespaced by the
  * artifact identities of the model and drafter, with a checksum; written to
- * a temp file and renamed. nx_spec_load restores into a FRESH session made
+ * a file of its own beside path and renamed over it (a symbolic link's
+ * target is replaced; a path that is not a regular file is refused,
+ * NX_EINVAL; a new file has mode 0600, a replaced one keeps its mode).
+ * nx_spec_load restores into a FRESH session made
  * for the same model and drafter with room for the sequence: a checkpoint of
  * another model or drafter is NX_EINVAL naming which, a damaged file
  * NX_EFORMAT, restoring into a used session NX_ESTATE; on failure the session

@@ -5,8 +5,13 @@
  * The file layout is in checkpoint.h. Identities tie the file to the model
  * and drafter artifacts, so a checkpoint never restores into different
  * weights. */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "base/alloc.h"
@@ -127,15 +132,46 @@ nx_status nx_spec_save(const nx_spec *s, const char *path, char *err, size_t err
         if (st == NX_ESTATE) return nx_fail(err, errlen, NX_ESTATE, "save: the session is not at a committed boundary");
         return st;
     }
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
+    /* Written to a file of its own beside the target, then renamed over it,
+     * so that a reader never sees half a checkpoint. A symbolic link is
+     * followed (its target is replaced, not the link), and a path that is
+     * not a regular file (a device, a directory) is refused rather than
+     * replaced. */
+    char target[PATH_MAX], tmp[PATH_MAX + 16];
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+        if (!realpath(path, target)) {   /* a link to a file not there yet: its text, beside the link */
+            char link[PATH_MAX];
+            const ssize_t n = readlink(path, link, sizeof link - 1);
+            const char *slash = strrchr(path, '/');
+            const int dir = slash && n > 0 && link[0] != '/' ? (int)(slash - path + 1) : 0;
+            if (n <= 0 || snprintf(target, sizeof target, "%.*s%.*s", dir, path, (int)n, link) >= (int)sizeof target) {
+                nx_free(blob);
+                return nx_fail(err, errlen, NX_EIO, "%s: cannot follow the link", path);
+            }
+        }
+    } else if (snprintf(target, sizeof target, "%s", path) >= (int)sizeof target) {
+        nx_free(blob);
+        return nx_fail(err, errlen, NX_EINVAL, "%s: the path is too long", path);
+    }
+    const int exists = stat(target, &sb) == 0;
+    if (exists && !S_ISREG(sb.st_mode)) {
+        nx_free(blob);
+        return nx_fail(err, errlen, NX_EINVAL, "%s: not a regular file; a checkpoint is not written over it", path);
+    }
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", target);
+    int fd = mkstemp(tmp);   /* mode 0600: a new checkpoint (a conversation) is its owner's; a replaced one keeps its mode */
+    if (fd >= 0 && exists) (void)fchmod(fd, sb.st_mode & 07777);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !f) close(fd);
     int ok = f && fwrite(blob, len, 1, f) == 1;
     if (f) ok = (fclose(f) == 0) && ok;
+    const int saved = errno;
     nx_free(blob);
-    if (!ok || rename(tmp, path) != 0) {
-        remove(tmp);
-        return nx_fail(err, errlen, NX_EIO, "%s: cannot write the checkpoint", path);
+    if (!ok || rename(tmp, target) != 0) {
+        const int why = ok ? errno : saved;
+        if (fd >= 0) remove(tmp);
+        return nx_fail(err, errlen, NX_EIO, "%s: cannot write the checkpoint: %s", path, strerror(why));
     }
     return NX_OK;
 }
@@ -150,12 +186,22 @@ static nx_status restore(nx_spec *s, const unsigned char *blob, size_t len, cons
     memcpy(&h, blob, sizeof h);
     if (memcmp(h.magic, CKPT_MAGIC, 8) != 0 || h.version != CKPT_VERSION || h.header_bytes != sizeof h)
         return nx_fail(err, errlen, NX_EFORMAT, "%s: not a nextn checkpoint (or another version)", name);
+    /* the identities cover the load options that change a state's bytes (a
+     * KV cache of halves, f32 activations of a quantized model; a drafter's
+     * hidden rows), so a mismatch may be an option, not other weights */
     if (h.target_id != want.target_id)
-        return nx_fail(err, errlen, NX_EINVAL, "%s: the checkpoint is from another model (identity %016llx, this model %016llx)", name,
-                       (unsigned long long)h.target_id, (unsigned long long)want.target_id);
+        return nx_fail(err, errlen, NX_EINVAL,
+                       "%s: the checkpoint is from another model, or the same one loaded with another KV cache type or "
+                       "activation mode (identity %016llx, this model %016llx)",
+                       name, (unsigned long long)h.target_id, (unsigned long long)want.target_id);
+    if (h.drafter_id != want.drafter_id && (!h.drafter_id || !want.drafter_id))
+        return nx_fail(err, errlen, NX_EINVAL, "%s: the checkpoint was saved %s a drafter; this session has %s", name,
+                       h.drafter_id ? "with" : "without", want.drafter_id ? "one" : "none");
     if (h.drafter_id != want.drafter_id)
-        return nx_fail(err, errlen, NX_EINVAL, "%s: the checkpoint is from another drafter (identity %016llx, this one %016llx)", name,
-                       (unsigned long long)h.drafter_id, (unsigned long long)want.drafter_id);
+        return nx_fail(err, errlen, NX_EINVAL,
+                       "%s: the checkpoint is from another drafter, or the same one reading other hidden rows "
+                       "(identity %016llx, this one %016llx)",
+                       name, (unsigned long long)h.drafter_id, (unsigned long long)want.drafter_id);
     if (h.n_layers != want.n_layers || h.n_kv_heads != want.n_kv_heads || h.head_dim != want.head_dim || h.conv_floats != want.conv_floats || h.rec_floats != want.rec_floats ||
         h.hidden != want.hidden || h.vocab != want.vocab || h.n < 1 || h.n >= CKPT_MAX_TOKENS || h.rows < 0 || h.n_defer < 0 || h.n_defer > SPEC_MAX_DEFER ||
         (s->d && h.rows + h.n_defer > h.n) || (!s->d && (h.rows != 0 || h.n_defer != 0)) || h.rows > h.n || h.d1 < 0 ||

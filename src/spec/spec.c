@@ -563,7 +563,9 @@ static nx_status extend(nx_spec *s, const char *call, const int32_t *tokens, int
     lp_clear(s);
     if (s->state != SPEC_READY) return wrong_state(s, call, err, errlen);
     if (n < (next_known ? 1 : 0)) return nx_fail(err, errlen, NX_EINVAL, "%s: %d tokens", call, n);
-    if (n > s->max_ctx - s->n - 2)
+    /* the token after them (the pending one) must have a position left:
+     * s->n + n + 1 (extend's sampled token) or s->n + n (absorb's last) */
+    if (n > s->max_ctx - s->n - (next_known ? 1 : 2))
         return nx_fail(err, errlen, NX_ERANGE, "%s: %d more tokens exceed the context of %d (%d held)", call, n, s->max_ctx,
                        s->n + 1);
     nx_status st = check_tokens(s, call, tokens, n, err, errlen);
@@ -586,8 +588,8 @@ nx_status nx_spec_absorb(nx_spec *s, const int32_t *tokens, int n, char *err, si
     lp_clear(s);
     if (s->state != SPEC_FRESH) return extend(s, "absorb", tokens, n, 1, NULL, err, errlen);
     if (n < 2) return nx_fail(err, errlen, NX_EINVAL, "absorb: a fresh session needs at least 2 tokens (got %d)", n);
-    if (n + 1 > s->max_ctx)
-        return nx_fail(err, errlen, NX_ERANGE, "absorb: %d tokens leave no room in a context of %d", n, s->max_ctx);
+    if (n > s->max_ctx)   /* the last of them is pending, at position n - 1 */
+        return nx_fail(err, errlen, NX_ERANGE, "absorb: %d tokens exceed a context of %d", n, s->max_ctx);
     nx_status st = check_tokens(s, "absorb", tokens, n, err, errlen);
     if (st) return st;
     double t0 = nx_now_s();

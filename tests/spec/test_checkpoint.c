@@ -9,6 +9,8 @@
 #include "spec/spec.h"
 
 #include <stddef.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #define COPY NX_TEST_DATA "/golden/torchref-mini-copy-s0.05/hf"
@@ -129,7 +131,22 @@ static void foreign_and_damaged_checkpoints_are_refused(void) {
     CHECK(nx_spec_load(s, path, err, sizeof err) == NX_EINVAL && strstr(err, "another drafter"));
     nx_spec_free(s);
     s = session(m, NULL, 0);
-    CHECK(nx_spec_load(s, path, err, sizeof err) == NX_EINVAL && strstr(err, "another drafter"));
+    CHECKF(nx_spec_load(s, path, err, sizeof err) == NX_EINVAL && strstr(err, "saved with a drafter; this session has none"),
+           "%s", err);
+    nx_spec_free(s);
+    /* save refuses a path that is not a regular file, follows a link */
+    s = session(m, d, 2);
+    CHECK(nx_spec_prefill(s, prompt, 6, &out[0], err, sizeof err) == NX_OK);
+    CHECKF(nx_spec_save(s, dir, err, sizeof err) == NX_EINVAL && strstr(err, "not a regular file"), "%s", err);
+    char link[1300], real[1300];
+    snprintf(link, sizeof link, "%s/link.ckpt", dir);
+    snprintf(real, sizeof real, "%s/real.ckpt", dir);
+    remove(link), remove(real);
+    CHECK(symlink("real.ckpt", link) == 0);
+    CHECKF(nx_spec_save(s, link, err, sizeof err) == NX_OK, "%s", err);
+    struct stat sb;
+    CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode) && stat(real, &sb) == 0 && S_ISREG(sb.st_mode));
+    CHECK(nx_spec_checkpoint_tokens(real) == 7);
     nx_spec_free(s);
 
     size_t n;
