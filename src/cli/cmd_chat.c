@@ -7,13 +7,14 @@
 #include "cli.h"
 
 static const char *chat_help =
-    "usage: nextn chat-template (-m DIR | --template FILE) --messages F.json [--tools F.json]\n"
+    "usage: nextn chat-template (-m DIR | --chat-template FILE) --messages F.json [--tools F.json]\n"
     "                           [--add-generation-prompt] [--thinking on|off]\n"
     "Renders an OpenAI-style conversation with the checkpoint's chat template and\n"
     "prints the prompt text, byte for byte.\n\n"
     "  -m, --model DIR          use the chat_template of DIR's tokenizer_config.json\n"
-    "  --template FILE          a chat template file (Jinja text of a known Qwen template,\n"
-    "                           or the nextn format of docs/chat-templates.md)\n"
+    "  --chat-template FILE     a chat template file (Jinja text of a known Qwen template,\n"
+    "                           or the nextn format of docs/chat-templates.md; also --template,\n"
+    "                           as generate and serve spell it)\n"
     "  --messages F             a JSON array of messages\n"
     "  --tools F                a JSON array of tools\n"
     "  --add-generation-prompt  end with the assistant turn opener\n"
@@ -27,7 +28,7 @@ int cmd_chat_template(int argc, char **argv) {
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { fputs(chat_help, stdout); return 0; }
         if (strcmp(a, "--add-generation-prompt") == 0) { gen = 1; continue; }
         const char **slot = strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0 ? &dir
-                            : strcmp(a, "--template") == 0                  ? &tmpl
+                            : strcmp(a, "--template") == 0 || strcmp(a, "--chat-template") == 0 ? &tmpl
                             : strcmp(a, "--messages") == 0                  ? &msgs
                             : strcmp(a, "--tools") == 0                     ? &tools
                             : strcmp(a, "--thinking") == 0                  ? &thinking
@@ -36,7 +37,7 @@ int cmd_chat_template(int argc, char **argv) {
         if (!(*slot = cli_value(argc, argv, &i))) return 2;
     }
     if (!msgs) return cli_usage_error("chat-template: --messages is required");
-    if (dir && tmpl) return cli_usage_error("chat-template: give -m or --template, not both");
+    if (dir && tmpl) return cli_usage_error("chat-template: give -m or --chat-template, not both");
     if (thinking && strcmp(thinking, "on") != 0 && strcmp(thinking, "off") != 0)
         return cli_usage_error("chat-template: --thinking wants on or off, got '%s'", thinking);
 

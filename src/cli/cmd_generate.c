@@ -44,7 +44,9 @@ static const char *generate_help =
     CLI_DRAFT_SCREEN_HELP
     "  --save-state F     write the session (target state, drafter entries, sequence) to F\n"
     "  --load-state F     continue the session saved in F: the prompt, if any, is appended\n"
-    "                     after it as tokens (no chat rendering), then generation goes on\n"
+    "                     after it as tokens -- with --chat as the next user turn (a newline,\n"
+    "                     then the template's rendering of that turn) -- then generation\n"
+    "                     goes on\n"
     "  --echo             print the prompt's text before the generated text\n"
     "  --json             print one JSON object {prompt_ids, ids, text, stats, and mtp\n"
     "                     with a drafter} at the end\n"
@@ -213,7 +215,7 @@ static int prompt_ids(const gen_opts *g, nx_tokenizer *tok, const char *dir, int
     }
     if (!tok) return cli_fail("%s: no tokenizer.json, so text prompts cannot be tokenized; give --prompt-ids", dir);
     size_t len = 0;
-    char *file_text = NULL, *rendered = NULL, err[1024];
+    char *file_text = NULL, *rendered = NULL, *next_turn = NULL, err[1024];
     if (g->prompt_file && !(file_text = cli_read_file(g->prompt_file, &len))) return cli_fail("%s: cannot read", g->prompt_file);
     const char *text = file_text ? file_text : g->prompt_text;
     if (!file_text) len = strlen(text);
@@ -226,12 +228,23 @@ static int prompt_ids(const gen_opts *g, nx_tokenizer *tok, const char *dir, int
         text = rendered;
         len = strlen(rendered);
         mode = NX_SPECIAL_PARSE;
+        /* the next turn of a saved conversation: after the end-of-turn the
+         * state ends with, the newline a whole conversation's rendering has
+         * between turns */
+        if (g->load_state && rendered[0] != '\n') {
+            if (!(next_turn = malloc(len + 2))) { cli_fail("out of memory"); goto done; }
+            next_turn[0] = '\n';
+            memcpy(next_turn + 1, rendered, len + 1);
+            text = next_turn;
+            len++;
+        }
     }
     if (nx_tokenize(tok, text, len, mode, ids, n, err, sizeof err)) cli_fail("%s", err);
     else if (*n == 0) cli_fail("generate: the prompt is empty");
     else rc = 0;
 done:
     free(file_text);
+    free(next_turn);
     nx_free(rendered);
     return rc;
 }
@@ -296,10 +309,12 @@ int cmd_generate(int argc, char **argv) {
     nx_drafter *d = NULL;
     nx_spec *s = NULL;
     nx_model *m = NULL;
+    /* the model first: a directory that is not a checkpoint says so, not
+     * that it lacks a tokenizer */
+    if (!(m = cli_load_model(&mo))) goto done;
     if (has_tokenizer(dir) && !(tok = cli_load_tokenizer(dir))) goto done;
     if ((r = prompt_ids(&g, tok, dir, &prompt, &n_prompt))) { rc = r; goto done; }
     if (tok && !g.ignore_eos) n_stop = nx_tokenizer_stop_ids(tok, &stop);
-    if (!(m = cli_load_model(&mo))) goto done;
     d = load_drafter(&g, m, &r);
     if (r) { rc = r; goto done; }
     const nx_model_info *in = nx_model_get_info(m);
@@ -311,13 +326,17 @@ int cmd_generate(int argc, char **argv) {
         cli_fail("%s: not a readable nextn checkpoint", g.load_state);
         goto done;
     }
-    int64_t ctx64 = (int64_t)held + n_prompt + g.max_tokens + NX_SPEC_MAX_DRAFT + 2;
-    if (ctx64 > in->max_position_embeddings) {
-        cli_fail("generate: %lld prompt and state tokens + -n %ld exceed the model's context of %d tokens", (long long)held + n_prompt,
-                 g.max_tokens, in->max_position_embeddings);
+    /* the sequence must fit the model's context; the session gets room for
+     * a last verify block beyond it where there is some (near the end drafts
+     * get shorter), and a loaded state its own verify block */
+    const int64_t seq = (int64_t)held + n_prompt + g.max_tokens;
+    if (seq > in->max_position_embeddings) {
+        cli_fail("generate: %lld prompt and state tokens + -n %ld = %lld exceed the model's context of %d tokens",
+                 (long long)held + n_prompt, g.max_tokens, (long long)seq, in->max_position_embeddings);
         goto done;
     }
-    int ctx = (int)ctx64;
+    int64_t ctx64 = seq + 1 + (d ? NX_SPEC_MAX_DRAFT + 1 : 0);
+    int ctx = (int)(ctx64 < in->max_position_embeddings ? ctx64 : in->max_position_embeddings);
     if (nx_spec_new(m, d, ctx, &so, &s, err, sizeof err) || (tok && nx_detok_stream_new(tok, 1, &ds, err, sizeof err)) ||
         (g.load_state && nx_spec_load(s, g.load_state, err, sizeof err))) {
         cli_fail("%s", err);
@@ -373,8 +392,8 @@ int cmd_generate(int argc, char **argv) {
         else
             printf("null");
         printf(",\"stats\":{\"prompt_tokens\":%d,\"generated_tokens\":%d,\"prefill_s\":%.6f,"
-               "\"prefill_tok_s\":%.2f,\"decode_s\":%.6f,\"decode_tok_s\":%.2f}",
-               n_prompt, n_gen, t1 - t0, prefill_tps, t2 - t1, decode_tps);
+               "\"prefill_tok_s\":%.2f,\"decode_tokens\":%d,\"decode_s\":%.6f,\"decode_tok_s\":%.2f}",
+               n_prompt, n_gen, t1 - t0, prefill_tps, n_gen > 0 ? n_gen - 1 : 0, t2 - t1, decode_tps);
         if (d) print_mtp_json(stdout, st, k_max, policy, nx_drafter_head_bits(d), nx_drafter_screen_k(d));
         printf("}\n");
     } else {
@@ -385,8 +404,9 @@ int cmd_generate(int argc, char **argv) {
     }
     fflush(stdout); /* keep the stats lines after the streamed output */
     if (g.stats) {
-        fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s)\n", n_prompt,
-                t1 - t0, prefill_tps, n_gen, t2 - t1, decode_tps);
+        fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s, with the first output token); decode: %d tokens "
+                        "after it in %.3f s (%.1f tok/s)\n",
+                n_prompt, t1 - t0, prefill_tps, n_gen > 0 ? n_gen - 1 : 0, t2 - t1, decode_tps);
         if (d) {
             fprintf(stderr, "mtp: accepted %lld of %lld drafts (%.1f%%), per position", (long long)st->accepted,
                     (long long)st->drafted, st->drafted ? 100.0 * (double)st->accepted / (double)st->drafted : 0.0);

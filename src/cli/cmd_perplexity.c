@@ -7,6 +7,7 @@
  * The figure to compare quantizations of one model by (q4 against q8 against
  * bf16 on the same text and --ctx), as llama.cpp's perplexity tool is used;
  * figures from other tools agree only with the same windows and scoring. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +23,8 @@ static const char *perplexity_help =
     "  -f, --file FILE    the text to score (UTF-8)\n"
     "  --text TEXT        the text, given inline\n"
     "  --ids IDS          token ids instead of a text (comma-separated)\n"
-    "  --ctx N            window length in tokens (default 512, at least 2)\n"
+    "  --ctx N            window length in tokens (default 512, or the model's context if\n"
+    "                     smaller; at least 2, at most the model's context)\n"
     "  --json             one JSON object: perplexity, perplexity_se, nll_mean, tokens, windows, ctx, seconds\n";
 
 /* Adds the scores of window ids[0..n) (n >= 2) to *sum and *sum2 (the NLL
@@ -33,7 +35,7 @@ static int score_window(const nx_model *m, const int32_t *ids, int n, double *su
     nx_spec *s = NULL;
     int got = 0;
     const nx_token_logprob *lp = NULL;
-    if (nx_spec_new(m, NULL, n + 1, &so, &s, err, sizeof err) == NX_OK &&
+    if (nx_spec_new(m, NULL, n, &so, &s, err, sizeof err) == NX_OK &&
         nx_spec_absorb(s, ids, n, err, sizeof err) == NX_OK)
         lp = nx_spec_input_logprobs(s, &got);
     if (lp && got == n - 1)
@@ -49,7 +51,7 @@ static int score_window(const nx_model *m, const int32_t *ids, int n, double *su
 
 int cmd_perplexity(int argc, char **argv) {
     cli_model_opts mo = {0};
-    const char *file = NULL, *text = NULL, *ids_arg = NULL, *ctx_arg = "512";
+    const char *file = NULL, *text = NULL, *ids_arg = NULL, *ctx_arg = NULL;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         int r = cli_model_option(argc, argv, &i, &mo);
@@ -68,8 +70,8 @@ int cmd_perplexity(int argc, char **argv) {
     }
     if ((file != NULL) + (text != NULL) + (ids_arg != NULL) != 1)
         return cli_usage_error("perplexity: give one of -f FILE, --text TEXT, --ids IDS");
-    long ctx;
-    if (cli_parse_int(ctx_arg, 2, 1 << 24, &ctx))
+    long ctx = 512;
+    if (ctx_arg && cli_parse_int(ctx_arg, 2, 1 << 24, &ctx))
         return cli_usage_error("perplexity: --ctx wants an integer >= 2, got '%s'", ctx_arg);
 
     int rc = 1, n = 0;
@@ -78,15 +80,16 @@ int cmd_perplexity(int argc, char **argv) {
     nx_model *m = NULL;
     nx_tokenizer *tok = NULL;
     if (ids_arg && cli_parse_ids(ids_arg, &ids, &n)) return cli_usage_error("perplexity: --ids wants comma-separated token ids");
-    if (file && !(owned = cli_read_file(file, NULL))) {
-        cli_fail("%s: cannot read the text", file);
+    size_t owned_len = 0;
+    if (file && !(owned = cli_read_file(file, &owned_len))) {
+        cli_fail("%s: cannot read the text: %s", file, strerror(errno));
         goto done;
     }
     if (!ids) { /* the text, as the model's tokenizer reads it (special tokens written in it are text) */
         const char *t = owned ? owned : text;
         int32_t *tid = NULL;
         if (!(tok = cli_load_tokenizer(mo.dir))) goto done;
-        if (nx_tokenize(tok, t, strlen(t), NX_SPECIAL_AS_TEXT, &tid, &n, err, sizeof err) != NX_OK) {
+        if (nx_tokenize(tok, t, owned ? owned_len : strlen(t), NX_SPECIAL_AS_TEXT, &tid, &n, err, sizeof err) != NX_OK) {
             cli_fail("%s: %s", file ? file : "--text", err);
             goto done;
         }
@@ -100,6 +103,15 @@ int cmd_perplexity(int argc, char **argv) {
         goto done;
     }
     if (!(m = cli_load_model(&mo))) goto done;
+    const int max_pos = nx_model_get_info(m)->max_position_embeddings;
+    if (ctx > max_pos) {   /* the default shrinks to a smaller model's context; a --ctx asked for is checked */
+        if (ctx_arg) {
+            cli_usage_error("perplexity: --ctx %ld exceeds the model's context of %d tokens", ctx, max_pos);
+            rc = 2;
+            goto done;
+        }
+        ctx = max_pos;
+    }
     double sum = 0, sum2 = 0, t0 = cli_now();
     int windows = 0, scored = 0;
     for (int at = 0; at < n; at += (int)ctx) {

@@ -150,10 +150,17 @@ int cmd_serve(int argc, char **argv) {
         cli_fail("%s", err);
         goto out;
     }
+    /* the directory's name: its last path component, trailing slashes aside */
+    char dir_name[256];
     const char *name = o.model_name;
     if (!name) {
-        name = strrchr(mo.dir, '/');
-        name = name && name[1] ? name + 1 : mo.dir;
+        size_t end = strlen(mo.dir);
+        while (end > 1 && mo.dir[end - 1] == '/') end--;
+        size_t start = end;
+        while (start > 0 && mo.dir[start - 1] != '/') start--;
+        if (start == end) start = 0;   /* "/" itself */
+        snprintf(dir_name, sizeof dir_name, "%.*s", (int)(end - start), mo.dir + start);
+        name = dir_name;
     }
     /* a connection for every row and queue place, plus some for /health,
      * /metrics and the 503s beyond the queue */

@@ -1,4 +1,5 @@
 /* main.c — `nextn`: dispatch to subcommands. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -35,7 +36,16 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+        if (strcmp(argv[1], commands[i].name) != 0) continue;
+        int rc = commands[i].fn(argc - 1, argv + 1);
+        /* output that never arrived (a full disk, a closed pipe) is a failure,
+         * whatever the command thought it wrote */
+        if ((fflush(stdout) != 0 || ferror(stdout)) && rc == 0) {
+            fprintf(stderr, "nextn %s: writing the output failed: %s\n", argv[1], strerror(errno));
+            rc = 1;
+        }
+        return rc;
+    }
     return cli_usage_error("unknown command '%s' (try nextn --help)", argv[1]);
 }

@@ -1,6 +1,7 @@
 /* util.c — argument parsing, .npy output and timing for the CLI. */
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -32,8 +33,14 @@ int cli_fail(const char *fmt, ...) {
     return 1;
 }
 
+/* 1 if s starts as a plain number does: strtol and friends also take
+ * leading white space and a '+', and strtoull a '-' (which wraps). */
+static int plain_start(const char *s, int sign_ok) {
+    return s && (isdigit((unsigned char)*s) || *s == '.' || (sign_ok && *s == '-' && s[1]));
+}
+
 int cli_parse_int(const char *s, long lo, long hi, long *out) {
-    if (!s || !*s) return -1;
+    if (!plain_start(s, 1)) return -1;
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
@@ -99,7 +106,7 @@ int cli_parse_draft_pick(const char *v, nx_draft_pick *out) {
 }
 
 int cli_parse_u64(const char *s, uint64_t *out) {
-    if (!s || !*s || *s == '-') return -1;
+    if (!plain_start(s, 0)) return -1;
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
@@ -109,7 +116,7 @@ int cli_parse_u64(const char *s, uint64_t *out) {
 }
 
 int cli_parse_float(const char *s, double lo, double hi, double *out) {
-    if (!s || !*s) return -1;
+    if (!plain_start(s, 1)) return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -145,8 +152,9 @@ int cli_parse_ids(const char *s, int32_t **ids, int *n) {
 }
 
 const char *cli_value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        cli_usage_error("option %s needs a value", argv[*i]);
+    if (*i + 1 >= argc) {   /* the last word: an option without its value, an unknown one, or a stray word */
+        if (argv[*i][0] != '-') cli_usage_error("unexpected argument '%s' (see --help)", argv[*i]);
+        else cli_usage_error("option %s needs a value, or is not an option of this command (see --help)", argv[*i]);
         return NULL;
     }
     return argv[++*i];
@@ -188,6 +196,10 @@ int cli_model_option(int argc, char **argv, int *i, cli_model_opts *o) {
     const char *a = argv[*i];
     if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
         if (!(o->dir = cli_value(argc, argv, i))) return -1;
+        if (!*o->dir) {
+            cli_usage_error("%s wants a checkpoint directory, got ''", a);
+            return -1;
+        }
         return 1;
     }
     if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {

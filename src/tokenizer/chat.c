@@ -225,8 +225,9 @@ nx_status nx_chat_template_new(const char *text, size_t len, const char *name, n
         if (!tmp.variant)
             return nx_fail(err, errlen, NX_EUNSUPPORTED,
                            "%s: unknown chat template (nextn renders the Qwen3 and Qwen3.5 templates "
-                           "natively and matches them by text); pass --chat-template FILE with a known "
-                           "Qwen template or a file in the nextn chat format (docs/chat-templates.md)",
+                           "natively and matches them by text); give a chat template file with a known "
+                           "Qwen template or one in the nextn chat format (docs/chat-templates.md; the "
+                           "CLI's --chat-template FILE)",
                            name);
     }
     nx_chat_template *c = nx_alloc(sizeof *c);

@@ -3,6 +3,8 @@
  * and exit codes with one-line errors for bad use. */
 #include "test.h"
 
+#include <unistd.h>
+
 #include <ctype.h>
 
 #include <jansson.h>
@@ -197,7 +199,14 @@ static void bad_use_exits_2_with_one_line(void) {
         {"generate -m x --prompt-ids 1 -n 0", 2, "-n"},
         {"generate -m x --prompt-ids 1 --temp hot", 2, "--temp"},
         {"generate -m x", 2, "exactly one of"},
-        {"generate -m x -p hello", 1, "no tokenizer.json"},
+        {"generate -m x -p hello", 1, "x/config.json: cannot read"},
+        {"generate -m '" NX_TEST_DATA "/golden/torchref-mini-a/hf' -p hello", 1, "no tokenizer.json"},
+        {"generate -m x -p hi --jsn", 2, "option --jsn needs a value, or is not an option"},
+        {"generate -m x -p hi -n 2 stray", 2, "unexpected argument 'stray'"},
+        {"generate -m '' -p hi", 2, "-m wants a checkpoint directory"},
+        {"generate -m x -p hi --seed ' -1'", 2, "--seed wants an unsigned integer"},
+        {"generate -m x -p hi --temp +1", 2, "--temp"},
+        {"chat-template --chat-template /nonexistent.jinja --messages /nonexistent.json", 1, "/nonexistent"},
         {"generate -m x --prompt-ids 1 --chat", 2, "need a text prompt"},
         {"generate -m x --prompt-ids 1 --draft 0", 2, "--draft"},
         {"generate -m x --prompt-ids 1 --draft lots", 2, "--draft"},
@@ -508,6 +517,20 @@ static void state_saved_in_one_process_continues_in_another(void) {
     CHECKF(strstr(err, "another model"), "stderr '%s'", err);
     free(err);
     json_decref(whole), json_decref(first), json_decref(rest);
+    /* a chat continued with --chat: the next user turn, after the newline
+     * the template puts between turns (the bundled model's template) */
+    snprintf(args, sizeof args, "generate -p Hello --chat -n 6 -t 1 --json --save-state '%s'", state);
+    json_t *turn1 = run_json(args);
+    json_t *alone = run_json("generate -p 'And then?' --chat -n 1 -t 1 --json");
+    json_t *nl = run_json("tokenize --text '\n'");
+    snprintf(args, sizeof args, "generate --load-state '%s' -p 'And then?' --chat -n 1 -t 1 --json", state);
+    json_t *turn2 = run_json(args);
+    json_t *a = json_object_get(alone, "prompt_ids"), *b = json_object_get(turn2, "prompt_ids");
+    int same = turn1 && json_is_array(nl) && json_array_size(nl) == 1 && json_is_array(a) && json_is_array(b) &&
+               json_array_size(b) == json_array_size(a) + 1 && json_equal(json_array_get(b, 0), json_array_get(nl, 0));
+    for (size_t i = 0; same && i < json_array_size(a); i++) same = json_equal(json_array_get(a, i), json_array_get(b, i + 1));
+    CHECKF(same, "the continued turn's prompt is not a newline and the turn's own rendering");
+    json_decref(turn1), json_decref(alone), json_decref(nl), json_decref(turn2);
 }
 
 static void logits_mtp_out_matches_llamacpp(void) {
@@ -560,7 +583,25 @@ static void generate_defaults_to_the_bundled_model(void) {
     free(out), free(err);
 }
 
+/* Output that cannot be written (a full device) is a failure: exit 1 and a
+ * message, for every command that prints its result. */
+static void output_that_cannot_be_written_fails(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-full"));
+    CHECKF(access("/dev/full", W_OK) == 0, "/dev/full is needed for this test");
+    static const char *const cmds[] = {"tokenize --text hi", "generate -p hi -n 4 -t 1", "generate -p hi -n 4 -t 1 --json",
+                                       "inspect --json"};
+    for (int i = 0; i < 4; i++) {
+        const int rc = nx_test_system("'%s' %s > /dev/full 2> '%s/stderr'", NX_NEXTN_BIN, cmds[i], out_dir);
+        char *err = captured("stderr");
+        CHECKF(rc == 1 && strstr(err, "writing the output failed"), "nextn %s > /dev/full -> %d, stderr '%s'", cmds[i], rc,
+               err);
+        free(err);
+    }
+}
+
 static const nx_test tests[] = {
+    {"output_that_cannot_be_written_fails", "tokenize, generate (text and --json), inspect > /dev/full: exit 1 with a message",
+     output_that_cannot_be_written_fails},
     {"generate_defaults_to_the_bundled_model", "no -m: models/default, text in, readable text out, MTP stats",
      generate_defaults_to_the_bundled_model},
     {"perplexity_matches_llamacpp_logits", "nextn perplexity in one window = exp(mean NLL) of llama.cpp's logits (1e-3); "
@@ -573,7 +614,9 @@ static const nx_test tests[] = {
     {"chat_template_command_is_byte_exact", "chat-template renders golden conversations byte for byte; template errors exit 1", chat_template_command_is_byte_exact},
     {"chat_prompt_reproduces_llamacpp_tokens", "generate --chat builds the same prompt ids llama.cpp tokenized", chat_prompt_reproduces_llamacpp_tokens},
     {"generate_with_mtp_reports_acceptance", "MTP on (every draft option) gives plain greedy ids and reports acceptance", generate_with_mtp_reports_acceptance},
-    {"state_saved_in_one_process_continues_in_another", "--save-state then --load-state in a new process equals one run", state_saved_in_one_process_continues_in_another},
+    {"state_saved_in_one_process_continues_in_another",
+     "--save-state then --load-state in a new process equals one run; with --chat the prompt is the next turn",
+     state_saved_in_one_process_continues_in_another},
     {"logits_mtp_out_matches_llamacpp", "logits --mtp-out writes the head's teacher-forced logits, matching llama.cpp", logits_mtp_out_matches_llamacpp},
     {"logit_bias_forces_a_token", "--logit-bias ID:100 makes greedy output that id, the flag repeated",
      logit_bias_forces_a_token},
