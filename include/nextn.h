@@ -474,8 +474,11 @@ typedef struct {
     double prefill_s, draft_s, verify_s, commit_s;
 } nx_spec_stats;
 
-/* d may be NULL: plain decoding through the same interface. max_ctx bounds
- * prompt + generated tokens. Free with nx_spec_free. */
+/* d may be NULL: plain decoding through the same interface. max_ctx is the
+ * positions the session's caches hold: every token but the last emitted one
+ * goes through them, so prompt + generated tokens reach max_ctx + 1 at most
+ * (a call that would need more positions is NX_ERANGE; drafts shorten near
+ * the end). Free with nx_spec_free. */
 nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const nx_spec_opts *opts, nx_spec **out,
                       char *err, size_t errlen);
 void nx_spec_free(nx_spec *s);

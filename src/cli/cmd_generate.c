@@ -299,7 +299,7 @@ int cmd_generate(int argc, char **argv) {
     if (g.draft == 0 && !nx_spec_drafts_shape_output(g.accept, &g.sp)) g.draft = NX_DRAFT_AUTO;
     const char *dir = mo.dir ? mo.dir : cli_default_model();
 
-    int rc = 1, n_gen = 0, n_prompt = 0, n_stop = 0;
+    int rc = 1, n_gen = 0, n_first = 0, n_prompt = 0, n_stop = 0;
     char err[1024], *text = NULL;
     size_t text_len = 0;
     const int32_t *stop = NULL;
@@ -358,7 +358,8 @@ int cmd_generate(int argc, char **argv) {
         else if (n_gen == 0 && n_prompt > 0) st = nx_spec_extend(s, prompt, n_prompt, out, err, sizeof err);
         else st = nx_spec_step(s, (int)g.max_tokens - n_gen, out + n_gen, &got, err, sizeof err);
         if (st) { cli_fail("%s", err); goto done; }
-        if (n_gen == 0) t1 = cli_now();
+        const int first_call = n_gen == 0;   /* the prefill's token, or a loaded state's first round */
+        if (first_call) t1 = cli_now();
         for (int i = 0; i < got && !stopped; i++) {
             int32_t id = out[n_gen++];
             if (!g.json) {
@@ -369,6 +370,7 @@ int cmd_generate(int argc, char **argv) {
             }
             if (!g.ignore_eos && is_stop(in, stop, n_stop, id)) stopped = 1;
         }
+        if (first_call) n_first = n_gen;
         if (!g.json) fflush(stdout);
     }
     double t2 = cli_now();
@@ -376,9 +378,11 @@ int cmd_generate(int argc, char **argv) {
         cli_fail("%s", err);
         goto done;
     }
-    /* decode time covers the tokens after the first (which comes from the
-     * prefill logits) */
-    double prefill_tps = n_prompt && t1 > t0 ? n_prompt / (t1 - t0) : 0.0, decode_tps = n_gen > 1 && t2 > t1 ? (n_gen - 1) / (t2 - t1) : 0.0;
+    /* decode time covers the tokens after the first call's (the prefill's
+     * token, or a loaded state's first round) */
+    const int n_decoded = n_gen - n_first;
+    double prefill_tps = n_prompt && t1 > t0 ? n_prompt / (t1 - t0) : 0.0,
+           decode_tps = n_decoded > 0 && t2 > t1 ? n_decoded / (t2 - t1) : 0.0;
     const nx_spec_stats *st = nx_spec_get_stats(s);
     const int k_max = nx_spec_max_draft(s), policy = g.draft == NX_DRAFT_AUTO ? NX_DRAFT_AUTO : k_max;   /* as run */
     if (g.json) {
@@ -393,7 +397,7 @@ int cmd_generate(int argc, char **argv) {
             printf("null");
         printf(",\"stats\":{\"prompt_tokens\":%d,\"generated_tokens\":%d,\"prefill_s\":%.6f,"
                "\"prefill_tok_s\":%.2f,\"decode_tokens\":%d,\"decode_s\":%.6f,\"decode_tok_s\":%.2f}",
-               n_prompt, n_gen, t1 - t0, prefill_tps, n_gen > 0 ? n_gen - 1 : 0, t2 - t1, decode_tps);
+               n_prompt, n_gen, t1 - t0, prefill_tps, n_decoded, t2 - t1, decode_tps);
         if (d) print_mtp_json(stdout, st, k_max, policy, nx_drafter_head_bits(d), nx_drafter_screen_k(d));
         printf("}\n");
     } else {
@@ -406,10 +410,11 @@ int cmd_generate(int argc, char **argv) {
     if (g.stats) {
         fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s, with the first output token); decode: %d tokens "
                         "after it in %.3f s (%.1f tok/s)\n",
-                n_prompt, t1 - t0, prefill_tps, n_gen > 0 ? n_gen - 1 : 0, t2 - t1, decode_tps);
+                n_prompt, t1 - t0, prefill_tps, n_decoded, t2 - t1, decode_tps);
         if (d) {
-            fprintf(stderr, "mtp: accepted %lld of %lld drafts (%.1f%%), per position", (long long)st->accepted,
+            fprintf(stderr, "mtp: accepted %lld of %lld drafts (%.1f%%)", (long long)st->accepted,
                     (long long)st->drafted, st->drafted ? 100.0 * (double)st->accepted / (double)st->drafted : 0.0);
+            if (k_max > 0 && st->tried[0]) fprintf(stderr, ", per position");
             for (int i = 0; i < k_max && st->tried[i]; i++)
                 fprintf(stderr, " %.2f", (double)st->hits[i] / (double)st->tried[i]);
             fprintf(stderr, "; %.2f tokens per target forward (%lld forwards); draft %.3f s, verify %.3f s, commit %.3f s",

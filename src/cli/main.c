@@ -41,8 +41,10 @@ int main(int argc, char **argv) {
         int rc = commands[i].fn(argc - 1, argv + 1);
         /* output that never arrived (a full disk, a closed pipe) is a failure,
          * whatever the command thought it wrote */
+        errno = 0;
         if ((fflush(stdout) != 0 || ferror(stdout)) && rc == 0) {
-            fprintf(stderr, "nextn %s: writing the output failed: %s\n", argv[1], strerror(errno));
+            fprintf(stderr, "nextn %s: writing the output failed: %s\n", argv[1],
+                    errno ? strerror(errno) : "an earlier write was refused");
             rc = 1;
         }
         return rc;

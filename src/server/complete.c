@@ -590,6 +590,10 @@ int srv_build_prompt(nx_server *s, struct MHD_Connection *c, const oai_request *
         }
         nx_chat_request cr = {q->messages_json, q->tools_json, 1, q->enable_thinking};
         if (nx_chat_render(s->o.chat_template, &cr, &text, err, sizeof err) != NX_OK) {
+            const size_t el = strlen(err);
+            if (q->odd_arguments[0] >= 0)   /* the likely cause, named */
+                snprintf(err + el, sizeof err - el, " (messages[%d].tool_calls[%d].function.arguments is not a JSON object)",
+                         q->odd_arguments[0], q->odd_arguments[1]);
             *sent = srv_send_error(s, c, 400, err, "invalid_request_error", "messages");
             return -1;
         }

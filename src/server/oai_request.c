@@ -81,7 +81,7 @@ static int clamp_int(long long v) { return v > INT_MAX ? INT_MAX : (int)v; }
  * audio and files are refused: the model here reads text only, and a
  * template would render an image part as placeholder tokens with no image
  * behind them. */
-static int check_message(json_t *m, size_t i, parse_err *e) {
+static int check_message(json_t *m, size_t i, oai_request *r, parse_err *e) {
     static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
     const char *role = json_string_value(json_object_get(m, "role"));
     if (!role) return fail(e, "messages", "messages[%zu].role must be a string", i);
@@ -95,20 +95,21 @@ static int check_message(json_t *m, size_t i, parse_err *e) {
         return fail(e, "messages", "messages[%zu].tool_calls must be an array", i);
     json_array_foreach(calls, k, call) {
         if (!json_is_object(call)) return fail(e, "messages", "messages[%zu].tool_calls[%zu] must be an object", i, k);
-        /* OpenAI clients send "arguments" as a JSON string; the Qwen
-         * templates iterate them as a mapping: a string holding an object
-         * becomes that object, anything else is refused here rather than
-         * by the template */
+        /* OpenAI clients send "arguments" as a JSON string; the Qwen3.5
+         * template iterates them as a mapping (Qwen3's prints them as they
+         * are): a string holding an object becomes that object; anything
+         * else is left to the template, and the first such call is noted
+         * for its error message */
         json_t *fn = json_object_get(call, "function"), *holder = fn ? fn : call;
         json_t *args = json_object_get(holder, "arguments");
         if (!args || json_is_object(args)) continue;
         json_t *obj = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
-        if (!json_is_object(obj)) {
-            json_decref(obj);
-            return fail(e, "messages", "messages[%zu].tool_calls[%zu].function.arguments must be a JSON object, or a string "
-                                       "holding one", i, k);
+        if (json_is_object(obj)) {
+            if (json_object_set_new(holder, "arguments", obj)) return 1;
+            continue;
         }
-        if (json_object_set_new(holder, "arguments", obj)) return 1;
+        json_decref(obj);
+        if (r->odd_arguments[0] < 0) r->odd_arguments[0] = (int)i, r->odd_arguments[1] = (int)k;
     }
     json_t *c = json_object_get(m, "content"), *part;
     if (!c || json_is_null(c) || json_is_string(c)) return 0;
@@ -151,7 +152,7 @@ static int parse_messages(const json_t *root, oai_request *r, parse_err *e) {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) return fail(e, "messages", "messages must be a non-empty array");
     json_array_foreach(msgs, i, m) {
         if (!json_is_object(m)) return fail(e, "messages", "messages[%zu] must be an object", i);
-        if ((st = check_message(m, i, e))) return st;
+        if ((st = check_message(m, i, r, e))) return st;
     }
     tools = field(root, "tools");
     choice = field(root, "tool_choice");
@@ -373,6 +374,7 @@ int oai_parse_request(const char *body, size_t len, int chat, oai_request *out, 
     out->chat = chat;
     out->max_tokens = -1;
     out->max_tokens_name = "max_tokens";
+    out->odd_arguments[0] = out->odd_arguments[1] = -1;
     out->enable_thinking = -1;
     out->sampling = nx_sampling_default();
     out->sampling.temperature = 1.0f;   /* OpenAI's default; nextn's own default is greedy */

@@ -531,6 +531,22 @@ static void state_saved_in_one_process_continues_in_another(void) {
     for (size_t i = 0; same && i < json_array_size(a); i++) same = json_equal(json_array_get(a, i), json_array_get(b, i + 1));
     CHECKF(same, "the continued turn's prompt is not a newline and the turn's own rendering");
     json_decref(turn1), json_decref(alone), json_decref(nl), json_decref(turn2);
+    /* without a prompt the first call after a load is a whole round: an
+     * exact copy head with --draft 4 emits 5 tokens there, which the decode
+     * rate leaves out */
+    snprintf(args, sizeof args,
+             "generate -m '" NX_TEST_DATA "/golden/torchref-mini-copy-s0/hf' --prompt-ids 11,42,7,300 -n 10 --ignore-eos "
+             "--save-state '%s' --json",
+             state);
+    json_t *saved = run_json(args);
+    snprintf(args, sizeof args,
+             "generate -m '" NX_TEST_DATA "/golden/torchref-mini-copy-s0/hf' --load-state '%s' -n 20 --draft 4 --ignore-eos --json",
+             state);
+    json_t *more = run_json(args), *stats = json_object_get(more, "stats");
+    CHECKF(saved && json_integer_value(json_object_get(stats, "generated_tokens")) == 20 &&
+               json_integer_value(json_object_get(stats, "decode_tokens")) == 15,
+           "decode_tokens %lld of 20", (long long)json_integer_value(json_object_get(stats, "decode_tokens")));
+    json_decref(saved), json_decref(more);
 }
 
 static void logits_mtp_out_matches_llamacpp(void) {

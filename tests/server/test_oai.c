@@ -148,7 +148,8 @@ static void a_developer_message_is_a_system_message(void) {
 
 /* A tool call's arguments sent as a string holding a JSON object (as OpenAI
  * clients send them) reach the template as that object; an object stays;
- * anything else is a 400 naming the call. */
+ * anything else is left as sent for the template to judge (Qwen3's prints
+ * it), the first such call noted for the error message. */
 static void tool_call_arguments_become_objects(void) {
     oai_request r;
     int status;
@@ -158,19 +159,19 @@ static void tool_call_arguments_become_objects(void) {
                  1, &r, &status, err, sizeof err) == 0,
            "%s", err);
     CHECKF(r.messages_json && strstr(r.messages_json, "\"arguments\":{\"q\":1}") &&
-               strstr(r.messages_json, "\"arguments\":{\"k\":2}"),
+               strstr(r.messages_json, "\"arguments\":{\"k\":2}") && r.odd_arguments[0] == -1,
            "%s", r.messages_json);
     oai_request_free(&r);
-    static const char *const bad[] = {"\"not json\"", "\"[1,2]\"", "[1]", "7"};
+    static const char *const odd[] = {"\"not json\"", "\"[1,2]\"", "[1]", "7"};
     for (int i = 0; i < 4; i++) {
         char body[300];
         snprintf(body, sizeof body,
                  "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"tool_calls\":"
-                 "[{\"function\":{\"name\":\"f\",\"arguments\":%s}}]}]}",
-                 bad[i]);
-        CHECKF(parse(body, 1, &r, &status, err, sizeof err) != 0 && status == 400 &&
-                   strstr(err, "messages[1].tool_calls[0].function.arguments must be a JSON object"),
-               "%s: %s", bad[i], err);
+                 "[{\"function\":{\"name\":\"f\",\"arguments\":{}}},{\"function\":{\"name\":\"f\",\"arguments\":%s}}]}]}",
+                 odd[i]);
+        CHECKF(parse(body, 1, &r, &status, err, sizeof err) == 0 && r.odd_arguments[0] == 1 && r.odd_arguments[1] == 1 &&
+                   strstr(r.messages_json, odd[i]),
+               "%s: %s", odd[i], err);
         oai_request_free(&r);
     }
 }
@@ -1007,7 +1008,7 @@ static const nx_test tests[] = {
      max_completion_tokens_wins_over_max_tokens},
     {"tool_choice_none_drops_the_tools", "tools_json NULL for tool_choice none and tools null",
      tool_choice_none_drops_the_tools},
-    {"tool_call_arguments_become_objects", "a string holding a JSON object becomes it; other arguments refused by index",
+    {"tool_call_arguments_become_objects", "a string holding a JSON object becomes it; other arguments left, the first noted",
      tool_call_arguments_become_objects},
     {"a_developer_message_is_a_system_message", "role developer becomes system; the max_tokens field's name kept",
      a_developer_message_is_a_system_message},

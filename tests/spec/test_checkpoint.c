@@ -439,6 +439,38 @@ static void the_fuzz_corpus_checkpoints_are_current(void) {
     nx_model_free(m);
 }
 
+/* A checkpoint restores into a context just long enough for its sequence
+ * (its pending token at the last position): one token more comes (the
+ * drafts shortened to none), then the context is full; one position less
+ * is refused. */
+static void a_checkpoint_fits_a_context_as_long_as_its_sequence(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) goto done;
+    char err[512], path[1200];
+    int32_t out[64];
+    int got;
+    snprintf(path, sizeof path, "%s/fit.ckpt", nx_test_tmpdir("ckpt-fit"));
+    nx_spec *s = session(m, d, 2);
+    CHECK(nx_spec_prefill(s, prompt, 6, &out[0], err, sizeof err) == NX_OK);
+    run_to(s, out, 1, 10);
+    const int len = nx_spec_length(s);
+    CHECKF(nx_spec_save(s, path, err, sizeof err) == NX_OK, "%s", err);
+    nx_spec_free(s);
+    s = session_ctx(m, d, 2, len - 1);
+    CHECKF(nx_spec_load(s, path, err, sizeof err) == NX_ERANGE && strstr(err, "too small"), "%s", err);
+    nx_spec_free(s);
+    s = session_ctx(m, d, 2, len);
+    CHECKF(nx_spec_load(s, path, err, sizeof err) == NX_OK, "%s", err);
+    CHECKF(nx_spec_step(s, 4, out, &got, err, sizeof err) == NX_OK && got == 1, "%s", err);
+    CHECK(nx_spec_length(s) == len + 1);
+    CHECK(nx_spec_step(s, 4, out, &got, err, sizeof err) == NX_ERANGE);
+    nx_spec_free(s);
+done:
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 static void checkpoints_move_between_contexts(void) {
     checkpoints_move_between_contexts_one(NX_KV_F32);
     checkpoints_move_between_contexts_one(NX_KV_F16);
@@ -453,6 +485,9 @@ static const nx_test tests[] = {
      "rejection sampling with sampled drafts too, through a screen, from a 4-bit head copy, with presence and "
      "frequency penalties",
      restored_session_continues_exactly},
+    {"a_checkpoint_fits_a_context_as_long_as_its_sequence",
+     "restored into a context of its length: one more token, then full; one position less refused",
+     a_checkpoint_fits_a_context_as_long_as_its_sequence},
     {"the_fuzz_corpus_checkpoints_are_current",
      "tests/data/fuzz/checkpoint: the seeds load; the reproducers are refused for their deferred tokens",
      the_fuzz_corpus_checkpoints_are_current},
