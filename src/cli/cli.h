@@ -109,8 +109,9 @@ nx_model *cli_load_model(const cli_model_opts *o);
 /* Writes a float32 little-endian .npy of shape [rows, cols]. 0 on success. */
 int cli_write_npy(const char *path, const float *data, int64_t rows, int64_t cols);
 
-/* Reads a whole file into a malloc'd NUL-terminated buffer (caller frees);
- * NULL (nothing printed) on error. *len may be NULL. */
+/* Reads a whole file ("-": standard input) into a malloc'd NUL-terminated
+ * buffer (caller frees); NULL (nothing printed, errno set) on error. *len
+ * may be NULL. */
 char *cli_read_file(const char *path, size_t *len);
 
 /* Loads the tokenizer of a model directory (-m DIR or the default), printing

@@ -1,5 +1,6 @@
 /* cmd_chat.c — `nextn chat-template`: render a conversation to the prompt
  * text the model sees. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +46,8 @@ int cmd_chat_template(int argc, char **argv) {
     char err[1024], *out = NULL, *mtext = NULL, *ttext = NULL;
     nx_tokenizer *tok = NULL;
     nx_chat_template *ct = NULL;
-    if (!(mtext = cli_read_file(msgs, NULL))) { cli_fail("%s: cannot read", msgs); goto done; }
-    if (tools && !(ttext = cli_read_file(tools, NULL))) { cli_fail("%s: cannot read", tools); goto done; }
+    if (!(mtext = cli_read_file(msgs, NULL))) { cli_fail("%s: cannot read: %s", msgs, strerror(errno)); goto done; }
+    if (tools && !(ttext = cli_read_file(tools, NULL))) { cli_fail("%s: cannot read: %s", tools, strerror(errno)); goto done; }
     if (!tmpl && !(tok = cli_load_tokenizer(dir))) goto done;
     if (!(ct = cli_load_chat_template(tmpl, tok, dir))) goto done;
     nx_chat_request req = {mtext, ttext, gen, thinking ? strcmp(thinking, "on") == 0 : -1};

@@ -1,5 +1,6 @@
 /* cmd_generate.c — `nextn generate`: prefill a prompt, then decode. */
 #include <stddef.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,7 @@ static const char *generate_help =
     "Generates up to N tokens after the prompt and streams them to stdout.\n\n" CLI_MODEL_HELP
     "  --prompt-ids IDS   the prompt as comma-separated token ids\n"
     "  -p, --prompt TEXT  the prompt as text (tokenized with DIR/tokenizer.json)\n"
-    "  -f, --file FILE    read the prompt text from FILE\n"
+    "  -f, --file FILE    read the prompt text from FILE (- for standard input)\n"
     "  --chat             wrap the text prompt as one user turn with the chat template\n"
     "  --chat-template F  use this template file instead of the checkpoint's\n"
     "  --thinking on|off  enable_thinking for --chat (default: the template's default)\n"
@@ -216,7 +217,7 @@ static int prompt_ids(const gen_opts *g, nx_tokenizer *tok, const char *dir, int
     if (!tok) return cli_fail("%s: no tokenizer.json, so text prompts cannot be tokenized; give --prompt-ids", dir);
     size_t len = 0;
     char *file_text = NULL, *rendered = NULL, *next_turn = NULL, err[1024];
-    if (g->prompt_file && !(file_text = cli_read_file(g->prompt_file, &len))) return cli_fail("%s: cannot read", g->prompt_file);
+    if (g->prompt_file && !(file_text = cli_read_file(g->prompt_file, &len))) return cli_fail("%s: cannot read: %s", g->prompt_file, strerror(errno));
     const char *text = file_text ? file_text : g->prompt_text;
     if (!file_text) len = strlen(text);
     /* Plain prompts keep special-token strings as text unless asked; a

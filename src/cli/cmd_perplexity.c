@@ -20,7 +20,7 @@ static const char *perplexity_help =
     "Scores a text: cut into windows of --ctx tokens, each read from a fresh state, every token but\n"
     "a window's first scored by the model's log-probability of it after the ones before it.\n"
     "Prints the perplexity exp(mean NLL) with its standard error, the mean NLL and the tokens scored.\n\n" CLI_MODEL_HELP
-    "  -f, --file FILE    the text to score (UTF-8)\n"
+    "  -f, --file FILE    the text to score (UTF-8; - for standard input)\n"
     "  --text TEXT        the text, given inline\n"
     "  --ids IDS          token ids instead of a text (comma-separated)\n"
     "  --ctx N            window length in tokens (default 512, or the model's context if\n"

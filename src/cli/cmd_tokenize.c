@@ -1,4 +1,5 @@
 /* cmd_tokenize.c — `nextn tokenize` and `nextn detokenize`. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,11 +7,11 @@
 #include "cli.h"
 
 static const char *tokenize_help =
-    "usage: nextn tokenize [-m DIR] (--text T | --file F) [--no-special]\n"
+    "usage: nextn tokenize [-m DIR] (--text T | -f, --file F) [--no-special]\n"
     "Encodes text with the checkpoint's tokenizer.json and prints a JSON array of ids.\n\n"
     "  -m, --model DIR    directory with tokenizer.json (default: the bundled model)\n"
     "  --text T           the text\n"
-    "  --file F           read the text from F (bytes as they are)\n"
+    "  -f, --file F       read the text from F (bytes as they are; - for standard input)\n"
     "  --no-special       special tokens written in the text (<|im_start|>, ...) stay text\n";
 
 static const char *detokenize_help =
@@ -29,7 +30,7 @@ int cmd_tokenize(int argc, char **argv) {
         if (strcmp(a, "--no-special") == 0) { mode = NX_SPECIAL_AS_TEXT; continue; }
         const char **slot = strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0 ? &dir
                             : strcmp(a, "--text") == 0                      ? &text
-                            : strcmp(a, "--file") == 0                      ? &file
+                            : strcmp(a, "--file") == 0 || strcmp(a, "-f") == 0 ? &file
                                                                             : NULL;
         if (!slot) return cli_usage_error("tokenize: unknown option '%s' (see nextn tokenize --help)", a);
         if (!(*slot = cli_value(argc, argv, &i))) return 2;
@@ -37,7 +38,7 @@ int cmd_tokenize(int argc, char **argv) {
     if (!!text + !!file != 1) return cli_usage_error("tokenize: give exactly one of --text, --file");
     size_t len = text ? strlen(text) : 0;
     char *owned = NULL;
-    if (file && !(owned = cli_read_file(file, &len))) return cli_fail("%s: cannot read", file);
+    if (file && !(owned = cli_read_file(file, &len))) return cli_fail("%s: cannot read: %s", file, strerror(errno));
     int rc = 1, n = 0;
     int32_t *ids = NULL;
     char err[1024];

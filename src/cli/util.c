@@ -254,14 +254,15 @@ nx_model *cli_load_model(const cli_model_opts *o) {
 }
 
 char *cli_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
+    const int std_in = strcmp(path, "-") == 0;
+    FILE *f = std_in ? stdin : fopen(path, "rb");
     if (!f) return NULL;
     char *buf = NULL;
     size_t n = 0, cap = 0;
     for (;;) {
         if (cap - n < 65536) {
             char *g = realloc(buf, cap = cap * 2 + 65536);
-            if (!g) { free(buf); fclose(f); return NULL; }
+            if (!g) { free(buf); if (!std_in) fclose(f); return NULL; }
             buf = g;
         }
         size_t r = fread(buf + n, 1, cap - n - 1, f);
@@ -269,7 +270,7 @@ char *cli_read_file(const char *path, size_t *len) {
         if (r == 0) break;
     }
     int bad = ferror(f);
-    fclose(f);
+    if (!std_in) fclose(f);
     if (bad) { free(buf); return NULL; }
     buf[n] = 0;
     if (len) *len = n;

@@ -599,6 +599,18 @@ static void generate_defaults_to_the_bundled_model(void) {
     free(out), free(err);
 }
 
+/* "-f -" reads standard input: the ids of a piped text are --text's. */
+static void a_file_of_dash_is_standard_input(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-stdin"));
+    CHECK(nextn("tokenize --text 'And God said'") == 0);
+    char *want = captured("stdout");
+    CHECK(nx_test_system("printf 'And God said' | '%s' tokenize -f - > '%s/stdout' 2> '%s/stderr'", NX_NEXTN_BIN, out_dir,
+                         out_dir) == 0);
+    char *got = captured("stdout");
+    CHECKF(*want == '[' && strcmp(want, got) == 0, "-f -: '%s', --text: '%s'", got, want);
+    free(want), free(got);
+}
+
 /* Output that cannot be written (a full device) is a failure: exit 1 and a
  * message, for every command that prints its result. */
 static void output_that_cannot_be_written_fails(void) {
@@ -616,6 +628,7 @@ static void output_that_cannot_be_written_fails(void) {
 }
 
 static const nx_test tests[] = {
+    {"a_file_of_dash_is_standard_input", "tokenize -f - of a piped text = --text", a_file_of_dash_is_standard_input},
     {"output_that_cannot_be_written_fails", "tokenize, generate (text and --json), inspect > /dev/full: exit 1 with a message",
      output_that_cannot_be_written_fails},
     {"generate_defaults_to_the_bundled_model", "no -m: models/default, text in, readable text out, MTP stats",
