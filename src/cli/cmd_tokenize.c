@@ -76,6 +76,11 @@ int cmd_detokenize(int argc, char **argv) {
     size_t len = 0;
     nx_tokenizer *t = cli_load_tokenizer(dir);
     if (!t) goto done;
+    for (int i = 0; i < n; i++)   /* the library skips them; asked for by name here, they are an error */
+        if (ids[i] >= nx_tokenizer_vocab_size(t)) {
+            cli_fail("detokenize: id %d (at %d) is outside the vocabulary [0, %d)", ids[i], i, nx_tokenizer_vocab_size(t));
+            goto done;
+        }
     if (nx_detokenize(t, ids, n, skip, &text, &len, err, sizeof err)) { cli_fail("%s", err); goto done; }
     fwrite(text, 1, len, stdout);
     rc = 0;

@@ -222,6 +222,7 @@ static void bad_use_exits_2_with_one_line(void) {
         {"generate -m x -p hi --thinking maybe", 2, "--thinking"},
         {"tokenize -m x", 2, "exactly one of --text, --file"},
         {"detokenize -m x --ids 1,,2", 2, "--ids"},
+        {"detokenize --ids 9,99999", 1, "id 99999 (at 1) is outside the vocabulary"},
         {"chat-template -m x", 2, "--messages is required"},
         {"chat-template -m x --messages /nonexistent.json", 1, "/nonexistent.json"},
         {"inspect --bogus", 2, "unknown option '--bogus'"},
