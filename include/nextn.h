@@ -335,7 +335,7 @@ typedef struct {
                              merge order, most frequent first); other ids get
                              logit -inf. Verification always uses the full
                              head, so output stays exact. 0 or >= vocab: all */
-    int draft_head_bits;  /* B in 2..8: draft with a copy of those head rows
+    int draft_head_bits;  /* B in 2..6 or 8: draft with a copy of those head rows
                              quantized at load to B bits (MLX affine, group
                              64 (32 if the hidden size needs it), bf16
                              scales), held by the drafter; made only
@@ -856,14 +856,16 @@ nx_status nx_chat_render(const nx_chat_template *c, const nx_chat_request *req, 
 /* An OpenAI-compatible HTTP server over an engine (libmicrohttpd: an epoll
  * loop on a small thread pool; a connection waiting for tokens is parked, not
  * a blocked thread): POST /v1/chat/completions and /v1/completions (streamed as
- * server-sent events, or whole), GET /v1/models, /health and /metrics
- * (Prometheus text). docs/server.md lists the fields and errors. */
+ * server-sent events, or whole), POST /tokenize and /detokenize, GET
+ * /v1/models, /v1/models/ID, /health and /metrics (Prometheus text).
+ * docs/server.md lists the fields and errors. */
 typedef struct nx_server nx_server;
 
 typedef struct {
     const char *host;          /* address to bind (default "127.0.0.1")        */
     int port;                  /* 0: any free port (see nx_server_port)         */
-    const char *api_key;       /* non-NULL: every /v1/ path and /metrics need
+    const char *api_key;       /* non-NULL: every /v1/ path, /tokenize,
+                                  /detokenize and /metrics need
                                   "Authorization: Bearer KEY" (else 401)       */
     const char *model_name;    /* the id /v1/models lists (default "nextn")     */
     size_t max_body;           /* request body limit in bytes (default 4 MiB)   */

@@ -12,8 +12,9 @@
 static const char *serve_help =
     "usage: nextn serve [-m DIR] [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx N]\n"
     "                   [--cache-ram MB] [--cache-dir DIR] [--mtp on|off|DIR] [--api-key KEY]\n"
-    "Serves the model over HTTP with OpenAI's API (POST /v1/chat/completions, /v1/completions;\n"
-    "GET /v1/models, /health, /metrics), speculative decoding on for every request.\n\n" CLI_MODEL_HELP
+    "Serves the model over HTTP with OpenAI's API (POST /v1/chat/completions, /v1/completions,\n"
+    "/tokenize, /detokenize; GET /v1/models, /v1/models/ID, /health, /metrics), speculative\n"
+    "decoding on for every request.\n\n" CLI_MODEL_HELP
     "  --host ADDR        IPv4 address to bind (default 127.0.0.1: this machine only)\n"
     "  --port N           TCP port (default 8080; 0 picks a free one, see --port-file)\n"
     "  --port-file F      write the port listened on to F once ready\n"
@@ -23,7 +24,7 @@ static const char *serve_help =
     "  --prefill-chunk N  prompt tokens a request reads per scheduler round (default 64)\n"
     "  --cache-ram MB     prefix cache budget in RAM (default 1024; 0 = off)\n"
     "  --cache-dir DIR    also keep prefix-cache checkpoints in DIR (survives restarts)\n"
-    "  --cache-disk MB    budget of --cache-dir, least recently used files deleted (default 8192; 0 = none)\n"
+    "  --cache-disk MB    budget of --cache-dir, least recently used files deleted (default 8192; 0 = no limit)\n"
     "  --mtp on|off|DIR   the MTP drafter: the checkpoint's own (default), none, or a directory\n"
     "  --draft K|auto     drafts per round (default: the drafter's block_size - 1); auto adapts\n"
     "                     K per request to the measured acceptance and round cost\n"
@@ -33,7 +34,7 @@ static const char *serve_help =
     "  --draft-head-bits B|auto  draft with a B-bit copy of the LM head (default auto, 0: as\n"
     "                     stored; see nextn generate --help)\n"
     CLI_DRAFT_SCREEN_HELP
-    "  --api-key KEY      require Authorization: Bearer KEY on /v1/ and /metrics\n"
+    "  --api-key KEY      require Authorization: Bearer KEY on /v1/, /tokenize, /detokenize, /metrics\n"
     "  --model-name NAME  the model id /v1/models lists (default: the directory's name)\n"
     "  --chat-template F  use this template file instead of the checkpoint's\n"
     "  --max-body BYTES   request body limit (default 4194304)\n";

@@ -9,7 +9,7 @@
 static const char *tokenize_help =
     "usage: nextn tokenize [-m DIR] (--text T | -f, --file F) [--no-special]\n"
     "Encodes text with the checkpoint's tokenizer.json and prints a JSON array of ids.\n\n"
-    "  -m, --model DIR    directory with tokenizer.json (default: the bundled model)\n"
+    "  -m, --model DIR    directory with tokenizer.json (default: $NEXTN_MODEL, else the bundled model)\n"
     "  --text T           the text\n"
     "  -f, --file F       read the text from F (bytes as they are; - for standard input)\n"
     "  --no-special       special tokens written in the text (<|im_start|>, ...) stay text\n";
@@ -17,7 +17,7 @@ static const char *tokenize_help =
 static const char *detokenize_help =
     "usage: nextn detokenize [-m DIR] --ids 1,2,3 [--skip-special]\n"
     "Decodes token ids with the checkpoint's tokenizer and prints the text.\n\n"
-    "  -m, --model DIR    directory with tokenizer.json (default: the bundled model)\n"
+    "  -m, --model DIR    directory with tokenizer.json (default: $NEXTN_MODEL, else the bundled model)\n"
     "  --ids IDS          comma-separated token ids\n"
     "  --skip-special     leave special tokens out\n";
 

@@ -18,7 +18,7 @@ static const struct {
     {"chat-template", cmd_chat_template, "render a conversation with the checkpoint's chat template"},
     {"bench", cmd_bench, "measure load, prefill, decode and MTP speed against the machine's bandwidth roofline"},
     {"perplexity", cmd_perplexity, "score a text: perplexity over windows of --ctx tokens (compare quantizations)"},
-    {"quantize", cmd_quantize, "write an MLX affine-quantized (4/8-bit) copy of a checkpoint"},
+    {"quantize", cmd_quantize, "write an MLX-quantized copy of a checkpoint (affine 2-6/8-bit, mxfp4, nvfp4, mxfp8)"},
     {"serve", cmd_serve, "serve the model over HTTP with the OpenAI API (chat, completions, metrics)"},
 };
 
