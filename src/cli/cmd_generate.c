@@ -148,6 +148,12 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
             if (r == 0) return cli_usage_error("generate: unknown option '%s' (see nextn generate --help)", a);
         }
     }
+    if (g->prompt_text && !*g->prompt_text) {   /* nothing to prefill; after a loaded state: no prompt */
+        if (!g->load_state) return cli_usage_error("generate: -p wants a non-empty prompt");
+        g->prompt_text = NULL;
+    }
+    if (g->accept == NX_ACCEPT_GREEDY && g->sp.temperature > 0)
+        fprintf(stderr, "nextn: note: --accept greedy takes the likeliest token; --temp %g is not used\n", g->sp.temperature);
     int sources = !!g->prompt_ids + !!g->prompt_text + !!g->prompt_file;
     if (sources > 1 || (sources == 0 && !g->load_state))
         return cli_usage_error("generate: give exactly one of --prompt-ids, -p, -f (optional with --load-state)");

@@ -204,6 +204,7 @@ static void bad_use_exits_2_with_one_line(void) {
         {"generate -m x -p hi --jsn", 2, "option --jsn needs a value, or is not an option"},
         {"generate -m x -p hi -n 2 stray", 2, "unexpected argument 'stray'"},
         {"generate -m '' -p hi", 2, "-m wants a checkpoint directory"},
+        {"generate -m x -p ''", 2, "-p wants a non-empty prompt"},
         {"generate -m x -p hi --seed ' -1'", 2, "--seed wants an unsigned integer"},
         {"generate -m x -p hi --temp +1", 2, "--temp"},
         {"chat-template --chat-template /nonexistent.jinja --messages /nonexistent.json", 1, "/nonexistent"},
