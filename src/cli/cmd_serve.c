@@ -1,6 +1,7 @@
 /* cmd_serve.c — `nextn serve`: the OpenAI-compatible HTTP server. Loads the
  * model, its MTP head, the tokenizer and chat template, starts the engine and
  * the server, and waits for SIGINT / SIGTERM to shut both down cleanly. */
+#include <libgen.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -151,18 +152,10 @@ int cmd_serve(int argc, char **argv) {
         cli_fail("%s", err);
         goto out;
     }
-    /* the directory's name: its last path component, trailing slashes aside */
-    char dir_name[256];
-    const char *name = o.model_name;
-    if (!name) {
-        size_t end = strlen(mo.dir);
-        while (end > 1 && mo.dir[end - 1] == '/') end--;
-        size_t start = end;
-        while (start > 0 && mo.dir[start - 1] != '/') start--;
-        if (start == end) start = 0;   /* "/" itself */
-        snprintf(dir_name, sizeof dir_name, "%.*s", (int)(end - start), mo.dir + start);
-        name = dir_name;
-    }
+    /* the directory's name: POSIX basename, which sets trailing slashes aside */
+    char dir_copy[4096];
+    snprintf(dir_copy, sizeof dir_copy, "%s", mo.dir);
+    const char *name = o.model_name ? o.model_name : basename(dir_copy);
     /* a connection for every row and queue place, plus some for /health,
      * /metrics and the 503s beyond the queue */
     long conns = o.parallel + o.max_queue + 16;

@@ -133,8 +133,8 @@ static int check_message(json_t *m, size_t i, oai_request *r, parse_err *e) {
  * rendered into the prompt as it came. */
 static int check_tool(const json_t *t, size_t i, parse_err *e) {
     const json_t *f = json_object_get(t, "function"), *name = json_object_get(f, "name"), *v;
-    if (!json_is_object(t) || !json_is_string(json_object_get(t, "type")) ||
-        strcmp(json_string_value(json_object_get(t, "type")), "function") != 0)
+    const char *type = json_string_value(json_object_get(t, "type"));
+    if (!json_is_object(t) || !type || strcmp(type, "function") != 0)
         return fail(e, "tools", "tools[%zu] must be an object with type \"function\"", i);
     if (!json_is_object(f) || !json_is_string(name) || json_string_length(name) == 0)
         return fail(e, "tools", "tools[%zu].function must be an object with a non-empty name", i);

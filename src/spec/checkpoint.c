@@ -124,6 +124,30 @@ nx_status nx_spec_snapshot(const nx_spec *cs, void **blob, size_t *len, char *er
     return NX_OK;
 }
 
+/* The file nx_spec_save writes: path, or the target of a symbolic link at
+ * path (a link to a file not there yet: its text, beside the link), into
+ * target; *sb and *exists describe it. A path that is not a regular file (a
+ * device, a directory) is refused rather than replaced. */
+static nx_status save_target(const char *path, char target[PATH_MAX], struct stat *sb, int *exists, char *err,
+                             size_t errlen) {
+    if (lstat(path, sb) == 0 && S_ISLNK(sb->st_mode)) {
+        if (!realpath(path, target)) {
+            char link[PATH_MAX];
+            const ssize_t n = readlink(path, link, sizeof link - 1);
+            const char *slash = strrchr(path, '/');
+            const int dir = slash && n > 0 && link[0] != '/' ? (int)(slash - path + 1) : 0;
+            if (n <= 0 || snprintf(target, PATH_MAX, "%.*s%.*s", dir, path, (int)n, link) >= PATH_MAX)
+                return nx_fail(err, errlen, NX_EIO, "%s: cannot follow the link", path);
+        }
+    } else if (snprintf(target, PATH_MAX, "%s", path) >= PATH_MAX) {
+        return nx_fail(err, errlen, NX_EINVAL, "%s: the path is too long", path);
+    }
+    *exists = stat(target, sb) == 0;
+    if (*exists && !S_ISREG(sb->st_mode))
+        return nx_fail(err, errlen, NX_EINVAL, "%s: not a regular file; a checkpoint is not written over it", path);
+    return NX_OK;
+}
+
 nx_status nx_spec_save(const nx_spec *s, const char *path, char *err, size_t errlen) {
     void *blob;
     size_t len;
@@ -132,32 +156,14 @@ nx_status nx_spec_save(const nx_spec *s, const char *path, char *err, size_t err
         if (st == NX_ESTATE) return nx_fail(err, errlen, NX_ESTATE, "save: the session is not at a committed boundary");
         return st;
     }
-    /* Written to a file of its own beside the target, then renamed over it,
-     * so that a reader never sees half a checkpoint. A symbolic link is
-     * followed (its target is replaced, not the link), and a path that is
-     * not a regular file (a device, a directory) is refused rather than
-     * replaced. */
+    /* written to a file of its own beside the target, then renamed over it,
+     * so that a reader never sees half a checkpoint */
     char target[PATH_MAX], tmp[PATH_MAX + 16];
     struct stat sb;
-    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
-        if (!realpath(path, target)) {   /* a link to a file not there yet: its text, beside the link */
-            char link[PATH_MAX];
-            const ssize_t n = readlink(path, link, sizeof link - 1);
-            const char *slash = strrchr(path, '/');
-            const int dir = slash && n > 0 && link[0] != '/' ? (int)(slash - path + 1) : 0;
-            if (n <= 0 || snprintf(target, sizeof target, "%.*s%.*s", dir, path, (int)n, link) >= (int)sizeof target) {
-                nx_free(blob);
-                return nx_fail(err, errlen, NX_EIO, "%s: cannot follow the link", path);
-            }
-        }
-    } else if (snprintf(target, sizeof target, "%s", path) >= (int)sizeof target) {
+    int exists;
+    if ((st = save_target(path, target, &sb, &exists, err, errlen))) {
         nx_free(blob);
-        return nx_fail(err, errlen, NX_EINVAL, "%s: the path is too long", path);
-    }
-    const int exists = stat(target, &sb) == 0;
-    if (exists && !S_ISREG(sb.st_mode)) {
-        nx_free(blob);
-        return nx_fail(err, errlen, NX_EINVAL, "%s: not a regular file; a checkpoint is not written over it", path);
+        return st;
     }
     snprintf(tmp, sizeof tmp, "%s.XXXXXX", target);
     int fd = mkstemp(tmp);   /* mode 0600: a new checkpoint (a conversation) is its owner's; a replaced one keeps its mode */

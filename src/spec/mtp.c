@@ -505,8 +505,8 @@ static int32_t whole_row_draft(const nx_drafter *d, mdl_scratch *sc, const float
                                const mtp_chooser *ch, int t) {
     const int32_t *lift;
     const int e = lift_ids(ch, t, &lift);
-    const int64_t lo = past_vocab(d, lift, e);
-    if (lo < e) score_at(d, sc, x, lift + lo, e - lo, row);
+    const int64_t lo = past_vocab(d, lift, e);   /* those below are in the row already */
+    if (lo < e) mdl_linear_at(d->target, sc, &d->target->lm_head, x, lift + lo, e - lo, row);
     return pick_draft(ch, t, row, NULL, 0, d->target->cfg.vocab_size);
 }
 
