@@ -67,6 +67,17 @@ int cli_sampling_option(const char *a, const char *v, nx_sampling *sp);
     "  --repeat-penalty R repetition penalty over prompt and output (default 1 = off)\n"                \
     "  --presence-penalty P, --frequency-penalty F   over the output only (default 0 = off)\n"          \
     "  --seed S           sampling seed (default 0); draws are keyed by (seed, position)\n"
+/* --mtp: which drafter a command loads. */
+typedef enum {
+    CLI_MTP_DEFAULT,   /* not given: the checkpoint's head where it has one */
+    CLI_MTP_ON,        /* "on": the checkpoint's head                        */
+    CLI_MTP_OFF,       /* "off": none                                        */
+    CLI_MTP_DIR        /* a drafter directory                                */
+} cli_mtp;
+/* --mtp V (NULL: not given) into *out: 0, or -1 (an error printed) when V is
+ * no word and no directory -- "OFF" is a usage error, not a missing
+ * OFF/config.json. */
+int cli_parse_mtp(const char *v, cli_mtp *out);
 /* --draft-pick argmax|sample into *out: 0, or -1 (an error printed). */
 int cli_parse_draft_pick(const char *v, nx_draft_pick *out);
 #define CLI_DRAFT_PICK_HELP                                                                                 \

@@ -92,6 +92,7 @@ static const char *bench_help =
 typedef struct {
     long prompt, gen, repeat;
     const char *mtp;             /* NULL: the checkpoint's head if it has one    */
+    cli_mtp mtp_mode;            /* what mtp says                                */
     int draft;                   /* 0: the drafter's default; NX_DRAFT_AUTO      */
     long draft_vocab;            /* 0: the whole vocabulary                      */
     long draft_head_bits;        /* 0: the head as stored; NX_DRAFT_HEAD_AUTO (the default) */
@@ -155,6 +156,7 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, bench_opts *o) 
             if (cli_parse_int(v, 1, BENCH_MAX_REPEAT, &o->repeat))
                 return cli_usage_error("--repeat wants an integer in [1, %d], got '%s'", BENCH_MAX_REPEAT, v);
         } else if (strcmp(a, "--mtp") == 0) {
+            if (cli_parse_mtp(v, &o->mtp_mode)) return 2;
             o->mtp = v;
         } else if (strcmp(a, "--draft-pick") == 0) {
             if (cli_parse_draft_pick(v, &o->draft_pick)) return 2;
@@ -343,19 +345,18 @@ done:
 static nx_drafter *load_drafter(const bench_opts *o, const nx_model *m, const char **why, int *rc) {
     *rc = 0;
     *why = NULL;
-    const char *mtp = o->mtp ? o->mtp : "on";
-    if (strcmp(mtp, "off") == 0) {
+    if (o->mtp_mode == CLI_MTP_OFF) {
         *why = "--mtp off";
         return NULL;
     }
-    if (strcmp(mtp, "on") == 0 && !nx_model_get_info(m)->has_mtp) {
+    if (o->mtp_mode != CLI_MTP_DIR && !nx_model_get_info(m)->has_mtp) {
         *why = "the checkpoint has no MTP head (--mtp DIR takes a drafter directory)";
         return NULL;
     }
     char err[1024];
     nx_drafter *d = NULL;
     nx_drafter_opts dop = {0, (int)o->draft_vocab, (int)o->draft_head_bits, (int)o->draft_screen};
-    if (nx_drafter_load(m, strcmp(mtp, "on") == 0 ? NULL : mtp, &dop, &d, err, sizeof err)) *rc = cli_fail("%s", err);
+    if (nx_drafter_load(m, o->mtp_mode == CLI_MTP_DIR ? o->mtp : NULL, &dop, &d, err, sizeof err)) *rc = cli_fail("%s", err);
     return d;
 }
 

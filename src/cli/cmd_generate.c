@@ -57,6 +57,7 @@ static const char *generate_help =
 typedef struct {
     const char *prompt_ids, *prompt_text, *prompt_file;
     const char *chat_template, *thinking, *mtp, *mtp_hidden, *save_state, *load_state;
+    cli_mtp mtp_mode;   /* what --mtp (mtp) says */
     int draft;
     long draft_vocab;
     long draft_head_bits;
@@ -106,7 +107,10 @@ static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {
         else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) g->prompt_text = v;
         else if (strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0) g->prompt_file = v;
         else if (strcmp(a, "--chat-template") == 0) g->chat_template = v;
-        else if (strcmp(a, "--mtp") == 0) g->mtp = v;
+        else if (strcmp(a, "--mtp") == 0) {
+            if (cli_parse_mtp(v, &g->mtp_mode)) return 2;
+            g->mtp = v;
+        }
         else if (strcmp(a, "--save-state") == 0) g->save_state = v;
         else if (strcmp(a, "--load-state") == 0) g->load_state = v;
         else if (strcmp(a, "--mtp-hidden") == 0) {
@@ -260,15 +264,12 @@ done:
  * (by default) the checkpoint has no head. */
 static nx_drafter *load_drafter(const gen_opts *g, const nx_model *m, int *rc) {
     *rc = 0;
-    const char *mtp = g->mtp ? g->mtp : "default";
-    if (strcmp(mtp, "off") == 0) return NULL;
-    if (strcmp(mtp, "default") == 0 && !nx_model_get_info(m)->has_mtp) return NULL;
+    if (g->mtp_mode == CLI_MTP_OFF || (g->mtp_mode == CLI_MTP_DEFAULT && !nx_model_get_info(m)->has_mtp)) return NULL;
     char err[1024];
     nx_drafter *d = NULL;
     nx_drafter_opts o = {g->mtp_hidden && strcmp(g->mtp_hidden, "prenorm") == 0, (int)g->draft_vocab,
                          (int)g->draft_head_bits, (int)g->draft_screen};
-    const char *dir = strcmp(mtp, "on") == 0 || strcmp(mtp, "default") == 0 ? NULL : mtp;
-    if (nx_drafter_load(m, dir, &o, &d, err, sizeof err)) *rc = cli_fail("%s", err);
+    if (nx_drafter_load(m, g->mtp_mode == CLI_MTP_DIR ? g->mtp : NULL, &o, &d, err, sizeof err)) *rc = cli_fail("%s", err);
     return d;
 }
 

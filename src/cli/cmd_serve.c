@@ -54,6 +54,7 @@ static void log_line(void *ctx, const char *line) {
 
 typedef struct {
     const char *host, *port_file, *cache_dir, *mtp, *api_key, *model_name, *chat_template;
+    cli_mtp mtp_mode;   /* what --mtp (mtp) says */
     nx_draft_policy policy;
     long port, parallel, max_queue, ctx, chunk, cache_mb, disk_mb, draft, head_bits, screen, max_body;
 } serve_opts;
@@ -100,7 +101,10 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
         } else if (strcmp(a, "--host") == 0) o->host = v;
         else if (strcmp(a, "--port-file") == 0) o->port_file = v;
         else if (strcmp(a, "--cache-dir") == 0) o->cache_dir = v;
-        else if (strcmp(a, "--mtp") == 0) o->mtp = v;
+        else if (strcmp(a, "--mtp") == 0) {
+            if (cli_parse_mtp(v, &o->mtp_mode)) return 2;
+            o->mtp = v;
+        }
         else if (strcmp(a, "--api-key") == 0) o->api_key = v;
         else if (strcmp(a, "--model-name") == 0) o->model_name = v;
         else if (strcmp(a, "--chat-template") == 0) o->chat_template = v;
@@ -111,7 +115,7 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
 
 int cmd_serve(int argc, char **argv) {
     cli_model_opts mo = {cli_default_model(), {0}};
-    serve_opts o = {"127.0.0.1", NULL, NULL, "default", NULL, NULL, NULL, NX_DRAFTS_ADAPTIVE, 8080, 4, 64, 4096, 64, 1024, 8192, 0,
+    serve_opts o = {"127.0.0.1", NULL, NULL, NULL, NULL, NULL, NULL, CLI_MTP_DEFAULT, NX_DRAFTS_ADAPTIVE, 8080, 4, 64, 4096, 64, 1024, 8192, 0,
                      CLI_DRAFT_HEAD_BITS, CLI_DRAFT_SCREEN, 4 << 20};
     int rc = parse(argc, argv, &mo, &o);
     if (rc) return rc < 0 ? 0 : rc;
@@ -134,10 +138,9 @@ int cmd_serve(int argc, char **argv) {
     nx_server *srv = NULL;
     rc = 1;
     if (!m) goto out;
-    if (strcmp(o.mtp, "off") != 0 && (strcmp(o.mtp, "default") != 0 || nx_model_get_info(m)->has_mtp)) {
+    if (o.mtp_mode != CLI_MTP_OFF && (o.mtp_mode != CLI_MTP_DEFAULT || nx_model_get_info(m)->has_mtp)) {
         nx_drafter_opts dopts = {0, 0, (int)o.head_bits, (int)o.screen};
-        const char *ddir = strcmp(o.mtp, "on") == 0 || strcmp(o.mtp, "default") == 0 ? NULL : o.mtp;
-        if (nx_drafter_load(m, ddir, &dopts, &d, err, sizeof err)) {
+        if (nx_drafter_load(m, o.mtp_mode == CLI_MTP_DIR ? o.mtp : NULL, &dopts, &d, err, sizeof err)) {
             cli_fail("%s", err);
             goto out;
         }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static void report(const char *fmt, va_list ap) {
@@ -102,6 +103,16 @@ int cli_parse_draft_pick(const char *v, nx_draft_pick *out) {
     if (strcmp(v, "argmax") == 0) *out = NX_DRAFT_PICK_ARGMAX;
     else if (strcmp(v, "sample") == 0) *out = NX_DRAFT_PICK_SAMPLE;
     else return cli_usage_error("--draft-pick wants argmax or sample, got '%s'", v), -1;
+    return 0;
+}
+
+int cli_parse_mtp(const char *v, cli_mtp *out) {
+    struct stat st;
+    if (!v) *out = CLI_MTP_DEFAULT;
+    else if (strcmp(v, "on") == 0) *out = CLI_MTP_ON;
+    else if (strcmp(v, "off") == 0) *out = CLI_MTP_OFF;
+    else if (stat(v, &st) == 0 && S_ISDIR(st.st_mode)) *out = CLI_MTP_DIR;
+    else return cli_usage_error("--mtp wants on, off or a drafter directory, got '%s'", v), -1;
     return 0;
 }
 
