@@ -149,8 +149,8 @@ nx_status mdl_forward_verify(const nx_model *m, nx_state *s, const int32_t *toke
     return NX_OK;
 }
 
-nx_status mdl_forward_batch(const nx_model *m, const mdl_batch_item *items, int n, float *logits, float *hidden, int prenorm,
-                            char *err, size_t errlen) {
+nx_status mdl_forward_batch(const nx_model *m, const mdl_batch_item *items, int n, float *logits, float *hidden, char *err,
+                            size_t errlen) {
     if (n < 1 || n > MDL_CHUNK) return nx_fail(err, errlen, NX_EINVAL, "batch: %d sequences (1..%d)", n, MDL_CHUNK);
     chunk_part parts[MDL_CHUNK];
     int rows = 0;
@@ -180,7 +180,8 @@ nx_status mdl_forward_batch(const nx_model *m, const mdl_batch_item *items, int 
     }
     forward_chunk(m, sc, parts, n);
     int64_t H = m->cfg.hidden_size;
-    if (hidden) memcpy(hidden, prenorm ? sc->x : sc->hfinal, (size_t)(rows * H) * sizeof(float));
+    for (int i = 0, row = 0; hidden && i < n; row += items[i++].n)
+        memcpy(hidden + row * H, (items[i].prenorm ? sc->x : sc->hfinal) + row * H, (size_t)(items[i].n * H) * sizeof(float));
     if (logits) mdl_linear(m, sc, &m->lm_head, sc->hfinal, rows, logits);
     return NX_OK;
 }

@@ -323,16 +323,18 @@ typedef struct {
     const int32_t *tokens;
     int n;                        /* >= 1                                       */
     int record;                   /* keep the rollback record (n <= max_block)  */
+    int prenorm;                  /* its hidden rows: the last layer's output
+                                     before the final norm, not after         */
 } mdl_batch_item;
 
 /* Runs several sequences' blocks (distinct states of m, sum of n <=
  * MDL_CHUNK) as one chunk: every weight matrix is read once for all rows.
  * Each item advances its state exactly as nx_forward (record = 0) or
  * mdl_forward_verify (record = 1) on it alone would, bit for bit. logits
- * ([rows][V]) and hidden ([rows][H]; pre-norm rows if prenorm) get every row,
+ * ([rows][V]) and hidden ([rows][H]; each item's kind of row) get every row,
  * item by item; either may be NULL. On error nothing changed. */
-nx_status mdl_forward_batch(const nx_model *m, const mdl_batch_item *items, int n, float *logits, float *hidden, int prenorm,
-                            char *err, size_t errlen);
+nx_status mdl_forward_batch(const nx_model *m, const mdl_batch_item *items, int n, float *logits, float *hidden, char *err,
+                            size_t errlen);
 /* Keeps only the first `keep` tokens (1 <= keep <= T) of the recorded block:
  * attention KV is trimmed, every GDN layer's recurrent and conv state is set
  * to its state after token keep-1. Bit-identical to having run only those

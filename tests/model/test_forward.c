@@ -383,9 +383,9 @@ static void rollback_misuse_is_an_error(void) {
 /* Four sequences at different positions in states of different sizes,
  * blocks of 3, 11, 1 and 4 tokens (the 3- and 4-token ones recorded as
  * verifies; the 11 rows take two attention blocks, between other
- * sequences'): one batched forward gives every row bit-identical to each
- * sequence run alone, and each state rolls back and continues exactly as it
- * would have alone. */
+ * sequences'; two take their hidden rows before the final norm): one batched
+ * forward gives every row bit-identical to each sequence run alone, and each
+ * state rolls back and continues exactly as it would have alone. */
 static void batched_blocks_equal_each_sequence_alone_with(nx_kv_cache kv) {
     nx_model *m = golden_model(kv);
     if (!m) return;
@@ -411,11 +411,13 @@ static void batched_blocks_equal_each_sequence_alone_with(nx_kv_cache kv) {
         CHECK(nx_forward(m, alone[i], hist[i], hist_len[i], NULL, err, sizeof err) == NX_OK);
     }
     mdl_batch_item items[N];
-    for (int i = 0; i < N; i++) items[i] = (mdl_batch_item){bs[i], blk[i], block[i], record[i]};
-    CHECKF(mdl_forward_batch(m, items, N, logits, hid, 0, err, sizeof err) == NX_OK, "%s", err);
+    for (int i = 0; i < N; i++) items[i] = (mdl_batch_item){bs[i], blk[i], block[i], record[i], i % 2};
+    CHECKF(mdl_forward_batch(m, items, N, logits, hid, err, sizeof err) == NX_OK, "%s", err);
     int row = 0;
     for (int i = 0; i < N; i++) {
-        nx_forward_out fo = {.logits = want, .hidden = hid_alone, .all_rows = 1};
+        /* odd items' hidden rows: before the final norm */
+        nx_forward_out fo = {.logits = want, .hidden = i % 2 ? NULL : hid_alone, .prenorm = i % 2 ? hid_alone : NULL,
+                             .all_rows = 1};
         CHECK((record[i] ? mdl_forward_verify(m, alone[i], blk[i], block[i], &fo, err, sizeof err)
                          : nx_forward(m, alone[i], blk[i], block[i], &fo, err, sizeof err)) == NX_OK);
         CHECKF(memcmp(logits + (size_t)row * V, want, (size_t)block[i] * V * 4) == 0, "sequence %d: batched logits differ", i);
@@ -433,13 +435,13 @@ static void batched_blocks_equal_each_sequence_alone_with(nx_kv_cache kv) {
     }
     /* misuse: one state twice, too many rows, a bad token: errors, nothing moves */
     int pos0 = nx_state_pos(bs[0]);
-    mdl_batch_item twice[2] = {{bs[0], blk[0], 1, 0}, {bs[0], blk[1], 1, 0}};
-    CHECK(mdl_forward_batch(m, twice, 2, NULL, NULL, 0, err, sizeof err) == NX_EINVAL && strstr(err, "share"));
+    mdl_batch_item twice[2] = {{bs[0], blk[0], 1, 0, 0}, {bs[0], blk[1], 1, 0, 0}};
+    CHECK(mdl_forward_batch(m, twice, 2, NULL, NULL, err, sizeof err) == NX_EINVAL && strstr(err, "share"));
     int32_t bad = V + 5;
-    mdl_batch_item badtok[2] = {{bs[0], blk[0], 1, 0}, {bs[1], &bad, 1, 0}};
-    CHECK(mdl_forward_batch(m, badtok, 2, NULL, NULL, 0, err, sizeof err) == NX_EINVAL && strstr(err, "item 1"));
-    mdl_batch_item big = {bs[0], blk[3], 4, 1};
-    CHECK(mdl_forward_batch(m, &big, 1, NULL, NULL, 0, err, sizeof err) == NX_OK); /* 4 rows fit */
+    mdl_batch_item badtok[2] = {{bs[0], blk[0], 1, 0, 0}, {bs[1], &bad, 1, 0, 0}};
+    CHECK(mdl_forward_batch(m, badtok, 2, NULL, NULL, err, sizeof err) == NX_EINVAL && strstr(err, "item 1"));
+    mdl_batch_item big = {bs[0], blk[3], 4, 1, 0};
+    CHECK(mdl_forward_batch(m, &big, 1, NULL, NULL, err, sizeof err) == NX_OK); /* 4 rows fit */
     CHECK(nx_state_pos(bs[0]) == pos0 + 4 && nx_state_pos(bs[1]) == hist_len[1] + block[1] + 1);
     for (int i = 0; i < N; i++) nx_state_free(bs[i]), nx_state_free(alone[i]);
     free(want), free(next), free(next_alone), free(logits), free(hid), free(hid_alone);
