@@ -481,6 +481,10 @@ typedef struct {
  * the end). Free with nx_spec_free. */
 nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const nx_spec_opts *opts, nx_spec **out,
                       char *err, size_t errlen);
+/* What nx_spec_new would refuse in (d, max_ctx, opts), checked without making
+ * a session (NX_EINVAL; the message without nx_spec_new's "spec: "). */
+nx_status nx_spec_check_opts(const nx_model *m, const nx_drafter *d, int max_ctx, const nx_spec_opts *opts, char *err,
+                             size_t errlen);
 void nx_spec_free(nx_spec *s);
 /* Releases the session's buffers; every later call is NX_ESTATE. */
 void nx_spec_close(nx_spec *s);
@@ -738,8 +742,10 @@ typedef struct {
     double decode_s;                   /* seconds spent in decode rounds         */
     int64_t drafted, accepted;
     int64_t tried[NX_SPEC_MAX_DRAFT], hits[NX_SPEC_MAX_DRAFT];
-    int64_t cache_hits, cache_misses, cache_hit_tokens, cache_entries, cache_ram_bytes, cache_disk_bytes,
-        cache_evictions, cache_bad_files;
+    int64_t cache_hits, cache_misses, cache_hit_tokens, cache_entries, cache_ram_bytes, cache_disk_bytes;
+    int64_t cache_evictions;           /* RAM copies dropped for the RAM budget */
+    int64_t cache_disk_evictions;      /* files deleted for the disk budget     */
+    int64_t cache_bad_files;
 } nx_engine_stats;
 void nx_engine_get_stats(nx_engine *e, nx_engine_stats *out);
 

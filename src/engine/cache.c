@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <xxhash.h>
 
@@ -35,7 +36,7 @@ typedef struct {
     size_t len;
     int on_disk;
     size_t file_bytes;
-    uint64_t last_use;            /* LRU clock                                */
+    uint64_t last_use;            /* LRU clock (a file's mtime in ns at start) */
 } pc_entry;
 
 struct pcache {
@@ -156,28 +157,52 @@ static int write_file(pcache *c, const pc_entry *e) {
              (e->len == 0 || fwrite(e->blob, e->len, 1, f) == 1);
     if (f) ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
+        int why = errno;   /* before remove() sets its own */
         remove(tmp);
-        nx_logf(c->log, c->log_ctx, "prefix cache: cannot write %s (%s)", path, strerror(errno));
+        nx_logf(c->log, c->log_ctx, "prefix cache: cannot write %s (%s)", path, strerror(why));
         return -1;
     }
     return 0;
 }
 
-/* Indexes the directory's files of this namespace (keys only). */
+/* A use of a file: its modification time, so a restart finds the order. */
+static void touch_file(const pcache *c, const pc_entry *e) {
+    char path[1200];
+    file_path(c, e->key, e->n, path, sizeof path);
+    (void)utimensat(AT_FDCWD, path, NULL, 0);
+}
+
+static int ends_with(const char *s, size_t n, const char *tail) {
+    size_t t = strlen(tail);
+    return n >= t && strcmp(s + n - t, tail) == 0;
+}
+
+/* Indexes the directory's files of this namespace (keys only), each used
+ * last when it was modified; deletes the temp files a crash left. */
 static void scan_dir(pcache *c) {
     DIR *d = opendir(c->dir);
     if (!d) return;
     char prefix[32];
     snprintf(prefix, sizeof prefix, "%016llx-", (unsigned long long)c->ns);
     struct dirent *de;
+    int64_t foreign = 0, n_foreign = 0;
     while ((de = readdir(d))) {
         size_t nl = strlen(de->d_name);
-        if (strncmp(de->d_name, prefix, strlen(prefix)) != 0 || nl < 4 || strcmp(de->d_name + nl - 4, ".nxc") != 0) continue;
         char path[1400];
         snprintf(path, sizeof path, "%s/%s", c->dir, de->d_name);
+        struct stat sb;
+        int ours = strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+        if (ours && ends_with(de->d_name, nl, ".nxc.tmp")) {
+            remove(path);
+            continue;
+        }
+        if (!ends_with(de->d_name, nl, ".nxc")) continue;
+        if (!ours) {
+            if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) foreign += sb.st_size, n_foreign++;
+            continue;
+        }
         pc_entry e = {0};
         const char *why;
-        struct stat sb;
         if (read_file(path, c->ns, &e, 0, &why) != 0) {
             nx_logf(c->log, c->log_ctx, "prefix cache: %s %s; ignored and deleted", path, why);
             c->st.bad_files++;
@@ -189,10 +214,19 @@ static void scan_dir(pcache *c) {
             break;
         }
         e.on_disk = 1;
-        e.file_bytes = stat(path, &sb) == 0 ? (size_t)sb.st_size : 0;
+        if (stat(path, &sb) == 0) {
+            e.file_bytes = (size_t)sb.st_size;
+            e.last_use = (uint64_t)sb.st_mtim.tv_sec * 1000000000u + (uint64_t)sb.st_mtim.tv_nsec;
+        }
+        if (e.last_use > c->clock) c->clock = e.last_use;   /* later uses count from the newest */
         c->e[c->n++] = e;
     }
     closedir(d);
+    if (n_foreign)
+        nx_logf(c->log, c->log_ctx,
+                "prefix cache: %s also holds %lld files (%.1f MB) of other models or options, not counted toward its "
+                "budget; delete them when no server uses them",
+                c->dir, (long long)n_foreign, (double)foreign / (1 << 20));
 }
 
 /* Lets go of the least recently used copies in one tier -- RAM blobs
@@ -211,7 +245,8 @@ static void evict_tier(pcache *c, int disk) {
         }
         if (used <= budget || lru < 0) break;
         pc_entry *e = &c->e[lru];
-        c->st.evictions++;
+        if (disk) c->st.disk_evictions++;
+        else c->st.evictions++;
         if (disk) {
             char path[1200];
             file_path(c, e->key, e->n, path, sizeof path);
@@ -268,7 +303,8 @@ void pcache_free(pcache *c) {
 }
 
 void pcache_put(pcache *c, const int32_t *tokens, int n, void *blob, size_t len) {
-    if (!c || n < 1 || (!c->dir && len > c->ram_budget)) {
+    int fits_ram = c && len <= c->ram_budget;   /* else on disk only */
+    if (!c || n < 1 || (!c->dir && !fits_ram)) {
         nx_free(blob);
         return;
     }
@@ -288,6 +324,12 @@ void pcache_put(pcache *c, const int32_t *tokens, int n, void *blob, size_t len)
     if (c->dir && write_file(c, &e) == 0) {
         e.on_disk = 1;
         e.file_bytes = sizeof(pc_file_header) + (size_t)n * sizeof *tokens + len;
+    }
+    if (!fits_ram) nx_free(e.blob), e.blob = NULL;
+    if (!e.blob && !e.on_disk) { /* the write failed (logged) */
+        nx_free(e.tokens);
+        recount(c);
+        return;
     }
     c->e[c->n++] = e;
     evict_tier(c, 0);
@@ -332,6 +374,7 @@ int pcache_lookup(pcache *c, const int32_t *tokens, int n, int min_len, void **b
      * next best is tried */
     while (best >= 0) {
         pc_entry *e = &c->e[best];
+        void *copy = NULL;   /* the caller's */
         if (!e->blob && e->on_disk) {
             char path[1200];
             file_path(c, e->key, e->n, path, sizeof path);
@@ -350,18 +393,19 @@ int pcache_lookup(pcache *c, const int32_t *tokens, int n, int min_len, void **b
                 return r;
             }
             nx_free(got.tokens);
-            e->blob = got.blob;
             e->len = got.len;
+            if (got.len > c->ram_budget) copy = got.blob;   /* too big to keep in RAM */
+            else e->blob = got.blob;
         }
-        void *copy = nx_alloc(e->len ? e->len : 1);
-        if (!copy) break;
-        memcpy(copy, e->blob, e->len);
+        if (!copy && !(copy = nx_alloc(e->len ? e->len : 1))) break;
+        if (e->blob) memcpy(copy, e->blob, e->len);
         e->last_use = ++c->clock;
+        if (e->on_disk) touch_file(c, e);
         int matched = e->n;
-        evict_tier(c, 0); /* a blob read back from disk counts against the budget */
-        recount(c);
         *blob = copy;
         *len = e->len;
+        evict_tier(c, 0); /* a blob read back from disk counts against the budget (e may move) */
+        recount(c);
         c->st.hits++;
         c->st.hit_tokens += matched;
         return matched;

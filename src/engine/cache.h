@@ -10,9 +10,13 @@
  *
  * Two tiers:
  *   RAM   entries with their blob, least recently used evicted first once the
- *         blobs exceed the byte budget;
+ *         blobs exceed the byte budget (a blob larger than the whole budget
+ *         is kept on disk only, not at the cost of every other);
  *   disk  (optional) one file per entry in a directory, least recently used
- *         deleted beyond its byte budget, written to a temp file and renamed, so a crash never leaves half a file under a real name.
+ *         deleted beyond its byte budget, written to a temp file and renamed,
+ *         so a crash never leaves half a file under a real name (a temp file
+ *         left by one is deleted at the next start). A file's modification
+ *         time is its last use, so the order survives a restart.
  *         File: pc_file_header | int32 tokens[n] | blob. The header carries
  *         the namespace (model + drafter identity) and an xxh64 of everything
  *         after it. Files survive restarts: pcache_new indexes the directory
@@ -40,7 +44,8 @@ typedef struct {
     int64_t hit_tokens;           /* prompt tokens served from checkpoints        */
     int64_t entries, ram_entries; /* entries indexed (RAM or disk) / held in RAM  */
     int64_t ram_bytes, disk_bytes;
-    int64_t evictions;            /* RAM entries dropped for the byte budget      */
+    int64_t evictions;            /* RAM copies dropped for the RAM budget        */
+    int64_t disk_evictions;       /* files deleted for the disk budget            */
     int64_t bad_files;            /* disk entries that failed their checks        */
 } pcache_stats;
 
@@ -50,7 +55,9 @@ typedef void (*pcache_log_fn)(void *ctx, const char *line);
 /* ram_bytes: budget of the RAM tier (0: entries only on disk, or none). dir:
  * the disk tier's directory (created if missing), or NULL; disk_bytes: its
  * budget, least recently used files deleted beyond it (0: no limit). ns: the
- * namespace (files of other namespaces in dir are left alone). */
+ * namespace: files of other namespaces in dir (another model, drafter or
+ * KV layout, perhaps another server's) are left alone and not counted; their
+ * total is logged at start. */
 nx_status pcache_new(size_t ram_bytes, const char *dir, size_t disk_bytes, uint64_t ns, pcache_log_fn log, void *log_ctx,
                      pcache **out, char *err, size_t errlen);
 void pcache_free(pcache *c);

@@ -262,13 +262,22 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
         if (o->prompt[i] < 0 || o->prompt[i] >= V)
             return nx_fail(err, errlen, NX_EINVAL, "request: prompt token %d at index %d is outside the vocabulary [0, %d)",
                            o->prompt[i], i, V);
-    nx_status st = nx_sampling_check(&o->sampling, V, err, errlen);
+    /* the row's session options, checked here: a session renewed with bad
+     * ones would fail the request only once it runs */
+    const nx_spec_opts so = {.draft = e->d ? e->o.draft : 0,
+                             .accept = o->accept,
+                             .draft_pick = o->draft_pick,
+                             .sampling = o->sampling,
+                             .stop_ids = o->stop_ids,
+                             .n_stop = o->n_stop,
+                             .logprobs = o->logprobs != 0,
+                             .input_logprobs = o->prompt_logprobs != 0,
+                             .top_logprobs = o->logprobs || o->prompt_logprobs ? o->top_logprobs : 0};
+    nx_status st = nx_spec_check_opts(e->m, e->d, e->o.max_ctx, &so, err, errlen);
     if (st) {
         nx_err_prefix(err, errlen, "request");
         return st;
     }
-    if ((o->logprobs || o->prompt_logprobs) && (o->top_logprobs < 0 || o->top_logprobs > NX_MAX_TOP_LOGPROBS))
-        return nx_fail(err, errlen, NX_EINVAL, "request: top_logprobs %d must be 0..%d", o->top_logprobs, NX_MAX_TOP_LOGPROBS);
     size_t nb = (size_t)o->sampling.n_logit_bias;
     nx_request *r = nx_calloc(1, sizeof *r);
     size_t np = o->prompt_logprobs ? (size_t)o->n_prompt - 1 : 0;
@@ -290,15 +299,8 @@ nx_status nx_engine_submit(nx_engine *e, const nx_request_opts *o, nx_request **
     }
     r->max_tokens = o->max_tokens;
     if (o->n_stop) memcpy(r->stop, o->stop_ids, (size_t)o->n_stop * sizeof *r->stop);
-    r->so = (nx_spec_opts){.draft = e->d ? e->o.draft : 0,
-                           .accept = o->accept,
-                           .draft_pick = o->draft_pick,
-                           .sampling = o->sampling,
-                           .stop_ids = r->stop,
-                           .n_stop = o->n_stop,
-                           .logprobs = o->logprobs != 0,
-                           .input_logprobs = o->prompt_logprobs != 0,
-                           .top_logprobs = o->logprobs || o->prompt_logprobs ? o->top_logprobs : 0};
+    r->so = so;
+    r->so.stop_ids = r->stop;
     if (nb) memcpy(r->bias, o->sampling.logit_bias, nb * sizeof *r->bias);
     r->so.sampling.logit_bias = r->bias;
     r->stop_tok = -1;
@@ -355,11 +357,13 @@ static void checkpoint(nx_engine *e, nx_request *r, const int32_t *tokens, int n
 static nx_status row_session(nx_engine *e, nx_request *r, char *err, size_t errlen) {
     while (e->n_spare > 0) {
         nx_spec *s = e->spare[--e->n_spare];
-        if (nx_spec_renew(s, &r->so, err, errlen) == NX_OK) {
-            r->spec = s;
-            return NX_OK;
+        nx_status st = nx_spec_renew(s, &r->so, err, errlen);
+        if (st == NX_OK) r->spec = s;
+        if (st != NX_ENOMEM) {   /* (options were checked at submit) */
+            if (st) e->spare[e->n_spare++] = s;
+            return st;
         }
-        nx_spec_free(s);   /* cannot take these options (memory): a new one might */
+        nx_spec_free(s);   /* out of memory: without this one a new session may fit */
     }
     return nx_spec_new(e->m, e->d, e->o.max_ctx, &r->so, &r->spec, err, errlen);
 }
@@ -599,7 +603,7 @@ static void publish_cache_stats(nx_engine *e) {
     pcache_stats c = pcache_get_stats(e->cache);
     e->st.cache_hits = c.hits, e->st.cache_misses = c.misses, e->st.cache_hit_tokens = c.hit_tokens;
     e->st.cache_entries = c.entries, e->st.cache_ram_bytes = c.ram_bytes, e->st.cache_disk_bytes = c.disk_bytes;
-    e->st.cache_evictions = c.evictions, e->st.cache_bad_files = c.bad_files;
+    e->st.cache_evictions = c.evictions, e->st.cache_disk_evictions = c.disk_evictions, e->st.cache_bad_files = c.bad_files;
 }
 
 /* Queued requests whose callers gave up leave the queue at once, so they
@@ -698,9 +702,11 @@ static void *engine_main(void *arg) {
             request_release(r);
         }
         publish_cache_stats(e);
-        n = 0;
-        for (int i = 0; i < P; i++) n += e->rows[i] != NULL;
-        e->st.active = n;
+        /* recounted now: an engine that goes idle keeps these figures */
+        n = prefilling = 0;
+        for (int i = 0; i < P; i++)
+            if (e->rows[i]) n++, prefilling += e->rows[i]->phase == RQ_PREFILL;
+        e->st.active = n, e->st.prefilling = prefilling;
     }
     /* shutting down: every row and queued request ends cancelled */
     for (int i = 0; i < P; i++)

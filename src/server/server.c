@@ -179,6 +179,8 @@ static enum MHD_Result send_metrics(nx_server *s, struct MHD_Connection *c) {
     METRIC(&b, "cache_disk_bytes", "gauge", "Bytes of checkpoint files.", "%lld", (long long)e.cache_disk_bytes);
     METRIC(&b, "cache_evictions_total", "counter", "Checkpoints dropped from RAM for the budget.", "%lld",
            (long long)e.cache_evictions);
+    METRIC(&b, "cache_disk_evictions_total", "counter", "Checkpoint files deleted for the disk budget.", "%lld",
+           (long long)e.cache_disk_evictions);
     METRIC(&b, "cache_bad_files_total", "counter", "Cache files that failed their checks (ignored, deleted).", "%lld",
            (long long)e.cache_bad_files);
     pthread_mutex_lock(&s->mu);

@@ -1,8 +1,10 @@
 /* test_cache.c — the prefix cache on its own (src/engine/cache.h): the
  * longest prefix wins, RAM and disk budgets evict the least recently used,
- * the disk tier is re-indexed on start, other namespaces are left alone and
- * damaged files are misses. Blobs here are plain bytes. */
+ * the disk tier is re-indexed on start (its order of use too), other
+ * namespaces are left alone and damaged files are misses. Blobs here are
+ * plain bytes. */
 #include <dirent.h>
+#include <unistd.h>
 
 #include "test.h"
 
@@ -119,6 +121,71 @@ static void damaged_files_are_logged_misses(void) {
     pcache_free(c);
 }
 
+/* Files are stamped when used; tests wait between uses so that the stamps
+ * (kernel ticks of a few ms) differ. */
+static void tick(void) { usleep(20000); }
+
+static int others_logged;
+static void log_others(void *ctx, const char *line) { others_logged += strstr(line, "of other models") != NULL; }
+
+static void the_order_of_use_survives_a_restart(void) {
+    const char *dir = nx_test_tmpdir("pcache-unit-order");
+    pcache *c = NULL;
+    void *b;
+    size_t len;
+    CHECK(pcache_new(0, dir, 0, 11, NULL, NULL, &c, NULL, 0) == NX_OK);
+    for (int k = 2; k <= 4; k++) pcache_put(c, seq, k, blob_of(1000, (unsigned char)k), 1000), tick();
+    CHECK(pcache_lookup(c, seq, 2, 2, &b, &len) == 2); /* the oldest file, used last */
+    nx_free(b);
+    /* no RAM tier: nothing was evicted from it */
+    CHECK(pcache_get_stats(c).evictions == 0 && pcache_get_stats(c).ram_entries == 0);
+    pcache_free(c);
+    /* a temp file a crash left, and a file of another namespace */
+    char tmp[1400];
+    snprintf(tmp, sizeof tmp, "%s/%016llx-0000000000000001-3.nxc.tmp", dir, 11ull);
+    nx_test_write_file(tmp, "x", 1);
+    CHECK(pcache_new(0, dir, 0, 12, NULL, NULL, &c, NULL, 0) == NX_OK);
+    pcache_put(c, seq, 5, blob_of(1000, 5), 1000);
+    pcache_free(c);
+    /* restart with room for one file: the one used last stays */
+    others_logged = 0;
+    CHECK(pcache_new(0, dir, 1100, 11, log_others, NULL, &c, NULL, 0) == NX_OK);
+    CHECKF(pcache_has(c, seq, 2) && !pcache_has(c, seq, 3) && !pcache_has(c, seq, 4), "kept: 2 %d, 3 %d, 4 %d",
+           pcache_has(c, seq, 2), pcache_has(c, seq, 3), pcache_has(c, seq, 4));
+    pcache_stats st = pcache_get_stats(c);
+    CHECK(st.disk_evictions == 2 && st.evictions == 0);
+    CHECK(access(tmp, F_OK) != 0);                   /* the temp file went */
+    CHECK(others_logged == 1 && files_in(dir) == 2); /* the other namespace's file stays, named in the log */
+    pcache_free(c);
+}
+
+/* A checkpoint larger than the whole RAM tier lives on disk only: it does
+ * not push out the entries RAM holds, neither when written nor when read. */
+static void a_blob_larger_than_ram_stays_on_disk(void) {
+    const char *dir = nx_test_tmpdir("pcache-unit-big");
+    pcache *c = NULL;
+    void *b;
+    size_t len;
+    CHECK(pcache_new(2000, dir, 0, 13, NULL, NULL, &c, NULL, 0) == NX_OK);
+    pcache_put(c, seq, 2, blob_of(900, 2), 900);
+    pcache_put(c, seq, 3, blob_of(900, 3), 900);
+    pcache_put(c, seq, 6, blob_of(5000, 6), 5000);
+    pcache_stats st = pcache_get_stats(c);
+    CHECKF(st.ram_entries == 2 && st.ram_bytes == 1800 && st.evictions == 0 && st.entries == 3,
+           "ram %lld entries, %lld bytes, %lld evictions", (long long)st.ram_entries, (long long)st.ram_bytes,
+           (long long)st.evictions);
+    CHECK(pcache_lookup(c, seq, 10, 2, &b, &len) == 6 && len == 5000 && ((unsigned char *)b)[4999] == 6);
+    nx_free(b);
+    st = pcache_get_stats(c);
+    CHECK(st.ram_entries == 2 && st.evictions == 0 && st.hits == 1);
+    pcache_free(c);
+    /* without a disk tier such a blob is not kept at all */
+    CHECK(pcache_new(2000, NULL, 0, 13, NULL, NULL, &c, NULL, 0) == NX_OK);
+    pcache_put(c, seq, 6, blob_of(5000, 6), 5000);
+    CHECK(pcache_get_stats(c).entries == 0);
+    pcache_free(c);
+}
+
 static const nx_test tests[] = {
     {"the_longest_prefix_wins", "entries that begin the prompt, the longest first; min_len; same key replaced",
      the_longest_prefix_wins},
@@ -126,6 +193,10 @@ static const nx_test tests[] = {
      budgets_evict_the_least_recently_used},
     {"damaged_files_are_logged_misses", "a flipped byte: logged, deleted, and the next longest entry serves",
      damaged_files_are_logged_misses},
+    {"the_order_of_use_survives_a_restart", "a smaller disk budget at start keeps the file used last; crash temp files go",
+     the_order_of_use_survives_a_restart},
+    {"a_blob_larger_than_ram_stays_on_disk", "a checkpoint larger than the RAM tier evicts nothing from it",
+     a_blob_larger_than_ram_stays_on_disk},
 };
 
 NX_TEST_MAIN(tests)

@@ -271,6 +271,28 @@ static void bad_submissions_are_refused(void) {
     o.sampling.n_logit_bias = 1;
     CHECK(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_EINVAL && !r && strstr(err, "request: logit_bias: token"));
     o.sampling = nx_sampling_default();
+    /* the session's options too, at submit (a spare session is not spent on them) */
+    o.accept = (nx_accept_mode)99;
+    CHECKF(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_EINVAL && !r && strstr(err, "request: acceptance mode 99"),
+           "%s", err);
+    o.accept = NX_ACCEPT_GREEDY, o.draft_pick = (nx_draft_pick)9;
+    CHECKF(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_EINVAL && !r && strstr(err, "request: draft pick 9"), "%s", err);
+    o.draft_pick = NX_DRAFT_PICK_ARGMAX;
+    /* a request that ends in its prefill round leaves no row counted as
+     * prefilling once the engine is idle */
+    nx_request *one = submit(e, p, 8, 0, 1, 0, 0);
+    int32_t out[4];
+    nx_finish fin;
+    CHECK(drain(one, out, 4, &fin) == 1 && fin == NX_FINISH_LENGTH);
+    nx_request_free(one);
+    nx_engine_stats idle;
+    for (int i = 0; i < WAIT_STEPS; i++) {
+        nx_engine_get_stats(e, &idle);
+        if (idle.finished == 1 && idle.active == 0 && idle.prefilling == 0) break;
+        usleep(10000);
+    }
+    CHECKF(idle.finished == 1 && idle.active == 0 && idle.prefilling == 0, "finished %lld, active %d, prefilling %d",
+           (long long)idle.finished, idle.active, idle.prefilling);
     /* the queue holds 16: the 18th waiting request is refused (one row runs) */
     o.prompt = p, o.n_prompt = 8;
     nx_request *many[20] = {0};
