@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY   /* XXH64_state_t's size: a state on the stack */
 #include <xxhash.h>
 
 #include "base/alloc.h"
@@ -76,6 +77,17 @@ static int parts_of(nx_spec *s, ckpt_part *parts, int cap) {
     return k;
 }
 
+uint64_t ckpt_hash(const void *blob, size_t len) {
+    ckpt_header h;
+    memcpy(&h, blob, sizeof h);
+    h.payload_hash = 0;
+    XXH64_state_t x;   /* on the stack: nothing to fail */
+    XXH64_reset(&x, 0);
+    XXH64_update(&x, &h, sizeof h);
+    XXH64_update(&x, (const unsigned char *)blob + sizeof h, len - sizeof h);
+    return XXH64_digest(&x);
+}
+
 static void header_of(const nx_spec *s, ckpt_header *h) {
     const cfg_model *c = &s->m->cfg;
     memset(h, 0, sizeof *h);
@@ -117,7 +129,8 @@ nx_status nx_spec_snapshot(const nx_spec *cs, void **blob, size_t *len, char *er
         part_save(&parts[i], out + at);
         at += part_bytes(&parts[i]);
     }
-    h.payload_hash = XXH64(out + sizeof h, h.payload_bytes, 0);
+    memcpy(out, &h, sizeof h);
+    h.payload_hash = ckpt_hash(out, at);
     memcpy(out, &h, sizeof h);
     *blob = out;
     *len = at;
@@ -220,7 +233,7 @@ static nx_status restore(nx_spec *s, const unsigned char *blob, size_t len, cons
                        h.n + 1, s->max_ctx);
     /* the whole payload is checked before any of it is copied: a damaged
      * blob leaves the session FRESH and untouched */
-    if (h.payload_bytes != len - sizeof h || XXH64(blob + sizeof h, h.payload_bytes, 0) != h.payload_hash)
+    if (h.payload_bytes != len - sizeof h || ckpt_hash(blob, len) != h.payload_hash)
         return nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint is truncated or damaged (checksum mismatch)", name);
     s->n = h.n;
     s->n_input = h.n_input;
@@ -265,15 +278,17 @@ nx_status nx_spec_load(nx_spec *s, const char *path, char *err, size_t errlen) {
     if (s->state != SPEC_FRESH)
         return nx_fail(err, errlen, NX_ESTATE, "load: a checkpoint restores only into a fresh session (this one is in use)");
     FILE *f = fopen(path, "rb");
-    if (!f) return nx_fail(err, errlen, NX_EIO, "%s: cannot read", path);
+    if (!f) return nx_fail(err, errlen, NX_EIO, "%s: cannot read (%s)", path, strerror(errno));
     unsigned char *blob = NULL;
-    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    struct stat sb;
+    const int regular = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode);   /* a directory opens too */
+    const size_t len = regular ? (size_t)sb.st_size : 0;
     nx_status st = NX_OK;
-    if (len < 0 || fseek(f, 0, SEEK_SET) != 0) st = nx_fail(err, errlen, NX_EIO, "%s: cannot read", path);
-    else if (!(blob = nx_alloc(len ? (size_t)len : 1))) st = nx_fail(err, errlen, NX_ENOMEM, "%s: out of memory", path);
-    else if (len && fread(blob, (size_t)len, 1, f) != 1) st = nx_fail(err, errlen, NX_EIO, "%s: cannot read", path);
+    if (!regular) st = nx_fail(err, errlen, NX_EIO, "%s: not a regular file", path);
+    else if (!(blob = nx_alloc(len ? len : 1))) st = nx_fail(err, errlen, NX_ENOMEM, "%s: out of memory", path);
+    else if (len && fread(blob, len, 1, f) != 1) st = nx_fail(err, errlen, NX_EIO, "%s: cannot read", path);
     fclose(f);
-    if (!st) st = restore(s, blob, (size_t)len, path, err, errlen);
+    if (!st) st = restore(s, blob, len, path, err, errlen);
     nx_free(blob);
     return st;
 }

@@ -243,6 +243,13 @@ nx_status nx_spec_renew(nx_spec *s, const nx_spec_opts *opts, char *err, size_t 
     }
     nx_free(s->bias);
     spec_move_buffers(&t, s);
+    /* logprob buffers the new options do not want go: their presence is
+     * what turns the work on */
+    if (!t.opts.logprobs) nx_free(t.lp_row), nx_free(t.lp), t.lp_row = NULL, t.lp = NULL;
+    if (!t.opts.input_logprobs) {
+        nx_free_aligned(t.ilp_logits), nx_free(t.ilp);
+        t.ilp_logits = NULL, t.ilp = NULL, t.cap_ilp = 0;
+    }
     nx_state_reset(t.target);
     t.rows.n = 0;   /* the head's KV rows past n are never read */
     spec_assign(s, &t);
@@ -553,11 +560,12 @@ nx_status nx_spec_prefill(nx_spec *s, const int32_t *prompt, int n, int32_t *fir
     if (n < 1) return nx_fail(err, errlen, NX_EINVAL, "prefill: empty prompt");
     if (n + 1 > s->max_ctx)
         return nx_fail(err, errlen, NX_ERANGE, "prefill: %d prompt tokens leave no room in a context of %d", n, s->max_ctx);
+    nx_status st = check_tokens(s, "prefill", prompt, n, err, errlen);   /* the index in the whole prompt */
+    if (st) return st;
     double t0 = nx_now_s();
     memcpy(s->hist, prompt, (size_t)n * sizeof *s->hist);
     s->n = 0;
-    nx_status st = feed(s, n, -1, first, err, errlen);
-    if (st) return st;
+    if ((st = feed(s, n, -1, first, err, errlen))) return st;
     s->stats.prefill_s += nx_now_s() - t0;
     s->state = SPEC_READY;
     assert(spec_invariants(s));
@@ -860,6 +868,7 @@ struct nx_spec_batch {
 
 nx_status nx_spec_batch_new(const nx_model *m, int max_ctx, nx_spec_batch **out, char *err, size_t errlen) {
     *out = NULL;
+    if (max_ctx < 2) return nx_fail(err, errlen, NX_EINVAL, "batch: context size %d is too small", max_ctx);
     nx_spec_batch *b = nx_calloc(1, sizeof *b);
     size_t V = (size_t)m->cfg.vocab_size, H = (size_t)m->cfg.hidden_size;
     if (!b || !(b->logits = nx_alloc_aligned((size_t)MDL_CHUNK * V * sizeof(float))) ||

@@ -68,6 +68,7 @@ static void batched_rounds(int screen) {
         n_batched[i] = 1;
     }
     nx_spec_batch *b = NULL;
+    CHECK(nx_spec_batch_new(m, -5, &b, err, sizeof err) == NX_EINVAL && !b && strstr(err, "context size -5"));
     CHECKF(nx_spec_batch_new(m, 256, &b, err, sizeof err) == NX_OK, "%s", err);
     static int32_t emitted[N * W];
     static char msgs[N][256];

@@ -11,7 +11,6 @@
 #include <stddef.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define COPY NX_TEST_DATA "/golden/torchref-mini-copy-s0.05/hf"
 
@@ -138,6 +137,9 @@ static void foreign_and_damaged_checkpoints_are_refused(void) {
     s = session(m, d, 2);
     CHECK(nx_spec_prefill(s, prompt, 6, &out[0], err, sizeof err) == NX_OK);
     CHECKF(nx_spec_save(s, dir, err, sizeof err) == NX_EINVAL && strstr(err, "not a regular file"), "%s", err);
+    nx_spec *fresh = session(m, d, 2);   /* nor does load read one (a directory's size is not its bytes) */
+    CHECKF(nx_spec_load(fresh, dir, err, sizeof err) == NX_EIO && strstr(err, "not a regular file"), "%s", err);
+    nx_spec_free(fresh);
     char link[1300], real[1300];
     snprintf(link, sizeof link, "%s/link.ckpt", dir);
     snprintf(real, sizeof real, "%s/real.ckpt", dir);
@@ -170,6 +172,18 @@ static void foreign_and_damaged_checkpoints_are_refused(void) {
         CHECK(nx_spec_prefill(s, prompt, 6, &first, err, sizeof err) == NX_OK && first == out[0]);
         nx_spec_free(s);
     }
+    /* the checksum covers the header: the lowest bit of a field that still
+     * fits (the split of the penalties, the head's rows, the pending draft) */
+    static const size_t fields[] = {offsetof(ckpt_header, n_input), offsetof(ckpt_header, rows), offsetof(ckpt_header, d1)};
+    for (size_t i = 0; bytes && i < sizeof fields / sizeof *fields; i++) {
+        bytes[fields[i]] ^= 1;
+        nx_test_write_file(bad, bytes, n);
+        bytes[fields[i]] ^= 1;
+        s = session(m, d, 2);
+        CHECKF(nx_spec_load(s, bad, err, sizeof err) == NX_EFORMAT && strstr(err, "checksum"), "header byte %zu: %s",
+               fields[i], err);
+        nx_spec_free(s);
+    }
     /* a forged token count (near INT32_MAX) must not size any read */
     if (bytes) {
         int32_t forged = 0x7ffffffe;
@@ -189,7 +203,7 @@ out:
 
 /* Writes bytes[0..n) to path with the checksum made to match its payload. */
 static void write_forged(const char *path, unsigned char *bytes, size_t n) {
-    uint64_t h = XXH64(bytes + sizeof(ckpt_header), n - sizeof(ckpt_header), 0);
+    uint64_t h = ckpt_hash(bytes, n);
     memcpy(bytes + offsetof(ckpt_header, payload_hash), &h, 8);
     nx_test_write_file(path, bytes, n);
 }
@@ -494,7 +508,8 @@ static const nx_test tests[] = {
     {"forged_checkpoints_with_valid_checksums_are_refused",
      "a file edited and its checksum recomputed: deferred tokens outside the vocabulary, entries without a head",
      forged_checkpoints_with_valid_checksums_are_refused},
-    {"foreign_and_damaged_checkpoints_are_refused", "another model or drafter, damaged or truncated files, used sessions: refused",
+    {"foreign_and_damaged_checkpoints_are_refused",
+     "another model or drafter, damaged or truncated files, a flipped header bit, used sessions: refused",
      foreign_and_damaged_checkpoints_are_refused},
     {"absorbed_pieces_and_memory_snapshots_continue_exactly",
      "prompt absorbed in pieces, snapshot in memory, restored, extended: equals one prefill; damaged blobs refused",

@@ -766,11 +766,16 @@ static int run_logprobs(nx_spec *s, const nx_spec_opts *o, const int32_t *prompt
     char err[512];
     int n = 0, nl, got = 1;
     nx_status st = nx_spec_prefill(s, prompt, n_prompt, &out[0], err, sizeof err);
+    int ni;
+    nx_spec_input_logprobs(s, &ni);
+    CHECKF(ni == (o->input_logprobs ? n_prompt - 1 : 0), "the prefill kept %d input entries", ni);
     while (!st) {
         const nx_token_logprob *e = nx_spec_logprobs(s, &nl);
         if (o->logprobs) {
             CHECKF(nl == got && e, "a call emitted %d tokens and kept %d entries", got, nl);
             if (nl == got && e) memcpy(lp + n, e, (size_t)got * sizeof *e);
+        } else {
+            CHECKF(nl == 0, "logprobs off, yet a call kept %d entries", nl);   /* (a session renewed from logprobs) */
         }
         int stopped = 0;
         for (int i = n; i < n + got; i++)
@@ -798,7 +803,7 @@ static int generate_logprobs(nx_model *m, nx_drafter *d, const nx_spec_opts *o, 
  * five option sets in turn -- greedy K = 3; rejection sampling with sampled
  * drafts, a bias and a stop id, K = 2 (buffers anew: the drafts' Q rows);
  * greedy K = 4 with logprobs (anew: a longer block, logprob rows); matched
- * sampling K = 1 (kept); greedy K = 2 renewed mid-round, after a draft --
+ * sampling K = 1 (kept, logprobs off again); greedy K = 2 renewed mid-round, after a draft --
  * emits the ids, statistics and logprob bits of a new session with each set.
  * Bad options (a draft length of 99, an acceptance or draft pick outside its
  * enum) are refused and leave the session as it was; a closed session is
@@ -818,7 +823,7 @@ static void renew_starts_over_as_a_new_session(void) {
     sets[1].sampling.temperature = 0.9f;
     sets[1].sampling.seed = 11, sets[1].sampling.logit_bias = &bias, sets[1].sampling.n_logit_bias = 1;
     sets[1].stop_ids = &stop, sets[1].n_stop = 1;
-    sets[2].draft = 4, sets[2].logprobs = 1, sets[2].top_logprobs = 3;
+    sets[2].draft = 4, sets[2].logprobs = 1, sets[2].input_logprobs = 1, sets[2].top_logprobs = 3;
     sets[3].draft = 1, sets[3].accept = NX_ACCEPT_MATCH, sets[3].sampling.temperature = 0.8f, sets[3].sampling.seed = 4;
     sets[4].draft = 2;
     char err[512];
@@ -1051,7 +1056,15 @@ static void protocol_misuse_is_an_error(void) {
     nx_spec *s = NULL;
     int32_t p[4] = {1, 2, 3, 4}, dr[8], em[8], b;
     int nd, ne;
-    CHECK(nx_spec_new(m, d, 64, NULL, &s, err, sizeof err) == NX_OK);
+    CHECK(nx_spec_new(m, d, 400, NULL, &s, err, sizeof err) == NX_OK);
+    {   /* a bad id deep in a long prompt: named by its index in the prompt (not in a forward's piece) */
+        int32_t longp[300];
+        for (int i = 0; i < 300; i++) longp[i] = 1 + i % 50;
+        longp[290] = 1 << 30;
+        CHECKF(nx_spec_prefill(s, longp, 300, &b, err, sizeof err) == NX_EINVAL && strstr(err, "prefill: token") &&
+                   strstr(err, "index 290"),
+               "%s", err);
+    }
     CHECK(nx_spec_draft(s, 2, dr, &nd, err, sizeof err) == NX_ESTATE && strstr(err, "prefill first"));
     CHECK(nx_spec_verify(s, err, sizeof err) == NX_ESTATE);
     CHECK(nx_spec_commit(s, em, &ne, err, sizeof err) == NX_ESTATE);
