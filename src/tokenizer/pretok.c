@@ -18,6 +18,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "tokenizer/nfc9.h"
 
 /* ---- UTF-8 -------------------------------------------------------------------- */
 
@@ -106,15 +107,31 @@ static const uint32_t NFC_STABLE[][2] = {
     {0xE0020, 0xE007F},
 };
 
-int nx_tok_nfc_stable(uint32_t cp) {
-    int lo = 0, hi = (int)(sizeof NFC_STABLE / sizeof NFC_STABLE[0]) - 1;
+/* 1 if cp is in one of the n sorted ranges r. */
+static int in_ranges(const uint32_t (*r)[2], int n, uint32_t cp) {
+    int lo = 0, hi = n - 1;
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
-        if (cp < NFC_STABLE[mid][0]) hi = mid - 1;
-        else if (cp > NFC_STABLE[mid][1]) lo = mid + 1;
+        if (cp < r[mid][0]) hi = mid - 1;
+        else if (cp > r[mid][1]) lo = mid + 1;
         else return 1;
     }
     return 0;
+}
+
+int nx_tok_nfc_stable(uint32_t cp) {
+    return in_ranges(NFC_STABLE, (int)(sizeof NFC_STABLE / sizeof NFC_STABLE[0]), cp);
+}
+
+/* HF tokenizers' NFC has Unicode 9.0 data: to it a mark or composing letter
+ * added since (nfc9.h: e.g. U+1DF6, or U+11935 U+11930 -> U+11938) is
+ * unassigned, so class 0 and composing with nothing. We treat each such code
+ * point as a boundary: left as it is, with NFC done on the text either side
+ * on its own. */
+static int nfc_unassigned_in_9(int32_t c) {
+    return c >= (int32_t)NFC_UNASSIGNED_IN_9[0][0] &&
+           in_ranges(NFC_UNASSIGNED_IN_9, (int)(sizeof NFC_UNASSIGNED_IN_9 / sizeof NFC_UNASSIGNED_IN_9[0]),
+                     (uint32_t)c);
 }
 
 static int already_nfc(const uint8_t *s, size_t n) {
@@ -143,8 +160,9 @@ static int already_nfc(const uint8_t *s, size_t n) {
  * alternating U+0301 U+0316 took 2.5 s, 256 KB 75 s. So we decompose one
  * character at a time into our UTF-32 buffer, sort each run ourselves (short
  * ones by insertion, long ones by counting: linear in a long run, and the same
- * order, since every one of these sorts is stable), and let utf8proc recompose
- * and re-encode UTF-8 in place. */
+ * order, since every one of these sorts is stable), let utf8proc recompose
+ * each piece between Unicode 9.0 boundaries (below) and re-encode UTF-8 in
+ * place. */
 
 /* Room for n code points in w->nfc (the contents kept); -1: no memory. */
 static int nfc_reserve(nx_tok_work *w, size_t n) {
@@ -156,7 +174,11 @@ static int nfc_reserve(nx_tok_work *w, size_t n) {
     return 0;
 }
 
-static int ccc_of(int32_t c) { return utf8proc_get_property(c)->combining_class; }
+/* The combining class HF sees (a boundary's is 0). */
+static int ccc_of(int32_t c) {
+    const int k = utf8proc_get_property(c)->combining_class;
+    return k && !nfc_unassigned_in_9(c) ? k : 0;
+}
 
 /* Runs up to this long are sorted by insertion (a letter with two or three
  * accents is the common case: no counting table to clear). */
@@ -195,6 +217,23 @@ static int nfc_order(nx_tok_work *w, size_t n) {
     return 0;
 }
 
+/* Composes each piece of the n code points in b between boundaries on its
+ * own, in place; returns the new length. opt must hold UTF8PROC_STABLE, or
+ * utf8proc composes the exclusions (U+2ADD U+0338 -> U+2ADC). */
+static size_t nfc_compose(int32_t *b, size_t n, utf8proc_option_t opt) {
+    size_t out = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && !nfc_unassigned_in_9(b[j])) j++;
+        const utf8proc_ssize_t r = utf8proc_normalize_utf32(b + i, (utf8proc_ssize_t)(j - i), opt);
+        memmove(b + out, b + i, (size_t)r * sizeof *b);
+        out += (size_t)r;
+        if (j < n) b[out++] = b[j++];
+        i = j;
+    }
+    return out;
+}
+
 nx_status nx_tok_nfc(nx_tok_work *w, const char *s, size_t n, const char **out, size_t *out_n) {
     if (already_nfc((const uint8_t *)s, n)) {
         *out = s, *out_n = n;
@@ -212,6 +251,10 @@ nx_status nx_tok_nfc(nx_tok_work *w, const char *s, size_t n, const char **out, 
         utf8proc_ssize_t r = 0;
         for (size_t room = ROOM;; room = (size_t)r) {
             if (nfc_reserve(w, k + room)) return nx_fail(w->err, w->errlen, NX_ENOMEM, "NFC buffer");
+            if (nfc_unassigned_in_9(c)) {   /* kept whole: HF does not decompose U+11938 */
+                w->nfc[k] = c, r = 1;
+                break;
+            }
             int bound = 0;   /* grapheme state: unused without UTF8PROC_CHARBOUND */
             r = utf8proc_decompose_char(c, w->nfc + k, (utf8proc_ssize_t)room, opt, &bound);
             if (r < 0) return nx_fail(w->err, w->errlen, NX_EINVAL, "NFC: %s", utf8proc_errmsg(r));
@@ -221,7 +264,8 @@ nx_status nx_tok_nfc(nx_tok_work *w, const char *s, size_t n, const char **out, 
         i += (size_t)len;
     }
     if (nfc_order(w, k)) return nx_fail(w->err, w->errlen, NX_ENOMEM, "NFC buffer");
-    utf8proc_ssize_t r = utf8proc_reencode(w->nfc, (utf8proc_ssize_t)k, opt);
+    k = nfc_compose(w->nfc, k, opt);
+    utf8proc_ssize_t r = utf8proc_reencode(w->nfc, (utf8proc_ssize_t)k, 0);   /* only UTF-8 now */
     if (r < 0) return nx_fail(w->err, w->errlen, NX_EINVAL, "NFC: %s", utf8proc_errmsg(r));
     *out = (const char *)w->nfc, *out_n = (size_t)r;
     return NX_OK;

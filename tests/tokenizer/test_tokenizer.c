@@ -19,6 +19,7 @@
 #include "base/clock.h"
 #include "nextn.h"
 #include "test.h"
+#include "tokenizer/nfc9.h"
 #include "tokenizer/tokenizer.h"
 
 #define TOK_DIR NX_TEST_DATA "/tokenizer"
@@ -976,6 +977,49 @@ static void test_nfc_orders_marks_like_utf8proc_on_any_run(void) {
     nx_tok_work_free(&w);
 }
 
+/* HF tokenizers' NFC has Unicode 9.0 data: a mark or composing letter added
+ * since is unassigned to it (class 0, composing with nothing), so nextn's NFC
+ * treats each code point of nfc9.h as a boundary. The ids are HF tokenizers
+ * 0.22.2's: U+1DF6 (class 232, Unicode 10) does not move after U+0316 (class
+ * 220), and U+11935 U+11930 (Dives Akuru, Unicode 13) do not become U+11938.
+ * Then every listed mark must stay where it is between "a" and U+0316 (a
+ * class above 220 would move it after), and between "a" U+0345 and U+0334
+ * (any class but 0 would move it or U+0334: the first ones are 240 and 1). */
+static void test_nfc_treats_marks_after_unicode_9_as_hf_does(void) {
+    nx_tokenizer *t = qwen3();
+    if (t) {
+        EXPECT(t, "a\xE1\xB7\xB6\xCC\x96", NX_SPECIAL_PARSE, 64, 157, 115, 114, 136, 244);
+        EXPECT(t, "\xF0\x91\xA4\xB5\xF0\x91\xA4\xB0", NX_SPECIAL_PARSE, 128240, 97, 113, 128240, 97, 108);
+    }
+    const int ranges = (int)(sizeof NFC_UNASSIGNED_IN_9 / sizeof NFC_UNASSIGNED_IN_9[0]);
+    for (int i = 1; i < ranges; i++) CHECK(NFC_UNASSIGNED_IN_9[i - 1][1] < NFC_UNASSIGNED_IN_9[i][0]);   /* sorted */
+    char err[256];
+    nx_tok_work w = {.err = err, .errlen = sizeof err};
+    int bad = 0, marks = 0;
+    for (int i = 0; i < ranges; i++) {
+        for (uint32_t c = NFC_UNASSIGNED_IN_9[i][0]; c <= NFC_UNASSIGNED_IN_9[i][1]; c++) {
+            if (utf8proc_get_property((utf8proc_int32_t)c)->combining_class == 0) continue;
+            marks++;
+            static const char *const before[] = {"a", "a\xCD\x85"}, *const after[] = {"\xCC\x96", "\xCC\xB4"};
+            for (int probe = 0; probe < 2; probe++) {
+                char s[16];
+                size_t k = strlen(before[probe]);
+                memcpy(s, before[probe], k);
+                k += (size_t)utf8proc_encode_char((utf8proc_int32_t)c, (utf8proc_uint8_t *)s + k);
+                memcpy(s + k, after[probe], 2), k += 2;
+                const char *out;
+                size_t out_n;
+                if ((nx_tok_nfc(&w, s, k, &out, &out_n) != NX_OK || out_n != k || memcmp(out, s, k) != 0) &&
+                    bad++ < 3)
+                    fprintf(stderr, "  U+%04X moved under NFC (probe %d)\n", (unsigned)c, probe);
+            }
+        }
+    }
+    CHECKF(bad == 0, "%d of %d probes changed", bad, 2 * marks);
+    CHECKF(marks > 100, "only %d marks listed", marks);
+    nx_tok_work_free(&w);
+}
+
 static const nx_test tests[] = {
     {"parse_mode_matches_hf_on_every_line", "qwen3-special.jsonl: ids, decode, decode skipping specials",
      test_parse_mode_matches_hf_on_every_line},
@@ -1017,6 +1061,8 @@ static const nx_test tests[] = {
      test_split_string_patterns_match_their_text},
     {"nfc_orders_marks_like_utf8proc_on_any_run", "20000 random mark mixes as utf8proc's NFC; 200,000 marks in order",
      test_nfc_orders_marks_like_utf8proc_on_any_run},
+    {"nfc_treats_marks_after_unicode_9_as_hf_does", "HF's Unicode 9.0 NFC: later marks stay put, compose with nothing",
+     test_nfc_treats_marks_after_unicode_9_as_hf_does},
     {"merge_loops_agree", "heap and rank buckets equal the lowest-rank-leftmost scan",
      test_merge_loops_agree},
 };
