@@ -419,6 +419,7 @@ int pcache_has(const pcache *c, const int32_t *tokens, int n) { return c && find
 void pcache_drop(pcache *c, const int32_t *tokens, int n) {
     int i = c ? find(c, tokens, n) : -1;
     if (i < 0) return;
+    if (c->st.hits > 0) c->st.hits--, c->st.hit_tokens -= n, c->st.misses++;
     if (c->e[i].on_disk) {
         char path[1200];
         file_path(c, c->e[i].key, c->e[i].n, path, sizeof path);

@@ -74,7 +74,8 @@ int pcache_lookup(pcache *c, const int32_t *tokens, int n, int min_len, void **b
 /* 1 if an entry holds exactly tokens[0..n). */
 int pcache_has(const pcache *c, const int32_t *tokens, int n);
 
-/* Drops the entry of tokens[0..n) (a blob that would not restore). */
+/* Drops the entry of tokens[0..n) that the last lookup returned, whose blob
+ * would not restore: that lookup counts as a miss. */
 void pcache_drop(pcache *c, const int32_t *tokens, int n);
 
 pcache_stats pcache_get_stats(const pcache *c);

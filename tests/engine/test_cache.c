@@ -47,6 +47,12 @@ static void the_longest_prefix_wins(void) {
     nx_free(b);
     pcache_stats st = pcache_get_stats(c);
     CHECK(st.hits == 3 && st.misses == 2 && st.entries == 3 && st.ram_bytes == 250);
+    /* a hit whose blob would not restore is dropped, and was a miss */
+    CHECK(pcache_lookup(c, seq, 10, 2, &b, &len) == 6);
+    nx_free(b);
+    pcache_drop(c, seq, 6);
+    st = pcache_get_stats(c);
+    CHECK(!pcache_has(c, seq, 6) && st.hits == 3 && st.hit_tokens == 6 + 3 + 6 && st.misses == 3 && st.entries == 2);
     pcache_free(c);
 }
 
