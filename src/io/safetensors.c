@@ -29,7 +29,7 @@
 /* Real headers are well under 1 MiB (about 100 bytes per tensor); the cap only
  * stops a corrupt length from asking jansson for gigabytes. */
 #define ST_MAX_HEADER_BYTES ((uint64_t)100 << 20)
-#define ST_ALIGN 64          /* writer: data_offsets and the data region start */
+#define ST_ALIGN 64          /* writer: the data region's start */
 #define ST_INDEX_NAME "model.safetensors.index.json"
 #define ST_SINGLE_NAME "model.safetensors"
 
@@ -653,9 +653,31 @@ nx_status st_writer_add(st_writer *w, const char *name, nx_dtype dtype, int ndim
 
 static size_t align_up(size_t x) { return (x + ST_ALIGN - 1) & ~(size_t)(ST_ALIGN - 1); }
 
-/* The header JSON: __metadata__ first, then tensors in insertion order with
- * their 64-aligned offsets. Returns a jansson-allocated string or NULL. */
-static char *writer_header(const st_writer *w, char *err, size_t errlen, nx_status *st) {
+/* The alignment a tensor keeps the next one's start at: the largest power
+ * of two up to ST_ALIGN that divides its size (a multiple of its element
+ * size). */
+static size_t size_align(size_t nbytes) {
+    size_t a = ST_ALIGN;
+    while (nbytes % a) a /= 2;
+    return a;
+}
+
+/* The order tensors are written in. Safetensors allows no gaps between them,
+ * so they go by size_align, largest first, otherwise as added: with the data
+ * region 64-aligned each one starts at a multiple of its own size_align -- a
+ * weight matrix (a multiple of 64 bytes) on a cache line, every tensor on a
+ * multiple of its element size, read in place. */
+static int *write_order(const st_writer *w) {
+    int *order = nx_alloc((size_t)(w->n ? w->n : 1) * sizeof *order), k = 0;
+    for (size_t a = ST_ALIGN; order && a >= 1; a /= 2)
+        for (int i = 0; i < w->n; i++)
+            if (size_align(w->t[i].nbytes) == a) order[k++] = i;
+    return order;
+}
+
+/* The header JSON: __metadata__ first, then tensors in `order`, back to
+ * back. Returns a jansson-allocated string or NULL. */
+static char *writer_header(const st_writer *w, const int *order, char *err, size_t errlen, nx_status *st) {
     json_t *root = json_object();
     json_t *meta = w->n_meta ? json_object() : NULL;
     int bad = !root || (w->n_meta && !meta);
@@ -664,8 +686,7 @@ static char *writer_header(const st_writer *w, char *err, size_t errlen, nx_stat
     if (!bad && meta) { bad = json_object_set_new(root, "__metadata__", meta) != 0; meta = NULL; }
     size_t off = 0;
     for (int i = 0; !bad && i < w->n; i++) {
-        const st_wtensor *t = &w->t[i];
-        off = align_up(off);
+        const st_wtensor *t = &w->t[order[i]];
         json_t *shape = json_array();
         for (int d = 0; shape && d < t->ndim; d++)
             if (json_array_append_new(shape, json_integer(t->shape[d])) != 0) { json_decref(shape); shape = NULL; }
@@ -694,13 +715,22 @@ static char *writer_header(const st_writer *w, char *err, size_t errlen, nx_stat
 nx_status st_writer_write(const st_writer *w, const char *path, char *err, size_t errlen) {
     if (!w || !path) return nx_fail(err, errlen, NX_EINVAL, "st_writer_write: NULL writer or path");
     nx_status st = NX_OK;
-    char *text = writer_header(w, err, errlen, &st);
-    if (!text) return st;
+    int *order = write_order(w);
+    if (!order) return nx_fail(err, errlen, NX_ENOMEM, "%s: out of memory", path);
+    char *text = writer_header(w, order, err, errlen, &st);
+    if (!text) {
+        nx_free(order);
+        return st;
+    }
     /* Pad with spaces (legal JSON whitespace) so 8 + N is a multiple of 64:
-     * the data region, and so every tensor, starts 64-aligned in a mapping. */
+     * the data region starts 64-aligned in a mapping. */
     size_t tlen = strlen(text), hlen = align_up(8 + tlen) - 8;
     char *tmp = nx_alloc(strlen(path) + 5);
-    if (!tmp) { free(text); return nx_fail(err, errlen, NX_ENOMEM, "%s: out of memory", path); }
+    if (!tmp) {
+        free(text);
+        nx_free(order);
+        return nx_fail(err, errlen, NX_ENOMEM, "%s: out of memory", path);
+    }
     sprintf(tmp, "%s.tmp", path);
 
     FILE *fp = fopen(tmp, "wb");
@@ -708,18 +738,16 @@ nx_status st_writer_write(const st_writer *w, const char *path, char *err, size_
         st = nx_fail(err, errlen, NX_EIO, "%s: cannot create: %s", tmp, strerror(errno));
         free(text);
         nx_free(tmp);
+        nx_free(order);
         return st;
     }
-    static const char zeros[ST_ALIGN];
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
     int ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(text, 1, tlen, fp) == tlen;
     for (size_t i = tlen; ok && i < hlen; i++) ok = fputc(' ', fp) != EOF;
-    size_t off = 0;
     for (int i = 0; ok && i < w->n; i++) {
-        size_t pad = align_up(off) - off;
-        ok = fwrite(zeros, 1, pad, fp) == pad && fwrite(w->t[i].data, 1, w->t[i].nbytes, fp) == w->t[i].nbytes;
-        off += pad + w->t[i].nbytes;
+        const st_wtensor *t = &w->t[order[i]];
+        ok = fwrite(t->data, 1, t->nbytes, fp) == t->nbytes;
     }
     int werr = ok ? 0 : errno;
     /* No fsync: the rename protects readers from a failed or interrupted
@@ -733,5 +761,6 @@ nx_status st_writer_write(const st_writer *w, const char *path, char *err, size_
     }
     free(text);   /* from json_dumps, i.e. jansson's malloc */
     nx_free(tmp);
+    nx_free(order);
     return st;
 }

@@ -85,10 +85,12 @@ const char *st_metadata(const st_set *s, const char *key);
 /* ---- Writing ----------------------------------------------------------- */
 
 /* Collects tensors, then writes a file with "__metadata__" first and the
- * tensors in insertion order. The header is padded with spaces so that the
- * data region starts at a file offset (8 + N) that is a multiple of 64, and
- * every data_offsets begin is a multiple of 64 (gaps are zero bytes), so a
- * mapped tensor is 64-byte aligned. The writer copies the tensor data it is
+ * tensors back to back (the format allows no gaps): those whose size is a
+ * multiple of 64 bytes first, then of 32, 16 ... 1, otherwise in insertion
+ * order. The header is padded with spaces so that the data region starts at
+ * a file offset (8 + N) that is a multiple of 64: a mapped tensor whose size
+ * is a multiple of 64 starts 64-byte aligned, every tensor at a multiple of
+ * its element size. The writer copies the tensor data it is
  * given (st_writer_add may be followed by freeing the caller's buffer), so it
  * holds the whole file in memory until st_writer_free. Writing goes to
  * "<path>.tmp" and is renamed into place, so a failed write never leaves a
