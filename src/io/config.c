@@ -106,7 +106,12 @@ static int add_eos(cfg_ctx *c, json_t *v, const char *key, cfg_model *out) {
         int32_t id = (int32_t)json_integer_value(one);
         int dup = 0;
         for (int k = 0; k < out->n_eos; k++) dup |= out->eos_ids[k] == id;
-        if (!dup && out->n_eos < CFG_MAX_EOS) out->eos_ids[out->n_eos++] = id;
+        if (!dup && out->n_eos == CFG_MAX_EOS) { /* not dropped: generation would run past them */
+            nx_fail(c->err, c->errlen, NX_EFORMAT, "%s: %s%s: more than %d end-of-sequence ids", c->file, c->scope, key,
+                    CFG_MAX_EOS);
+            return -1;
+        }
+        if (!dup) out->eos_ids[out->n_eos++] = id;
     }
     return 0;
 }
@@ -116,7 +121,8 @@ static nx_status parse_rope(cfg_ctx *c, json_t *tc, cfg_model *out) {
     out->partial_rotary_factor = 0.25;
     if (get_real(c, tc, "rope_theta", &out->rope_theta) < 0) return NX_EFORMAT;
     if (get_real(c, tc, "partial_rotary_factor", &out->partial_rotary_factor) < 0) return NX_EFORMAT;
-    const char *rp_key = json_object_get(tc, "rope_parameters") ? "rope_parameters" : "rope_scaling";
+    json_t *given = json_object_get(tc, "rope_parameters");
+    const char *rp_key = given && !json_is_null(given) ? "rope_parameters" : "rope_scaling";
     json_t *rp = json_object_get(tc, rp_key);
     if (rp && !json_is_null(rp)) {
         if (!json_is_object(rp))
@@ -183,8 +189,9 @@ static nx_status parse_text(cfg_ctx *c, json_t *root, json_t *tc, cfg_model *out
         need_dim(c, tc, "linear_key_head_dim", 65536, &out->linear_k_dim) ||
         need_dim(c, tc, "linear_value_head_dim", 65536, &out->linear_v_dim))
         return NX_EFORMAT;
-    if (opt_dim(c, tc, "num_key_value_heads", 1, 4096, out->n_heads, &out->n_kv_heads) ||
-        opt_dim(c, tc, "head_dim", 1, 65536, out->hidden_size / out->n_heads, &out->head_dim) ||
+    /* HF Qwen3_5TextConfig's defaults (not hidden / heads, as other families) */
+    if (opt_dim(c, tc, "num_key_value_heads", 1, 4096, 4, &out->n_kv_heads) ||
+        opt_dim(c, tc, "head_dim", 1, 65536, 256, &out->head_dim) ||
         opt_dim(c, tc, "linear_conv_kernel_dim", 1, CFG_MAX_CONV_KERNEL, 4, &out->conv_kernel) ||
         opt_dim(c, tc, "max_position_embeddings", 1, 1 << 30, 262144, &out->max_position_embeddings) ||
         opt_dim(c, tc, "mtp_num_hidden_layers", 0, 16, 0, &out->mtp_num_hidden_layers))
@@ -321,12 +328,26 @@ static nx_status parse_fp8(cfg_ctx *c, json_t *q, cfg_model *out) {
     return NX_OK;
 }
 
-/* The quantization block (see config.h). */
-static nx_status parse_quantization(cfg_ctx *top, json_t *root, cfg_model *out) {
-    const char *key = "quantization";
-    json_t *q = json_object_get(root, key);
-    if (!q || json_is_null(q)) q = json_object_get(root, key = "quantization_config");
-    if (!q || json_is_null(q)) return NX_OK;
+/* The quantization block (see config.h): "quantization", else
+ * "quantization_config", at the top level, else under text_config (where
+ * some conversions leave it; mlx-lm copies it up). */
+static nx_status parse_quantization(cfg_ctx *top, json_t *root, json_t *tc, cfg_model *out) {
+    static const struct {
+        int nested;
+        const char *key, *name;
+    } where[] = {{0, "quantization", "quantization"},
+                 {0, "quantization_config", "quantization_config"},
+                 {1, "quantization", "text_config.quantization"},
+                 {1, "quantization_config", "text_config.quantization_config"}};
+    json_t *q = NULL;
+    const char *key = NULL;
+    for (int i = 0; i < 4 && !q; i++) {
+        if (where[i].nested && tc == root) break;   /* the flat layout has no text_config */
+        q = json_object_get(where[i].nested ? tc : root, where[i].key);
+        if (json_is_null(q)) q = NULL;
+        key = where[i].name;
+    }
+    if (!q) return NX_OK;
     char scope[64];
     snprintf(scope, sizeof scope, "%s.", key);
     cfg_ctx c = *top;
@@ -427,7 +448,7 @@ nx_status cfg_parse(const char *text, size_t len, const char *name, cfg_model *o
     st = parse_text(&c, root, tc, out);
     if (st) goto done;
     c.scope = "";
-    st = parse_quantization(&c, root, out);
+    st = parse_quantization(&c, root, tc, out);
 done:
     json_decref(root);
     return st;

@@ -8,6 +8,7 @@
  *   - rope settings from rope_parameters, else the legacy rope_scaling, else the
  *     top-level rope_theta / partial_rotary_factor (defaults 1e7 and 0.25);
  *   - tie_word_embeddings from text_config, else the top level (default false);
+ *   - num_key_value_heads 4 and head_dim 256 when left out, as HF's;
  *   - eos_token_id as an integer or a list, merged with generation_config.json.
  * MoE fields are parsed and rejected (NX_EUNSUPPORTED) until MoE lands; an
  * unknown model_type is NX_EUNSUPPORTED naming it. Every error names the file
@@ -20,7 +21,7 @@
 #include "nextn.h"
 
 #define CFG_MAX_LAYERS 512
-#define CFG_MAX_EOS 8
+#define CFG_MAX_EOS 32
 #define CFG_MAX_CONV_KERNEL 64    /* linear_conv_kernel_dim: Qwen3.5 uses 4 */
 #define CFG_MAX_QOVERRIDES 1024   /* mixed-precision recipes write one per module: ~500 for 64 layers */
 
@@ -64,8 +65,8 @@ typedef struct {
     int mtp_use_dedicated_embeddings;
     int n_eos;
     int32_t eos_ids[CFG_MAX_EOS];
-    /* The MLX "quantization" block (spec §2.6.1), else "quantization_config":
-     * modes affine, mxfp4, nvfp4 and mxfp8 (others are NX_EUNSUPPORTED naming
+    /* The MLX "quantization" block (spec §2.6.1), else "quantization_config"
+     * (at the top level, else under text_config): modes affine, mxfp4, nvfp4 and mxfp8 (others are NX_EUNSUPPORTED naming
      * the mode). Which modules are quantized is decided by the weights (a
      * <module>.scales tensor), as mlx-lm does; these values are what their
      * shapes must agree with. A Hugging Face quant_method "fp8" block

@@ -11,6 +11,7 @@
  * input_layernorm, post_attention_layernorm, q_norm, k_norm and the final norm;
  * the GDN gated norm (linear_attn.norm) is a plain weight in both. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <math.h>
 #include <stdint.h>
@@ -306,6 +307,23 @@ static nx_status bind_vec_shape(mdl_binder *b, const char *name, int ndim, const
 
 nx_status mdl_bind_vec(mdl_binder *b, const char *name, int64_t n, int plus_one, const char *why, float **out) {
     return bind_vec_shape(b, name, 1, &n, n, plus_one, why, out);
+}
+
+/* A tensor of a layer past num_hidden_layers: the config and the weights
+ * disagree (a config edited to fewer layers would run a cut model). */
+static nx_status no_extra_layers(const nx_model *m, char *err, size_t errlen) {
+    char lp[200];
+    const int plen = snprintf(lp, sizeof lp, "%slayers.", m->prefix);
+    for (int i = 0; i < st_count(m->st); i++) {
+        const st_tensor *t = st_at(m->st, i);
+        if (strncmp(t->name, lp, (size_t)plen) != 0) continue;
+        char *end;
+        const long layer = strtol(t->name + plen, &end, 10);
+        if (end != t->name + plen && *end == '.' && layer >= m->cfg.n_layers)
+            return nx_fail(err, errlen, NX_EFORMAT, "%s: tensor '%s' is of layer %ld, but config.json has num_hidden_layers %d",
+                           t->file, t->name, layer, m->cfg.n_layers);
+    }
+    return NX_OK;
 }
 
 /* Picks the name prefix of the language model's tensors. */
@@ -690,6 +708,7 @@ nx_status nx_model_load(const char *dir, const nx_load_opts *opts, nx_model **ou
     }
     for (int i = 0; i < c->n_layers; i++)
         if ((st = bind_layer(&b, m, i))) goto fail;
+    if ((st = no_extra_layers(m, err, errlen))) goto fail;
     if ((st = nx_pool_new(opts->n_threads, &m->pool, err, errlen))) goto fail;
     /* only the SIMD int8 products read packed rows: not for the scalar set,
      * asked for or all this CPU runs, nor for f32 activations */

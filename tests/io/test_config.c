@@ -81,6 +81,20 @@ static void legacy_rope_fields_are_read(void) {
     CHECK(parse(t, &c, err) == NX_OK && c.rope_theta == 5000);
     t = edited("\"rope_type\":\"default\"", "\"rope_type\":\"yarn\"");
     CHECK(parse(t, &c, err) == NX_EUNSUPPORTED && strstr(err, "yarn"));
+    /* rope_parameters: null does not hide a legacy rope_scaling */
+    t = edited("\"rope_parameters\":{\"rope_type\":\"default\"", "\"rope_parameters\":null,\"rope_scaling\":{\"rope_type\":\"yarn\"");
+    CHECKF(parse(t, &c, err) == NX_EUNSUPPORTED && strstr(err, "rope_scaling") && strstr(err, "yarn"), "%s", err);
+}
+
+/* Fields left out take Hugging Face Qwen3_5TextConfig's defaults:
+ * num_key_value_heads 4, head_dim 256 (not hidden / heads). */
+static void missing_fields_take_hf_defaults(void) {
+    cfg_model c;
+    char err[512];
+    char text[4096];
+    snprintf(text, sizeof text, "%s", edited("\"num_key_value_heads\":2,\"head_dim\":32,", ""));
+    CHECKF(parse(text, &c, err) == NX_OK, "%s", err);
+    CHECKF(c.n_kv_heads == 4 && c.head_dim == 256, "kv heads %d, head_dim %d", c.n_kv_heads, c.head_dim);
 }
 
 static void moe_and_unknown_models_are_rejected_by_name(void) {
@@ -102,6 +116,7 @@ static void bad_values_name_the_field(void) {
         {"\"num_key_value_heads\":2", "\"num_key_value_heads\":3", "num_key_value_heads"},
         {"\"linear_num_value_heads\":4", "\"linear_num_value_heads\":3", "linear_num_value_heads"},
         {"\"eos_token_id\":999", "\"eos_token_id\":5000", "eos_token_id"},
+        {"\"eos_token_id\":999", "\"eos_token_id\":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32]", "eos_token_id: more than 32 end-of-sequence ids"},
         {"\"rms_norm_eps\":1e-6", "\"rms_norm_eps\":true", "rms_norm_eps must be a number"},
         {"\"partial_rotary_factor\":0.25", "\"partial_rotary_factor\":0.1", "rotary dim"},
         {"\"mtp_num_hidden_layers\":1", "\"mtp_num_hidden_layers\":1,\"hidden_act\":\"gelu\"", "gelu"},
@@ -199,6 +214,12 @@ static void quantization_modes_and_block_fp8(void) {
                             "\"dynamic\",\"weight_block_size\":[128,128]}"),
                  c, err) == NX_OK, "%s", err);
     CHECK(c->fp8_block && !c->has_quantization && !cfg_quant_for(c, "model.x", &mode, &bits, &group));
+    /* a block under text_config (some conversions leave it there) is read, and named there */
+    char text[4096];
+    snprintf(text, sizeof text, "%s", edited("\"mtp_num_hidden_layers\":1", "\"mtp_num_hidden_layers\":1,\"quantization\":{\"bits\":4,\"group_size\":32}"));
+    CHECKF(parse(text, c, err) == NX_OK && c->has_quantization && c->q_bits == 4 && c->q_group == 32, "%s", err);
+    snprintf(text, sizeof text, "%s", edited("\"mtp_num_hidden_layers\":1", "\"mtp_num_hidden_layers\":1,\"quantization_config\":{\"bits\":99}"));
+    CHECKF(parse(text, c, err) == NX_EFORMAT && strstr(err, "text_config.quantization_config.bits = 99"), "%s", err);
     static const struct { const char *block, *want; } bad[] = {
         {"\"quantization\":{\"mode\":\"mxfp4\",\"group_size\":64}", "mode mxfp4 takes bits 4, group_size 32"},
         {"\"quantization\":{\"mode\":\"nvfp4\",\"bits\":8}", "mode nvfp4 takes bits 4, group_size 16"},
@@ -246,7 +267,9 @@ static const nx_test tests[] = {
     {"nested_layout_parses_every_field", "text_config layout: every field and derived size", nested_layout_parses_every_field},
     {"flat_layout_equals_nested", "the flat layout parses to the same config", flat_layout_equals_nested},
     {"layer_types_override_the_interval", "layer_types wins over full_attention_interval; length checked", layer_types_override_the_interval},
-    {"legacy_rope_fields_are_read", "rope_scaling and top-level rope fields; scaled rope refused", legacy_rope_fields_are_read},
+    {"legacy_rope_fields_are_read", "rope_scaling (also beside rope_parameters: null) and top-level rope fields; scaled rope refused",
+     legacy_rope_fields_are_read},
+    {"missing_fields_take_hf_defaults", "no num_key_value_heads / head_dim: 4 and 256, as HF", missing_fields_take_hf_defaults},
     {"moe_and_unknown_models_are_rejected_by_name", "MoE and unknown model types: clear unsupported errors", moe_and_unknown_models_are_rejected_by_name},
     {"bad_values_name_the_field", "wrong types, missing fields and bad values name the field", bad_values_name_the_field},
     {"generation_config_adds_eos_ids", "generation_config.json eos ids merge; bad file is named", generation_config_adds_eos_ids},

@@ -210,9 +210,9 @@ static void broken_checkpoints_are_named_errors(void) {
     /* config promising more layers than the file has */
     char path[1200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *cfg = nx_test_read_file(path, NULL);
-    CHECK(cfg != NULL);
-    if (!cfg) return;
+    char *cfg = nx_test_read_file(path, NULL), *orig = cfg ? strdup(cfg) : NULL;
+    CHECK(cfg != NULL && orig != NULL);
+    if (!cfg || !orig) return;
     char *p = strstr(cfg, "\"intermediate_size\": 256");
     CHECK(p != NULL);
     if (p) {
@@ -222,7 +222,21 @@ static void broken_checkpoints_are_named_errors(void) {
         CHECK(st == NX_EFORMAT && m == NULL);
         CHECKF(strstr(err, "mlp.gate_proj.weight") && strstr(err, "[384, 128]"), "message: %s", err);
     }
-    free(cfg);
+    /* config promising fewer layers than the file has (the last one cut from
+     * num_hidden_layers and layer_types): not a shorter model, an error */
+    char *layers = strstr(orig, "\"num_hidden_layers\": 4"), *last = strstr(orig, "\"full_attention\"");
+    char *comma = last;
+    while (comma && comma > orig && *comma != ',') comma--;
+    CHECK(layers && last && comma > orig);
+    if (layers && last && comma > orig) {
+        layers[strlen("\"num_hidden_layers\": ")] = '3';
+        memmove(comma, last + strlen("\"full_attention\""), strlen(last + strlen("\"full_attention\"")) + 1);
+        nx_test_write_file(path, orig, strlen(orig));
+        nx_status st = nx_model_load(dir, NULL, &m, err, sizeof err);
+        CHECKF(st == NX_EFORMAT && m == NULL && strstr(err, "layers.3.") && strstr(err, "num_hidden_layers 3"), "%d %s", st,
+               err);
+    }
+    free(cfg), free(orig);
     CHECK(nx_model_load("/nonexistent/dir", NULL, &m, err, sizeof err) == NX_EIO);
     CHECKF(strstr(err, "/nonexistent/dir"), "message: %s", err);
 }
@@ -527,7 +541,7 @@ static const nx_test tests[] = {
     {"hf_and_mlx_layouts_give_the_same_logits", "raw HF (1+w) and MLX (+1 baked, conv [CD,K,1]) files agree", hf_and_mlx_layouts_give_the_same_logits},
     {"sharded_and_single_files_agree", "a 3-shard checkpoint and a single file give identical logits", sharded_and_single_files_agree},
     {"tied_f16_and_bf16_fixtures_run", "tied f16 and untied bf16 fixtures load and give finite logits", tied_f16_and_bf16_fixtures_run},
-    {"broken_checkpoints_are_named_errors", "a tensor shape that disagrees with config.json names the tensor", broken_checkpoints_are_named_errors},
+    {"broken_checkpoints_are_named_errors", "a tensor shape, or a layer past num_hidden_layers, that disagrees with config.json names the tensor", broken_checkpoints_are_named_errors},
 };
 
 NX_TEST_MAIN(tests)
