@@ -52,8 +52,13 @@ nx_status mtp_load_from_dir(nx_drafter *d, const char *dir, char *err, size_t er
         st = nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: drafter for a %s model, but the target is Qwen3.5", path, ttype);
         goto done;
     }
-    json_int_t H = json_integer_value(json_object_get(text, "hidden_size"));
-    json_int_t V = json_integer_value(json_object_get(text, "vocab_size"));
+    json_t *hj = json_object_get(text, "hidden_size"), *vj = json_object_get(text, "vocab_size");
+    if (!json_is_integer(hj) || (vj && !json_is_integer(vj))) {
+        st = nx_fail(err, errlen, NX_EFORMAT, "%s: text_config.%s %s", path, !json_is_integer(hj) ? "hidden_size" : "vocab_size",
+                     (!json_is_integer(hj) ? hj : vj) ? "must be an integer" : "is missing");
+        goto done;
+    }
+    json_int_t H = json_integer_value(hj), V = vj ? json_integer_value(vj) : 0;
     if (H != tc->hidden_size) {
         st = nx_fail(err, errlen, NX_EINVAL, "%s: drafter hidden_size %lld != target %d — split from a different checkpoint?", path,
                      (long long)H, tc->hidden_size);

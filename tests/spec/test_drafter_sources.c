@@ -226,6 +226,16 @@ static void drafter_dir_errors_name_the_problem(void) {
     expect_error(m, write_drafter("err_hidden", src, cfg, "", NULL, 0), NX_EINVAL,
                  (const char *[]){"different checkpoint", "64", "128"}, 3, "hidden_size 64 vs 128");
 
+    cfg = read_config(src);
+    json_object_del(json_object_get(cfg, "text_config"), "hidden_size");
+    expect_error(m, write_drafter("err_no_hidden", src, cfg, "", NULL, 0), NX_EFORMAT,
+                 (const char *[]){"text_config.hidden_size is missing"}, 1, "hidden_size missing");
+
+    cfg = read_config(src);
+    json_object_set_new(json_object_get(cfg, "text_config"), "vocab_size", json_string("512"));
+    expect_error(m, write_drafter("err_vocab_type", src, cfg, "", NULL, 0), NX_EFORMAT,
+                 (const char *[]){"text_config.vocab_size must be an integer"}, 1, "vocab_size a string");
+
     const char *k_norm = "layers.0.self_attn.k_norm.weight";
     expect_error(m, write_drafter("err_missing", src, read_config(src), "", k_norm, 0), NX_EFORMAT,
                  (const char *[]){k_norm, "missing"}, 2, "k_norm missing");
