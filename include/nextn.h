@@ -478,9 +478,9 @@ typedef struct {
  * positions the session's caches hold: every token but the last emitted one
  * goes through them, so prompt + generated tokens reach max_ctx + 1 at most
  * (a call that would need more positions is NX_ERANGE; drafts shorten near
- * the end). Input calls (prefill, extend, absorb) keep a position for the
- * token after their input: a prompt takes max_ctx - 1 tokens at most. Free
- * with nx_spec_free. */
+ * the end). prefill and extend keep a position for the token they produce: a
+ * prompt takes max_ctx - 1 tokens at most (absorb, whose last token is the
+ * pending one, max_ctx). Free with nx_spec_free. */
 nx_status nx_spec_new(const nx_model *m, const nx_drafter *d, int max_ctx, const nx_spec_opts *opts, nx_spec **out,
                       char *err, size_t errlen);
 /* What nx_spec_new would refuse in (d, max_ctx, opts), checked without making

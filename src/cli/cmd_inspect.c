@@ -24,7 +24,7 @@ int cmd_inspect(int argc, char **argv) {
     nx_model *m = cli_load_model(&mo);
     if (!m) return 1;
     const nx_model_info *in = nx_model_get_info(m);
-    char eos[128] = "";
+    char eos[64 * 12] = "";   /* every id (the config holds at most 32) */
     for (int i = 0, o = 0; i < in->n_eos && o < (int)sizeof eos - 12; i++)
         o += snprintf(eos + o, sizeof eos - (size_t)o, "%s%d", i ? "," : "", in->eos_ids[i]);
     if (json) {

@@ -6,11 +6,12 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <xxhash.h>
 
 #include "base/alloc.h"
@@ -192,8 +193,8 @@ static void scan_dir(pcache *c) {
         snprintf(path, sizeof path, "%s/%s", c->dir, de->d_name);
         struct stat sb;
         int ours = strncmp(de->d_name, prefix, strlen(prefix)) == 0;
-        if (ours && ends_with(de->d_name, nl, ".nxc.tmp")) {
-            remove(path);
+        if (ours && ends_with(de->d_name, nl, ".nxc.tmp")) {   /* a crash's, unless young (see cache.h) */
+            if (stat(path, &sb) == 0 && time(NULL) - sb.st_mtime > 3600) remove(path);
             continue;
         }
         if (!ends_with(de->d_name, nl, ".nxc")) continue;

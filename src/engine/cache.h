@@ -11,11 +11,13 @@
  * Two tiers:
  *   RAM   entries with their blob, least recently used evicted first once the
  *         blobs exceed the byte budget (a blob larger than the whole budget
- *         is kept on disk only, not at the cost of every other);
+ *         is kept on disk only -- not at all without a disk tier -- not at
+ *         the cost of every other);
  *   disk  (optional) one file per entry in a directory, least recently used
  *         deleted beyond its byte budget, written to a temp file and renamed,
  *         so a crash never leaves half a file under a real name (a temp file
- *         left by one is deleted at the next start). A file's modification
+ *         left by one, an hour old, is deleted at the next start: a younger
+ *         one may be another server's write in progress). A file's modification
  *         time is its last use, so the order survives a restart.
  *         File: pc_file_header | int32 tokens[n] | blob. The header carries
  *         the namespace (model + drafter identity) and an xxh64 of everything

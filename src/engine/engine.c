@@ -627,6 +627,14 @@ static void drop_cancelled(nx_engine *e) {
     e->q_tail = last;
 }
 
+/* The rows' figures (under e->mu): active and prefilling. */
+static void count_rows(nx_engine *e) {
+    int n = 0, prefilling = 0;
+    for (int i = 0; i < e->o.parallel; i++)
+        if (e->rows[i]) n++, prefilling += e->rows[i]->phase == RQ_PREFILL;
+    e->st.active = n, e->st.prefilling = prefilling;
+}
+
 static void *engine_main(void *arg) {
     nx_engine *e = arg;
     int P = e->o.parallel;
@@ -651,13 +659,11 @@ static void *engine_main(void *arg) {
             e->rows[i] = r;
         }
         nx_request *rows[ENG_MAX_ROWS];
-        int n = 0, prefilling = 0;
+        int n = 0, prefilled[ENG_MAX_ROWS];   /* prefilling as the round begins */
         for (int i = 0; i < P; i++)
-            if (e->rows[i]) {
-                rows[n++] = e->rows[i];
-                prefilling += e->rows[i]->phase == RQ_PREFILL;
-            }
-        e->st.active = n, e->st.prefilling = prefilling, e->st.queued = e->n_queued;
+            if (e->rows[i]) prefilled[n] = e->rows[i]->phase == RQ_PREFILL, rows[n++] = e->rows[i];
+        count_rows(e);
+        e->st.queued = e->n_queued;
         pthread_mutex_unlock(&e->mu);
 
         /* prefilling rows read one piece each; decoding rows (those that
@@ -691,6 +697,7 @@ static void *engine_main(void *arg) {
             pthread_mutex_unlock(&r->mu);
             e->st.finished++;
             e->st.active--;   /* at once, with finished: a reader never sees a request in both */
+            e->st.prefilling -= prefilled[i];
             e->st.cancelled += f == NX_FINISH_CANCELLED;
             e->st.errors += f == NX_FINISH_ERROR;
             if (f == NX_FINISH_ERROR) nx_logf(e->o.log, e->o.log_ctx, "request failed: %s", r->info.error);
@@ -702,11 +709,7 @@ static void *engine_main(void *arg) {
             request_release(r);
         }
         publish_cache_stats(e);
-        /* recounted now: an engine that goes idle keeps these figures */
-        n = prefilling = 0;
-        for (int i = 0; i < P; i++)
-            if (e->rows[i]) n++, prefilling += e->rows[i]->phase == RQ_PREFILL;
-        e->st.active = n, e->st.prefilling = prefilling;
+        count_rows(e);   /* now: an engine that goes idle keeps these figures */
     }
     /* shutting down: every row and queued request ends cancelled */
     for (int i = 0; i < P; i++)

@@ -100,12 +100,19 @@ static void lift_init(nx_spec *s) {
     s->n_lift = n;
 }
 
+/* Drafts per round that opts ask of drafter d (0: plain; NX_DRAFT_AUTO's value
+ * is its own). */
+static int draft_k(const nx_spec_opts *o, const nx_drafter *d) {
+    return o->draft == 0 ? (d ? d->block_size - 1 : 0) : o->draft;
+}
+
 nx_status nx_spec_check_opts(const nx_model *m, const nx_drafter *d, int max_ctx, const nx_spec_opts *opts, char *err,
                              size_t errlen) {
     if (d && d->target != m) return nx_fail(err, errlen, NX_EINVAL, "the drafter is bound to another model");
+    if (max_ctx < 2) return nx_fail(err, errlen, NX_EINVAL, "context size %d is too small", max_ctx);
     if (!opts) return NX_OK;   /* the defaults */
     const nx_spec_opts o = *opts;
-    int k = o.draft == 0 ? (d ? d->block_size - 1 : 0) : o.draft;
+    const int k = draft_k(&o, d);
     if ((unsigned)o.accept > NX_ACCEPT_REJECTION)
         return nx_fail(err, errlen, NX_EINVAL, "acceptance mode %d is not an nx_accept_mode", (int)o.accept);
     if ((unsigned)o.draft_pick > NX_DRAFT_PICK_SAMPLE)
@@ -114,7 +121,6 @@ nx_status nx_spec_check_opts(const nx_model *m, const nx_drafter *d, int max_ctx
         return nx_fail(err, errlen, NX_EINVAL, "draft length %d must be 1..%d or auto", k, NX_SPEC_MAX_DRAFT);
     if (o.n_stop < 0 || o.n_stop > SPEC_MAX_STOP)
         return nx_fail(err, errlen, NX_EINVAL, "%d stop ids (at most %d)", o.n_stop, SPEC_MAX_STOP);
-    if (max_ctx < 2) return nx_fail(err, errlen, NX_EINVAL, "context size %d is too small", max_ctx);
     if ((o.logprobs || o.input_logprobs) && (o.top_logprobs < 0 || o.top_logprobs > NX_MAX_TOP_LOGPROBS))
         return nx_fail(err, errlen, NX_EINVAL, "top_logprobs %d must be 0..%d", o.top_logprobs, NX_MAX_TOP_LOGPROBS);
     return nx_sampling_check(&o.sampling, m->cfg.vocab_size, err, errlen);
@@ -132,7 +138,7 @@ static nx_status spec_configure(nx_spec *s, const nx_model *m, const nx_drafter 
     }
     nx_spec_opts o = opts ? *opts : (nx_spec_opts){0};
     if (!opts) o.sampling = nx_sampling_default();
-    int k = o.draft == 0 ? (d ? d->block_size - 1 : 0) : o.draft;
+    int k = draft_k(&o, d);
     size_t nb = (size_t)o.sampling.n_logit_bias;   /* bias, then lift, in one block */
     if (nb && !(s->bias = nx_alloc(nb * (sizeof *s->bias + sizeof *s->lift))))
         return nx_fail(err, errlen, NX_ENOMEM, "out of memory for the speculative session");

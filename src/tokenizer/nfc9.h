@@ -10,6 +10,9 @@
 
 #include <stdint.h>
 
+/* the utf8proc data it was made against: another needs the script again */
+#define NFC9_UNICODE_VERSION "15.0.0"
+
 static const uint32_t NFC_UNASSIGNED_IN_9[][2] = {
     {0x07FD, 0x07FD}, {0x0898, 0x089F}, {0x08CA, 0x08D3}, {0x09FE, 0x09FE}, {0x0C3C, 0x0C3C},
     {0x0D3B, 0x0D3C}, {0x0EBA, 0x0EBA}, {0x1715, 0x1715}, {0x1ABF, 0x1ACE}, {0x1DF6, 0x1DFA},

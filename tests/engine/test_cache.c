@@ -4,6 +4,9 @@
  * namespaces are left alone and damaged files are misses. Blobs here are
  * plain bytes. */
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -146,10 +149,15 @@ static void the_order_of_use_survives_a_restart(void) {
     /* no RAM tier: nothing was evicted from it */
     CHECK(pcache_get_stats(c).evictions == 0 && pcache_get_stats(c).ram_entries == 0);
     pcache_free(c);
-    /* a temp file a crash left, and a file of another namespace */
-    char tmp[1400];
+    /* a temp file a crash left (two hours old), one being written (new), and
+     * a file of another namespace */
+    char tmp[1400], young[1400];
     snprintf(tmp, sizeof tmp, "%s/%016llx-0000000000000001-3.nxc.tmp", dir, 11ull);
+    snprintf(young, sizeof young, "%s/%016llx-0000000000000002-3.nxc.tmp", dir, 11ull);
     nx_test_write_file(tmp, "x", 1);
+    nx_test_write_file(young, "x", 1);
+    const struct timespec old[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+    CHECK(utimensat(AT_FDCWD, tmp, old, 0) == 0);
     CHECK(pcache_new(0, dir, 0, 12, NULL, NULL, &c, NULL, 0) == NX_OK);
     pcache_put(c, seq, 5, blob_of(1000, 5), 1000);
     pcache_free(c);
@@ -160,7 +168,8 @@ static void the_order_of_use_survives_a_restart(void) {
            pcache_has(c, seq, 2), pcache_has(c, seq, 3), pcache_has(c, seq, 4));
     pcache_stats st = pcache_get_stats(c);
     CHECK(st.disk_evictions == 2 && st.evictions == 0);
-    CHECK(access(tmp, F_OK) != 0);                   /* the temp file went */
+    CHECK(access(tmp, F_OK) != 0 && access(young, F_OK) == 0);   /* the crash's temp file went */
+    remove(young);
     CHECK(others_logged == 1 && files_in(dir) == 2); /* the other namespace's file stays, named in the log */
     pcache_free(c);
 }
@@ -199,7 +208,7 @@ static const nx_test tests[] = {
      budgets_evict_the_least_recently_used},
     {"damaged_files_are_logged_misses", "a flipped byte: logged, deleted, and the next longest entry serves",
      damaged_files_are_logged_misses},
-    {"the_order_of_use_survives_a_restart", "a smaller disk budget at start keeps the file used last; crash temp files go",
+    {"the_order_of_use_survives_a_restart", "a smaller disk budget at start keeps the file used last; old crash temp files go",
      the_order_of_use_survives_a_restart},
     {"a_blob_larger_than_ram_stays_on_disk", "a checkpoint larger than the RAM tier evicts nothing from it",
      a_blob_larger_than_ram_stays_on_disk},

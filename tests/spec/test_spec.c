@@ -1094,6 +1094,7 @@ static void protocol_misuse_is_an_error(void) {
     /* a drafter bound to another model */
     nx_model *other = nx_test_model(TORCH("torchref-mini-copy-s0") "/hf", 2);
     CHECK(other && nx_spec_new(other, d, 64, NULL, &s, err, sizeof err) == NX_EINVAL);
+    CHECK(nx_spec_new(m, d, 1, NULL, &s, err, sizeof err) == NX_EINVAL && s == NULL && strstr(err, "context size 1"));
     {
         nx_spec_opts o = {.draft = NX_SPEC_MAX_DRAFT + 1, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
         CHECK(nx_spec_new(m, d, 64, &o, &s, err, sizeof err) == NX_EINVAL);

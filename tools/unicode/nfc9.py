@@ -150,6 +150,9 @@ def main():
     print()
     print("#include <stdint.h>")
     print()
+    print("/* the utf8proc data it was made against: another needs the script again */")
+    print("#define NFC9_UNICODE_VERSION \"%s\"" % U.utf8proc_unicode_version().decode())
+    print()
     print("static const uint32_t NFC_UNASSIGNED_IN_9[][2] = {")
     cells = ["{0x%04X, 0x%04X}," % (a, b) for a, b in ranges]
     line = "   "
