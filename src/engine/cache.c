@@ -16,6 +16,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "base/str.h"
 
 #define PC_MAGIC "NXPCACH1"
 #define PC_MAX_TOKENS (1 << 26)   /* far above any context; bounds a forged count */
@@ -173,11 +174,6 @@ static void touch_file(const pcache *c, const pc_entry *e) {
     (void)utimensat(AT_FDCWD, path, NULL, 0);
 }
 
-static int ends_with(const char *s, size_t n, const char *tail) {
-    size_t t = strlen(tail);
-    return n >= t && strcmp(s + n - t, tail) == 0;
-}
-
 /* Indexes the directory's files of this namespace (keys only), each used
  * last when it was modified; deletes the temp files a crash left. */
 static void scan_dir(pcache *c) {
@@ -188,16 +184,15 @@ static void scan_dir(pcache *c) {
     struct dirent *de;
     int64_t foreign = 0, n_foreign = 0;
     while ((de = readdir(d))) {
-        size_t nl = strlen(de->d_name);
         char path[1400];
         snprintf(path, sizeof path, "%s/%s", c->dir, de->d_name);
         struct stat sb;
         int ours = strncmp(de->d_name, prefix, strlen(prefix)) == 0;
-        if (ours && ends_with(de->d_name, nl, ".nxc.tmp")) {   /* a crash's, unless young (see cache.h) */
+        if (ours && nx_ends_with(de->d_name, ".nxc.tmp")) {   /* a crash's, unless young (see cache.h) */
             if (stat(path, &sb) == 0 && time(NULL) - sb.st_mtime > 3600) remove(path);
             continue;
         }
-        if (!ends_with(de->d_name, nl, ".nxc")) continue;
+        if (!nx_ends_with(de->d_name, ".nxc")) continue;
         if (!ours) {
             if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) foreign += sb.st_size, n_foreign++;
             continue;

@@ -26,15 +26,11 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/fp16.h"
+#include "base/str.h"
 #include "kernels/fpq.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 #include "model/model.h"
-
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
 
 /* Zero-centred RMSNorm weights (spec §3.2): every norm but the gated
  * norm of the Gated DeltaNet (linear_attn.norm), which is used as stored. */
@@ -42,7 +38,7 @@ static int is_zero_centred_norm(const char *name, const char *prefix) {
     static const char *const suffixes[] = {"input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight",
                                            "k_norm.weight", "pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight"};
     for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++)
-        if (ends_with(name, suffixes[i])) return 1;
+        if (nx_ends_with(name, suffixes[i])) return 1;
     char final[160];
     snprintf(final, sizeof final, "%snorm.weight", prefix);
     return strcmp(name, final) == 0 || strcmp(name, "mtp.norm.weight") == 0;
@@ -175,7 +171,7 @@ static nx_status add_tensor(st_writer *w, const nx_model *m, const st_tensor *t,
     r->bytes_in += (int64_t)t->nbytes;
     r->tensors++;
     int is_float = t->dtype == NX_DT_F32 || t->dtype == NX_DT_BF16 || t->dtype == NX_DT_F16;
-    if (ends_with(raw, "conv1d.weight") && t->ndim == 3 && t->shape[1] == 1) {
+    if (nx_ends_with(raw, "conv1d.weight") && t->ndim == 3 && t->shape[1] == 1) {
         /* [CD, 1, Kc] -> [CD, Kc, 1]: the same bytes in the same order */
         int64_t shape[3] = {t->shape[0], t->shape[2], 1};
         return st_writer_add(w, name, t->dtype, 3, shape, t->data, t->nbytes, err, errlen);
@@ -184,7 +180,7 @@ static nx_status add_tensor(st_writer *w, const nx_model *m, const st_tensor *t,
         /* raw norms: every one in a raw HF file, and a raw mtp.* head kept
          * inline in an MLX file or beside it (the loader shifts exactly those) */
         return add_shifted_norm(w, t, name, err, errlen);
-    if (is_float && t->ndim == 2 && ends_with(raw, ".weight") && !strstr(raw, "norm") &&
+    if (is_float && t->ndim == 2 && nx_ends_with(raw, ".weight") && !strstr(raw, "norm") &&
         t->shape[1] % o->group_size == 0 && !(o->keep_mtp_dense && is_mtp(raw)) &&
         (o->mode == NX_QUANT_AFFINE || t->shape[1] <= KN_FP_MAX_COLS)) {
         r->quantized++;
@@ -263,7 +259,7 @@ nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize
             const st_tensor *t = st_at(head, i);
             char raw[300];
             snprintf(raw, sizeof raw, "%s%s", bare ? "mtp." : "", t->name);
-            if (t->dtype == NX_DT_U32 || ends_with(t->name, ".scales"))
+            if (t->dtype == NX_DT_U32 || nx_ends_with(t->name, ".scales"))
                 st = nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: already quantized (tensor '%s')", from, t->name);
             else st = add_tensor(w, m, t, raw, bare, &o, &r, err, errlen);
         }
