@@ -100,6 +100,10 @@ static double median_s(const kn_mat *w, const float *x, int T, kn_qx *qx, float 
 int main(int argc, char **argv) {
     const double mb = argc > 1 ? atof(argv[1]) : 256.0;
     const int reps = argc > 2 ? atoi(argv[2]) : 7;
+    if (!(mb > 0 && mb < 1e6) || reps < 1 || reps > 10000) {
+        fprintf(stderr, "usage: bench-matmul [MB > 0] [REPS >= 1] [TS] [ONLY]\n");
+        return 2;
+    }
     int ts[MAX_T], nts = 0;
     for (const char *p = argc > 3 ? argv[3] : "1,4"; *p && nts < MAX_T; p += strcspn(p, ",") + (p[strcspn(p, ",")] != 0)) {
         int t = atoi(p);

@@ -32,6 +32,13 @@ const rounds = Number(opt('rounds', '2'));
 const turns = Number(opt('turns', '5'));
 const key = opt('key', 'none');
 const temperature = Number(opt('temperature', '0'));
+const whole = (x, lo) => Number.isInteger(x) && x >= lo;
+if (!parallel.every((p) => whole(p, 1)) || !whole(tokens, 1) || !whole(rounds, 1) || !whole(turns, 0)
+    || !(temperature >= 0)) {
+  console.error('bench_serve: --parallel wants counts >= 1 (e.g. 1,4,8), --tokens and --rounds integers >= 1, '
+    + '--turns an integer >= 0, --temperature a number >= 0');
+  process.exit(2);
+}
 
 // One streaming chat request: { ttft (ms), completion tokens, reply text }.
 async function chat(messages, maxTokens) {
@@ -78,6 +85,12 @@ async function counters() {
   }
 }
 
+try {
+  await fetch(`${base}/v1/models`, { headers: { Authorization: `Bearer ${key}` } });
+} catch (e) {
+  console.error(`bench_serve: cannot reach ${base}: ${e.cause?.message || e.message}`);
+  process.exit(1);
+}
 console.log(`server ${base}, ${tokens} tokens a request, best of ${rounds} rounds`);
 console.log('parallel  aggregate tok/s  decode-only tok/s  median TTFT ms');
 for (const p of parallel) {

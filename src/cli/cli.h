@@ -66,7 +66,8 @@ int cli_sampling_option(const char *a, const char *v, nx_sampling *sp);
     "  --min-p P          drop tokens below P x the top probability (default 0 = off)\n"                 \
     "  --repeat-penalty R repetition penalty over prompt and output (default 1 = off)\n"                \
     "  --presence-penalty P, --frequency-penalty F   over the output only (default 0 = off)\n"          \
-    "  --seed S           sampling seed (default 0); draws are keyed by (seed, position)\n"
+    "  --seed S           sampling seed (default 0; a negative S is 2^64 + S); draws are keyed\n"     \
+    "                     by (seed, position)\n"
 /* --mtp: which drafter a command loads. */
 typedef enum {
     CLI_MTP_DEFAULT,   /* not given: the checkpoint's head where it has one */

@@ -349,7 +349,7 @@ static nx_drafter *load_drafter(const bench_opts *o, const nx_model *m, const ch
         *why = "--mtp off";
         return NULL;
     }
-    if (o->mtp_mode != CLI_MTP_DIR && !nx_model_get_info(m)->has_mtp) {
+    if (o->mtp_mode == CLI_MTP_DEFAULT && !nx_model_get_info(m)->has_mtp) {
         *why = "the checkpoint has no MTP head (--mtp DIR takes a drafter directory)";
         return NULL;
     }
@@ -548,7 +548,9 @@ static int print_json(const bench_result *r, const bench_summary *s, const bench
     PUT("per_position", has_mtp ? per : (json_decref(per), json_null()));
     PUT("tokens_per_forward", jnum(s->tokens_per_forward));
     PUT("mtp_output_matches", has_mtp && !sampled(o) ? json_boolean(r->mtp_matches) : json_null());
-    /* null for plain greedy decoding: argmax of the raw logits */
+    /* null for plain greedy decoding: argmax of the raw logits; a seed past
+     * 2^63 as the signed integer of the same 64 bits (what --seed and the
+     * server's "seed" take back) */
     const nx_sampling *sp = &o->sp;
     PUT("sampling", !sampled(o) && !nx_sampling_changes_logits(sp) ? json_null()
                                  : json_pack("{s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:I,s:s}", "temperature", (double)sp->temperature,
@@ -603,6 +605,9 @@ static void print_text(const bench_result *r, const bench_summary *s, const benc
         printf("sampling       temperature %g, top-k %d, top-p %g, min-p %g, seed %llu; %s drafts\n", o->sp.temperature,
                o->sp.top_k, o->sp.top_p, o->sp.min_p, (unsigned long long)o->sp.seed,
                o->draft_pick == NX_DRAFT_PICK_ARGMAX ? "argmax" : "sampled");
+    if (nx_sampling_changes_logits(&o->sp))
+        printf("penalties      repetition %g, presence %g, frequency %g%s\n", o->sp.repetition_penalty,
+               o->sp.presence_penalty, o->sp.frequency_penalty, sampled(o) ? "" : "; greedy over the penalized logits");
     printf("load           %.3f s model", r->load_s);
     if (!r->mtp_skipped) printf(", %.3f s MTP head", r->mtp_load_s);
     printf("\n%-14s %10s        [min - max]\n", "", "median");

@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -90,7 +91,12 @@ int cli_sampling_option(const char *a, const char *v, nx_sampling *sp) {
         if (cli_parse_int(v, 0, 1 << 24, &k)) return cli_usage_error("--top-k wants an integer >= 0, got '%s'", v), -1;
         sp->top_k = (int)k;
     } else if (seed) {
-        if (cli_parse_u64(v, &sp->seed)) return cli_usage_error("--seed wants an unsigned integer, got '%s'", v), -1;
+        /* a negative S is the same 64 bits as 2^64 + S, as the server's
+         * "seed" field takes it and as bench --json writes a seed past 2^63 */
+        long neg;
+        if (cli_parse_u64(v, &sp->seed) == 0) return 1;
+        if (cli_parse_int(v, LONG_MIN, -1, &neg)) return cli_usage_error("--seed wants an integer, got '%s'", v), -1;
+        sp->seed = (uint64_t)neg;
     } else {
         if (cli_parse_float(v, fl[f].lo, fl[f].hi, &d))
             return cli_usage_error("%s wants a number in [%g, %g], got '%s'", a, fl[f].lo, fl[f].hi, v), -1;

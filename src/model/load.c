@@ -463,6 +463,13 @@ static uint64_t model_identity(const nx_model *m) {
     return v;
 }
 
+/* 1 if t is an lm_head a tied checkpoint stores anyway: the load reads the
+ * embedding in its place, so it is no weight the model reads. */
+static int unused_head(const nx_model *m, const st_tensor *t) {
+    const char *head = strncmp(m->prefix, "language_model.", 15) == 0 ? "language_model.lm_head." : "lm_head.";
+    return m->cfg.tie_word_embeddings && strncmp(t->name, head, strlen(head)) == 0;
+}
+
 /* nx_model_info.decode_bytes, from the tensors as stored (so a quantized
  * matrix counts with its scales and biases): every main-stack tensor once,
  * the LM head or the tied embedding included, except that an untied
@@ -475,7 +482,7 @@ static int64_t decode_bytes(const nx_model *m) {
     for (int i = 0; i < st_count(m->st); i++) {
         const st_tensor *t = st_at(m->st, i);
         if (strncmp(t->name, "mtp.", 4) == 0 || strstr(t->name, ".mtp.") || strstr(t->name, "visual") ||
-            strncmp(t->name, "vision_tower", 12) == 0)
+            strncmp(t->name, "vision_tower", 12) == 0 || unused_head(m, t))
             continue;
         int64_t bytes = (int64_t)t->nbytes;
         if (strncmp(t->name, embed, (size_t)elen) == 0 && t->ndim >= 1 && t->shape[0] > 0)
@@ -604,7 +611,7 @@ static void fill_info(nx_model *m) {
         int is_mtp = strncmp(t->name, "mtp.", 4) == 0 || strstr(t->name, ".mtp.") != NULL;
         int is_visual = strstr(t->name, "visual") != NULL || strncmp(t->name, "vision_tower", 12) == 0;
         if (is_mtp) m->n_mtp_tensors++;
-        else if (!is_visual) in->n_params += tensor_params(m, t);
+        else if (!is_visual && !unused_head(m, t)) in->n_params += tensor_params(m, t);
     }
     /* some conversions keep the head in an mtp.safetensors beside the weights */
     char path[4096];

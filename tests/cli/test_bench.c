@@ -178,6 +178,19 @@ static void bench_without_a_head_reports_mtp_as_null(void) {
                strstr(out, "verify cost") && strstr(out, "GB/s") && strstr(out, "host steal"),
            "%s", out);
     free(out);
+    /* --mtp on asks for the checkpoint's head: its absence is an error, as
+     * for generate, not a skipped measurement */
+    snprintf(args, sizeof args, "bench -m '%s' -t 1 --prompt 8 --gen 4 --repeat 1 --mtp on", dir);
+    CHECK(nextn(args) == 1);
+    char *err = captured("stderr");
+    CHECKF(strstr(err, dir) != NULL, "%s", err);
+    free(err);
+    /* the table names penalties under greedy decoding too */
+    snprintf(args, sizeof args, "bench -m '%s' -t 1 --prompt 8 --gen 4 --repeat 1 --repeat-penalty 1.3", dir);
+    CHECK(nextn(args) == 0);
+    out = captured("stdout");
+    CHECKF(strstr(out, "penalties      repetition 1.3, presence 0, frequency 0; greedy") != NULL, "%s", out);
+    free(out);
 }
 
 static void host_steal_reads_proc_stat_lines(void) {
@@ -275,6 +288,24 @@ static void decode_bytes_counts_the_main_stack_once(void) {
                (long long)in->kv_bytes_per_pos);
         nx_model_free(m);
     }
+    /* a tied config over a file that still stores lm_head.weight: the load
+     * reads the embedding, so the unused head counts neither as bytes nor
+     * as parameters (it counted both) */
+    const char *untied = nx_test_fixture("bench-bytes-head", "--preset tiny --dtype f32 --no-tie");
+    nx_model *tied = nx_test_model(nx_test_fixture("bench-bytes-tied", "--preset tiny --dtype f32 --tie"), 1);
+    CHECK(nx_test_system("sed -i 's/\"tie_word_embeddings\": *false/\"tie_word_embeddings\": true/g' '%s/config.json'",
+                         untied) == 0);
+    nx_model *stale = nx_test_model(untied, 1);
+    if (tied && stale) {
+        const nx_model_info *a = nx_model_get_info(tied), *b = nx_model_get_info(stale);
+        CHECKF(b->tie_word_embeddings && b->weight_bytes > a->weight_bytes, "tied %d, %lld bytes stored",
+               b->tie_word_embeddings, (long long)b->weight_bytes);
+        CHECKF(b->decode_bytes == a->decode_bytes && b->n_params == a->n_params,
+               "decode_bytes %lld, n_params %lld; a tied fixture %lld, %lld", (long long)b->decode_bytes,
+               (long long)b->n_params, (long long)a->decode_bytes, (long long)a->n_params);
+    }
+    nx_model_free(tied);
+    nx_model_free(stale);
 }
 
 static const nx_test tests[] = {
@@ -286,14 +317,15 @@ static const nx_test tests[] = {
      bench_over_repeats_reports_what_it_ran},
     {"bench_samples_when_asked", "bench with sampling options: settings in JSON, output match null, rates positive",
      bench_samples_when_asked},
-    {"bench_without_a_head_reports_mtp_as_null", "no MTP head: MTP figures null in JSON, 'skipped' in the table",
+    {"bench_without_a_head_reports_mtp_as_null", "no MTP head: MTP figures null in JSON, 'skipped' in the table; --mtp on an error",
      bench_without_a_head_reports_mtp_as_null},
     {"host_steal_reads_proc_stat_lines", "host steal: /proc/stat's aggregate line parsed, malformed lines refused, shares",
      host_steal_reads_proc_stat_lines},
     {"bad_bench_options_exit_2_with_one_line", "bad bench options exit 2 naming the option; a missing model exits 1",
      bad_bench_options_exit_2_with_one_line},
     {"decode_bytes_counts_the_main_stack_once",
-     "nx_model_info.decode_bytes: tied / untied, HF / MLX, MTP head left out; state_bytes, kv_bytes_per_pos",
+     "nx_model_info.decode_bytes: tied / untied, HF / MLX, MTP head and a tied file's stored lm_head left out; "
+     "state_bytes, kv_bytes_per_pos",
      decode_bytes_counts_the_main_stack_once},
 };
 

@@ -124,6 +124,14 @@ static void seeded_sampling_is_reproducible(void) {
     CHECK(strcmp(runs[0], runs[1]) == 0);
     CHECKF(strcmp(runs[0], runs[2]) != 0, "seeds 42 and 43 gave the same 24 tokens");
     for (int i = 0; i < 3; i++) free(runs[i]);
+    /* a negative seed is the same 64 bits as 2^64 + S (the server's reading) */
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "%s --seed %s", base, i ? "18446744073709551574" : "-42");
+        CHECK(nextn(args) == 0);
+        runs[i] = captured("stdout");
+    }
+    CHECKF(strcmp(runs[0], runs[1]) == 0, "--seed -42: %s; 2^64 - 42: %s", runs[0], runs[1]);
+    for (int i = 0; i < 2; i++) free(runs[i]);
 }
 
 /* --logit-bias: +100 on one token makes greedy output that token only; the
@@ -205,7 +213,7 @@ static void bad_use_exits_2_with_one_line(void) {
         {"generate -m x -p hi -n 2 stray", 2, "unexpected argument 'stray'"},
         {"generate -m '' -p hi", 2, "-m wants a checkpoint directory"},
         {"generate -m x -p ''", 2, "-p wants a non-empty prompt"},
-        {"generate -m x -p hi --seed ' -1'", 2, "--seed wants an unsigned integer"},
+        {"generate -m x -p hi --seed ' -1'", 2, "--seed wants an integer"},
         {"generate -m x -p hi --temp +1", 2, "--temp"},
         {"chat-template --chat-template /nonexistent.jinja --messages /nonexistent.json", 1, "/nonexistent"},
         {"generate -m x --prompt-ids 1 --chat", 2, "need a text prompt"},

@@ -264,9 +264,12 @@ static void config_json_has_the_spec_fields(void) {
     CHECK(strcmp(json_string_value(json_object_get(rp, "rope_type")), "default") == 0);
     CHECK(json_real_value(json_object_get(rp, "rope_theta")) == 1e7);
     CHECK(json_real_value(json_object_get(rp, "partial_rotary_factor")) == 0.25);
+    /* mRoPE's sections split the rotary pairs: HD * 0.25 / 2 = 4 here
+     * ([11, 11, 10] at the real head_dim 256) */
     json_t *ms = json_object_get(rp, "mrope_section");
-    CHECK(json_array_size(ms) == 3 && json_integer_value(json_array_get(ms, 0)) == 11 &&
-          json_integer_value(json_array_get(ms, 2)) == 10);
+    CHECKF(json_array_size(ms) == 3 && json_integer_value(json_array_get(ms, 0)) == 2 &&
+               json_integer_value(json_array_get(ms, 1)) == 1 && json_integer_value(json_array_get(ms, 2)) == 1,
+           "mrope_section of %d rotary pairs", HD / 8);
     CHECK(json_is_true(json_object_get(rp, "mrope_interleaved")));
     CHECK(json_object_get(tc, "bos_token_id") == NULL);
     json_decref(cfg);
@@ -536,7 +539,8 @@ static void bad_usage_exits_2_and_help_exits_0(void) {
         "",  "--out",  "--out X --preset huge",  "--out X --dtype f64",  "--out X --layout gguf",
         "--out X --shards 0",  "--out X --shards 1000",  "--out X --seed abc",  "--out X --seed -1",
         "--out X --vocab 1",  "--out X --hidden 0",  "--out X --layers 0",  "--out X --layers 4x",
-        "--out X --frobnicate",
+        "--out X --frobnicate",  "--out X --layers 513",  "--out X --seed ' 1'",  "--out X --vocab ' 64'",
+        "--out X --vocab +64",  "--out X --copy-head ' 0.1'",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = nx_test_system("cd '%s' && '%s' %s 2>/dev/null", g_root, NX_FIXTURE_BIN, bad[i]);
