@@ -278,8 +278,9 @@ typedef struct {
 /* Greedy defaults (temperature 0, every filter off, seed 0, no bias). */
 nx_sampling nx_sampling_default(void);
 
-/* NX_EINVAL, with a message naming the entry, unless p's logit bias is one
- * nx_spec_new would take for a vocabulary of vocab_size tokens. */
+/* NX_EINVAL, with a message naming the field or entry, unless p is what
+ * nx_spec_new takes for a vocabulary of vocab_size tokens: every float
+ * finite, the logit bias within the vocabulary and finite. */
 nx_status nx_sampling_check(const nx_sampling *p, int vocab_size, char *err, size_t errlen);
 
 /* 1 if p's logit bias or penalties change the logits before the temperature

@@ -11,6 +11,7 @@
 #include "sample/sample.h"
 
 #include <assert.h>
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -90,6 +91,15 @@ nx_sampling nx_sampling_default(void) {
 }
 
 nx_status nx_sampling_check(const nx_sampling *p, int vocab_size, char *err, size_t errlen) {
+    /* a NaN compares false with everything: a NaN penalty banned every
+     * token it touched, a NaN top-p or min-p switched the filter off */
+    const struct { const char *name; float v; } f[] = {
+        {"temperature", p->temperature},           {"top_p", p->top_p},
+        {"min_p", p->min_p},                       {"repetition_penalty", p->repetition_penalty},
+        {"presence_penalty", p->presence_penalty}, {"frequency_penalty", p->frequency_penalty},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+        if (!isfinite(f[i].v)) return nx_fail(err, errlen, NX_EINVAL, "sampling: %s is %g", f[i].name, (double)f[i].v);
     if (p->n_logit_bias < 0 || p->n_logit_bias > NX_MAX_LOGIT_BIAS)
         return nx_fail(err, errlen, NX_EINVAL, "logit_bias: %d entries (at most %d)", p->n_logit_bias,
                        NX_MAX_LOGIT_BIAS);
@@ -417,13 +427,21 @@ static void normalize(nx_sampler *s, int n) {
 
 /* Steps b and c over x[0..n_x) in place: 1 if a softmax follows (s->xmax
  * its max), 0 if the distribution is greedy -- temperature 0, everything
- * masked (-inf), or a tiny temperature that overflowed to +inf (softmax is
- * undefined there, and the limit is greedy). NaN becomes -inf so it can
- * never be drawn, and -0 becomes +0 (the kernel's twins and the ranks agree
- * on zeros). */
+ * masked (-inf), or a temperature so small that the best logit over it
+ * leaves the floats (softmax is undefined there, and the limit T -> 0 is
+ * greedy). That case is caught before the division: after it every large
+ * logit is +inf, or every negative one -inf, and the argmax of the tempered
+ * row would be the lowest such id, not the best token. NaN becomes -inf so
+ * it can never be drawn, and -0 becomes +0 (the kernel's twins and the
+ * ranks agree on zeros). */
 static int temper(nx_sampler *s, const nx_sampling *p, float *x, int n_x) {
-    if (!(p->temperature > 0.0f)) return 0;
-    s->xmax = kn_temper_f32(x, n_x, p->temperature);
+    const float T = p->temperature;
+    if (!(T > 0.0f)) return 0;
+    if (T < 0x1p-10f) {   /* above, only logits past 2^118 overflow: none of a model's */
+        const float best = x[kn_argmax_f32(x, n_x)];
+        if (fabs((double)best) / (double)T >= (double)FLT_MAX) return 0;   /* greedy on the row as it is */
+    }
+    s->xmax = kn_temper_f32(x, n_x, T);
     return s->xmax > -INFINITY && s->xmax < INFINITY;
 }
 

@@ -19,12 +19,16 @@
  *           (the repetition penalty as Hugging Face and vLLM apply it;
  *           presence and frequency as OpenAI defines them, over the tokens
  *           sampled so far; r <= 0 is treated as off);
- *        b. temperature <= 0: greedy, argmax with ties to the lowest id; stop;
+ *        b. temperature <= 0, or so small that max |l| / temperature
+ *           leaves the floats: greedy, argmax with ties to the lowest id;
+ *           stop;
  *        c. x = l / temperature (NaN becomes -inf, -0 becomes +0:
  *           kn_temper_f32);
  *        d. top-k (k <= 0 or k >= vocab: off);
  *        e. softmax over what is left: weights w = kn_exp(x - max x) (the
- *           project's exp, within 1.01 ulp, on vectors; 0 for x = -inf);
+ *           project's exp, within 1.01 ulp, on vectors; 0 for x = -inf; a
+ *           finite x more than 87 below the max weighs e^-87, kn_exp's
+ *           floor, so it stays a candidate of negligible mass);
  *        f. top-p: the smallest prefix, in the fixed order, whose cumulative
  *           mass is >= top_p times the softmax's whole mass (after top-k:
  *           the k weights summed in order; else kn_sum_exp_f32 of the row)

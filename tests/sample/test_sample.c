@@ -471,6 +471,19 @@ static void test_logit_bias_comes_first_and_decides_greedy_and_sampling(void) {
     p.logit_bias = &ban;
     p.n_logit_bias = NX_MAX_LOGIT_BIAS + 1;
     CHECK(nx_sampling_check(&p, 6, err, sizeof err) == NX_EINVAL && strstr(err, "entries"));
+    /* every float finite: a NaN penalty banned what it touched, a NaN top-p
+     * switched it off */
+    p.n_logit_bias = 0;
+    float *fields[] = {&p.temperature, &p.top_p, &p.min_p, &p.repetition_penalty, &p.presence_penalty,
+                       &p.frequency_penalty};
+    const char *names[] = {"temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"};
+    for (int i = 0; i < 6; i++) {
+        const float keep = *fields[i];
+        *fields[i] = i % 2 ? NAN : INFINITY;
+        CHECKF(nx_sampling_check(&p, 6, err, sizeof err) == NX_EINVAL && strstr(err, names[i]), "%s: %s", names[i], err);
+        *fields[i] = keep;
+    }
+    CHECK(nx_sampling_check(&p, 6, err, sizeof err) == NX_OK);
     nx_sampler_free(s);
 }
 
@@ -495,6 +508,29 @@ static void test_temperature_divides_the_logits_before_softmax(void) {
         CHECK(ids[0] == 0 && ids[1] == 1 && ids[2] == 2);
         CHECK(w[0] == logits[0] / temps[k]);   /* the caller's logits are processed in place */
     }
+    nx_sampler_free(s);
+}
+
+/* A temperature whose quotient leaves the floats is greedy on the row
+ * itself: dividing first made every large logit +inf (or every negative one
+ * -inf), and the lowest such id won. */
+static void test_a_vanishing_temperature_is_greedy(void) {
+    static const float rows[2][4] = {{3.5f, 4.0f, 1.0f, -2.0f}, {-9.0f, -5.0f, -4.0f, -7.0f}};
+    static const int32_t best[2] = {1, 2};
+    static const float temps[] = {1e-37f, 1e-38f, 1e-45f, 1e-30f};
+    nx_sampler *s = new_sampler(4);
+    nx_sampling p = nx_sampling_default();
+    for (int r = 0; r < 2; r++)
+        for (size_t k = 0; k < sizeof temps / sizeof *temps; k++)
+            for (int64_t pos = 0; pos < 8; pos++) {
+                float x[4];
+                memcpy(x, rows[r], sizeof x);
+                p.temperature = temps[k];
+                p.seed = (uint64_t)pos;
+                int32_t got = nx_sample(s, &p, x, NULL, 0, 0, pos);
+                CHECKF(got == best[r], "row %d, T = %g, position %lld: token %d, want %d", r, temps[k], (long long)pos,
+                       got, best[r]);
+            }
     nx_sampler_free(s);
 }
 
@@ -752,6 +788,8 @@ static const nx_test tests[] = {
      test_logit_bias_comes_first_and_decides_greedy_and_sampling},
     {"temperature_divides_the_logits_before_softmax", "probabilities equal softmax(logits / T)",
      test_temperature_divides_the_logits_before_softmax},
+    {"a_vanishing_temperature_is_greedy", "T = 1e-38 (l / T past the floats) samples the argmax, as T -> 0",
+     test_a_vanishing_temperature_is_greedy},
     {"draw_walks_the_candidates_in_the_given_order", "smp_draw's cumulative walk and its end",
      test_draw_walks_the_candidates_in_the_given_order},
     {"20000_draws_on_a_5_token_softmax_match_its_probabilities",
