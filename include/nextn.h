@@ -231,7 +231,8 @@ typedef struct {
  * config.json; tokenizer and generation files copied. in_dir is loaded and
  * checked first (a load with default options: it selects the newest kernel
  * set, see nx_load_opts.kernels); an already quantized input is
- * NX_EUNSUPPORTED, a non-finite weight NX_EFORMAT naming the tensor. rep may
+ * NX_EUNSUPPORTED, a non-finite weight NX_EFORMAT naming the tensor. A run
+ * that fails removes what it wrote (and out_dir, if it made it). rep may
  * be NULL. */
 nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize_opts *opts, nx_quantize_report *rep,
                       char *err, size_t errlen);

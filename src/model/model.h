@@ -311,7 +311,9 @@ void mdl_gdn_replay(const nx_model *m, nx_state *s, int keep);
 /* ---- verify and rollback (forward.c), used by the speculative decoder ---- */
 
 /* Allocates the rollback record for blocks of up to max_block tokens
- * (max_block <= MDL_CHUNK). Setup-time; idempotent for the same size. */
+ * (max_block <= MDL_CHUNK). Setup-time; idempotent for a size it holds
+ * already. Growing it while a verify's record is pending is NX_ESTATE (the
+ * new record could not roll that block back). */
 nx_status mdl_state_enable_rollback(nx_state *s, int max_block, char *err, size_t errlen);
 /* nx_forward over one block of T <= max_block tokens that also records what
  * mdl_rollback_to needs. Any later forward forgets the record. */

@@ -68,6 +68,7 @@ static nx_status copy_file(const char *from, const char *to, char *err, size_t e
     if (!out) st = nx_fail(err, errlen, NX_EIO, "%s: cannot create: %s", to, strerror(errno));
     while (!st && (k = fread(buf, 1, sizeof buf, in)) > 0)
         if (fwrite(buf, 1, k, out) != k) st = nx_fail(err, errlen, NX_EIO, "%s: write failed", to);
+    if (!st && ferror(in)) st = nx_fail(err, errlen, NX_EIO, "%s: read failed: %s", from, strerror(errno));
     if (out && fclose(out) && !st) st = nx_fail(err, errlen, NX_EIO, "%s: write failed", to);
     fclose(in);
     return st;
@@ -189,6 +190,28 @@ static nx_status add_tensor(st_writer *w, const nx_model *m, const st_tensor *t,
     return st_writer_add(w, name, t->dtype, t->ndim, t->shape, t->data, t->nbytes, err, errlen);
 }
 
+/* The text model's files besides the weights, copied where the input has
+ * them, as an mlx-lm conversion writes them (a slow tokenizer's vocab.json
+ * and merges.txt too; the vision tower's preprocessor_config.json goes with
+ * the tower's weights, left out). */
+static const char *const side_files[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                                         "chat_template.jinja", "special_tokens_map.json", "added_tokens.json",
+                                         "vocab.json", "merges.txt"};
+
+/* After a failed run: the files it wrote to out_dir (empty when it began,
+ * so every such name is its own) go, and out_dir too if the run made it;
+ * a rerun would find it not empty. */
+static void remove_outputs(const char *out_dir, int made_dir) {
+    static const char *const own[] = {"model.safetensors", "model.safetensors.tmp", "config.json"};
+    char path[4096];
+    for (size_t i = 0; i < sizeof own / sizeof *own + sizeof side_files / sizeof *side_files; i++) {
+        const size_t n_own = sizeof own / sizeof *own;
+        snprintf(path, sizeof path, "%s/%s", out_dir, i < n_own ? own[i] : side_files[i - n_own]);
+        unlink(path);
+    }
+    if (made_dir) rmdir(out_dir);
+}
+
 /* 1 if dir has no entries but . and .. (or cannot be read: mkdir reports that). */
 static int dir_is_empty(const char *dir) {
     DIR *d = opendir(dir);
@@ -231,14 +254,17 @@ nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize
     if (st) return st;
     st_writer *w = NULL;
     nx_quantize_report r = {0};
+    int made_dir = 0, wrote = 0;
     if (m->cfg.has_quantization || m->cfg.fp8_block) {
         st = nx_fail(err, errlen, NX_EUNSUPPORTED, "%s: already quantized (config.json has a quantization block)", in_dir);
         goto done;
     }
-    if (mkdir(out_dir, 0755) && errno != EEXIST) {
+    if (mkdir(out_dir, 0755) == 0) made_dir = 1;
+    else if (errno != EEXIST) {
         st = nx_fail(err, errlen, NX_EIO, "%s: cannot create: %s", out_dir, strerror(errno));
         goto done;
     }
+    wrote = 1;
     if ((st = st_writer_new(&w, err, errlen))) goto done;
     for (int i = 0; !st && i < st_count(m->st); i++) {
         const st_tensor *t = st_at(m->st, i);
@@ -269,20 +295,15 @@ nx_status nx_quantize(const char *in_dir, const char *out_dir, const nx_quantize
     if (!st) st = st_writer_write(w, to, err, errlen);
     r.bytes_out = w ? (int64_t)st_writer_bytes(w) : 0;
     if (!st) st = write_config(in_dir, out_dir, &o, err, errlen);
-    /* the text model's files, as an mlx-lm conversion writes them (a slow
-     * tokenizer's vocab.json and merges.txt too; the vision tower's
-     * preprocessor_config.json goes with the tower's weights, left out) */
-    static const char *const extra[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
-                                        "chat_template.jinja", "special_tokens_map.json", "added_tokens.json",
-                                        "vocab.json", "merges.txt"};
-    for (size_t i = 0; !st && i < sizeof extra / sizeof *extra; i++) {
-        snprintf(from, sizeof from, "%s/%s", in_dir, extra[i]);
-        snprintf(to, sizeof to, "%s/%s", out_dir, extra[i]);
+    for (size_t i = 0; !st && i < sizeof side_files / sizeof *side_files; i++) {
+        snprintf(from, sizeof from, "%s/%s", in_dir, side_files[i]);
+        snprintf(to, sizeof to, "%s/%s", out_dir, side_files[i]);
         st = copy_file(from, to, err, errlen);
     }
     r.bits = o.bits, r.group_size = o.group_size;
     if (!st && rep) *rep = r;
 done:
+    if (st && wrote) remove_outputs(out_dir, made_dir);
     st_writer_free(w);
     nx_model_free(m);
     return st;

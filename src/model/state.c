@@ -169,6 +169,9 @@ nx_status mdl_state_enable_rollback(nx_state *s, int max_block, char *err, size_
     if (max_block < 1 || max_block > MDL_CHUNK)
         return nx_fail(err, errlen, NX_EINVAL, "verify block of %d tokens: must be 1..%d", max_block, MDL_CHUNK);
     if (s->rb.max_block >= max_block) return NX_OK;
+    if (s->rb.T > 0)
+        return nx_fail(err, errlen, NX_ESTATE, "rollback record: a verify of %d tokens is pending (roll back first)",
+                       s->rb.T);
     states_home(s);
     free_rollback(s);
     const cfg_model *c = &s->m->cfg;

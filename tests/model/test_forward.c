@@ -382,10 +382,14 @@ static void rollback_misuse_is_an_error(void) {
     CHECK(mdl_state_enable_rollback(s, 0, err, sizeof err) == NX_EINVAL);
     CHECK(mdl_forward_verify(m, s, t, 5, NULL, err, sizeof err) == NX_EINVAL && nx_state_pos(s) == 0);
     CHECK(mdl_forward_verify(m, s, t, 4, NULL, err, sizeof err) == NX_OK && nx_state_pos(s) == 4);
+    /* growing the record would drop the pending one */
+    CHECK(mdl_state_enable_rollback(s, 4, err, sizeof err) == NX_OK);
+    CHECKF(mdl_state_enable_rollback(s, 6, err, sizeof err) == NX_ESTATE && strstr(err, "pending"), "%s", err);
     CHECK(mdl_rollback_to(s, 5, err, sizeof err) == NX_EINVAL && nx_state_pos(s) == 4);
     CHECK(mdl_rollback_to(s, 0, err, sizeof err) == NX_EINVAL);
     CHECK(mdl_rollback_to(s, 4, err, sizeof err) == NX_OK && nx_state_pos(s) == 4);
     CHECK(mdl_rollback_to(s, 1, err, sizeof err) == NX_ESTATE); /* the record was consumed */
+    CHECK(mdl_state_enable_rollback(s, 6, err, sizeof err) == NX_OK);   /* and may grow now */
     CHECK(mdl_forward_verify(m, s, t, 2, NULL, err, sizeof err) == NX_OK);
     CHECK(nx_forward(m, s, t, 1, NULL, err, sizeof err) == NX_OK);
     CHECK(mdl_rollback_to(s, 1, err, sizeof err) == NX_ESTATE); /* a later forward forgets it */
@@ -533,7 +537,7 @@ static const nx_test tests[] = {
      rounds_of_verify_and_rollback_equal_plain_decoding},
     {"rollback_record_allocation_failures_are_clean", "each failing allocation of the rollback record: NX_ENOMEM, nothing left, then it works",
      rollback_record_allocation_failures_are_clean},
-    {"rollback_misuse_is_an_error", "rollback without a record, bad keep, oversized block: errors, state kept", rollback_misuse_is_an_error},
+    {"rollback_misuse_is_an_error", "rollback without a record, bad keep, oversized block, growing the record past a pending verify: errors, state kept", rollback_misuse_is_an_error},
     {"thread_count_does_not_change_results", "1, 2 and 3 threads give bit-identical logits", thread_count_does_not_change_results},
     {"threads_can_share_a_model", "three threads decoding their own sequences on one model match running alone", threads_can_share_a_model},
     {"decode_does_not_allocate", "prefill and decode run under the no-allocation guard", decode_does_not_allocate},

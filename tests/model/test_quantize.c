@@ -774,6 +774,18 @@ static void malformed_quantization_is_a_clear_error(void) {
     nx_quantize_opts q4 = {4, 64, 0, NX_QUANT_AFFINE};
     CHECK(nx_quantize(nan_dir, nan_out, &q4, NULL, err, sizeof err) == NX_EFORMAT &&
           strstr(err, "non-finite") && strstr(err, "layers.0.mlp.gate_proj"));
+    /* a side file that cannot be read (a directory), after the weights were
+     * written: the error names it, and the run leaves nothing behind -- the
+     * directory it made goes, one it was given stays, empty */
+    char made[1100];
+    snprintf(made, sizeof made, "%s/new", nan_out);
+    CHECK(nx_test_system("cp '%s'/* '%s'/ && rm -f '%s/merges.txt' && mkdir '%s/merges.txt'", DEFAULT_MODEL, nan_dir,
+                         nan_dir, nan_dir) == 0);
+    CHECKF(nx_quantize(nan_dir, made, &q4, NULL, err, sizeof err) == NX_EIO && strstr(err, "merges.txt: read failed"),
+           "%s", err);
+    CHECK(access(made, F_OK) != 0);
+    CHECK(nx_quantize(nan_dir, nan_out, &q4, NULL, err, sizeof err) == NX_EIO);
+    CHECK(nx_test_system("test -d '%s' && test -z \"$(ls -A '%s')\"", nan_out, nan_out) == 0);
     /* a non-empty output directory (stale shards there would win) */
     CHECK(nx_quantize(DEFAULT_MODEL, work, &q4, NULL, err, sizeof err) == NX_EINVAL && strstr(err, "not empty"));
     /* quantizing twice, bad widths, the input as output */
