@@ -35,8 +35,8 @@ static inline float nx_f16_to_f32(uint16_t h) {
             mant &= 0x3ffu;
             u = sign | (exp << 23) | (mant << 13);
         }
-    } else if (exp == 31) {
-        u = sign | 0x7f800000u | (mant << 13);
+    } else if (exp == 31) {   /* inf, or a NaN made quiet as F16C's vcvtph2ps makes it */
+        u = sign | 0x7f800000u | (mant << 13) | (mant ? 0x400000u : 0u);
     } else {
         u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
     }

@@ -10,6 +10,7 @@
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <immintrin.h>
 #endif
 
 #include "base/fp16.h"
@@ -363,11 +364,31 @@ static void test_tiled_rows_equal_single_rows(void) {
     kn_init(0);
 }
 
+/* The scalar widening of halves is the SIMD one bit for bit, signalling
+ * NaNs made quiet as vcvtph2ps makes them (it kept them signalling). */
+__attribute__((target("f16c"))) static float f16c_widen(uint16_t h) {
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+static void test_scalar_f16_widening_is_f16c_bit_for_bit(void) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("f16c")) {   /* every AVX2 CPU has it; the SIMD kernels need AVX2 */
+        fprintf(stderr, "  note: this CPU lacks F16C; the f16 widening check did not run\n");
+        return;
+    }
+    int bad = 0;
+    for (uint32_t p = 0; p < 65536; p++) {
+        float a = nx_f16_to_f32((uint16_t)p), b = f16c_widen((uint16_t)p);
+        if (memcmp(&a, &b, 4) != 0 && bad++ < 5) CHECKF(0, "0x%04x: scalar %a, F16C %a", p, a, b);
+    }
+    CHECKF(bad == 0, "%d patterns differ", bad);
+}
+
 /* Every 16-bit pattern as a weight, multiplied by 1: the SIMD widening
  * (cvtph, and the bf16 shift) must give the exact value. Pattern p sits in
  * lane p % 8 of an 8-column row, so every lane is covered. The sum adds +0s,
- * so -0 comes out as +0; NaNs are compared as NaN (F16C quiets signalling
- * NaNs, the scalar conversion keeps their payload). */
+ * so -0 comes out as +0; NaNs are compared as NaN (the sum may change a
+ * payload). */
 static void test_matmul_reads_every_bf16_and_f16_pattern_exactly(void) {
     enum { COLS = 8, ROWS = 65536 };
     uint16_t *wd = calloc((size_t)ROWS * COLS, sizeof *wd);
@@ -648,6 +669,8 @@ static const nx_test tests[] = {
      test_matmul_with_no_rows_or_no_tokens_writes_nothing},
     {"matmul_reads_every_bf16_and_f16_pattern_exactly", "all 65536 weight patterns times 1, SIMD and scalar",
      test_matmul_reads_every_bf16_and_f16_pattern_exactly},
+    {"scalar_f16_widening_is_f16c_bit_for_bit", "nx_f16_to_f32 == vcvtph2ps for all 65536 patterns, NaNs made quiet",
+     test_scalar_f16_widening_is_f16c_bit_for_bit},
     {"row_and_buffer_conversions_are_exact_for_every_pattern",
      "kn_mat_row_f32 and unaligned kn_to_f32 equal nx_bf16/f16_to_f32 on all 65536 patterns",
      test_row_and_buffer_conversions_are_exact_for_every_pattern},
