@@ -19,7 +19,7 @@
  *           (the repetition penalty as Hugging Face and vLLM apply it;
  *           presence and frequency as OpenAI defines them, over the tokens
  *           sampled so far; r <= 0 is treated as off);
- *        b. temperature <= 0, or so small that max |l| / temperature
+ *        b. temperature <= 0, or so small that the best logit over it
  *           leaves the floats: greedy, argmax with ties to the lowest id;
  *           stop;
  *        c. x = l / temperature (NaN becomes -inf, -0 becomes +0:
