@@ -1147,6 +1147,69 @@ static void drafter_errors_name_the_problem(void) {
     free(cfg);
 }
 
+/* The model's own eos ids end a round as a stop id does: an eos among the
+ * accepted drafts cuts the round there, so nothing after it is emitted. A
+ * copy of a copy-head model with its eos set in turn to each token of its
+ * greedy output; at least one of them must fall inside accepted drafts. */
+static void set_eos(const char *dir, int32_t eos) {
+    CHECK(nx_test_system("sed -i -E 's/(\"eos_token_id\": *)[0-9]+/\\1%d/' '%s/config.json'", (int)eos, dir) == 0);
+    char path[1100], text[128];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    int n = snprintf(text, sizeof text, "{\"eos_token_id\": [%d], \"do_sample\": false}\n", (int)eos);
+    CHECK(nx_test_write_file(path, text, (size_t)n) == 0);
+}
+
+static void the_model_eos_cuts_a_round_as_a_stop_id_does(void) {
+    enum { NP = 8, NG = 40 };
+    const char *dir = nx_test_tmpdir("spec-eos");
+    char path[1024];
+    snprintf(path, sizeof path, "%s", dir);
+    CHECK(nx_test_system("cp '%s'/* '%s'/", TORCH("torchref-mini-copy-s0.05") "/hf", path) == 0);
+    int32_t prompt[NP] = {5, 17, 300, 42, 9, 77, 600, 3}, plain[NG], out[NG + NX_SPEC_MAX_DRAFT + 1];
+    nx_model *m = nx_test_model(path, 2);
+    if (!m) return;
+    nx_spec_opts o = {.draft = 3, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
+    const int32_t old_eos = nx_model_get_info(m)->eos_ids[0];
+    o.draft = 0;
+    CHECK(nx_test_generate(m, NULL, &o, prompt, NP, NG, plain, NULL) == NG);
+    nx_model_free(m);
+    o.draft = 3;
+    int cuts = 0, tried = 0;
+    for (int at = 1; at < NG && cuts < 2; at++) {
+        const int32_t eos = plain[at];
+        int first = 0;
+        while (plain[first] != eos) first++;
+        if (first == 0 || eos == old_eos) continue;   /* the prefill's token; the file's own eos */
+        set_eos(path, eos);
+        m = nx_test_model(path, 2);
+        nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+        CHECKF(d && nx_model_get_info(m)->n_eos == 1 && nx_model_get_info(m)->eos_ids[0] == eos, "eos %d", eos);
+        nx_spec *s = NULL;
+        char err[512];
+        if (d && nx_spec_new(m, d, NP + NG + 8, &o, &s, err, sizeof err) == NX_OK &&
+            nx_spec_prefill(s, prompt, NP, &out[0], err, sizeof err) == NX_OK) {
+            int n = 1, ended = 0;
+            while (n < NG && !ended) {
+                int got = 0;
+                CHECK(nx_spec_step(s, NG - n, out + n, &got, err, sizeof err) == NX_OK && got >= 1);
+                for (int i = 0; i < got - 1; i++) CHECKF(out[n + i] != eos, "eos %d emitted mid-round", eos);
+                n += got;
+                ended = got < 1 || out[n - 1] == eos;
+            }
+            CHECKF(ended && n == first + 1 && memcmp(out, plain, (size_t)n * sizeof *out) == 0,
+                   "eos %d: %d tokens, want %d, as plain", eos, n, first + 1);
+            const nx_spec_stats *st = nx_spec_get_stats(s);
+            cuts += st->emitted < 1 + st->rounds + st->accepted;
+            tried++;
+        }
+        nx_spec_free(s);
+        nx_drafter_free(d);
+        nx_model_free(m);
+        set_eos(path, old_eos);   /* the file's own value for the next edit */
+    }
+    CHECKF(tried > 0 && cuts > 0, "%d eos ids tried, none fell inside accepted drafts", tried);
+}
+
 static const nx_test tests[] = {
     {"f16_kv_cache_keeps_speculation_exact",
      "an f16 KV cache: K 1-3 speculative output == plain output with it; logits within nmse 1e-7 of the f32 cache's "
@@ -1196,6 +1259,9 @@ static const nx_test tests[] = {
      "bad options refused, closed NX_ESTATE",
      renew_starts_over_as_a_new_session},
     {"protocol_misuse_is_an_error", "draft before prefill, twice, commit without verify, after close: NX_ESTATE", protocol_misuse_is_an_error},
+    {"the_model_eos_cuts_a_round_as_a_stop_id_does",
+     "the model's eos (config and generation_config) inside accepted drafts ends the round there; output = plain's",
+     the_model_eos_cuts_a_round_as_a_stop_id_does},
     {"drafter_errors_name_the_problem", "no MTP head, wrong model_type, hidden size mismatch: clear errors", drafter_errors_name_the_problem},
 };
 
