@@ -455,7 +455,7 @@ typedef struct {
     nx_draft_pick draft_pick;   /* drafts under rejection sampling (above)       */
     nx_sampling sampling;
     const int32_t *stop_ids;    /* tokens that end generation (copied)          */
-    int n_stop;
+    int n_stop;                 /* 0..16                                          */
     int logprobs;               /* 1: keep each emitted token's nx_token_logprob
                                    (nx_spec_logprobs); 0: off, nothing computed */
     int top_logprobs;           /* with logprobs or input_logprobs: 0..NX_MAX_TOP_LOGPROBS

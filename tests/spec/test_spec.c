@@ -1151,6 +1151,83 @@ static void drafter_errors_name_the_problem(void) {
  * accepted drafts cuts the round there, so nothing after it is emitted. A
  * copy of a copy-head model with its eos set in turn to each token of its
  * greedy output; at least one of them must fall inside accepted drafts. */
+/* Every limit at its edge: the last value an option takes and the first it
+ * refuses; the context's last position usable by prefill, extend, absorb and
+ * a verify, and one past it refused (the session READY as before); the
+ * drafter's entries, one per position, after prompts read in several
+ * pieces; auto's longest round; a FRESH session's length. */
+static void session_limits_hold_at_their_edges(void) {
+    nx_model *m = nx_test_model(TORCH("torchref-mini-a") "/hf", 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    char err[512];
+    int32_t stops[SPEC_MAX_STOP + 1], p[400], b, dr[16];
+    for (int i = 0; i <= SPEC_MAX_STOP; i++) stops[i] = 1 + i;
+    nx_test_tokens(p, 400, nx_model_get_info(m)->vocab_size, 7);
+    nx_spec_opts o = {.draft = NX_SPEC_MAX_DRAFT, .sampling = nx_sampling_default(), .stop_ids = stops,
+                      .n_stop = SPEC_MAX_STOP, .logprobs = 1, .top_logprobs = NX_MAX_TOP_LOGPROBS};
+    CHECKF(nx_spec_check_opts(m, d, 64, &o, err, sizeof err) == NX_OK, "%s", err);
+    o.draft++;
+    CHECK(nx_spec_check_opts(m, d, 64, &o, err, sizeof err) == NX_EINVAL && strstr(err, "draft length"));
+    o.draft--, o.n_stop++;
+    CHECK(nx_spec_check_opts(m, d, 64, &o, err, sizeof err) == NX_EINVAL && strstr(err, "stop ids"));
+    o.n_stop--, o.top_logprobs++;
+    CHECK(nx_spec_check_opts(m, d, 64, &o, err, sizeof err) == NX_EINVAL && strstr(err, "top_logprobs"));
+    /* auto: rounds of up to the drafter's block_size - 1 drafts, at least 4 */
+    nx_spec *s = NULL;
+    nx_spec_opts a = {.draft = NX_DRAFT_AUTO, .sampling = nx_sampling_default()};
+    const int bs = nx_drafter_block_size(d);
+    CHECK(nx_spec_new(m, d, 24, &a, &s, err, sizeof err) == NX_OK);
+    CHECKF(nx_spec_max_draft(s) == (bs - 1 > 4 ? bs - 1 : 4), "auto: %d drafts at most (block size %d)",
+           nx_spec_max_draft(s), bs);
+    CHECK(nx_spec_length(s) == 0);   /* FRESH */
+    /* a context of 24: a prompt of 23 leaves the pending token its position */
+    CHECK(nx_spec_prefill(s, p, 24, &b, err, sizeof err) == NX_ERANGE && nx_spec_length(s) == 0);
+    CHECK(nx_spec_prefill(s, p, 23, &b, err, sizeof err) == NX_OK && nx_spec_length(s) == 24);
+    nx_spec_free(s);
+    /* a round's block [b, d1..dK] takes positions n..n+K: drafts stop at
+     * the context's last position, and that block verifies */
+    for (int n = 20; n <= 23; n++) {
+        nx_spec_opts g = {.draft = 3, .sampling = nx_sampling_default()};
+        int nd = -1, ne = 0;
+        int32_t em[8];
+        CHECK(nx_spec_new(m, d, 24, &g, &s, err, sizeof err) == NX_OK);
+        CHECK(nx_spec_prefill(s, p, n, &b, err, sizeof err) == NX_OK);
+        CHECK(nx_spec_draft(s, 3, dr, &nd, err, sizeof err) == NX_OK);
+        const nx_status vs = nx_spec_verify(s, err, sizeof err);
+        CHECKF(nd == (24 - n - 1 < 3 ? 24 - n - 1 : 3) && vs == NX_OK, "after %d tokens: %d drafts, verify %d (%s)", n, nd,
+               vs, err);
+        CHECK(nx_spec_commit(s, em, &ne, err, sizeof err) == NX_OK && ne >= 1 && nx_spec_length(s) <= 25);   /* the last token needs no position */
+        nx_spec_free(s);
+    }
+    /* extend runs the pending token and n more and samples one: 20 held, up
+     * to 2 more; absorb keeps its last as the pending token: up to 3 */
+    for (int absorb = 0; absorb <= 1; absorb++)
+        for (int more = 2 + absorb; more <= 3 + absorb; more++) {
+            CHECK(nx_spec_new(m, d, 24, NULL, &s, err, sizeof err) == NX_OK);
+            CHECK(nx_spec_prefill(s, p, 20, &b, err, sizeof err) == NX_OK);
+            const nx_status st = absorb ? nx_spec_absorb(s, p + 20, more, err, sizeof err)
+                                        : nx_spec_extend(s, p + 20, more, &b, err, sizeof err);
+            const int fits = more == 2 + absorb;
+            CHECKF(st == (fits ? NX_OK : NX_ERANGE) && nx_spec_length(s) == (fits ? 24 : 21),
+                   "%s of %d after 20: %d, length %d", absorb ? "absorb" : "extend", more, st, nx_spec_length(s));
+            nx_spec_free(s);
+        }
+    /* the drafter holds an entry for every position after prompts and
+     * extends read in pieces of SPEC_PREFILL_PIECE rows */
+    CHECK(nx_spec_new(m, d, 400, NULL, &s, err, sizeof err) == NX_OK);
+    CHECK(nx_spec_prefill(s, p, 300, &b, err, sizeof err) == NX_OK);
+    CHECKF(s->rows.n == s->n && s->n == 300, "after a prompt of 300: %d entries for %d positions", s->rows.n, s->n);
+    nx_spec_free(s);
+    CHECK(nx_spec_new(m, d, 400, NULL, &s, err, sizeof err) == NX_OK);
+    CHECK(nx_spec_prefill(s, p, 10, &b, err, sizeof err) == NX_OK);
+    CHECK(nx_spec_extend(s, p + 10, 270, &b, err, sizeof err) == NX_OK);
+    CHECKF(s->rows.n == s->n && s->n == 281, "after an extend of 270: %d entries for %d positions", s->rows.n, s->n);
+    nx_spec_free(s);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 static void set_eos(const char *dir, int32_t eos) {
     CHECK(nx_test_system("sed -i -E 's/(\"eos_token_id\": *)[0-9]+/\\1%d/' '%s/config.json'", (int)eos, dir) == 0);
     char path[1100], text[128];
@@ -1259,6 +1336,10 @@ static const nx_test tests[] = {
      "bad options refused, closed NX_ESTATE",
      renew_starts_over_as_a_new_session},
     {"protocol_misuse_is_an_error", "draft before prefill, twice, commit without verify, after close: NX_ESTATE", protocol_misuse_is_an_error},
+    {"session_limits_hold_at_their_edges",
+     "draft, stop ids, top_logprobs at their limits and one past; prefill, extend, absorb and verify at the context's "
+     "last position and one past; an entry per position after multi-piece input; auto's k_max; FRESH length 0",
+     session_limits_hold_at_their_edges},
     {"the_model_eos_cuts_a_round_as_a_stop_id_does",
      "the model's eos (config and generation_config) inside accepted drafts ends the round there; output = plain's",
      the_model_eos_cuts_a_round_as_a_stop_id_does},
