@@ -614,6 +614,55 @@ done:
     nx_model_free(m);
 }
 
+/* absorb's last token becomes the pending token as if emitted, but it is
+ * input: the presence penalty skips it and no logprob entry is reported. A
+ * bias makes that token the argmax by 1 and a presence penalty of 2 would
+ * take it away were it counted as output. */
+static void an_absorbed_token_is_input(void) {
+    nx_model *m = nx_test_model(NX_MODELS_DIR "/default", 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) goto done;
+    static const int32_t text[7] = {449, 324, 271, 671, 268, 258, 685};
+    enum { NP = 19 };
+    int32_t prompt[NP];
+    for (int i = 0; i < NP; i++) prompt[i] = text[i % 7];
+    const int32_t X = prompt[NP - 1];
+    const int V = nx_model_get_info(m)->vocab_size;
+    char err[512];
+    float *logits = malloc((size_t)V * sizeof *logits);
+    nx_state *st = NULL;
+    nx_forward_out fo = {.logits = logits};
+    CHECK(nx_state_new(m, 64, &st, err, sizeof err) == NX_OK && nx_forward(m, st, prompt, NP, &fo, err, sizeof err) == NX_OK);
+    float best = logits[0];
+    for (int i = 1; i < V; i++) best = logits[i] > best ? logits[i] : best;
+    nx_logit_bias bias = {X, best - logits[X] + 1.0f};
+    nx_spec_opts o = {.draft = 2, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default(), .logprobs = 1};
+    o.sampling.logit_bias = &bias, o.sampling.n_logit_bias = 1, o.sampling.presence_penalty = 2.0f;
+    for (int absorb = 0; absorb < 2; absorb++) {
+        nx_spec *s = NULL;
+        int32_t first = -1;
+        int n_lp = -1;
+        CHECK(nx_spec_new(m, d, 64, &o, &s, err, sizeof err) == NX_OK);
+        if (!s) break;
+        if (absorb) {
+            CHECK(nx_spec_absorb(s, prompt, NP, err, sizeof err) == NX_OK);
+            CHECKF(nx_spec_logprobs(s, &n_lp) == NULL && n_lp == 0, "absorb reported %d logprob entries", n_lp);
+            int got = 0;   /* a round from the pending token: its first token samples where prefill's did */
+            CHECK(nx_spec_step(s, 1, &first, &got, err, sizeof err) == NX_OK && got == 1);
+        } else {
+            CHECK(nx_spec_prefill(s, prompt, NP, &first, err, sizeof err) == NX_OK);
+        }
+        CHECKF(first == X, "%s: first token %d, want %d (the biased last input token)", absorb ? "absorb" : "prefill",
+               first, X);
+        nx_spec_free(s);
+    }
+    nx_state_free(st);
+    free(logits);
+done:
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 /* A logit bias is part of the target's processing: speculative output with
  * one equals plain output with it (greedy and matched sampling), a banned
  * token never comes, and the session keeps its own copy of the entries. */
@@ -1322,6 +1371,7 @@ static const nx_test tests[] = {
      "presence and frequency penalties: the first token after a repeating prompt (and after an extend) is plain "
      "greedy's; the output after it changes; speculative equals plain",
      presence_and_frequency_count_the_output_only},
+    {"an_absorbed_token_is_input", "absorb's pending token: no presence penalty, no logprob entry", an_absorbed_token_is_input},
     {"logprobs_follow_the_target_and_drafts_keep_them_exact",
      "logprobs = log_softmax (double) of a plain forward's logits within 2e-5, top 5 in order, a bias that changes the "
      "output ignored; K = 1..3 greedy and matched, and K = 3 cut at a stop id: the same bits as plain; off: none; "
