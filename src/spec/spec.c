@@ -156,6 +156,10 @@ static nx_status spec_configure(nx_spec *s, const nx_model *m, const nx_drafter 
     s->k_fixed = d ? (s->auto_k ? 1 : k) : 0;
     s->max_ctx = max_ctx;
     s->opts.accept = resolve_accept(s->opts.accept, &s->opts.sampling);
+    /* greedy acceptance takes the likeliest token everywhere, the first
+     * token of a prefill or an extend too (it was sampled at the given
+     * temperature, the rest argmax) */
+    if (s->opts.accept == NX_ACCEPT_GREEDY) s->opts.sampling.temperature = 0.0f;
     s->sample_drafts = d && o.draft_pick != NX_DRAFT_PICK_ARGMAX && nx_spec_drafts_shape_output(o.accept, &o.sampling);
     s->draft_processed = d && !s->sample_drafts && nx_sampling_changes_logits(&s->opts.sampling);
     spec_auto_init(&s->au);
@@ -672,10 +676,8 @@ static int accept_at(nx_spec *s, float *vlogits, int j, int32_t *c) {
     int64_t pos = s->n + j + 1;           /* absolute position of the token chosen here */
     int hist_n = s->n + j + 1;            /* history: committed tokens, b, drafts 1..j */
     int has_draft = j < s->k;
-    if (s->opts.accept != NX_ACCEPT_REJECTION || !has_draft) {
-        nx_sampling greedy = *sp;
-        if (s->opts.accept == NX_ACCEPT_GREEDY) greedy.temperature = 0;
-        *c = nx_sample(s->smp, &greedy, logits, s->hist, hist_n, s->n_input, pos);
+    if (s->opts.accept != NX_ACCEPT_REJECTION || !has_draft) {   /* greedy: the session's temperature is 0 */
+        *c = nx_sample(s->smp, sp, logits, s->hist, hist_n, s->n_input, pos);
         return has_draft && *c == s->drafts[j];
     }
     /* rejection sampling (spec §7.2): accept d with probability

@@ -211,6 +211,13 @@ static void greedy_speculative_output_equals_plain(void) {
                 CHECKF(n1 == n0 && memcmp(plain, spec, (size_t)n0 * 4) == 0, "%s prompt %d K %d: speculative ids differ", dirs[f], np, K);
                 CHECK(st.emitted == n1 && st.rounds == st.target_forwards - 1);
             }
+            /* greedy acceptance ignores a temperature: plain greedy output,
+             * the prefill's first token included (it was sampled) */
+            run_cfg hot = {2, NX_ACCEPT_GREEDY, nx_sampling_default(), NULL, 0};
+            hot.sp.temperature = 1.5f, hot.sp.seed = 3;
+            int n2 = generate(m, d, prompt, np, ng, &hot, spec, NULL);
+            CHECKF(n2 == n0 && memcmp(plain, spec, (size_t)n0 * 4) == 0, "%s prompt %d: greedy acceptance at T 1.5 differs",
+                   dirs[f], np);
             /* a stop id that occurs in the output: both stop right after it */
             int32_t stop = plain[ng / 2];
             rc.stop = &stop;
@@ -1345,7 +1352,8 @@ static const nx_test tests[] = {
     {"teacher_forced_head_matches_float64_reference", "MTP logits and hidden (post- and pre-norm input) match the float64 reference",
      teacher_forced_head_matches_float64_reference},
     {"golden_speculative_runs_match", "K = 1..3: ids and per-position acceptance equal the reference's speculative runs", golden_speculative_runs_match},
-    {"greedy_speculative_output_equals_plain", "K = 1..4, prompts of 1..300 tokens, 200 tokens, stop edges: ids equal plain greedy",
+    {"greedy_speculative_output_equals_plain", "K = 1..4, prompts of 1..300 tokens, 200 tokens, stop edges, greedy acceptance with a temperature: ids equal plain "
+     "greedy",
      greedy_speculative_output_equals_plain},
     {"long_prompt_and_max_tokens_edges", "a 3000-token prompt and budgets of 1, 5, 9 tokens: equal to plain", long_prompt_and_max_tokens_edges},
     {"copy_head_is_always_accepted",
