@@ -515,12 +515,12 @@ static void test_temperature_divides_the_logits_before_softmax(void) {
  * itself: dividing first made every large logit +inf (or every negative one
  * -inf), and the lowest such id won. */
 static void test_a_vanishing_temperature_is_greedy(void) {
-    static const float rows[2][4] = {{3.5f, 4.0f, 1.0f, -2.0f}, {-9.0f, -5.0f, -4.0f, -7.0f}};
-    static const int32_t best[2] = {1, 2};
-    static const float temps[] = {1e-37f, 1e-38f, 1e-45f, 1e-30f};
+    static const float rows[3][4] = {{3.5f, 4.0f, 1.0f, -2.0f}, {-9.0f, -5.0f, -4.0f, -7.0f}, {4e29f, 5e29f, -1e29f, 0}};
+    static const int32_t best[3] = {1, 2, 1};
+    static const float temps[] = {1e-37f, 1e-38f, 1e-45f, 1e-30f, 1e-9f};
     nx_sampler *s = new_sampler(4);
     nx_sampling p = nx_sampling_default();
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < 3; r++)
         for (size_t k = 0; k < sizeof temps / sizeof *temps; k++)
             for (int64_t pos = 0; pos < 8; pos++) {
                 float x[4];
@@ -531,6 +531,47 @@ static void test_a_vanishing_temperature_is_greedy(void) {
                 CHECKF(got == best[r], "row %d, T = %g, position %lld: token %d, want %d", r, temps[k], (long long)pos,
                        got, best[r]);
             }
+    nx_sampler_free(s);
+}
+
+/* The filters' edges, as sample.h states them: top-p keeps the smallest
+ * prefix whose mass reaches top_p exactly; min-p keeps p == min_p * p_max;
+ * top-k = the vocabulary is off (the same list, in id order, so the same
+ * draws); the logit bias takes exactly NX_MAX_LOGIT_BIAS entries. */
+static void test_filter_edges_are_inclusive(void) {
+    nx_sampler *s = new_sampler(4);
+    nx_sampling p = nx_sampling_default();
+    float w[4];
+    const int32_t *ids;
+    const float *probs;
+    const float flat[4] = {1, 1, 1, 1}, two[4] = {2, 2, 1, 0}, mixed[4] = {0.3f, 2.0f, -1.0f, 1.1f};
+    p.temperature = 1.0f;
+    p.top_p = 0.5f;   /* 2 of 4 equal weights are exactly half the mass */
+    CHECK(dist_of(s, &p, flat, 4, w, &ids, &probs) == 2 && ids[0] == 0 && ids[1] == 1);
+    p.top_p = 1.0f, p.min_p = 1.0f;   /* the tokens tied with the best stay */
+    int n = dist_of(s, &p, two, 4, w, &ids, &probs);
+    CHECKF(n == 2 && ids[0] == 0 && ids[1] == 1 && probs[0] == 0.5f && probs[1] == 0.5f, "min-p 1 kept %d", n);
+    p.top_k = 3;   /* the same in rank order */
+    n = dist_of(s, &p, two, 4, w, &ids, &probs);
+    CHECKF(n == 2 && ids[0] == 0 && ids[1] == 1, "min-p 1 after top-k 3 kept %d", n);
+    p.min_p = 0.0f;
+    for (int64_t pos = 0; pos < 64; pos++) {
+        float a[4], b[4];
+        memcpy(a, mixed, sizeof a), memcpy(b, mixed, sizeof b);
+        p.top_k = 0;
+        int32_t off = nx_sample(s, &p, a, NULL, 0, 0, pos);
+        p.top_k = 4;
+        int32_t all = nx_sample(s, &p, b, NULL, 0, 0, pos);
+        CHECKF(off == all, "position %lld: top-k 4 of 4 drew %d, off %d", (long long)pos, all, off);
+    }
+    p.top_k = 0;
+    nx_logit_bias many[NX_MAX_LOGIT_BIAS + 1];
+    for (int i = 0; i <= NX_MAX_LOGIT_BIAS; i++) many[i] = (nx_logit_bias){i % 4, 0.5f};
+    char err[256];
+    p.logit_bias = many, p.n_logit_bias = NX_MAX_LOGIT_BIAS;
+    CHECKF(nx_sampling_check(&p, 4, err, sizeof err) == NX_OK, "%s", err);
+    p.n_logit_bias++;
+    CHECK(nx_sampling_check(&p, 4, err, sizeof err) == NX_EINVAL);
     nx_sampler_free(s);
 }
 
@@ -788,6 +829,8 @@ static const nx_test tests[] = {
      test_logit_bias_comes_first_and_decides_greedy_and_sampling},
     {"temperature_divides_the_logits_before_softmax", "probabilities equal softmax(logits / T)",
      test_temperature_divides_the_logits_before_softmax},
+    {"filter_edges_are_inclusive", "top-p at exactly its mass, min-p at exactly its ratio, top-k = V off, "
+     "NX_MAX_LOGIT_BIAS entries taken", test_filter_edges_are_inclusive},
     {"a_vanishing_temperature_is_greedy", "T = 1e-38 (l / T past the floats) samples the argmax, as T -> 0",
      test_a_vanishing_temperature_is_greedy},
     {"draw_walks_the_candidates_in_the_given_order", "smp_draw's cumulative walk and its end",
