@@ -381,6 +381,54 @@ static void prefix_cache_resumes_exactly(void) {
     nx_model_free(m);
 }
 
+/* A checkpoint at cache_at = the whole prompt, and one at the end of a row
+ * that a stop id ended, the stop id included (the session's pending token);
+ * a later prompt that continues that sequence resumes from all of it. */
+static void a_stopped_row_is_checkpointed_whole(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    enum { NP = 20 };
+    int32_t p1[NP], ref[16], out[64], p2[NP + 24];
+    prompt_of(p1, NP, 31);
+    CHECK(reference(m, d, p1, NP, 8, 0, 0, ref) == 8);
+    int j = 0;   /* the stop id: greedy's 4th token, first where it first comes */
+    while (ref[j] != ref[3]) j++;
+    const char *dir = nx_test_tmpdir("pcache-stop");
+    nx_engine *e = engine(m, d, 1, 0, dir, 8);
+    nx_request_opts o = {.prompt = p1, .n_prompt = NP, .max_tokens = 8, .sampling = nx_sampling_default(),
+                         .accept = NX_ACCEPT_GREEDY, .stop_ids = &ref[3], .n_stop = 1};
+    o.cache_at[0] = NP;
+    char err[512];
+    nx_request *r = NULL;
+    CHECKF(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_OK, "%s", err);
+    nx_finish fin;
+    int n = drain(r, out, 64, &fin);
+    CHECKF(fin == NX_FINISH_STOP && n == j && memcmp(out, ref, (size_t)j * sizeof *out) == 0, "finish %d, %d tokens (want %d)",
+           (int)fin, n, j);
+    nx_request_free(r);
+    nx_engine_free(e);   /* the row's end is checkpointed after its finish is read: joined here */
+    CHECKF(cache_files(dir, NULL, 0) == 2, "%d cache files (want the prompt's and the whole sequence's)",
+           cache_files(dir, NULL, 0));
+    e = engine(m, d, 1, 0, dir, 8);
+    /* prompt + output + stop id + three more */
+    memcpy(p2, p1, sizeof p1);
+    memcpy(p2 + NP, ref, (size_t)(j + 1) * sizeof *ref);
+    prompt_of(p2 + NP + j + 1, 3, 77);
+    const int n2 = NP + j + 4;
+    r = submit(e, p2, n2, 0, 6, 0, 0);
+    int got = drain(r, out, 64, &fin), want = reference(m, d, p2, n2, 6, 0, 0, ref);
+    nx_request_info info;
+    nx_request_get_info(r, &info);
+    CHECKF(info.cached_tokens == NP + j + 1 && got == want && memcmp(out, ref, (size_t)got * sizeof *out) == 0,
+           "%d cached tokens (want %d), output %s", info.cached_tokens, NP + j + 1,
+           got == want && memcmp(out, ref, (size_t)got * sizeof *out) == 0 ? "as a fresh session's" : "differs");
+    nx_request_free(r);
+    nx_engine_free(e);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 static void damaged_cache_files_are_misses(void) {
     nx_model *m = nx_test_model(COPY, 2);
     nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
@@ -690,6 +738,9 @@ static const nx_test tests[] = {
      bad_submissions_are_refused},
     {"prefix_cache_resumes_exactly", "turn 2 resumes from turn 1's checkpoint (RAM, and disk after a restart): same output",
      prefix_cache_resumes_exactly},
+    {"a_stopped_row_is_checkpointed_whole",
+     "cache_at = the whole prompt, and a row ended by a stop id, stop id included: a continuation resumes from all of it",
+     a_stopped_row_is_checkpointed_whole},
     {"a_shared_system_prompt_is_reused", "two boundaries checkpointed; a conversation sharing the first resumes from it, exactly",
      a_shared_system_prompt_is_reused},
     {"damaged_cache_files_are_misses", "flipped or truncated cache files: misses, deleted, output still exact",
