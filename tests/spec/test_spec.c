@@ -1203,15 +1203,12 @@ static void drafter_errors_name_the_problem(void) {
     free(cfg);
 }
 
-/* The model's own eos ids end a round as a stop id does: an eos among the
- * accepted drafts cuts the round there, so nothing after it is emitted. A
- * copy of a copy-head model with its eos set in turn to each token of its
- * greedy output; at least one of them must fall inside accepted drafts. */
 /* Every limit at its edge: the last value an option takes and the first it
- * refuses; the context's last position usable by prefill, extend, absorb and
- * a verify, and one past it refused (the session READY as before); the
- * drafter's entries, one per position, after prompts read in several
- * pieces; auto's longest round; a FRESH session's length. */
+ * refuses; the context's last position usable by prefill, extend and
+ * absorb, and one past it refused; drafts that stop at the last position and
+ * a block that verifies there; the drafter's entries, one per position,
+ * after input read in several pieces; auto's longest round; a FRESH
+ * session's length. */
 static void session_limits_hold_at_their_edges(void) {
     nx_model *m = nx_test_model(TORCH("torchref-mini-a") "/hf", 2);
     nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
@@ -1253,7 +1250,8 @@ static void session_limits_hold_at_their_edges(void) {
         const nx_status vs = nx_spec_verify(s, err, sizeof err);
         CHECKF(nd == (24 - n - 1 < 3 ? 24 - n - 1 : 3) && vs == NX_OK, "after %d tokens: %d drafts, verify %d (%s)", n, nd,
                vs, err);
-        CHECK(nx_spec_commit(s, em, &ne, err, sizeof err) == NX_OK && ne >= 1 && nx_spec_length(s) <= 25);   /* the last token needs no position */
+        /* the last emitted token needs no position: 25 tokens at most */
+        CHECK(nx_spec_commit(s, em, &ne, err, sizeof err) == NX_OK && ne >= 1 && nx_spec_length(s) <= 25);
         nx_spec_free(s);
     }
     /* extend runs the pending token and n more and samples one: 20 held, up
@@ -1292,6 +1290,10 @@ static void set_eos(const char *dir, int32_t eos) {
     CHECK(nx_test_write_file(path, text, (size_t)n) == 0);
 }
 
+/* The model's own eos ids end a round as a stop id does: an eos among the
+ * accepted drafts cuts the round there, so nothing after it is emitted. A
+ * copy of a copy-head model with its eos set in turn to each token of its
+ * greedy output; at least one of them must fall inside accepted drafts. */
 static void the_model_eos_cuts_a_round_as_a_stop_id_does(void) {
     enum { NP = 8, NG = 40 };
     const char *dir = nx_test_tmpdir("spec-eos");
