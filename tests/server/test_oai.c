@@ -56,6 +56,13 @@ static void absent_fields_take_openai_defaults(void) {
     CHECK(r.max_tokens == -1 && r.seed_given == 0 && r.stream == 0 && r.include_usage == 0);
     CHECK(r.enable_thinking == -1);
     oai_request_free(&r);
+    /* the ranges' ends are in them: temperature 2, top_p 1, penalties +-2 */
+    CHECKF(parse("{\"prompt\":\"x\",\"temperature\":2,\"top_p\":1,\"presence_penalty\":-2,\"frequency_penalty\":2}", 0,
+                 &r, &status, err, sizeof err) == 0,
+           "%s", err);
+    CHECK(r.sampling.temperature == 2.0f && r.sampling.top_p == 1.0f && r.sampling.presence_penalty == -2.0f &&
+          r.sampling.frequency_penalty == 2.0f);
+    oai_request_free(&r);
     CHECK(parse("{\"messages\":[{\"role\":\"user\"}],\"chat_template_kwargs\":{\"enable_thinking\":true},"
                 "\"top_k\":-1,\"seed\":42}",
                 1, &r, &status, err, sizeof err) == 0);
