@@ -201,14 +201,18 @@ static const char *const side_files[] = {"tokenizer.json", "tokenizer_config.jso
 /* After a failed run: the files it wrote to out_dir (empty when it began,
  * so every such name is its own) go, and out_dir too if the run made it;
  * a rerun would find it not empty. */
-static void remove_outputs(const char *out_dir, int made_dir) {
-    static const char *const own[] = {"model.safetensors", "model.safetensors.tmp", "config.json"};
+static void remove_in(const char *dir, const char *const names[], size_t n) {
     char path[4096];
-    for (size_t i = 0; i < sizeof own / sizeof *own + sizeof side_files / sizeof *side_files; i++) {
-        const size_t n_own = sizeof own / sizeof *own;
-        snprintf(path, sizeof path, "%s/%s", out_dir, i < n_own ? own[i] : side_files[i - n_own]);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         unlink(path);
     }
+}
+
+static void remove_outputs(const char *out_dir, int made_dir) {
+    static const char *const own[] = {"model.safetensors", "model.safetensors.tmp", "config.json"};
+    remove_in(out_dir, own, sizeof own / sizeof *own);
+    remove_in(out_dir, side_files, sizeof side_files / sizeof *side_files);
     if (made_dir) rmdir(out_dir);
 }
 
