@@ -53,7 +53,8 @@ int nx_test_main(int argc, char **argv, const nx_test *tests, int n);
 
 /* Helpers shared by tests (tests/test.c). */
 /* A fresh empty directory under the build tree: NX_BUILD_DIR/tmp/<name>.<pid>;
- * returns a static buffer. */
+ * returns a static buffer. nx_test_main removes the process's directories when
+ * every test it ran passed. */
 const char *nx_test_tmpdir(const char *name);
 /* Writes bytes to path; returns 0 on success. */
 int nx_test_write_file(const char *path, const void *data, size_t n);
