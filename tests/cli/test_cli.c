@@ -563,6 +563,76 @@ static void state_saved_in_one_process_continues_in_another(void) {
     json_decref(saved), json_decref(more);
 }
 
+/* Without -n, generate makes 64 tokens, as its help says (--ignore-eos: the
+ * checkpoint's eos cannot end the run early). */
+static void generate_makes_64_tokens_by_default(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-default-n"));
+    json_t *j = run_json("generate -m '" COPY05 "' --prompt-ids 11,42,7,300 --ignore-eos --json");
+    CHECKF(j && json_array_size(json_object_get(j, "ids")) == 64, "%zu ids", json_array_size(json_object_get(j, "ids")));
+    json_decref(j);
+}
+
+/* --ignore-eos keeps going where the model emits its own eos id (982 in
+ * COPY05's config), also when a drafted round ends there; without it the
+ * run stops after that token. */
+static void ignore_eos_runs_past_the_models_eos(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-ignore-eos"));
+    static const char *const drafting[] = {"--mtp off", "--draft 2"};
+    for (int i = 0; i < 2; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "generate -m '" COPY05 "' --prompt-ids 11,42,7,300 -n 5 --json --logit-bias 982:100 %s",
+                 drafting[i]);
+        json_t *stops = run_json(args);
+        strcat(args, " --ignore-eos");
+        json_t *goes_on = run_json(args);
+        char *got = json_dumps(json_object_get(goes_on, "ids"), JSON_COMPACT);
+        CHECKF(got && strcmp(got, "[982,982,982,982,982]") == 0, "%s --ignore-eos: ids %s", drafting[i], got ? got : "none");
+        free(got);
+        got = json_dumps(json_object_get(stops, "ids"), JSON_COMPACT);
+        CHECKF(got && strcmp(got, "[982]") == 0, "%s: ids %s", drafting[i], got ? got : "none");
+        free(got);
+        json_decref(stops), json_decref(goes_on);
+    }
+}
+
+/* The model's context bounds prompt + -n, to the last token: with a context
+ * of 16 a 4-token prompt may ask for 12 tokens (with and without drafts), 13
+ * is refused before anything runs. */
+static void a_sequence_may_fill_the_models_context(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-ctx16"));
+    CHECK(nx_test_system("mkdir '%s/m' && sed 's/\"max_position_embeddings\": 262144/\"max_position_embeddings\": 16/' "
+                         "'" COPY05 "/config.json' > '%s/m/config.json' && ln -s '" COPY05 "/model.safetensors' '%s/m/'",
+                         out_dir, out_dir, out_dir) == 0);
+    static const char *const drafting[] = {"--mtp off", "--draft 2", "--draft 15"};
+    for (int i = 0; i < 3; i++) {
+        char args[1400];
+        snprintf(args, sizeof args, "generate -m '%s/m' --prompt-ids 11,42,7,300 -n 12 --ignore-eos --json %s", out_dir,
+                 drafting[i]);
+        json_t *j = run_json(args);
+        CHECKF(j && json_array_size(json_object_get(j, "ids")) == 12, "%s: %s", drafting[i], j ? "not 12 ids" : "failed");
+        json_decref(j);
+    }
+    char args[1400];
+    snprintf(args, sizeof args, "generate -m '%s/m' --prompt-ids 11,42,7,300 -n 13", out_dir);
+    CHECK(nextn(args) == 1);
+    char *err = captured("stderr");
+    CHECKF(strstr(err, "+ -n 13 = 17 exceed the model's context of 16 tokens"), "stderr '%s'", err);
+    free(err);
+}
+
+/* --echo with --json: stdout is the JSON object alone (a script parses it);
+ * the prompt is in it as prompt_ids. */
+static void echo_with_json_prints_only_the_json(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-echo-json"));
+    CHECK(nextn("generate -p 'And God said' -n 4 -t 1 --echo --json") == 0);
+    char *out = captured("stdout");
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    CHECKF(j && json_array_size(json_object_get(j, "prompt_ids")) > 0, "not JSON (%s): %s", je.text, out);
+    json_decref(j);
+    free(out);
+}
+
 static void logits_mtp_out_matches_llamacpp(void) {
     snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-mtpout"));
     char *prompt = golden_prompt(), args[4096], path[1200];
@@ -661,6 +731,12 @@ static const nx_test tests[] = {
      "--save-state then --load-state in a new process equals one run; with --chat the prompt is the next turn",
      state_saved_in_one_process_continues_in_another},
     {"logits_mtp_out_matches_llamacpp", "logits --mtp-out writes the head's teacher-forced logits, matching llama.cpp", logits_mtp_out_matches_llamacpp},
+    {"generate_makes_64_tokens_by_default", "no -n: 64 tokens, as the help says", generate_makes_64_tokens_by_default},
+    {"ignore_eos_runs_past_the_models_eos", "--ignore-eos with the eos forced: -n tokens, plain and drafted; without it one",
+     ignore_eos_runs_past_the_models_eos},
+    {"a_sequence_may_fill_the_models_context", "context 16: prompt 4 + -n 12 runs (drafts or not), -n 13 exits 1 naming the sizes",
+     a_sequence_may_fill_the_models_context},
+    {"echo_with_json_prints_only_the_json", "--echo --json: stdout parses as one JSON object", echo_with_json_prints_only_the_json},
     {"logit_bias_forces_a_token", "--logit-bias ID:100 makes greedy output that id, the flag repeated",
      logit_bias_forces_a_token},
     {"bad_use_exits_2_with_one_line", "bad options exit 2, runtime errors exit 1, each with one stderr line", bad_use_exits_2_with_one_line},
