@@ -19,12 +19,13 @@
 #define COPY NX_MODELS_DIR "/default"
 
 static nx_draft_policy policy = NX_DRAFTS_ADAPTIVE; /* for the engines made next */
+static int engine_ctx = 256;                        /* their max_ctx */
 
 static nx_engine *engine(nx_model *m, nx_drafter *d, int parallel, size_t cache_ram, const char *cache_dir, int chunk) {
     nx_engine_opts o = {0};
     o.draft_policy = policy;
     o.parallel = parallel;
-    o.max_ctx = 256;
+    o.max_ctx = engine_ctx;
     o.max_queue = 16;
     o.prefill_chunk = chunk;
     o.draft = 2;
@@ -205,6 +206,14 @@ static void cancelling_frees_the_row_and_others_go_on(void) {
     nx_model_free(m);
 }
 
+/* Bans the model's eos ids (at most 8, into ban); returns how many. */
+static int eos_ban(nx_model *m, nx_logit_bias ban[8]) {
+    const nx_model_info *info = nx_model_get_info(m);
+    int nb = 0;
+    for (int i = 0; i < info->n_eos && nb < 8; i++) ban[nb++] = (nx_logit_bias){info->eos_ids[i], -100.0f};
+    return nb;
+}
+
 /* The context bounds prompt + output (nx_engine_opts.max_ctx): a prompt of
  * 255 tokens in a context of 256 gets one token, one of 240 with drafts
  * every round exactly 16 (a round never emits past the end), both ending
@@ -217,10 +226,8 @@ static void the_context_bounds_prompt_and_output(void) {
     policy = NX_DRAFTS_ALWAYS;
     nx_engine *e = engine(m, d, 1, 0, NULL, 64);
     policy = NX_DRAFTS_ADAPTIVE;
-    const nx_model_info *info = nx_model_get_info(m);
     nx_logit_bias ban[8];
-    int nb = 0;
-    for (int i = 0; i < info->n_eos && nb < 8; i++) ban[nb++] = (nx_logit_bias){info->eos_ids[i], -100.0f};
+    const int nb = eos_ban(m, ban);
     int32_t p[256], out[64];
     prompt_of(p, 256, 3);
     char err[512];
@@ -243,6 +250,42 @@ static void the_context_bounds_prompt_and_output(void) {
     o.sampling = nx_sampling_default();
     nx_request *r = NULL;
     CHECKF(e && nx_engine_submit(e, &o, &r, err, sizeof err) == NX_ERANGE && !r && strstr(err, "256"), "%s", err);
+    nx_engine_free(e);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
+/* Near the end of the context a round whose drafts are all accepted still
+ * ends at it: an exact copy head, drafts every round, prompts of each length
+ * from 40 to 62 in a context of 64, run until the context is full
+ * (max_tokens 0): prompt + output is 64 every time, never more. */
+static void accepted_drafts_stop_at_the_end_of_the_context(void) {
+    nx_model *m = nx_test_model(NX_TEST_DATA "/golden/torchref-mini-copy-s0/hf", 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    policy = NX_DRAFTS_ALWAYS, engine_ctx = 64;
+    nx_engine *e = engine(m, d, 1, 0, NULL, 64);
+    policy = NX_DRAFTS_ADAPTIVE, engine_ctx = 256;
+    nx_logit_bias ban[8];
+    nx_request_opts o = {.sampling = nx_sampling_default()};
+    o.sampling.logit_bias = ban, o.sampling.n_logit_bias = eos_ban(m, ban);
+    int32_t p[64], out[64];
+    prompt_of(p, 64, 11);
+    long long accepted = 0;
+    for (int len = 40; e && len <= 62; len++) {
+        o.prompt = p, o.n_prompt = len;
+        nx_request *r = NULL;
+        char err[512];
+        CHECKF(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_OK, "%s", err);
+        nx_finish fin;
+        const int n = drain(r, out, 64, &fin);
+        nx_request_info info;
+        nx_request_get_info(r, &info);
+        accepted += info.accepted;
+        CHECKF(len + n == 64 && fin == NX_FINISH_LENGTH, "a prompt of %d: %d tokens (want %d), finish %d", len, n, 64 - len, fin);
+        nx_request_free(r);
+    }
+    CHECKF(accepted > 100, "only %lld drafts accepted", accepted);
     nx_engine_free(e);
     nx_drafter_free(d);
     nx_model_free(m);
@@ -533,6 +576,12 @@ static void cancelled_waiting_requests_leave_the_queue(void) {
     nx_engine_stats st;
     nx_engine_get_stats(e, &st);
     CHECK(st.queued == 16);
+    /* 16 places exactly: one more is refused busy, naming the limit */
+    nx_request_opts o = {.prompt = p, .n_prompt = 8, .max_tokens = 4, .sampling = nx_sampling_default()};
+    nx_request *over = NULL;
+    char err[512] = "";
+    CHECKF(nx_engine_submit(e, &o, &over, err, sizeof err) == NX_EBUSY && !over && strstr(err, "(16 waiting)"), "'%s'", err);
+    nx_request_free(over);
     for (int i = 0; i < 16; i++) nx_request_cancel(waiting[i]);
     for (int i = 0; i < 16; i++) {
         nx_finish f;
@@ -544,7 +593,8 @@ static void cancelled_waiting_requests_leave_the_queue(void) {
         nx_request_free(waiting[i]);
     }
     nx_engine_get_stats(e, &st);
-    CHECKF(st.queued == 0 && st.cancelled == 16, "%d still queued, %lld cancelled", st.queued, (long long)st.cancelled);
+    CHECKF(st.queued == 0 && st.cancelled == 16 && st.rejected == 1, "%d still queued, %lld cancelled, %lld rejected", st.queued,
+           (long long)st.cancelled, (long long)st.rejected);
     nx_request_read(busy, out, 8, 0, &fin);
     CHECK(fin == NX_FINISH_NONE); /* all of it happened while the row was busy */
     nx_request *again = submit(e, p, 8, 0, 4, 0, 0); /* places are free again */
@@ -714,6 +764,9 @@ static const nx_test tests[] = {
     {"the_context_bounds_prompt_and_output",
      "prompt + output <= max_ctx: 255 of 256 gets 1 token, 240 gets 16 with drafts every round (length); 256 refused",
      the_context_bounds_prompt_and_output},
+    {"accepted_drafts_stop_at_the_end_of_the_context",
+     "an exact copy head, context 64, prompts of 40..62 run to the end: prompt + output = 64 exactly",
+     accepted_drafts_stop_at_the_end_of_the_context},
     {"rows_in_company_equal_rows_alone",
      "6 requests on 4 rows (greedy and matched sampling), drafts always or adaptive: each equals the request alone",
      rows_in_company_equal_rows_alone},
@@ -732,7 +785,8 @@ static const nx_test tests[] = {
      cancelling_frees_the_row_and_others_go_on},
     {"a_long_prefill_does_not_stall_running_streams", "a 200-token prompt read in 8-token pieces: a running stream goes on meanwhile",
      a_long_prefill_does_not_stall_running_streams},
-    {"cancelled_waiting_requests_leave_the_queue", "16 queued requests freed while the one row is busy: the queue empties at once",
+    {"cancelled_waiting_requests_leave_the_queue",
+     "16 queued requests (a 17th refused busy) freed while the one row is busy: the queue empties at once",
      cancelled_waiting_requests_leave_the_queue},
     {"bad_submissions_are_refused", "empty or too long prompts, bad ids, a full queue: refused with the right status",
      bad_submissions_are_refused},
