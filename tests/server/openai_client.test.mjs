@@ -1,7 +1,8 @@
 // openai_client.test.mjs — `nextn serve` through the official `openai` npm
 // client (pinned in package.json) and raw HTTP: chat, streaming, usage, stop
-// strings, tools, seeds (and sampled drafts without one), logprobs and echo,
-// /tokenize, 8 concurrent streams equal to the same requests alone,
+// strings, every stop id, tools, seeds (unseeded requests draw apart, and
+// their drafts are sampled), logprobs and echo, /tokenize, 8 concurrent
+// streams equal to the same requests alone,
 // cancellation, malformed requests, the prefix cache (multi-turn hits, the
 // disk tier across a restart, damaged files), a bounded load test and a
 // graceful shutdown. Loopback only.
@@ -38,10 +39,10 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 let server = null; // { proc, port, base, exited }
 
-async function startServer(extra = []) {
+async function startServer(extra = [], dir = modelDir) {
   const portFile = path.join(workDir, 'port');
   fs.rmSync(portFile, { force: true });
-  const args = ['serve', '-m', modelDir, '-t', '2', '--port', '0', '--port-file', portFile, '--parallel', '4',
+  const args = ['serve', '-m', dir, '-t', '2', '--port', '0', '--port-file', portFile, '--parallel', '4',
     '--ctx', '1024', '--prefill-chunk', '64', '--cache-ram', '64', '--cache-dir', cacheDir, '--api-key', KEY,
     '--max-body', '65536', ...extra];
   // a small ASan quarantine, so freed memory shows as freed in the RSS check
@@ -178,6 +179,9 @@ test('streams the same text the whole response has', async () => {
     assert.ok(cached > 0 && cached >= whole.usage.prompt_tokens_details.cached_tokens && cached < s.usage.prompt_tokens, `cached ${cached}`);
     assert.equal(s.chunks.at(-1).choices.length, 0, 'the usage chunk has no choices');
     if (!thinking) assert.equal(s.reasoning, '', 'enable_thinking false: no reasoning');
+    // the prompt opens the think block: what follows is reasoning (24 tokens
+    // of this model at temperature 0 never close it), not the answer
+    else assert.deepEqual([s.reasoning.length > 0, s.content], [true, ''], 'enable_thinking true: the reasoning is reasoning_content');
   }
 });
 
@@ -259,6 +263,21 @@ test('a sampled request without a seed drafts from the head\'s distribution', as
   assert.ok(seedless.rate > 0.4 && seedless.rate > seeded.rate + 0.2, JSON.stringify({ seedless, seeded }));
 });
 
+// Requests without a seed are independent draws: two users asking the same
+// thing at temperature 1 need not get the same text. The first token is the
+// prefill's sample, which no draft touches: 8 of them all equal by chance has
+// probability below p^7 for the likeliest token's p, checked to be tiny.
+test('requests without a seed draw different samples', async () => {
+  const c = client();
+  const prompt = 'And God said unto Moses,';
+  const top = await c.completions.create({ model: 'default', prompt, max_tokens: 1, temperature: 0, logprobs: 1 });
+  const p = Math.exp(top.choices[0].logprobs.token_logprobs[0]);
+  assert.ok(p ** 7 < 1e-6, `the likeliest first token has p ${p}: pick a prompt with more choice`);
+  const firsts = new Set();
+  for (let i = 0; i < 8; i++) firsts.add((await c.completions.create({ model: 'default', prompt, max_tokens: 1, temperature: 1 })).choices[0].text);
+  assert.ok(firsts.size > 1, `8 unseeded samples all began ${JSON.stringify([...firsts])}`);
+});
+
 test('a prompt of token ids reads as its text does', async () => {
   const c = client();
   const ids = JSON.parse(spawnSync(nextn, ['tokenize', '-m', modelDir, '--text', 'And God said unto Moses,']).stdout);
@@ -317,6 +336,40 @@ test('logit_bias forces or bans a token', async () => {
   assert.equal(far.status, 400);
   assert.equal(far.json.error.param, 'logit_bias');
   assert.match(far.json.error.message, /outside the vocabulary/);
+});
+
+// Each of the tokenizer's stop ids ends the output, not only the first: a
+// checkpoint without generation_config.json whose config names <|im_end|>
+// alone as eos still stops at <|endoftext|> (forced with logit_bias), as the
+// bundled checkpoint, which lists both, does.
+test('every stop id of the tokenizer ends the output', async () => {
+  const idOf = (text) => JSON.parse(spawnSync(nextn, ['tokenize', '-m', modelDir, '--text', text]).stdout);
+  const stops = [...idOf('<|im_end|>'), ...idOf('<|endoftext|>')];
+  assert.equal(stops.length, 2);
+  const variant = path.join(workDir, 'im-end-only');
+  fs.mkdirSync(variant, { recursive: true });
+  const cfg = JSON.parse(fs.readFileSync(path.join(modelDir, 'config.json'), 'utf8'));
+  delete cfg.eos_token_id;
+  (cfg.text_config || cfg).eos_token_id = stops[0];
+  fs.writeFileSync(path.join(variant, 'config.json'), JSON.stringify(cfg));
+  for (const f of ['model.safetensors', 'tokenizer.json', 'tokenizer_config.json'])
+    fs.symlinkSync(path.resolve(modelDir, f), path.join(variant, f));
+  const check = async (which) => {
+    for (const id of stops) {
+      const r = await client().completions.create({ model: 'default', prompt: 'And God said', max_tokens: 5, temperature: 0,
+        logit_bias: { [id]: 100 } });
+      assert.deepEqual([r.choices[0].finish_reason, r.usage.completion_tokens, r.choices[0].text], ['stop', 0, ''], `${which}: stop id ${id}`);
+    }
+  };
+  await check('the bundled checkpoint');
+  await stopServer();
+  // its own cache directory: the other tests count the bundled model's files
+  await startServer(['--cache-dir', path.join(workDir, 'cache-im-end-only')], variant);
+  try {
+    await check('config eos <|im_end|> only');
+  } finally {
+    await stopServer(); // the next test starts the bundled model's server again
+  }
 });
 
 test('logprobs come with every token, whole and streamed', async () => {
