@@ -111,6 +111,7 @@ static void moe_and_unknown_models_are_rejected_by_name(void) {
 static void bad_values_name_the_field(void) {
     static const struct { const char *from, *to, *needle; } cases[] = {
         {"\"hidden_size\":64", "\"hidden_size\":\"64\"", "text_config.hidden_size must be an integer"},
+        {"\"hidden_size\":64", "\"hidden_size\":64.5", "text_config.hidden_size must be an integer"},
         {"\"hidden_size\":64,", "", "text_config.hidden_size is missing"},
         {"\"vocab_size\":1000", "\"vocab_size\":-3", "text_config.vocab_size = -3"},
         {"\"num_key_value_heads\":2", "\"num_key_value_heads\":3", "num_key_value_heads"},
