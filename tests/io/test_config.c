@@ -137,6 +137,46 @@ static void bad_values_name_the_field(void) {
     CHECK(parse("{}", &c, err) == NX_EFORMAT && strstr(err, "model_type is missing"));
 }
 
+/* config.h's documented defaults and limits at their edges: a config that
+ * leaves rope_theta out (Qwen3.5 uses 1e7 throughout), full rotary
+ * (factor 1: rotary dim == head_dim) and exactly CFG_MAX_EOS eos ids. */
+static void rope_and_eos_limits_are_inclusive(void) {
+    cfg_model c;
+    char err[512];
+    CHECKF(parse(edited("\"rope_theta\":10000000,", ""), &c, err) == NX_OK, "%s", err);
+    CHECKF(c.rope_theta == 1e7, "rope_theta %g", c.rope_theta);
+    CHECKF(parse(edited("\"partial_rotary_factor\":0.25", "\"partial_rotary_factor\":1.0"), &c, err) == NX_OK, "%s", err);
+    CHECKF(c.partial_rotary_factor == 1.0 && c.rotary_dim == c.head_dim, "rotary dim %d", c.rotary_dim);
+    CHECK(parse(edited("\"partial_rotary_factor\":0.25", "\"partial_rotary_factor\":1.5"), &c, err) == NX_EFORMAT &&
+          strstr(err, "partial_rotary_factor"));
+    char list[256];
+    int len = snprintf(list, sizeof list, "\"eos_token_id\":[");
+    for (int i = 0; i < CFG_MAX_EOS; i++) len += snprintf(list + len, sizeof list - (size_t)len, "%s%d", i ? "," : "", 900 + i);
+    snprintf(list + len, sizeof list - (size_t)len, "]");
+    CHECKF(parse(edited("\"eos_token_id\":999", list), &c, err) == NX_OK, "%s", err);
+    CHECKF(c.n_eos == CFG_MAX_EOS && c.eos_ids[CFG_MAX_EOS - 1] == 900 + CFG_MAX_EOS - 1, "%d eos ids", c.n_eos);
+}
+
+/* A VLM config may set tie_word_embeddings in both places; text_config's
+ * value is the language model's, whichever way the two disagree. */
+static void text_config_tie_word_embeddings_wins(void) {
+    cfg_model c;
+    char err[512];
+    char text[4096];
+    snprintf(text, sizeof text, "%s", edited("\"tie_word_embeddings\":true", "\"tie_word_embeddings\":false"));
+    const char *inner = "\"mtp_num_hidden_layers\":1";
+    char *p = strstr(text, inner);
+    CHECK(p != NULL);
+    if (!p) return;
+    char both[4096];
+    snprintf(both, sizeof both, "%.*s%s,\"tie_word_embeddings\":true%s", (int)(p - text), text, inner, p + strlen(inner));
+    CHECKF(parse(both, &c, err) == NX_OK && c.tie_word_embeddings == 1, "%s", err);
+    CHECKF(parse(edited(inner, "\"mtp_num_hidden_layers\":1,\"tie_word_embeddings\":false"), &c, err) == NX_OK &&
+               c.tie_word_embeddings == 0, "%s", err);
+    CHECKF(parse(edited(inner, "\"mtp_num_hidden_layers\":1,\"tie_word_embeddings\":1"), &c, err) == NX_EFORMAT &&
+               strstr(err, "text_config.tie_word_embeddings"), "%s", err);
+}
+
 static void generation_config_adds_eos_ids(void) {
     const char *dir = nx_test_tmpdir("cfg-gen");
     char path[1200];
@@ -273,6 +313,10 @@ static const nx_test tests[] = {
     {"missing_fields_take_hf_defaults", "no num_key_value_heads / head_dim: 4 and 256, as HF", missing_fields_take_hf_defaults},
     {"moe_and_unknown_models_are_rejected_by_name", "MoE and unknown model types: clear unsupported errors", moe_and_unknown_models_are_rejected_by_name},
     {"bad_values_name_the_field", "wrong types, missing fields and bad values name the field", bad_values_name_the_field},
+    {"rope_and_eos_limits_are_inclusive", "rope_theta defaults to 1e7; partial_rotary_factor 1 and 32 eos ids load",
+     rope_and_eos_limits_are_inclusive},
+    {"text_config_tie_word_embeddings_wins", "text_config.tie_word_embeddings overrides the top level either way",
+     text_config_tie_word_embeddings_wins},
     {"generation_config_adds_eos_ids", "generation_config.json eos ids merge; bad file is named", generation_config_adds_eos_ids},
 };
 
