@@ -919,6 +919,46 @@ static void test_split_string_patterns_match_their_text(void) {
     nx_tokenizer_free(t);
 }
 
+/* The synthetic tokenizer with edits[i] = {path, JSON value or NULL to
+ * delete} applied (set_path), loaded from a fresh dir; NULL on failure. */
+static nx_tokenizer *synthetic_edited(const char *name, const char *const edits[][2], size_t n) {
+    json_t *root = synthetic_json();
+    for (size_t i = 0; i < n; i++) root = set_path(root, edits[i][0], edits[i][1]);
+    nx_tokenizer *t = load_or_report(write_dir(name, root, NULL));
+    json_decref(root);
+    return t;
+}
+
+/* A Split regex that leaves one-byte gaps between its matches: each gap is a
+ * piece of its own, as HF's NormalizedString::split with Isolated gives every
+ * match and every gap (tokenizers/src/tokenizer/normalizer.rs). */
+static void test_split_regex_keeps_one_byte_gaps(void) {
+    static const char *const edits[][2] = {
+        {"pre_tokenizer", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
+                          "{\"Regex\": \"[0-9]\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\", "
+                          "\"add_prefix_space\": false, \"use_regex\": false}]}"}};
+    nx_tokenizer *t = synthetic_edited("tok-split-gaps", edits, 1);
+    if (!t) return;
+    EXPECT(t, "a1b2ab", NX_SPECIAL_PARSE, 'a', '1', 'b', '2', 256);
+    EXPECT(t, "1a2", NX_SPECIAL_PARSE, '1', 'a', '2');
+    EXPECT(t, "\xC3\xB1" "1", NX_SPECIAL_PARSE, 0xC3, 0xB1, '1');   /* a two-byte gap (n-tilde) */
+    nx_tokenizer_free(t);
+}
+
+/* lstrip / rstrip take HF's `\s`, Rust's White_Space property
+ * (tokenizers/src/tokenizer/added_vocabulary.rs), which counts U+0085 (NEL),
+ * U+00A0 and U+3000 beside the ASCII spaces. */
+static void test_added_token_strip_takes_unicode_whitespace(void) {
+    nx_tokenizer *t = synthetic_edited("tok-strip-ws", NULL, 0);
+    if (!t) return;
+    const nx_special_mode P = NX_SPECIAL_PARSE;
+    EXPECT(t, "<R>\xC2\x85z", P, 301, 'z');                  /* rstrip takes NEL */
+    EXPECT(t, "q\xC2\x85<L>", P, 'q', 300);                  /* lstrip takes NEL */
+    EXPECT(t, "<R>\xC2\xA0\xE3\x80\x80 z", P, 301, 'z');     /* NBSP, ideographic space, space */
+    EXPECT(t, "<R>\xC2\x84z", P, 301, 0xC2, 0x84, 'z');      /* U+0084 is not whitespace */
+    nx_tokenizer_free(t);
+}
+
 /* NFC sorts each run of combining marks by class. Against utf8proc's own NFC
  * on random mixes of starters, composable letters, singletons and marks of
  * several classes, and on a run of 200,000 marks: utf8proc orders marks by a
@@ -1063,6 +1103,10 @@ static const nx_test tests[] = {
      test_nfc_shortcut_agrees_with_utf8proc},
     {"split_string_patterns_match_their_text", "Split {\"String\": \".\"}: loads, splits at the text, not the regex",
      test_split_string_patterns_match_their_text},
+    {"split_regex_keeps_one_byte_gaps", "Split regex Isolated: a one-byte gap between matches is a piece",
+     test_split_regex_keeps_one_byte_gaps},
+    {"added_token_strip_takes_unicode_whitespace", "lstrip/rstrip strip U+0085, U+00A0, U+3000 as HF's \\s does",
+     test_added_token_strip_takes_unicode_whitespace},
     {"nfc_orders_marks_like_utf8proc_on_any_run", "20000 random mark mixes as utf8proc's NFC; 200,000 marks in order",
      test_nfc_orders_marks_like_utf8proc_on_any_run},
     {"nfc_treats_marks_after_unicode_9_as_hf_does", "HF's Unicode 9.0 NFC: later marks stay put, compose with nothing",
