@@ -959,6 +959,61 @@ static void test_added_token_strip_takes_unicode_whitespace(void) {
     nx_tokenizer_free(t);
 }
 
+/* Without byte-level entries for x and y every such char is unk: one unk
+ * per char, or one for the whole run with fuse_unk (HF BPE::merge_word,
+ * tokenizers/src/models/bpe/model.rs, and its test_unk_get_fused). */
+static void test_unk_runs_fuse_only_with_fuse_unk(void) {
+    for (int fuse = 0; fuse < 2; fuse++) {
+        const char *const edits[][2] = {{"model.vocab.x", NULL},
+                                        {"model.vocab.y", NULL},
+                                        {"model.vocab.<unk>", "258"},
+                                        {"model.unk_token", "\"<unk>\""},
+                                        {"model.fuse_unk", fuse ? "true" : "false"}};
+        nx_tokenizer *t = synthetic_edited("tok-unk", edits, 5);
+        if (!t) return;
+        if (fuse) {
+            EXPECT(t, "axyxb", NX_SPECIAL_PARSE, 'a', 258, 'b');
+            EXPECT(t, "xx ab", NX_SPECIAL_PARSE, 258, 32, 256);
+        } else {
+            EXPECT(t, "axyxb", NX_SPECIAL_PARSE, 'a', 258, 258, 258, 'b');
+            EXPECT(t, "xx ab", NX_SPECIAL_PARSE, 258, 258, 32, 256);
+        }
+        EXPECT(t, "xax", NX_SPECIAL_PARSE, 258, 'a', 258);   /* a known char ends the run */
+        nx_tokenizer_free(t);
+    }
+}
+
+/* ignore_merges (Llama-3 style files): a piece that is itself a vocab entry,
+ * in its byte-level form, is that one token, whatever the merges would make
+ * of it (HF BPE::tokenize_with_cache, tokenizers/src/models/bpe/model.rs). */
+static void test_ignore_merges_takes_whole_vocab_pieces(void) {
+    for (int ignore = 0; ignore < 2; ignore++) {
+        const char *const edits[][2] = {{"model.merges", "[\"a b\"]"},
+                                        {"model.vocab.\xC4\xA0" "abc", "258"},   /* "Ġabc": " abc" */
+                                        {"model.ignore_merges", ignore ? "true" : "false"}};
+        nx_tokenizer *t = synthetic_edited("tok-ignore-merges", edits, 3);
+        if (!t) return;
+        if (ignore) EXPECT(t, "abc abc", NX_SPECIAL_PARSE, 257, 258);
+        else EXPECT(t, "abc abc", NX_SPECIAL_PARSE, 256, 'c', 32, 256, 'c');
+        EXPECT(t, "abcc", NX_SPECIAL_PARSE, 256, 'c', 'c');   /* not in the vocab: merged as usual */
+        nx_tokenizer_free(t);
+    }
+}
+
+/* A merge listed twice has the rank of its later line: HF collects the merges
+ * into a HashMap in order, so the later entry overwrites the earlier
+ * (BpeBuilder::build, tokenizers/src/models/bpe/model.rs). */
+static void test_a_repeated_merge_takes_its_later_rank(void) {
+    static const char *const once[][2] = {{"model.vocab.bc", "258"}, {"model.merges", "[\"a b\", \"b c\"]"}};
+    static const char *const twice[][2] = {{"model.vocab.bc", "258"}, {"model.merges", "[\"a b\", \"b c\", \"a b\"]"}};
+    nx_tokenizer *t = synthetic_edited("tok-merge-once", once, 2);
+    if (t) EXPECT(t, "abc", NX_SPECIAL_PARSE, 256, 'c');   /* "a b" first */
+    nx_tokenizer_free(t);
+    t = synthetic_edited("tok-merge-twice", twice, 2);
+    if (t) EXPECT(t, "abc", NX_SPECIAL_PARSE, 'a', 258);   /* "b c" now ranks before "a b" */
+    nx_tokenizer_free(t);
+}
+
 /* NFC sorts each run of combining marks by class. Against utf8proc's own NFC
  * on random mixes of starters, composable letters, singletons and marks of
  * several classes, and on a run of 200,000 marks: utf8proc orders marks by a
@@ -1107,6 +1162,12 @@ static const nx_test tests[] = {
      test_split_regex_keeps_one_byte_gaps},
     {"added_token_strip_takes_unicode_whitespace", "lstrip/rstrip strip U+0085, U+00A0, U+3000 as HF's \\s does",
      test_added_token_strip_takes_unicode_whitespace},
+    {"unk_runs_fuse_only_with_fuse_unk", "chars missing from the vocab: one unk each, one per run with fuse_unk",
+     test_unk_runs_fuse_only_with_fuse_unk},
+    {"ignore_merges_takes_whole_vocab_pieces", "ignore_merges: a piece in the vocab is one token; off: merged",
+     test_ignore_merges_takes_whole_vocab_pieces},
+    {"a_repeated_merge_takes_its_later_rank", "a merge listed twice ranks at its later line, as in HF",
+     test_a_repeated_merge_takes_its_later_rank},
     {"nfc_orders_marks_like_utf8proc_on_any_run", "20000 random mark mixes as utf8proc's NFC; 200,000 marks in order",
      test_nfc_orders_marks_like_utf8proc_on_any_run},
     {"nfc_treats_marks_after_unicode_9_as_hf_does", "HF's Unicode 9.0 NFC: later marks stay put, compose with nothing",
