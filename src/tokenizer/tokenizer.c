@@ -252,6 +252,10 @@ static nx_status load_added(const loader *L, nx_tokenizer *t, const json_t *root
             return st;
         size_t len = json_string_length(content);
         if (len == 0) continue;   /* HF ignores a token with empty content */
+        /* A content listed twice keeps the id it got first (HF's add_tokens looks
+         * the content up before taking the entry's id); the later entry's flags
+         * are not taken either. */
+        if (nx_tok_strmap_get(&t->added_map, t->added_text, json_string_value(content), len) >= 0) continue;
         nx_tok_added *a = &t->added[t->n_added++];
         memcpy(t->added_text + off, json_string_value(content), len);
         *a = (nx_tok_added){(uint32_t)off, (uint32_t)len, NULL, 0, (int32_t)json_integer_value(id),

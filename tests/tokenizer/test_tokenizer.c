@@ -1014,6 +1014,24 @@ static void test_a_repeated_merge_takes_its_later_rank(void) {
     nx_tokenizer_free(t);
 }
 
+/* An added token listed twice with the same content keeps the id it got
+ * first: HF's AddedVocabulary::add_tokens gives a content it already holds
+ * that id (token_to_id finds it), and serialization.rs only warns that the
+ * later entry's "id" differs (tokenizers/src/tokenizer/added_vocabulary.rs,
+ * tokenizers/src/tokenizer/serialization.rs). Lookup and encode must agree. */
+static void test_a_repeated_added_token_keeps_its_first_id(void) {
+    json_t *root = synthetic_json();
+    json_array_append_new(json_object_get(root, "added_tokens"),
+                          json_pack("{s:i,s:s,s:b,s:b,s:b,s:b,s:b}", "id", 305, "content", "<L>", "special", 1,
+                                    "normalized", 0, "lstrip", 1, "rstrip", 0, "single_word", 0));
+    nx_tokenizer *t = load_or_report(write_dir("tok-added-twice", root, NULL));
+    json_decref(root);
+    if (!t) return;
+    CHECKF(nx_tokenizer_token_id(t, "<L>") == 300, "token_id(<L>) = %d", nx_tokenizer_token_id(t, "<L>"));
+    EXPECT(t, "<L>", NX_SPECIAL_PARSE, 300);
+    nx_tokenizer_free(t);
+}
+
 /* NFC sorts each run of combining marks by class. Against utf8proc's own NFC
  * on random mixes of starters, composable letters, singletons and marks of
  * several classes, and on a run of 200,000 marks: utf8proc orders marks by a
@@ -1168,6 +1186,8 @@ static const nx_test tests[] = {
      test_ignore_merges_takes_whole_vocab_pieces},
     {"a_repeated_merge_takes_its_later_rank", "a merge listed twice ranks at its later line, as in HF",
      test_a_repeated_merge_takes_its_later_rank},
+    {"a_repeated_added_token_keeps_its_first_id", "two added tokens with one content: token_id and encode give the first id, as HF",
+     test_a_repeated_added_token_keeps_its_first_id},
     {"nfc_orders_marks_like_utf8proc_on_any_run", "20000 random mark mixes as utf8proc's NFC; 200,000 marks in order",
      test_nfc_orders_marks_like_utf8proc_on_any_run},
     {"nfc_treats_marks_after_unicode_9_as_hf_does", "HF's Unicode 9.0 NFC: later marks stay put, compose with nothing",
