@@ -126,6 +126,14 @@ int cli_write_npy(const char *path, const float *data, int64_t rows, int64_t col
  * may be NULL. */
 char *cli_read_file(const char *path, size_t *len);
 
+/* How errors name a file read with cli_read_file: "standard input" for "-". */
+const char *cli_source_name(const char *path);
+/* Checked where a text is read, so an error names where it came from and the
+ * byte within it, not a tokenizer's or chat renderer's internal buffer:
+ * 0 if text[0..len) is valid UTF-8, else prints "nextn: SOURCE: invalid
+ * UTF-8 at byte N" and returns 1. */
+int cli_check_utf8(const char *source, const char *text, size_t len);
+
 /* Loads the tokenizer of a model directory (-m DIR or the default), printing
  * the library's error on failure. */
 nx_tokenizer *cli_load_tokenizer(const char *dir);

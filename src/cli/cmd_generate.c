@@ -230,10 +230,11 @@ static int prompt_ids(const gen_opts *g, nx_tokenizer *tok, const char *dir, int
     if (g->prompt_file && !(file_text = cli_read_file(g->prompt_file, &len))) return cli_fail("%s: cannot read: %s", g->prompt_file, strerror(errno));
     const char *text = file_text ? file_text : g->prompt_text;
     if (!file_text) len = strlen(text);
+    int rc = 1;
+    if (cli_check_utf8(file_text ? cli_source_name(g->prompt_file) : "-p", text, len)) goto done;
     /* Plain prompts keep special-token strings as text unless asked; a
      * rendered chat prompt is tokenized as HF does, control tokens parsed. */
     nx_special_mode mode = g->parse_special ? NX_SPECIAL_PARSE : NX_SPECIAL_AS_TEXT;
-    int rc = 1;
     if (g->chat) {
         if (!(rendered = render_chat(g, tok, dir, text, len))) goto done;
         text = rendered;

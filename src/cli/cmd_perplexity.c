@@ -87,9 +87,11 @@ int cmd_perplexity(int argc, char **argv) {
     }
     if (!ids) { /* the text, as the model's tokenizer reads it (special tokens written in it are text) */
         const char *t = owned ? owned : text;
+        const size_t t_len = owned ? owned_len : strlen(t);
         int32_t *tid = NULL;
+        if (cli_check_utf8(file ? cli_source_name(file) : "--text", t, t_len)) goto done;
         if (!(tok = cli_load_tokenizer(mo.dir))) goto done;
-        if (nx_tokenize(tok, t, owned ? owned_len : strlen(t), NX_SPECIAL_AS_TEXT, &tid, &n, err, sizeof err) != NX_OK) {
+        if (nx_tokenize(tok, t, t_len, NX_SPECIAL_AS_TEXT, &tid, &n, err, sizeof err) != NX_OK) {
             cli_fail("%s: %s", file ? file : "--text", err);
             goto done;
         }

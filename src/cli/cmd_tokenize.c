@@ -39,6 +39,7 @@ int cmd_tokenize(int argc, char **argv) {
     size_t len = text ? strlen(text) : 0;
     char *owned = NULL;
     if (file && !(owned = cli_read_file(file, &len))) return cli_fail("%s: cannot read: %s", file, strerror(errno));
+    if (cli_check_utf8(file ? cli_source_name(file) : "--text", file ? owned : text, len)) { free(owned); return 1; }
     int rc = 1, n = 0;
     int32_t *ids = NULL;
     char err[1024];

@@ -695,6 +695,37 @@ static void a_file_of_dash_is_standard_input(void) {
     free(want), free(got);
 }
 
+/* A prompt that is not UTF-8 is refused naming where it came from (the
+ * file, standard input, -p, --text) and the byte within it, so the user can
+ * find it -- not a column of the chat JSON or an offset into a tokenizer's
+ * buffer. */
+static void invalid_utf8_names_the_texts_source(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-utf8"));
+    char path[1200];
+    snprintf(path, sizeof path, "%s/bad.txt", out_dir);
+    CHECK(nx_test_write_file(path, "hi \xff there", 10) == 0);
+    static const struct { const char *args, *source; } cases[] = {
+        {"generate -n 2 -t 1 -f '%s'", "bad.txt"},
+        {"generate -n 2 -t 1 --chat -f '%s'", "bad.txt"},
+        {"generate -n 2 -t 1 -f - < '%s'", "standard input"},
+        {"generate -n 2 -t 1 -p \"$(cat '%s')\"", "-p"},
+        {"tokenize -f '%s'", "bad.txt"},
+        {"tokenize --text \"$(cat '%s')\"", "--text"},
+        {"perplexity -f '%s'", "bad.txt"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char args[2600], want[64];
+        snprintf(args, sizeof args, cases[i].args, path);
+        snprintf(want, sizeof want, "%s: invalid UTF-8 at byte 3\n", cases[i].source);
+        const int rc = nextn(args);
+        char *err = captured("stderr");
+        const size_t el = strlen(err), wl = strlen(want);
+        CHECKF(rc == 1 && strchr(err, '\n') == err + el - 1 && el >= wl && strcmp(err + el - wl, want) == 0,
+               "nextn %s -> %d, stderr '%s'", args, rc, err);
+        free(err);
+    }
+}
+
 /* Output that cannot be written (a full device) is a failure: exit 1 and a
  * message, for every command that prints its result. */
 static void output_that_cannot_be_written_fails(void) {
@@ -713,6 +744,8 @@ static void output_that_cannot_be_written_fails(void) {
 
 static const nx_test tests[] = {
     {"a_file_of_dash_is_standard_input", "tokenize -f - of a piped text = --text", a_file_of_dash_is_standard_input},
+    {"invalid_utf8_names_the_texts_source", "a prompt or text that is not UTF-8: exit 1 naming the file, stdin, -p or --text "
+     "and the byte", invalid_utf8_names_the_texts_source},
     {"output_that_cannot_be_written_fails", "tokenize, generate (text and --json), inspect > /dev/full: exit 1 with a message",
      output_that_cannot_be_written_fails},
     {"generate_defaults_to_the_bundled_model", "no -m: models/default, text in, readable text out, MTP stats",
