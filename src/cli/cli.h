@@ -32,6 +32,11 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_parse_int(const char *s, long lo, long hi, long *out);
 int cli_parse_u64(const char *s, uint64_t *out);
 int cli_parse_float(const char *s, double lo, double hi, double *out);
+/* Calls item on each item of the comma-separated list s (the item a
+ * writable NUL-terminated copy). 0, or -1 when s is empty, an item is empty
+ * (",1", "1,,2", "1,") or item returns nonzero -- one rule for every list
+ * option. */
+int cli_parse_list(const char *s, int (*item)(char *item, void *ctx), void *ctx);
 /* "1,2,3" -> a malloc'd array (caller frees) of n ids in [0, INT32_MAX]. */
 int cli_parse_ids(const char *s, int32_t **ids, int *n);
 

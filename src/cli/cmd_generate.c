@@ -70,22 +70,24 @@ typedef struct {
     int json, stats, ignore_eos, chat, parse_special, echo;
 } gen_opts;
 
+/* One "ID:B" of --logit-bias into g's logit bias: 0, or -1 if malformed or
+ * the bias is full. */
+static int parse_one_bias(char *tok, void *ctx) {
+    gen_opts *g = ctx;
+    char *colon = strchr(tok, ':');
+    long id;
+    double b;
+    if (!colon || g->sp.n_logit_bias == NX_MAX_LOGIT_BIAS) return -1;
+    *colon = '\0';
+    if (cli_parse_int(tok, 0, INT32_MAX, &id) || cli_parse_float(colon + 1, -100, 100, &b)) return -1;
+    g->bias[g->sp.n_logit_bias++] = (nx_logit_bias){(int32_t)id, (float)b};
+    return 0;
+}
+
 /* Appends "ID:B[,ID:B...]" to g's logit bias. 0, or -1 if malformed or full. */
 static int parse_logit_bias(const char *v, gen_opts *g) {
-    char *copy = strdup(v), *save = NULL;
-    int bad = !copy, before = g->sp.n_logit_bias;
-    for (char *tok = copy ? strtok_r(copy, ",", &save) : NULL; tok && !bad; tok = strtok_r(NULL, ",", &save)) {
-        char *colon = strchr(tok, ':');
-        long id;
-        double b;
-        if (!colon || g->sp.n_logit_bias == NX_MAX_LOGIT_BIAS) bad = 1;
-        else *colon = '\0';
-        bad = bad || cli_parse_int(tok, 0, INT32_MAX, &id) || cli_parse_float(colon + 1, -100, 100, &b);
-        if (!bad) g->bias[g->sp.n_logit_bias++] = (nx_logit_bias){(int32_t)id, (float)b};
-    }
-    free(copy);
     g->sp.logit_bias = g->bias;
-    return bad || g->sp.n_logit_bias == before ? -1 : 0;
+    return cli_parse_list(v, parse_one_bias, g);
 }
 
 static int parse_opts(int argc, char **argv, cli_model_opts *mo, gen_opts *g) {

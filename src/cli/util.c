@@ -142,29 +142,47 @@ int cli_parse_float(const char *s, double lo, double hi, double *out) {
     return 0;
 }
 
+int cli_parse_list(const char *s, int (*item)(char *item, void *ctx), void *ctx) {
+    char *copy = s && *s ? strdup(s) : NULL;
+    int bad = !copy;
+    /* by hand, not strtok: strtok skips empty items, so "1,,2" and "1,"
+     * would read as "1,2" and "1" */
+    for (char *p = copy, *comma = NULL; !bad; p = comma + 1) {
+        if ((comma = strchr(p, ','))) *comma = '\0';
+        bad = !*p || item(p, ctx) != 0;
+        if (!comma) break;
+    }
+    free(copy);
+    return bad ? -1 : 0;
+}
+
+typedef struct {
+    int32_t *v;
+    int k;
+} ids_list;
+
+static int parse_id(char *tok, void *ctx) {
+    ids_list *l = ctx;
+    long x;
+    while (*tok == ' ') tok++;
+    if (cli_parse_int(tok, 0, INT32_MAX, &x)) return -1;
+    l->v[l->k++] = (int32_t)x;
+    return 0;
+}
+
 int cli_parse_ids(const char *s, int32_t **ids, int *n) {
     *ids = NULL;
     *n = 0;
     if (!s || !*s) return -1;
     int cap = 1;
     for (const char *p = s; *p; p++) cap += *p == ',';
-    int32_t *v = malloc((size_t)cap * sizeof *v);
-    if (!v) return -1;
-    char *copy = strdup(s), *save = NULL;
-    int k = 0, bad = !copy;
-    for (char *tok = copy ? strtok_r(copy, ",", &save) : NULL; tok && !bad; tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ') tok++;
-        long x;
-        if (cli_parse_int(tok, 0, INT32_MAX, &x)) bad = 1;
-        else v[k++] = (int32_t)x;
-    }
-    free(copy);
-    if (bad || k == 0 || k != cap) {
-        free(v);
+    ids_list l = {malloc((size_t)cap * sizeof *l.v), 0};
+    if (!l.v || cli_parse_list(s, parse_id, &l)) {
+        free(l.v);
         return -1;
     }
-    *ids = v;
-    *n = k;
+    *ids = l.v;
+    *n = l.k;
     return 0;
 }
 

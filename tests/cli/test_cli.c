@@ -248,6 +248,11 @@ static void bad_use_exits_2_with_one_line(void) {
         {"generate -m x --prompt-ids 1 --logit-bias 5:101", 2, "--logit-bias"},
         {"generate -m x --prompt-ids 1 --logit-bias -5:1", 2, "--logit-bias"},
         {"generate -m x --prompt-ids 1 --logit-bias ,", 2, "--logit-bias"},
+        /* an empty item is refused in every list, as --prompt-ids refuses it
+         * (a trailing comma may be a value cut short) */
+        {"generate -m x --prompt-ids 1 --logit-bias 5:1,", 2, "--logit-bias"},
+        {"generate -m x --prompt-ids 1 --logit-bias 5:1,,6:2", 2, "--logit-bias"},
+        {"generate -m '" GOLDEN "/hf' --prompt-ids 1,2,", 2, "--prompt-ids"},
         {"generate -m '" GOLDEN "/hf' --prompt-ids 1 --logit-bias 99999999:1", 1, "logit_bias: token 99999999"},
         {"perplexity -m x", 2, "give one of -f FILE, --text TEXT, --ids IDS"},
         {"perplexity -m x --ids 1,2 --text y", 2, "give one of"},
