@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -263,6 +265,27 @@ done:
     return rc;
 }
 
+/* Refuses a --save-state path the save could not write before the model
+ * loads and the tokens are made, not after. nx_spec_save writes a file of
+ * its own beside the path and renames it over the path, so one such file is
+ * made (and removed) here; the path itself is not touched, as it may be the
+ * --load-state file. A symbolic link is left to the save, which writes
+ * beside the link's target. 0, or 1 after printing the error. */
+static int check_save_state(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) == 0) {
+        if (S_ISLNK(sb.st_mode)) return 0;
+        if (!S_ISREG(sb.st_mode)) return cli_fail("%s: not a regular file; a checkpoint is not written over it", path);
+    }
+    char probe[4096];
+    if (snprintf(probe, sizeof probe, "%s.XXXXXX", path) >= (int)sizeof probe) return 0;   /* the save says why */
+    const int fd = mkstemp(probe);
+    if (fd < 0) return cli_fail("%s: cannot write the checkpoint: %s", path, strerror(errno));
+    close(fd);
+    remove(probe);
+    return 0;
+}
+
 /* Loads the drafter --mtp asks for: NULL with *rc = 0 when MTP is off or
  * (by default) the checkpoint has no head. */
 static nx_drafter *load_drafter(const gen_opts *g, const nx_model *m, int *rc) {
@@ -309,6 +332,7 @@ int cmd_generate(int argc, char **argv) {
      * drafter's fixed K stays. */
     if (g.draft == 0 && !nx_spec_drafts_shape_output(g.accept, &g.sp)) g.draft = NX_DRAFT_AUTO;
     const char *dir = mo.dir ? mo.dir : cli_default_model();
+    if (g.save_state && check_save_state(g.save_state)) return 1;
 
     int rc = 1, n_gen = 0, n_first = 0, n_prompt = 0, n_stop = 0;
     char err[1024], *text = NULL;
@@ -385,6 +409,13 @@ int cmd_generate(int argc, char **argv) {
         if (!g.json) fflush(stdout);
     }
     double t2 = cli_now();
+    if (!g.json) {   /* the streamed text's line ends before anything else is said, a failed save included */
+        size_t len = 0;
+        const char *tail = ds ? nx_detok_stream_flush(ds, &len) : NULL;
+        if (ds) fwrite(tail, 1, len, stdout);
+        printf("\n");
+        fflush(stdout);
+    }
     if (g.save_state && nx_spec_save(s, g.save_state, err, sizeof err)) {
         cli_fail("%s", err);
         goto done;
@@ -411,11 +442,6 @@ int cmd_generate(int argc, char **argv) {
                n_prompt, n_gen, t1 - t0, prefill_tps, n_decoded, t2 - t1, decode_tps);
         if (d) print_mtp_json(stdout, st, k_max, policy, nx_drafter_head_bits(d), nx_drafter_screen_k(d));
         printf("}\n");
-    } else {
-        size_t len = 0;
-        const char *tail = ds ? nx_detok_stream_flush(ds, &len) : NULL;
-        if (ds) fwrite(tail, 1, len, stdout);
-        printf("\n");
     }
     fflush(stdout); /* keep the stats lines after the streamed output */
     if (g.stats) {

@@ -231,6 +231,10 @@ static void bad_use_exits_2_with_one_line(void) {
         {"serve -m x --mtp none", 2, "--mtp wants on, off or a drafter directory"},
         {"generate -m '" GOLDEN "/hf' --prompt-ids 1 --mtp '" NX_TEST_DATA "'", 1, NX_TEST_DATA "/config.json"},
         {"generate -m '" GOLDEN "/hf' --load-state /nonexistent.state", 1, "/nonexistent.state"},
+        /* a state that could not be saved is refused before the model loads
+         * and the tokens are made, not after (-m x is never read) */
+        {"generate -m x --prompt-ids 1 --save-state /nonexistent/x", 1, "/nonexistent/x: cannot write the checkpoint"},
+        {"generate -m x --prompt-ids 1 --save-state /dev/null", 1, "/dev/null: not a regular file"},
         {"logits -m x --tokens 1,2 --mtp-out y.npy --mtp-hidden sideways", 2, "--mtp-hidden"},
         {"generate -m x -p hi --thinking maybe", 2, "--thinking"},
         {"tokenize -m x", 2, "exactly one of --text, --file"},
@@ -568,6 +572,23 @@ static void state_saved_in_one_process_continues_in_another(void) {
     json_decref(saved), json_decref(more);
 }
 
+/* A save that fails after generating (here through a link to a missing
+ * directory, which the early check leaves to the save) reports the error
+ * after the text's line has ended, so the message starts a line of its own
+ * on a terminal. */
+static void a_failed_save_ends_the_texts_line(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-save-fails"));
+    char args[2048];
+    CHECK(nx_test_system("ln -s /nonexistent/x '%s/link'", out_dir) == 0);
+    snprintf(args, sizeof args, "generate -m '" GOLDEN "/hf' --prompt-ids 8129,872,198 -n 3 --save-state '%s/link'", out_dir);
+    const int rc = nextn(args);
+    char *out = captured("stdout"), *err = captured("stderr");
+    const size_t ol = strlen(out);
+    CHECKF(rc == 1 && strstr(err, "link: cannot write the checkpoint"), "rc %d, stderr '%s'", rc, err);
+    CHECKF(ol > 1 && out[ol - 1] == '\n', "stdout '%s' does not end its line", out);
+    free(out), free(err);
+}
+
 /* Without -n, generate makes 64 tokens, as its help says (--ignore-eos: the
  * checkpoint's eos cannot end the run early). */
 static void generate_makes_64_tokens_by_default(void) {
@@ -769,6 +790,8 @@ static const nx_test tests[] = {
      "--save-state then --load-state in a new process equals one run; with --chat the prompt is the next turn",
      state_saved_in_one_process_continues_in_another},
     {"logits_mtp_out_matches_llamacpp", "logits --mtp-out writes the head's teacher-forced logits, matching llama.cpp", logits_mtp_out_matches_llamacpp},
+    {"a_failed_save_ends_the_texts_line", "--save-state failing after generating: exit 1, the text's line ended first",
+     a_failed_save_ends_the_texts_line},
     {"generate_makes_64_tokens_by_default", "no -n: 64 tokens, as the help says", generate_makes_64_tokens_by_default},
     {"ignore_eos_runs_past_the_models_eos", "--ignore-eos with the eos forced: -n tokens, plain and drafted; without it one",
      ignore_eos_runs_past_the_models_eos},
