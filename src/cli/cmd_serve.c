@@ -105,7 +105,11 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
             if (cli_parse_mtp(v, &o->mtp_mode)) return 2;
             o->mtp = v;
         }
-        else if (strcmp(a, "--api-key") == 0) o->api_key = v;
+        else if (strcmp(a, "--api-key") == 0) {
+            /* an empty key would let "Authorization: Bearer " with no token in */
+            if (!*v) return cli_usage_error("--api-key wants a non-empty key");
+            o->api_key = v;
+        }
         else if (strcmp(a, "--model-name") == 0) o->model_name = v;
         else if (strcmp(a, "--chat-template") == 0) o->chat_template = v;
         else return cli_usage_error("serve: unknown option '%s' (see nextn serve --help)", a);

@@ -229,6 +229,8 @@ static void bad_use_exits_2_with_one_line(void) {
         {"generate -m x --prompt-ids 1 --mtp OFF", 2, "--mtp wants on, off or a drafter directory, got 'OFF'"},
         {"bench -m x --mtp On", 2, "--mtp wants on, off or a drafter directory"},
         {"serve -m x --mtp none", 2, "--mtp wants on, off or a drafter directory"},
+        /* an empty key would let a request with an empty bearer token in */
+        {"serve -m x --api-key ''", 2, "--api-key wants a non-empty key"},
         {"generate -m '" GOLDEN "/hf' --prompt-ids 1 --mtp '" NX_TEST_DATA "'", 1, NX_TEST_DATA "/config.json"},
         {"generate -m '" GOLDEN "/hf' --load-state /nonexistent.state", 1, "/nonexistent.state"},
         /* a state that could not be saved is refused before the model loads
