@@ -172,12 +172,8 @@ int cmd_serve(int argc, char **argv) {
         cli_fail("%s", err);
         goto out;
     }
-    char line[512];
-    snprintf(line, sizeof line,
-             "serving %s on http://%s:%d (MTP %s, %ld parallel, context %ld, %s KV cache, prefix cache %ld MB%s%s)",
-             name, o.host, nx_server_port(srv), d ? "on" : "off", o.parallel, o.ctx, nx_model_get_info(m)->kv_cache,
-             o.cache_mb, o.cache_dir ? " + " : "", o.cache_dir ? o.cache_dir : "");
-    log_line(NULL, line);
+    /* the port file before the announcement: a server that cannot write it
+     * exits, and must not have said it is serving first */
     if (o.port_file) {
         FILE *f = fopen(o.port_file, "w");
         if (!f || fprintf(f, "%d\n", nx_server_port(srv)) < 0 || fclose(f) != 0) {
@@ -185,6 +181,12 @@ int cmd_serve(int argc, char **argv) {
             goto out;
         }
     }
+    char line[512];
+    snprintf(line, sizeof line,
+             "serving %s on http://%s:%d (MTP %s, %ld parallel, context %ld, %s KV cache, prefix cache %ld MB%s%s)",
+             name, o.host, nx_server_port(srv), d ? "on" : "off", o.parallel, o.ctx, nx_model_get_info(m)->kv_cache,
+             o.cache_mb, o.cache_dir ? " + " : "", o.cache_dir ? o.cache_dir : "");
+    log_line(NULL, line);
     int sig = 0;
     sigwait(&sigs, &sig);
     snprintf(line, sizeof line, "%s: shutting down (open streams end now)", sig == SIGINT ? "SIGINT" : "SIGTERM");

@@ -231,6 +231,9 @@ static void bad_use_exits_2_with_one_line(void) {
         {"serve -m x --mtp none", 2, "--mtp wants on, off or a drafter directory"},
         /* an empty key would let a request with an empty bearer token in */
         {"serve -m x --api-key ''", 2, "--api-key wants a non-empty key"},
+        /* a port file that cannot be written: the error alone, no "serving"
+         * line before it for a server that then exits */
+        {"serve -m '" GOLDEN "/hf' -t 1 --port 0 --port-file /nonexistent/port", 1, "/nonexistent/port: cannot write the port"},
         {"generate -m '" GOLDEN "/hf' --prompt-ids 1 --mtp '" NX_TEST_DATA "'", 1, NX_TEST_DATA "/config.json"},
         {"generate -m '" GOLDEN "/hf' --load-state /nonexistent.state", 1, "/nonexistent.state"},
         /* a state that could not be saved is refused before the model loads
