@@ -790,6 +790,12 @@ typedef enum {
 nx_status nx_tokenize(nx_tokenizer *t, const char *text, size_t len, nx_special_mode mode,
                       int32_t **ids, int *n, char *err, size_t errlen);
 
+/* The offset of the first byte of text[0..len) that is not valid UTF-8, or
+ * len when all of it is -- the rule nx_tokenize applies (RFC 3629: no
+ * overlong forms, no surrogates, nothing past U+10FFFF). For callers that
+ * check a text where it is read, to name its source in an error. */
+size_t nx_utf8_check(const char *text, size_t len);
+
 /* Decodes ids to text (a NUL-terminated buffer the caller frees with nx_free;
  * *len, if not NULL, gets its length). Byte sequences that are not valid
  * UTF-8 become U+FFFD as in Hugging Face's decoder; unknown ids are skipped.

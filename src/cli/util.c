@@ -314,28 +314,8 @@ char *cli_read_file(const char *path, size_t *len) {
 
 const char *cli_source_name(const char *path) { return strcmp(path, "-") == 0 ? "standard input" : path; }
 
-/* The library's rules (RFC 3629): no overlong forms, no surrogates, nothing
- * past U+10FFFF; the CLI sees only nextn.h, so it keeps its own copy. */
-static size_t utf8_bad_offset(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        const unsigned char c = s[i];
-        size_t need;
-        unsigned char lo = 0x80, hi = 0xBF;   /* the second byte's range depends on the first */
-        if (c < 0x80) need = 0;
-        else if (c >= 0xC2 && c <= 0xDF) need = 1;
-        else if (c >= 0xE0 && c <= 0xEF) need = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-        else if (c >= 0xF0 && c <= 0xF4) need = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-        else return i;
-        for (size_t k = 1; k <= need; k++, lo = 0x80, hi = 0xBF)
-            if (i + k >= n || s[i + k] < lo || s[i + k] > hi) return i;
-        i += need + 1;
-    }
-    return n;
-}
-
 int cli_check_utf8(const char *source, const char *text, size_t len) {
-    const size_t bad = utf8_bad_offset((const unsigned char *)text, len);
+    const size_t bad = nx_utf8_check(text, len);
     return bad < len ? cli_fail("%s: invalid UTF-8 at byte %zu", source, bad) : 0;
 }
 

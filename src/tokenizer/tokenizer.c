@@ -646,6 +646,8 @@ const char *nx_tokenizer_chat_template(const nx_tokenizer *t) { return t ? t->ch
 
 /* ---- encode ----------------------------------------------------------------------- */
 
+size_t nx_utf8_check(const char *text, size_t len) { return text ? nx_tok_utf8_check((const uint8_t *)text, len) : 0; }
+
 nx_status nx_tokenize(nx_tokenizer *t, const char *text, size_t len, nx_special_mode mode, int32_t **ids, int *n,
                       char *err, size_t errlen) {
     if (!t || !ids || !n || (!text && len))

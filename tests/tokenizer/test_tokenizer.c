@@ -715,7 +715,10 @@ static void test_invalid_utf8_input_is_einval_naming_the_offset(void) {
         snprintf(want, sizeof want, "offset %zu", cases[i].off);
         CHECKF(st == NX_EINVAL && strstr(err, want), "case %zu: %s", i, err);
         CHECK(n == -7 && ids == (int32_t *)&err);
+        /* the public check a caller runs where it reads a text finds the same byte */
+        CHECKF(nx_utf8_check(cases[i].s, strlen(cases[i].s)) == cases[i].off, "case %zu: nx_utf8_check", i);
     }
+    CHECK(nx_utf8_check("h\xC3\xA9llo", 6) == 6 && nx_utf8_check(NULL, 0) == 0);
 }
 
 /* A run of one letter is ONE piece under the Qwen regex: the merge loop must
