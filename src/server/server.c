@@ -264,7 +264,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         conn->body[conn->len] = 0;
         return MHD_YES;
     }
-    int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    /* HEAD is GET without the body (RFC 9110 9.3.2): load balancers and
+     * uptime checks probe /health with it. MHD leaves the body out itself. */
+    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
     if (strcmp(url, "/health") == 0 && get) return srv_send_json(s, c, 200, "{\"status\":\"ok\"}");
     int metrics = strcmp(url, "/metrics") == 0; /* (the key was checked on the headers) */
     if (metrics && get) return send_metrics(s, c);
@@ -288,7 +290,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         char msg[160];
         snprintf(msg, sizeof msg, "method %s is not allowed on %s", method, url);
         struct MHD_Response *r = error_response(405, msg, "invalid_request_error", NULL);
-        if (r) MHD_add_response_header(r, "Allow", chat || text || tok || detok ? "POST" : "GET");   /* as a 405 must */
+        if (r) MHD_add_response_header(r, "Allow", chat || text || tok || detok ? "POST" : "GET, HEAD");   /* as a 405 must */
         return r ? srv_queue(s, c, 405, r) : MHD_NO;
     }
     char msg[300];

@@ -148,6 +148,12 @@ test('lists the model and reports health', async () => {
   const h = await raw('GET', '/health', undefined, { Authorization: '' });
   assert.equal(h.status, 200);
   assert.equal(h.json.status, 'ok');
+  // load balancers and uptime checks probe with HEAD: a 405 would mark the server down
+  for (const url of ['/health', '/v1/models', `/v1/models/${models.data[0].id}`, '/metrics']) {
+    const head = await raw('HEAD', url);
+    assert.equal(head.status, 200, `HEAD ${url}`);
+    assert.equal(head.text, '', `HEAD ${url} has no body`);
+  }
 });
 
 test('answers a chat completion with usage', async () => {
@@ -606,7 +612,7 @@ test('malformed requests get OpenAI-style 4xx errors', async () => {
   const notAllowed = await raw('GET', '/v1/chat/completions');
   assert.equal(notAllowed.status, 405);
   assert.equal(notAllowed.headers.get('allow'), 'POST');
-  assert.equal((await raw('POST', '/v1/models')).headers.get('allow'), 'GET');
+  assert.equal((await raw('POST', '/v1/models')).headers.get('allow'), 'GET, HEAD');
   const wrongKey = await raw('GET', '/v1/models', undefined, { Authorization: 'Bearer wrong' });
   assert.equal(wrongKey.status, 401);
   assert.equal(wrongKey.json.error.code, 'invalid_api_key');
