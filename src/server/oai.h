@@ -85,6 +85,12 @@ typedef struct {
 int oai_parse_request(const char *body, size_t len, int chat, oai_request *out, int *status, const char **param,
                       char *err, size_t errlen);
 
+/* A request body's top-level JSON object (the caller json_decref()s it), or
+ * NULL with err holding "invalid JSON at line L column C: ..." or "the
+ * request body must be a JSON object": the check every endpoint that takes a
+ * JSON body makes first, so they all word it alike. */
+struct json_t *oai_load_body(const char *body, size_t len, char *err, size_t errlen);
+
 /* Frees what r holds and zeroes it. NULL-safe and idempotent. */
 void oai_request_free(oai_request *r);
 

@@ -304,12 +304,11 @@ static int parse_unsupported(const json_t *root, const oai_request *r, parse_err
     return 0;
 }
 
-/* Fills r from the parsed body. 0: ok, -1: invalid (e set), 1: out of memory. */
+/* Fills r from the parsed body (an object). 0: ok, -1: invalid (e set), 1: out of memory. */
 static int parse_body(const json_t *root, oai_request *r, parse_err *e) {
     json_t *v;
     long long n = 0;
     int got, rc;
-    if (!json_is_object(root)) return fail(e, NULL, "the request body must be a JSON object");
 
     if ((v = field(root, "model"))) {
         if (!json_is_string(v)) return fail(e, "model", "model must be a string");
@@ -368,6 +367,21 @@ static int parse_body(const json_t *root, oai_request *r, parse_err *e) {
     return parse_unsupported(root, r, e);
 }
 
+json_t *oai_load_body(const char *body, size_t len, char *err, size_t errlen) {
+    json_error_t je;
+    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_DECODE_ANY, &je);
+    if (json_is_object(root)) return root;
+    if (err && errlen) {
+        if (root) snprintf(err, errlen, "the request body must be a JSON object");
+        else {
+            snprintf(err, errlen, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+            oai_ascii_only(err);   /* jansson quotes the input near the error */
+        }
+    }
+    json_decref(root);
+    return NULL;
+}
+
 int oai_parse_request(const char *body, size_t len, int chat, oai_request *out, int *status, const char **param,
                       char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
@@ -381,13 +395,9 @@ int oai_parse_request(const char *body, size_t len, int chat, oai_request *out, 
     *status = 400;
     parse_err e = {err, errlen, NULL};
 
-    json_error_t je;
-    json_t *root = json_loadb(body ? body : "", body ? len : 0, JSON_DECODE_ANY, &je);
-    int rc;
-    if (!root) {
-        rc = fail(&e, NULL, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
-        if (err && errlen) oai_ascii_only(err);   /* jansson quotes the input near the error */
-    } else {
+    json_t *root = oai_load_body(body, len, err, errlen);
+    int rc = -1;
+    if (root) {
         rc = parse_body(root, out, &e);
         json_decref(root);
     }

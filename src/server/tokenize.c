@@ -21,11 +21,10 @@
 
 /* The body's top-level object, or NULL with a 400 sent. */
 static json_t *body_object(nx_server *s, struct MHD_Connection *c, const char *body, size_t len, enum MHD_Result *sent) {
-    json_t *root = json_loadb(body, len, 0, NULL);
-    if (json_is_object(root)) return root;
-    json_decref(root);
-    *sent = srv_send_error(s, c, 400, "the request body must be a JSON object", "invalid_request_error", NULL);
-    return NULL;
+    char err[300];
+    json_t *root = oai_load_body(body, len, err, sizeof err);
+    if (!root) *sent = srv_send_error(s, c, 400, err, "invalid_request_error", NULL);
+    return root;
 }
 
 static enum MHD_Result send_built(nx_server *s, struct MHD_Connection *c, json_t *root, int ok) {

@@ -504,6 +504,13 @@ test('/tokenize counts what a completion will, /detokenize reads ids back', asyn
     assert.match(r.json.error.message, re);
     assert.equal(r.json.error.param, param);
   }
+  // a client fixing a hand-written body needs to know where the JSON broke, as the completion endpoints say
+  for (const url of ['/tokenize', '/detokenize']) {
+    const broken = await raw('POST', url, '{"prompt": "x",\n "tokens": [1,}');
+    assert.equal(broken.status, 400);
+    assert.match(broken.json.error.message, /^invalid JSON at line 2 column \d+/, `${url}: ${broken.text}`);
+    assert.match((await raw('POST', url, '[1]')).json.error.message, /must be a JSON object/);
+  }
   assert.equal((await raw('GET', '/tokenize')).status, 405);
   assert.equal((await raw('POST', '/tokenize', '{"prompt":"x"}', { Authorization: 'Bearer wrong' })).status, 401);
 });
