@@ -77,7 +77,8 @@ static int clamp_int(long long v) { return v > INT_MAX ? INT_MAX : (int)v; }
 
 /* messages[i]: a role of OpenAI's ("developer", its newer name for the
  * system role, becomes "system": the chat template knows that one), and
- * content that is absent, null, a string or an array of text parts. Images,
+ * content that is a string or an array of text parts (absent or null only
+ * in an assistant message with tool_calls). Images,
  * audio and files are refused: the model here reads text only, and a
  * template would render an image part as placeholder tokens with no image
  * behind them. */
@@ -89,6 +90,8 @@ static int check_message(json_t *m, size_t i, oai_request *r, parse_err *e) {
     while (k < sizeof roles / sizeof *roles && strcmp(role, roles[k]) != 0) k++;
     if (k == sizeof roles / sizeof *roles)
         return fail(e, "messages", "messages[%zu].role must be system, developer, user, assistant or tool", i);
+    const int assistant = strcmp(role, "assistant") == 0;
+    /* (role is not read again: setting "role" frees the string it points to) */
     if (strcmp(role, "developer") == 0 && json_object_set_new(m, "role", json_string("system"))) return 1;
     json_t *calls = json_object_get(m, "tool_calls"), *call;
     if (calls && !json_is_null(calls) && !json_is_array(calls))
@@ -112,7 +115,17 @@ static int check_message(json_t *m, size_t i, oai_request *r, parse_err *e) {
         if (r->odd_arguments[0] < 0) r->odd_arguments[0] = (int)i, r->odd_arguments[1] = (int)k;
     }
     json_t *c = json_object_get(m, "content"), *part;
-    if (!c || json_is_null(c) || json_is_string(c)) return 0;
+    /* content is required (OpenAI's rule) but for an assistant turn that
+     * calls tools: a template renders a missing one as an empty turn, so a
+     * client's lost text would go unnoticed while the model answers nothing */
+    if (!c || json_is_null(c)) {
+        if (assistant && json_array_size(calls) > 0) return 0;
+        if (assistant)
+            return fail(e, "messages", "messages[%zu].content is required (a string or an array of content parts) "
+                                       "unless the message has tool_calls", i);
+        return fail(e, "messages", "messages[%zu].content is required (a string or an array of content parts)", i);
+    }
+    if (json_is_string(c)) return 0;
     if (!json_is_array(c))
         return fail(e, "messages", "messages[%zu].content must be a string or an array of content parts", i);
     json_array_foreach(c, k, part) {

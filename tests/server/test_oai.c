@@ -63,7 +63,7 @@ static void absent_fields_take_openai_defaults(void) {
     CHECK(r.sampling.temperature == 2.0f && r.sampling.top_p == 1.0f && r.sampling.presence_penalty == -2.0f &&
           r.sampling.frequency_penalty == 2.0f);
     oai_request_free(&r);
-    CHECK(parse("{\"messages\":[{\"role\":\"user\"}],\"chat_template_kwargs\":{\"enable_thinking\":true},"
+    CHECK(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"enable_thinking\":true},"
                 "\"top_k\":-1,\"seed\":42}",
                 1, &r, &status, err, sizeof err) == 0);
     CHECK(r.enable_thinking == 1 && r.sampling.top_k == 0 && r.seed_given == 1 && r.sampling.seed == 42);
@@ -233,7 +233,7 @@ static void unknown_fields_and_nulls_are_ignored(void) {
                  &r, &status, err, sizeof err) == 0, "%s", err);
     CHECK(r.prompt && strcmp(r.prompt, "x") == 0);
     oai_request_free(&r);
-    CHECKF(parse("{\"messages\":[{\"role\":\"user\"}],\"logprobs\":0,\"parallel_tool_calls\":false}", 1, &r, &status, err,
+    CHECKF(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":0,\"parallel_tool_calls\":false}", 1, &r, &status, err,
                  sizeof err) == 0, "%s", err);
     CHECK(r.one_call == 1);   /* at most one tool call */
     oai_request_free(&r);
@@ -247,11 +247,11 @@ static void logprobs_are_read_in_either_spelling(void) {
         const char *body;
         int on, top;
     } cases[] = {
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":true}", 1, 0},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":true,\"top_logprobs\":20}", 1, 20},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":3}", 1, 3},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":0,\"top_logprobs\":0}", 0, 0},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":null,\"top_logprobs\":null}", 0, 0},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", 1, 0},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":20}", 1, 20},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":3}", 1, 3},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":0,\"top_logprobs\":0}", 0, 0},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":null,\"top_logprobs\":null}", 0, 0},
         {0, "{\"prompt\":\"x\",\"logprobs\":0}", 1, 0},
         {0, "{\"prompt\":\"x\",\"logprobs\":5}", 1, 5},
         {0, "{\"prompt\":\"x\",\"logprobs\":true,\"top_logprobs\":2}", 1, 2},
@@ -265,7 +265,7 @@ static void logprobs_are_read_in_either_spelling(void) {
                r.echo == 1 && r.logprobs == 1 && r.max_tokens == 0,
            "%s", err);
     oai_request_free(&r);
-    CHECK(parse("{\"messages\":[{\"role\":\"user\"}],\"echo\":true}", 1, &r, &status, err, sizeof err) == 0 && r.echo == 0);
+    CHECK(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}", 1, &r, &status, err, sizeof err) == 0 && r.echo == 0);
     oai_request_free(&r);
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int rc = parse(cases[i].body, cases[i].chat, &r, &status, err, sizeof err);
@@ -314,16 +314,16 @@ static void invalid_requests_get_400_naming_the_field(void) {
         {0, "{\"prompt\":[1,[2]]}", "prompt[1] must be a token id", "prompt"},
         {1, "{\"max_tokens\":3}", "messages must be a non-empty array", "messages"},
         {1, "{\"messages\":[]}", "messages must be a non-empty array", "messages"},
-        {1, "{\"messages\":{\"role\":\"user\"}}", "messages must be a non-empty array", "messages"},
+        {1, "{\"messages\":{\"role\":\"user\",\"content\":\"x\"}}", "messages must be a non-empty array", "messages"},
         {1, "{\"messages\":[{\"content\":\"hi\"}]}", "messages[0].role", "messages"},
-        {1, "{\"messages\":[{\"role\":\"user\"},{\"role\":7}]}", "messages[1].role", "messages"},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":7}]}", "messages[1].role", "messages"},
         {1, "{\"messages\":[\"hi\"]}", "messages[0] must be an object", "messages"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"tools\":{}}", "tools", "tools"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"tools\":[5]}", "tools[0] must be an object with type", "tools"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", "tools", "tools"},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[5]}", "tools[0] must be an object with type", "tools"},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
             "{\"type\":\"function\",\"function\":{}}]}",
          "tools[1].function must be an object with a non-empty name", "tools"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
             "\"parameters\":[]}}]}",
          "tools[0].function.parameters must be an object", "tools"},
         {1, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"hi\"}]}", "messages[0].role must be system, developer",
@@ -337,7 +337,20 @@ static void invalid_requests_get_400_naming_the_field(void) {
          "messages"},
         {1, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages[0].content must be a string or an array",
          "messages"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"chat_template_kwargs\":{\"enable_thinking\":1}}",
+        /* a message without content: the client's text got lost on its way, and the
+         * model would answer a turn it never saw */
+        {1, "{\"messages\":[{\"role\":\"system\",\"content\":\"x\"},{\"role\":\"user\"}]}",
+         "messages[1].content is required", "messages"},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":null}]}", "messages[0].content is required", "messages"},
+        {1, "{\"messages\":[{\"role\":\"developer\"},{\"role\":\"user\",\"content\":\"x\"}]}",
+         "messages[0].content is required", "messages"},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"tool\",\"tool_call_id\":\"c\"}]}",
+         "messages[1].content is required", "messages"},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":null,"
+            "\"tool_calls\":[]}]}",
+         "messages[1].content is required (a string or an array of content parts) unless the message has tool_calls",
+         "messages"},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"enable_thinking\":1}}",
          "enable_thinking", "chat_template_kwargs"},
         {0, "{\"prompt\":\"x\",\"logit_bias\":[1]}", "logit_bias must be an object", "logit_bias"},
         {0, "{\"prompt\":\"x\",\"logit_bias\":{\"a\":1}}", "logit_bias keys must be token ids", "logit_bias"},
@@ -348,20 +361,20 @@ static void invalid_requests_get_400_naming_the_field(void) {
          "logit_bias"},
         {0, "{\"prompt\":\"x\",\"logit_bias\":{\"7\":\"1\"}}", "logit_bias[7] must be a number", "logit_bias"},
         {0, "{\"prompt\":\"x\",\"logit_bias\":{\"07\":1}}", "logit_bias keys must be token ids", "logit_bias"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"parallel_tool_calls\":\"no\"}", "parallel_tool_calls must be a boolean",
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"parallel_tool_calls\":\"no\"}", "parallel_tool_calls must be a boolean",
          "parallel_tool_calls"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"functions\":[{\"name\":\"f\"}]}", "functions (deprecated)", "functions"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"function_call\":{\"name\":\"f\"}}", "function_call (deprecated)",
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[{\"name\":\"f\"}]}", "functions (deprecated)", "functions"},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"function_call\":{\"name\":\"f\"}}", "function_call (deprecated)",
          "function_call"},
         /* logprobs: a boolean or a count up to 20; top_logprobs needs them on */
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":\"yes\"}", "logprobs must be a boolean or", "logprobs"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"top_logprobs\":2}", "top_logprobs needs logprobs to be true",
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":\"yes\"}", "logprobs must be a boolean or", "logprobs"},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", "top_logprobs needs logprobs to be true",
          "top_logprobs"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":false,\"top_logprobs\":1}",
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":false,\"top_logprobs\":1}",
          "top_logprobs needs logprobs to be true", "top_logprobs"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs must be at most 20",
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs must be at most 20",
          "top_logprobs"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"logprobs\":true,\"top_logprobs\":-1}",
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":-1}",
          "top_logprobs must be a non-negative integer", "top_logprobs"},
         {0, "{\"prompt\":\"x\",\"logprobs\":21}", "logprobs must be at most 20", "logprobs"},
         {0, "{\"prompt\":\"x\",\"logprobs\":-1}", "logprobs must be a boolean or a non-negative integer", "logprobs"},
@@ -372,22 +385,22 @@ static void invalid_requests_get_400_naming_the_field(void) {
         {0, "{\"prompt\":\"x\",\"best_of\":0}", "best_of must be a positive integer", "best_of"},
         {0, "{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix is not supported", "suffix"},
         {0, "{\"prompt\":\"x\",\"suffix\":3}", "suffix must be a string", "suffix"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"response_format\":{\"type\":\"json_object\"}}",
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}",
          "only {\"type\": \"text\"} is supported", "response_format"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}",
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}",
          "only {\"type\": \"text\"} is supported", "response_format"},
         {0, "{\"prompt\":\"x\",\"response_format\":\"json\"}", "response_format must be an object",
          "response_format"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"tool_choice\":\"required\"}", "cannot force a tool call",
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", "cannot force a tool call",
          "tool_choice"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
          "cannot force a tool call", "tool_choice"},
-        {1, "{\"messages\":[{\"role\":\"user\"}],\"tool_choice\":\"always\"}", "tool_choice must be", "tool_choice"},
-        {1, "[{\"role\":\"user\"}]", "must be a JSON object", NULL},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"always\"}", "tool_choice must be", "tool_choice"},
+        {1, "[{\"role\":\"user\",\"content\":\"x\"}]", "must be a JSON object", NULL},
         {1, "\"hello\"", "must be a JSON object", NULL},
         {1, "{\"messages\": [", "invalid JSON at line 1", NULL},
         {1, "", "invalid JSON", NULL},
-        {1, "{\"messages\":[{\"role\":\"user\"}]} trailing", "invalid JSON", NULL},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]} trailing", "invalid JSON", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         oai_request r;
