@@ -40,7 +40,8 @@ typedef struct {
                                  becomes "system", and a tool call's arguments sent as a
                                  string holding a JSON object become that object */
     int odd_arguments[2];     /* {message, call} of the first tool call whose arguments
-                                 are not a JSON object (left as sent), or {-1, -1} */
+                                 are a string not holding a JSON object (left as sent), or
+                                 {-1, -1}; arguments of another type are refused */
     char *tools_json;         /* the "tools" array serialized; NULL when absent or null, and
                                  NULL too when tool_choice is "none" */
     char *prompt;             /* completions: "prompt" (a string, or an array of one string) */

@@ -98,15 +98,32 @@ static int check_message(json_t *m, size_t i, oai_request *r, parse_err *e) {
         return fail(e, "messages", "messages[%zu].tool_calls must be an array", i);
     json_array_foreach(calls, k, call) {
         if (!json_is_object(call)) return fail(e, "messages", "messages[%zu].tool_calls[%zu] must be an object", i, k);
-        /* OpenAI clients send "arguments" as a JSON string; the Qwen3.5
-         * template iterates them as a mapping (Qwen3's prints them as they
-         * are): a string holding an object becomes that object; anything
-         * else is left to the template, and the first such call is noted
-         * for its error message */
+        /* the templates take {"function": {"name", "arguments"}} or the
+         * name and arguments on the call itself, and concatenate the name
+         * into the prompt: without one they fail with a message about a
+         * dict object that names nothing the client sent */
         json_t *fn = json_object_get(call, "function"), *holder = fn ? fn : call;
+        if (fn && !json_is_object(fn))
+            return fail(e, "messages", "messages[%zu].tool_calls[%zu].function must be an object", i, k);
+        json_t *name = json_object_get(holder, "name");
+        if (!json_is_string(name) || json_string_length(name) == 0)
+            return fail(e, "messages", "messages[%zu].tool_calls[%zu].function.name must be a non-empty string", i, k);
+        /* OpenAI clients send "arguments" as a JSON string; the Qwen3.5
+         * template iterates them as a mapping (Qwen3's prints a string as it
+         * is and anything else as JSON): a string holding an object becomes
+         * that object, null no arguments ({}); another string is left to the
+         * template, and the first such call is noted for its error message.
+         * A number or an array is no spelling of arguments at all. */
         json_t *args = json_object_get(holder, "arguments");
         if (!args || json_is_object(args)) continue;
-        json_t *obj = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
+        if (json_is_null(args)) {
+            if (json_object_set_new(holder, "arguments", json_object())) return 1;
+            continue;
+        }
+        if (!json_is_string(args))
+            return fail(e, "messages", "messages[%zu].tool_calls[%zu].function.arguments must be a string or an object",
+                        i, k);
+        json_t *obj = json_loads(json_string_value(args), 0, NULL);
         if (json_is_object(obj)) {
             if (json_object_set_new(holder, "arguments", obj)) return 1;
             continue;

@@ -598,6 +598,9 @@ test('malformed requests get OpenAI-style 4xx errors', async () => {
     [{ messages: [{ role: 'user', content: [{ type: 'text', text: 'see' }, { type: 'image_url', image_url: { url: 'http://x/y.png' } }] }] },
       400, /messages\[0\]\.content\[1\]\.type must be "text"/, 'messages'],
     [{ messages: msgs, tools: [5] }, 400, /tools\[0\] must be an object/, 'tools'],
+    // a tool call without a name is named, not a template error about a "dict object"
+    [{ messages: [user('hi'), { role: 'assistant', tool_calls: [{ id: 'c', type: 'function' }] }] },
+      400, /messages\[1\]\.tool_calls\[0\]\.function\.name must be a non-empty string/, 'messages'],
     // a message whose text got lost is refused, not answered as an empty turn
     [{ messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user' }] }, 400, /messages\[1\]\.content is required/, 'messages'],
     // the Qwen3.5 template iterates a tool call's arguments: ones that are not an object are named
