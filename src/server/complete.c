@@ -726,6 +726,10 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
         g->out = oai_output_new(q.stop, q.n_stop, chat ? think_open : -1, chat && q.tools_json != NULL);
         if (g->out) oai_output_seed_ids(g->out, idnum);
         if (g->out && q.one_call) oai_output_one_call(g->out);
+        if (g->out && chat && oai_output_tools(g->out, q.tools_json) != 0) {   /* out of memory */
+            oai_output_free(g->out);
+            g->out = NULL;
+        }
         if (g->model && g->out && nx_detok_stream_new(s->o.tokenizer, 1, &g->detok, err, sizeof err) == NX_OK)
             st = nx_engine_submit(s->o.engine, &ro, &g->rq, err, sizeof err);
     }

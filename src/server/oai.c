@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define LIT_LEN(s) (sizeof(s) - 1)
 
@@ -114,6 +115,7 @@ struct oai_output {
     oai_tool_call *calls;
     int n_calls, cap_calls;
     int one_call;             /* parallel_tool_calls false: later calls dropped */
+    json_t *tools;            /* the request's tools, for parameter types; or NULL */
     sbuf step_content, step_reasoning; /* this push; the delta points here */
     int step_first_call;
 };
@@ -150,17 +152,60 @@ static const char *skip_ws(const char *p, const char *end) {
     return p;
 }
 
-/* A parameter value: JSON when it parses as a non-string JSON value, else
- * the text itself (a quoted "x" stays the 3-character string). */
-static json_t *param_value(const char *v, size_t n) {
+/* The declared JSON Schema "type" of parameter key[0..klen) of function
+ * `name` in the request's tools (the array oai_request.c checked), or NULL
+ * when the tools declare none (no such function or parameter, or a type
+ * that is not one string, e.g. ["integer", "null"]). */
+static const char *declared_type(const json_t *tools, const char *name, const char *key, size_t klen) {
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const json_t *f = json_object_get(t, "function");
+        const char *fname = json_string_value(json_object_get(f, "name"));
+        if (!fname || strcmp(fname, name) != 0) continue;
+        const json_t *props = json_object_get(json_object_get(f, "parameters"), "properties");
+        return json_string_value(json_object_get(json_object_getn(props, key, klen), "type"));
+    }
+    return NULL;
+}
+
+/* 1 if JSON value j is of JSON Schema type `type` ("integer" takes any
+ * number: 3.0 is an integer in JSON Schema); null passes for every type, as
+ * a model writes it for an argument it leaves unset. */
+static int of_type(const json_t *j, const char *type) {
+    if (json_is_null(j)) return 1;
+    if (!strcmp(type, "number") || !strcmp(type, "integer")) return json_is_number(j);
+    if (!strcmp(type, "boolean")) return json_is_boolean(j);
+    if (!strcmp(type, "object")) return json_is_object(j);
+    if (!strcmp(type, "array")) return json_is_array(j);
+    return 0;
+}
+
+/* A parameter value. The template writes every value as text (objects and
+ * arrays as JSON, the rest as Python prints them), so its type is read back
+ * from the schema the request declared, as vLLM's Qwen3-Coder parser does:
+ * a "string" parameter keeps its text whatever it looks like (an id
+ * "10001", a "true"); a number, integer, boolean, object or array parameter
+ * is the text read as JSON when that gives the type (booleans also in
+ * Python's True / False), else the text. Without a declared type: JSON when
+ * the text parses as a non-string JSON value, else the text (a quoted "x"
+ * stays the 3-character string). */
+static json_t *param_value(const char *v, size_t n, const char *type) {
+    if (type && strcmp(type, "string") == 0) return json_stringn(v, n);
+    if (type && strcmp(type, "boolean") == 0 && (n == 4 || n == 5) &&
+        (strncasecmp(v, "true", n) == 0 || strncasecmp(v, "false", n) == 0))
+        return json_boolean(n == 4);
     json_t *j = json_loadb(v, n, JSON_DECODE_ANY, NULL);
-    if (j && !json_is_string(j)) return j;
+    int known = type && (!strcmp(type, "number") || !strcmp(type, "integer") || !strcmp(type, "boolean") ||
+                         !strcmp(type, "object") || !strcmp(type, "array"));
+    if (j && (known ? of_type(j, type) : !json_is_string(j))) return j;
     json_decref(j);
     return json_stringn(v, n);
 }
 
-/* Qwen3.5: <function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function> */
-static int parse_xml_call(const char *p, const char *end, char **name, char **args) {
+/* Qwen3.5: <function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function>;
+ * tools (may be NULL) types the values (param_value). */
+static int parse_xml_call(const char *p, const char *end, const json_t *tools, char **name, char **args) {
     p = skip_ws(p, end);
     if (!starts_with(p, (size_t)(end - p), "<function=")) return -1;
     p += LIT_LEN("<function=");
@@ -181,7 +226,8 @@ static int parse_xml_call(const char *p, const char *end, char **name, char **ar
         /* the template writes "<parameter=P>\n" VALUE "\n</parameter>" */
         if (v < vend && *v == '\n') v++;
         if (v < vend && vend[-1] == '\n') vend--;
-        if (json_object_setn_new(obj, key, (size_t)(kend - key), param_value(v, (size_t)(vend - v)))) goto bad;
+        const char *type = declared_type(tools, *name, key, (size_t)(kend - key));
+        if (json_object_setn_new(obj, key, (size_t)(kend - key), param_value(v, (size_t)(vend - v), type))) goto bad;
     }
     p = skip_ws(p + LIT_LEN("</function>"), end);
     if (p != end || !(*args = dump_args(obj))) goto bad;
@@ -219,7 +265,7 @@ static int parse_json_call(const char *p, const char *end, char **name, char **a
 static int add_call(oai_output *o, const char *body, size_t n) {
     const char *end = body + n, *p = skip_ws(body, end);
     char *name = NULL, *args = NULL;
-    int rc = p < end && *p == '{' ? parse_json_call(p, end, &name, &args) : parse_xml_call(p, end, &name, &args);
+    int rc = p < end && *p == '{' ? parse_json_call(p, end, &name, &args) : parse_xml_call(p, end, o->tools, &name, &args);
     if (rc) return -1;
     if (o->one_call && o->n_calls == 1) { /* a well-formed call, dropped */
         free(name);
@@ -449,6 +495,7 @@ void oai_output_free(oai_output *o) {
         free(o->calls[i].arguments);
     }
     free(o->calls);
+    json_decref(o->tools);
     sbuf *bufs[] = {&o->held_stop, &o->held_think, &o->held_tool, &o->content,
                     &o->reasoning, &o->step_content, &o->step_reasoning};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]->p);
@@ -458,6 +505,12 @@ void oai_output_free(oai_output *o) {
 void oai_output_seed_ids(oai_output *o, uint64_t seed) { o->id_seed = seed; }
 
 void oai_output_one_call(oai_output *o) { o->one_call = 1; }
+
+int oai_output_tools(oai_output *o, const char *tools_json) {
+    json_decref(o->tools);
+    o->tools = tools_json ? json_loads(tools_json, 0, NULL) : NULL;
+    return tools_json && !o->tools ? -1 : 0;
+}
 
 static void begin_step(oai_output *o) {
     sb_clear(&o->step_content);

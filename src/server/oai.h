@@ -135,9 +135,15 @@ void oai_ascii_only(char *s);
  * held and becomes a tool call instead of content, in either form:
  *   Qwen3.5  <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...
  *            </function>\n</tool_call>
- *            (one leading and one trailing newline of VALUE are dropped; a VALUE
- *            that parses as a JSON number, bool, object, array or null is that
- *            JSON, anything else is a string)
+ *            (one leading and one trailing newline of VALUE are dropped. The
+ *            template writes every value as text, so the type comes from the
+ *            request's tools (oai_output_tools), as vLLM's Qwen3-Coder parser
+ *            reads it: a parameter declared "string" is the text as it is; one
+ *            declared "number", "integer", "boolean", "object" or "array" is
+ *            the VALUE read as JSON if that is of the type or null (a boolean
+ *            also as True / False), else the text. Without a declared type a
+ *            VALUE that parses as a JSON number, bool, object, array or null
+ *            is that JSON, anything else is a string)
  *   Qwen3    <tool_call>\n{"name": "NAME", "arguments": {...}}\n</tool_call>
  * "arguments" is the object serialized compactly, as OpenAI sends it.
  * Whitespace right before a tool call and after one is dropped. A block that
@@ -177,6 +183,12 @@ void oai_output_seed_ids(oai_output *o, uint64_t seed);
 /* At most one tool call (OpenAI's parallel_tool_calls: false): the text of
  * later <tool_call> blocks is dropped, not turned into calls or content. */
 void oai_output_one_call(oai_output *o);
+
+/* The request's "tools" array (oai_request.tools_json; NULL: none): a
+ * Qwen3.5 parameter value is typed by its parameter's declared type there
+ * (see Tool calls above). Returns 0, or -1 when tools_json does not parse
+ * (out of memory). */
+int oai_output_tools(oai_output *o, const char *tools_json);
 
 /* Text that precedes the output as it is (an echoed prompt): added to the
  * content and to *d without passing the stages -- no stop string, reasoning

@@ -677,6 +677,58 @@ static void xml_tool_call_becomes_a_call_with_typed_arguments(void) {
     free(r.calls);
 }
 
+/* The template writes every parameter as text, so "10001" may be a string
+ * id or a number: the request's tools say which. A client whose string
+ * parameter came back as a number (or whose boolean came back as "True")
+ * fails its own schema validation. */
+static void xml_parameters_take_the_types_the_tools_declare(void) {
+    static const char tools[] =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"other\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"id\":{\"type\":\"integer\"}}}}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"get\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+        "\"id\":{\"type\":\"string\"},\"flag\":{\"type\":\"string\"},\"word\":{\"type\":\"string\"},"
+        "\"n\":{\"type\":\"integer\"},\"x\":{\"type\":\"number\"},\"bad\":{\"type\":\"integer\"},"
+        "\"on\":{\"type\":\"boolean\"},\"off\":{\"type\":\"boolean\"},\"opts\":{\"type\":\"object\"},"
+        "\"tags\":{\"type\":\"array\"},\"notarray\":{\"type\":\"array\"},\"unset\":{\"type\":\"integer\"},"
+        "\"either\":{\"type\":[\"integer\",\"null\"]},\"free\":{}}}}}]";
+    const char *text =
+        "<tool_call>\n<function=get>\n<parameter=id>\n10001\n</parameter>\n<parameter=flag>\ntrue\n</parameter>\n"
+        "<parameter=word>\nnull\n</parameter>\n<parameter=n>\n10001\n</parameter>\n<parameter=x>\n2.5\n</parameter>\n"
+        "<parameter=bad>\nmany\n</parameter>\n<parameter=on>\nTrue\n</parameter>\n<parameter=off>\nfalse\n</parameter>\n"
+        "<parameter=opts>\n{\"a\": 1}\n</parameter>\n<parameter=tags>\n[\"a\"]\n</parameter>\n"
+        "<parameter=notarray>\n{\"a\": 1}\n</parameter>\n<parameter=unset>\nnull\n</parameter>\n"
+        "<parameter=either>\n7\n</parameter>\n<parameter=free>\n8\n</parameter>\n<parameter=undeclared>\n9\n</parameter>\n"
+        "</function>\n</tool_call>";
+    oai_output *o = oai_output_new(NULL, 0, -1, 1);
+    CHECK(o && oai_output_tools(o, tools) == 0);
+    if (!o) return;
+    oai_delta d;
+    CHECK(oai_output_push(o, text, strlen(text), &d) == 0 && oai_output_finish(o, &d) == 0);
+    char *calls = oai_output_tool_calls_json(o);
+    const char *name;
+    json_t *a = call_args(calls, 0, &name, NULL);
+    CHECK(strcmp(name, "get") == 0);
+    /* declared strings keep their text, however numeric or literal it looks */
+    CHECKF(strcmp(sv(json_object_get(a, "id")), "10001") == 0, "%s", calls);
+    CHECK(strcmp(sv(json_object_get(a, "flag")), "true") == 0 && strcmp(sv(json_object_get(a, "word")), "null") == 0);
+    /* declared numbers, booleans, objects and arrays are read as JSON (booleans in Python's spelling too) */
+    CHECK(json_is_integer(json_object_get(a, "n")) && json_integer_value(json_object_get(a, "n")) == 10001);
+    CHECK(json_real_value(json_object_get(a, "x")) == 2.5);
+    CHECK(json_is_true(json_object_get(a, "on")) && json_is_false(json_object_get(a, "off")));
+    CHECK(json_integer_value(json_object_get(json_object_get(a, "opts"), "a")) == 1);
+    CHECK(json_array_size(json_object_get(a, "tags")) == 1);
+    CHECK(json_is_null(json_object_get(a, "unset")));
+    /* text that is not of the declared type stays text, for the client's own check to catch */
+    CHECK(strcmp(sv(json_object_get(a, "bad")), "many") == 0);
+    CHECK(strcmp(sv(json_object_get(a, "notarray")), "{\"a\": 1}") == 0);
+    /* no single declared type: the guess as before */
+    CHECK(json_integer_value(json_object_get(a, "either")) == 7 && json_integer_value(json_object_get(a, "free")) == 8);
+    CHECK(json_integer_value(json_object_get(a, "undeclared")) == 9);
+    json_decref(a);
+    free(calls);
+    oai_output_free(o);
+}
+
 static void json_tool_call_form_is_parsed(void) {
     scenario sc = {"<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"kjv\", \"n\": 2}}\n</tool_call>",
                    {0}, 0, -1, 1};
@@ -1085,6 +1137,8 @@ static const nx_test tests[] = {
      the_first_completed_stop_string_wins},
     {"xml_tool_call_becomes_a_call_with_typed_arguments", "Qwen3.5 form: JSON-typed values, multi-line strings",
      xml_tool_call_becomes_a_call_with_typed_arguments},
+    {"xml_parameters_take_the_types_the_tools_declare", "Qwen3.5 form: a declared string stays text, declared types are read as JSON",
+     xml_parameters_take_the_types_the_tools_declare},
     {"json_tool_call_form_is_parsed", "Qwen3 form: arguments re-serialized compactly", json_tool_call_form_is_parsed},
     {"two_tool_calls_get_indexes_and_distinct_ids",
      "after reasoning, both forms, whitespace between dropped; one_call keeps the first",
