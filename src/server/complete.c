@@ -19,7 +19,7 @@
  * hook marks it, and the server's watch thread resumes it (never from the
  * engine thread, which holds the request's lock there). The same thread
  * polls parked and running connections' sockets every GEN_WATCH_MS: a client
- * that went away (POLLRDHUP), or a server shutting down, cancels the request,
+ * that went away (peer_gone), or a server shutting down, cancels the request,
  * which frees its row and ends the response.
  *
  *   handler/reader: pump (non-blocking read) -> data? send : park()
@@ -75,6 +75,7 @@ struct srv_gen {
      * max_tokens 0 request is not part of the answer */
     int echo, echoed, score_only;
     int32_t *prompt;              /* [n_prompt] with echo                      */
+    atomic_int peer_cut;          /* cancelled by the watch thread: the client hung up */
     int done;                     /* generation over (engine finished, or a stop string) */
     nx_finish fin;
     int error;                    /* the engine failed                          */
@@ -256,11 +257,19 @@ static void put_end(gen *g) {
 
 /* ---- generation ---------------------------------------------------------------- */
 
-/* 1 if the client closed its side of the connection. */
+/* 1 if the client is gone. A whole response counts a client that closed its
+ * sending side (POLLRDHUP) as gone: nothing else tells a client that went
+ * away from one that merely half-closed (HTTP/1.1 allows that; socat and
+ * nc -N do it), and a row must not stay busy for nobody; that answer is then
+ * an error, never a truncated one (srv_complete_whole). A stream writes as
+ * it goes, so a half-closed client gets its whole stream: one that went
+ * away fails a write, MHD ends the response (stream_free cancels the
+ * request) and the socket reports POLLHUP / POLLERR. */
 static int peer_gone(const gen *g) {
     if (g->fd < 0) return 0;
     struct pollfd p = {g->fd, POLLRDHUP, 0};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+    short gone = (short)(POLLHUP | POLLERR | (g->stream ? 0 : POLLRDHUP));
+    return poll(&p, 1, 0) > 0 && (p.revents & gone);
 }
 
 /* The engine's notify hook (engine thread, under the request's lock): mark
@@ -330,8 +339,13 @@ static void *watch_main(void *arg) {
             pthread_mutex_unlock(&s->wake_mu);
             int closing = atomic_load(&s->closing);
             pthread_mutex_lock(&s->mu);
-            for (gen *g = s->gens; g; g = g->next)
-                if (closing || peer_gone(g)) nx_request_cancel(g->rq);
+            for (gen *g = s->gens; g; g = g->next) {
+                if (closing) nx_request_cancel(g->rq);
+                else if (peer_gone(g)) {
+                    atomic_store(&g->peer_cut, 1);   /* before the cancel its reader may see */
+                    nx_request_cancel(g->rq);
+                }
+            }
             pthread_mutex_unlock(&s->mu);
             pthread_mutex_lock(&s->wake_mu);
             next_check = t + GEN_WATCH_MS * 1e-3;
@@ -640,7 +654,16 @@ enum MHD_Result srv_complete_whole(nx_server *s, struct MHD_Connection *c, srv_c
     oai_logprobs l;
     const oai_logprobs *lp = pending(g, &l);
     if (g->error) r = srv_send_error(s, c, 500, g->errmsg, "server_error", NULL);
-    else if (g->oom || !(json = g->chat ? oai_chat_completion_json(&g->meta, g->out, finish_reason(g), usage_of(g), lp)
+    else if (g->fin == NX_FINISH_CANCELLED && atomic_load(&g->peer_cut)) {
+        /* a half-closed client may still read: it must not take what was cut
+         * short for an answer (finish_reason "length" reads as max_tokens) */
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "the client closed its side of the connection; the request was cancelled after %d tokens "
+                 "(keep it open until the response, or stream)",
+                 g->n_completion);
+        r = srv_send_error(s, c, 400, msg, "invalid_request_error", NULL);
+    } else if (g->oom || !(json = g->chat ? oai_chat_completion_json(&g->meta, g->out, finish_reason(g), usage_of(g), lp)
                                         : oai_text_completion_json(&g->meta, g->out, finish_reason(g), usage_of(g), lp)))
         r = srv_send_error(s, c, 500, "out of memory", "server_error", NULL);
     else r = srv_send_json(s, c, 200, json);

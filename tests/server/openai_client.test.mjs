@@ -14,6 +14,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 
 let OpenAI;
@@ -577,6 +578,99 @@ test('a cancelled stream frees its row and the server goes on', async () => {
   }
   assert.equal(m.nextn_requests_cancelled_total, before.nextn_requests_cancelled_total + 2, 'the whole request ran on');
   assert.equal(m.nextn_batch_size, 0);
+});
+
+// One HTTP/1.1 exchange on a raw socket that shuts its sending side (a FIN)
+// once the request is written, as socat and `nc -N` do. onData(socket, bytes so far) may destroy the socket.
+// Returns { status, body } (de-chunked), or { closed } if the socket was
+// destroyed.
+function halfClosed(url, body, { onData = () => {} } = {}) {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect({ port: server.port, host: '127.0.0.1', allowHalfOpen: true });
+    let buf = Buffer.alloc(0);
+    sock.on('connect', () => {
+      sock.write(`POST ${url} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\n` +
+        `Content-Type: application/json\r\nConnection: close\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      sock.end();
+    });
+    sock.on('data', (d) => { buf = Buffer.concat([buf, d]); onData(sock, buf); });
+    sock.on('error', reject);
+    sock.on('close', () => {
+      if (sock.destroyed && !sock.readableEnded) return resolve({ closed: true });
+      const text = buf.toString('latin1'), at = text.indexOf('\r\n\r\n');
+      const head = text.slice(0, at);
+      let rest = text.slice(at + 4), out = '';
+      if (/transfer-encoding: chunked/i.test(head)) {
+        for (;;) {
+          const eol = rest.indexOf('\r\n'), n = parseInt(rest.slice(0, eol), 16);
+          if (!n) break;
+          out += rest.slice(eol + 2, eol + 2 + n);
+          rest = rest.slice(eol + 4 + n);
+        }
+      } else out = rest;
+      resolve({ status: Number(head.split(' ')[1]), body: Buffer.from(out, 'latin1').toString('utf8') });
+    });
+  });
+}
+
+async function waitIdle(before, cancelled) {
+  let m;
+  for (let i = 0; i < 200; i++) {
+    m = await metrics();
+    if (m.nextn_requests_cancelled_total === before.nextn_requests_cancelled_total + cancelled && m.nextn_batch_size === 0) break;
+    await sleep(50);
+  }
+  return m;
+}
+
+// HTTP/1.1 lets a client shut its sending side once the request is out. A
+// stream writes as it goes, so it runs to the end for such a client; a
+// whole request cannot tell it from a client that went away, so it is
+// cancelled (no row busy for nobody) and answered with an error that says
+// so -- never a cut answer passed off as finish_reason "length".
+test('a client that half-closes gets its whole stream, or an error for a whole request', async () => {
+  // no stop id: the whole request must still be running when the server sees the FIN
+  const idOf = (text) => JSON.parse(spawnSync(nextn, ['tokenize', '-m', modelDir, '--text', text]).stdout);
+  const logit_bias = Object.fromEntries([...idOf('<|im_end|>'), ...idOf('<|endoftext|>')].map((id) => [id, -100]));
+  const req = { prompt: 'And God said', max_tokens: 300, temperature: 0, logit_bias, stream_options: { include_usage: true } };
+  const full = await client().completions.create({ model: 'default', ...req });
+  let before = await metrics();
+  const s = await halfClosed('/v1/completions', JSON.stringify({ ...req, stream: true }));
+  assert.equal(s.status, 200);
+  const events = s.body.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
+  assert.equal(events.at(-1), '[DONE]');
+  const chunks = events.slice(0, -1).map((e) => JSON.parse(e));
+  assert.equal(chunks.map((c) => c.choices[0]?.text || '').join(''), full.choices[0].text, 'the stream was cut');
+  assert.equal(chunks.at(-2).choices[0].finish_reason, 'length');
+  assert.equal(chunks.at(-1).usage.completion_tokens, 300);
+  let m = await waitIdle(before, 0);
+  assert.equal(m.nextn_requests_cancelled_total, before.nextn_requests_cancelled_total);
+  // a whole request: cancelled, and the error names what happened
+  before = m;
+  // (libmicrohttpd 0.9.75 may read the FIN itself when it resumes the parked
+  // connection, and drop it unanswered as it does for a client that went
+  // away: no answer at all is still no cut answer)
+  const w = await halfClosed('/v1/completions', JSON.stringify({ ...req, max_tokens: 1000 }));
+  assert.notEqual(w.status, 200, 'a cut answer passed off as whole');
+  if (w.status || w.body) {
+    assert.equal(w.status, 400, JSON.stringify(w));
+    const err = JSON.parse(w.body).error;
+    assert.match(err.message, /^the client closed its side of the connection; the request was cancelled after \d+ tokens/);
+    assert.equal(err.type, 'invalid_request_error');
+  }
+  m = await waitIdle(before, 1);
+  assert.equal(m.nextn_requests_cancelled_total, before.nextn_requests_cancelled_total + 1, 'the whole request ran on');
+  assert.equal(m.nextn_batch_size, 0);
+  // a stream whose client then goes away for good: the next write fails, and
+  // that ends the response, cancels the request and frees its row
+  before = m;
+  const gone = await halfClosed('/v1/completions', JSON.stringify({ ...req, max_tokens: 900, stream: true }),
+    { onData: (sock, bytes) => { if (bytes.includes('"text"')) sock.destroy(); } });
+  assert.ok(gone.closed);
+  m = await waitIdle(before, 1);
+  assert.equal(m.nextn_requests_cancelled_total, before.nextn_requests_cancelled_total + 1, 'the stream ran on');
+  assert.equal(m.nextn_batch_size, 0);
+  assert.ok(m.nextn_generated_tokens_total - before.nextn_generated_tokens_total < 900, 'the row ran on');
 });
 
 test('malformed requests get OpenAI-style 4xx errors', async () => {
