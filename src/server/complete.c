@@ -36,6 +36,7 @@
 #include <jansson.h>
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "server/http.h"
 #include "server/oai.h"
@@ -57,6 +58,7 @@ struct srv_gen {
     int fd;                       /* the client's socket, polled for hang-ups   */
     int chat, stream;
     nx_request *rq;
+    double t_submit;              /* nx_now_s() when rq was submitted          */
     nx_detok_stream *detok;
     oai_output *out;
     oai_meta meta;
@@ -123,16 +125,21 @@ static void gen_list(gen *g) {
     pthread_mutex_unlock(&g->s->mu);
 }
 
-/* The request's log line: sizes, cache reuse, speed, how it ended. */
+/* The request's log line, for every request the engine took: sizes, cache
+ * reuse, speed, how it ended. One that never finished (its client went
+ * away, or the server stopped first) is "cancelled", and its speed is
+ * measured up to now: the engine has not stamped its end yet. */
 static void log_done(const gen *g) {
     static const char *const how[] = {"running", "stop", "length", "cancelled", "error"};
     nx_request_info in;
     nx_request_get_info(g->rq, &in);
+    const double total = in.total_s > 0 ? in.total_s : nx_now_s() - g->t_submit;
+    const int ended = g->done && g->fin != NX_FINISH_NONE;
     nx_logf(g->s->o.log, g->s->o.log_ctx, "%s %s: prompt %d (cached %d), output %d, ttft %.0f ms, %.1f tok/s, MTP %lld/%lld accepted, %s",
             g->chat ? "chat" : "completion", g->stream ? "stream" : "whole", in.prompt_tokens, in.cached_tokens,
             in.completion_tokens, in.ttft_s * 1e3,
-            in.total_s > in.ttft_s ? (in.completion_tokens - 1) / (in.total_s - in.ttft_s) : 0.0, (long long)in.accepted,
-            (long long)in.drafted, g->fin == NX_FINISH_STOP && g->done ? "stop" : how[g->fin]);
+            in.completion_tokens > 1 && total > in.ttft_s ? (in.completion_tokens - 1) / (total - in.ttft_s) : 0.0,
+            (long long)in.accepted, (long long)in.drafted, ended ? how[g->fin] : how[NX_FINISH_CANCELLED]);
 }
 
 static void gen_free(gen *g) {
@@ -147,7 +154,7 @@ static void gen_free(gen *g) {
     s->in_flight--;
     s->streams_open -= g->stream;
     pthread_mutex_unlock(&s->mu);
-    if (g->rq && g->done) log_done(g);
+    if (g->rq) log_done(g);
     nx_request_free(g->rq); /* after this no wake() comes */
     pthread_mutex_destroy(&g->mu);
     nx_detok_stream_free(g->detok);
@@ -754,7 +761,7 @@ enum MHD_Result srv_complete(nx_server *s, struct MHD_Connection *c, srv_conn *c
             g->out = NULL;
         }
         if (g->model && g->out && nx_detok_stream_new(s->o.tokenizer, 1, &g->detok, err, sizeof err) == NX_OK)
-            st = nx_engine_submit(s->o.engine, &ro, &g->rq, err, sizeof err);
+            g->t_submit = nx_now_s(), st = nx_engine_submit(s->o.engine, &ro, &g->rq, err, sizeof err);
     }
     nx_free(ids);
     oai_request_free(&q);

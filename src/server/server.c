@@ -309,6 +309,17 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 
 /* ---- lifetime ---------------------------------------------------------------------- */
 
+/* libmicrohttpd's own messages (a failed send, a connection it dropped) go
+ * to the server's log like every other line, not raw to stderr. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    const nx_server *s = cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+    nx_logf(s->o.log, s->o.log_ctx, "http: %s", line);
+}
+
 static void free_server(nx_server *s) {
     free(s->host), free(s->api_key), free(s->model_name);
     srv_watch_destroy(s);
@@ -350,7 +361,9 @@ nx_status nx_server_start(const nx_server_opts *opts, nx_server **out, char *err
     /* epoll on a pool of SRV_THREADS threads; handlers never block (a
      * generation parks its connection, complete.c) */
     s->daemon = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
-                                 (uint16_t)opts->port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                                 (uint16_t)opts->port, NULL, NULL, handle, s,
+                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, /* first: MHD logs while reading the rest */
+                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                                  MHD_OPTION_THREAD_POOL_SIZE, (unsigned)SRV_THREADS, MHD_OPTION_CONNECTION_LIMIT,
                                  (unsigned)s->o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
                                  MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_END);

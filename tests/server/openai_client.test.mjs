@@ -664,6 +664,7 @@ test('a client that half-closes gets its whole stream, or an error for a whole r
   // a stream whose client then goes away for good: the next write fails, and
   // that ends the response, cancels the request and frees its row
   before = m;
+  const logAt = server.log.length;
   const gone = await halfClosed('/v1/completions', JSON.stringify({ ...req, max_tokens: 900, stream: true }),
     { onData: (sock, bytes) => { if (bytes.includes('"text"')) sock.destroy(); } });
   assert.ok(gone.closed);
@@ -671,6 +672,10 @@ test('a client that half-closes gets its whole stream, or an error for a whole r
   assert.equal(m.nextn_requests_cancelled_total, before.nextn_requests_cancelled_total + 1, 'the stream ran on');
   assert.equal(m.nextn_batch_size, 0);
   assert.ok(m.nextn_generated_tokens_total - before.nextn_generated_tokens_total < 900, 'the row ran on');
+  // every request the engine took has its log line, one cut by its client too
+  const cut = /completion stream: [^\n]*, cancelled\n/;
+  for (let i = 0; i < 100 && !cut.test(server.log.slice(logAt)); i++) await sleep(20);
+  assert.match(server.log.slice(logAt), cut);
 });
 
 test('malformed requests get OpenAI-style 4xx errors', async () => {
@@ -714,6 +719,20 @@ test('malformed requests get OpenAI-style 4xx errors', async () => {
   assert.ok(refused && refused.status === 400 && refused.param === 'response_format', `got ${refused}`);
   const big = await chat({ messages: [user('x'.repeat(70000))] });
   assert.equal(big.status, 413);
+  // libmicrohttpd's own complaints (here a broken chunked body) are log lines like the
+  // server's, with a time, not raw text on stderr
+  const logAt = server.log.length;
+  await new Promise((resolve) => {
+    const sock = net.connect({ port: server.port, host: '127.0.0.1' }, () =>
+      sock.end('POST /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nxx\r\n'));
+    sock.on('data', () => {});
+    sock.on('error', resolve);
+    sock.on('close', resolve);
+  });
+  for (let i = 0; i < 100 && !/chunked/.test(server.log.slice(logAt)); i++) await sleep(20);
+  const lines = server.log.slice(logAt).split('\n').filter((l) => l);
+  assert.ok(lines.some((l) => /http: .*chunked/.test(l)), `no libmicrohttpd line: ${lines}`);
+  for (const l of lines) assert.match(l, /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d /, 'a log line without its time');
   assert.equal((await raw('GET', '/v1/nothing')).status, 404);
   const notAllowed = await raw('GET', '/v1/chat/completions');
   assert.equal(notAllowed.status, 405);
@@ -839,9 +858,14 @@ test('SIGTERM ends open streams and waiting requests cleanly', async () => {
       .then((r) => ({ finish: r.finish || r.choices?.[0]?.finish_reason }), (e) => ({ error: e })));
   }
   await sleep(300);
+  const s = server;
   const exited = await stopServer();
   const out = await Promise.all(pending);
   assert.equal(exited.code, 0);
+  // a request the shutdown cut still reports its speed (it logged 0.0 tok/s)
+  const cutLines = [...s.log.matchAll(/output (\d+), ttft \d+ ms, ([\d.]+) tok\/s[^\n]*, cancelled/g)].filter((x) => +x[1] > 1);
+  assert.ok(cutLines.length > 0, 'no request was cut by the shutdown');
+  for (const x of cutLines) assert.ok(+x[2] > 0, `logged ${x[0]}`);
   out.forEach((o, i) => {
     assert.ok(!o.error, `request ${i} broke: ${o.error}`);
     assert.ok(['length', 'stop'].includes(o.finish), `request ${i}: finish_reason ${o.finish}`);
