@@ -53,8 +53,9 @@ static const char *generate_help =
     "  --echo             print the prompt's text before the generated text\n"
     "  --json             print one JSON object {prompt_ids, ids, text, stats, and mtp\n"
     "                     with a drafter} at the end\n"
-    "Output is text when DIR has a tokenizer.json (special tokens left out), else token ids.\n"
-    "  --stats            print prefill / decode speed to stderr\n";
+    "  --stats            print prefill / decode speed and, with a drafter, MTP acceptance\n"
+    "                     (else 'mtp: off') to stderr\n"
+    "Output is text when DIR has a tokenizer.json (special tokens left out), else token ids.\n";
 
 typedef struct {
     const char *prompt_ids, *prompt_text, *prompt_file;

@@ -6,7 +6,8 @@
 #include "cli.h"
 
 static const char *logits_help =
-    "usage: nextn logits [-m DIR] --tokens 1,2,3 --out target.npy [--hidden-out h.npy] [--prenorm-out p.npy]\n"
+    "usage: nextn logits [-m DIR] --tokens 1,2,3 [--out target.npy] [--hidden-out h.npy] [--prenorm-out p.npy]\n"
+    "                    [--mtp-out m.npy [--mtp DIR]]  (at least one output)\n"
     "Runs the token ids through the model in one call and writes float32 .npy files:\n"
     "[L, vocab] logits, [L, hidden] post-final-norm and pre-final-norm hidden rows.\n\n" CLI_MODEL_HELP
     "  --tokens IDS       comma-separated token ids\n"

@@ -72,7 +72,7 @@ int cmd_perplexity(int argc, char **argv) {
         return cli_usage_error("perplexity: give one of -f FILE, --text TEXT, --ids IDS");
     long ctx = 512;
     if (ctx_arg && cli_parse_int(ctx_arg, 2, 1 << 24, &ctx))
-        return cli_usage_error("perplexity: --ctx wants an integer >= 2, got '%s'", ctx_arg);
+        return cli_usage_error("perplexity: --ctx wants an integer in [2, %d], got '%s'", 1 << 24, ctx_arg);
 
     int rc = 1, n = 0;
     int32_t *ids = NULL;

@@ -49,7 +49,7 @@ int cmd_quantize(int argc, char **argv) {
         }
     }
     if (!out) return cli_usage_error("quantize: -o OUT is required");
-    if (!o.bits && o.mode == NX_QUANT_AFFINE) return cli_usage_error("quantize: --bits (or a --mode) is required");
+    if (!o.bits && o.mode == NX_QUANT_AFFINE) return cli_usage_error("quantize: --bits is required for affine (or give --mode mxfp4, nvfp4 or mxfp8)");
     if (o.mode == NX_QUANT_AFFINE && o.group_size == 16)
         return cli_usage_error("quantize: --group-size 16 is nvfp4's; affine takes 32, 64 or 128");
     int mode_bits, mode_group;

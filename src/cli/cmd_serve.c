@@ -14,8 +14,8 @@ static const char *serve_help =
     "usage: nextn serve [-m DIR] [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx N]\n"
     "                   [--cache-ram MB] [--cache-dir DIR] [--mtp on|off|DIR] [--api-key KEY]\n"
     "Serves the model over HTTP with OpenAI's API (POST /v1/chat/completions, /v1/completions,\n"
-    "/tokenize, /detokenize; GET /v1/models, /v1/models/ID, /health, /metrics), speculative\n"
-    "decoding on for every request.\n\n" CLI_MODEL_HELP
+    "/tokenize, /detokenize; GET /v1/models, /v1/models/ID, /health, /metrics), with MTP\n"
+    "speculative decoding (the checkpoint's head by default, drafting when it pays).\n\n" CLI_MODEL_HELP
     "  --host ADDR        IPv4 address to bind (default 127.0.0.1: this machine only)\n"
     "  --port N           TCP port (default 8080; 0 picks a free one, see --port-file)\n"
     "  --port-file F      write the port listened on to F once ready\n"
@@ -23,7 +23,8 @@ static const char *serve_help =
     "  --max-queue N      waiting requests before new ones get 503 (default 64)\n"
     "  --ctx N            tokens per request: prompt + output (default 4096)\n"
     "  --prefill-chunk N  prompt tokens a request reads per scheduler round (default 64)\n"
-    "  --cache-ram MB     prefix cache budget in RAM (default 1024; 0 = off)\n"
+    "  --cache-ram MB     prefix cache budget in RAM (default 1024; 0 = no RAM tier: no cache\n"
+    "                     at all without --cache-dir)\n"
     "  --cache-dir DIR    also keep prefix-cache checkpoints in DIR (survives restarts)\n"
     "  --cache-disk MB    budget of --cache-dir, least recently used files deleted (default 8192; 0 = no limit)\n"
     "  --mtp on|off|DIR   the MTP drafter: the checkpoint's own (default), none, or a directory\n"
