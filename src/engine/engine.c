@@ -585,7 +585,8 @@ static void row_end(nx_engine *e, nx_request *r) {
         if (seq) {
             memcpy(seq, r->prompt, (size_t)r->n_prompt * sizeof *seq);
             pthread_mutex_lock(&r->mu);
-            memcpy(seq + r->n_prompt, r->out, (size_t)r->generated * sizeof *seq);
+            if (r->generated)   /* a stop id first: no output buffer yet (memcpy wants one) */
+                memcpy(seq + r->n_prompt, r->out, (size_t)r->generated * sizeof *seq);
             pthread_mutex_unlock(&r->mu);
             if (r->stop_tok >= 0) seq[n - 1] = r->stop_tok;
             checkpoint(e, r, seq, n);

@@ -888,6 +888,10 @@ try {
     } catch (e) {
       failed++;
       console.log(`FAIL ${t.name}: ${e.stack || e}`);
+      if (server?.exited) { // a server that died says why; the next test starts another
+        console.log(`the server exited (${JSON.stringify(server.exited)}); its log:\n${server.log}`);
+        server = null;
+      }
     }
   }
 } finally {
