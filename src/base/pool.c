@@ -58,6 +58,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -201,8 +202,11 @@ static int claim_own(nx_pool *p, int tid, int64_t *i0, int64_t *i1) {
         if (left == 0) return 0;
         uint64_t take = (left + 1) / 2;
         if (atomic_compare_exchange_weak(run, &v, run_pack(next + take, end))) {
-            *i0 = (int64_t)next * p->grain;
-            *i1 = (int64_t)(next + take) * p->grain < p->n ? (int64_t)(next + take) * p->grain : p->n;
+            /* in unsigned: units * grain may pass INT64_MAX when n is near it
+             * (both are below 2^63, so their product's bound, n - 1 + grain, fits) */
+            const uint64_t g = (uint64_t)p->grain, stop = (next + take) * g;
+            *i0 = (int64_t)(next * g);
+            *i1 = stop < (uint64_t)p->n ? (int64_t)stop : p->n;
             return 1;
         }
     }
@@ -231,13 +235,20 @@ static int steal(nx_pool *p, int tid) {
     }
 }
 
+/* Set while this thread runs a job's fn: a nested nx_pool_run would wait
+ * on itself (the run lock, or a worker that is this thread), so it stops
+ * the process with a message instead of hanging on large inputs only. */
+static _Thread_local int in_job;
+
 /* Runs claimed ranges of the current job on thread tid until none is left. */
 static void pool_work(nx_pool *p, int tid) {
     int64_t i0, i1;
+    in_job = 1;
     for (;;) {
         while (claim_own(p, tid, &i0, &i1)) p->fn(p->ctx, i0, i1, tid);
-        if (!steal(p, tid)) return;
+        if (!steal(p, tid)) break;
     }
+    in_job = 0;
 }
 
 static void *pool_main(void *arg) {
@@ -306,7 +317,10 @@ static int physical_cores(void) {
         long pkg = read_sys_long(fmt, cpu);
         snprintf(fmt, sizeof fmt, "%stopology/core_id", base);
         long core = read_sys_long(fmt, cpu);
-        if (pkg < 0 || core < 0) return (int)online;
+        if (pkg < 0 || core < 0) {   /* no topology (a container's sysfs): count CPUs, capped below */
+            n_seen = 0;
+            break;
+        }
         int dup = 0;
         for (int i = 0; i < n_seen && !dup; i++) dup = seen[i][0] == (int)pkg && seen[i][1] == (int)core;
         if (!dup) seen[n_seen][0] = (int)pkg, seen[n_seen][1] = (int)core, n_seen++;
@@ -379,14 +393,20 @@ void nx_pool_free(nx_pool *p) {
 int nx_pool_size(const nx_pool *p) { return p ? p->n_threads : 1; }
 
 void nx_pool_run(nx_pool *p, nx_range_fn fn, void *ctx, int64_t n, int64_t grain) {
+    if (in_job) {   /* an invariant failure, not user input (pool.h) */
+        fprintf(stderr, "nextn: nx_pool_run called from inside a pool job\n");
+        abort();
+    }
     if (n <= 0) return;
     if (grain < 1) grain = 1;
     while ((n - 1) / grain >= (int64_t)UINT32_MAX) grain *= 2;   /* units fit a run's 32-bit halves */
-    const uint64_t units = (uint64_t)((n + grain - 1) / grain);
+    const uint64_t units = (uint64_t)((n - 1) / grain) + 1;   /* n + grain - 1 could overflow */
     uint64_t parts = p ? (uint64_t)p->n_threads : 1;
     if (parts > units) parts = units;
     if (parts <= 1) {
+        in_job = 1;
         fn(ctx, 0, n, 0);
+        in_job = 0;
         return;
     }
     /* A model (and its pool) may be shared by threads that each decode their

@@ -14,8 +14,12 @@
  * only decides which thread computes which index; kernels compute each index
  * the same way whatever the split, so results do not depend on the thread
  * count or on timing.
- * Calls must not be nested (a worker must not call nx_pool_run). Several
- * caller threads may share a pool: their jobs run one after another. */
+ * Calls must not be nested: fn must not call nx_pool_run on any pool (it
+ * would wait on itself; the process stops with a message instead). Several
+ * caller threads may share a pool: jobs of more than one part run one after
+ * another, but a job of one part runs at once on its caller as tid 0, beside
+ * another caller's job -- so scratch indexed by tid must belong to the
+ * caller (its state), not to the pool or the model. */
 #ifndef NX_BASE_POOL_H
 #define NX_BASE_POOL_H
 

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -288,6 +289,75 @@ static void jobs_do_not_wait_for_a_worker_that_has_not_joined(void) {
     nx_pool_free(p);
 }
 
+/* Ranges of a job over indices near INT64_MAX: the pool's units times its
+ * grain pass INT64_MAX there, and must not wrap into negative ranges. */
+typedef struct {
+    atomic_int n;
+    int64_t r[4096][2];
+} range_log;
+
+static void log_range(void *ctx, int64_t i0, int64_t i1, int tid) {
+    range_log *l = ctx;
+    int k = atomic_fetch_add(&l->n, 1);
+    if (k < 4096) l->r[k][0] = i0, l->r[k][1] = i1;
+}
+
+static int by_start(const void *a, const void *b) {
+    const int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+    return (x > y) - (x < y);
+}
+
+static void huge_ranges_and_grains_do_not_overflow(void) {
+    char err[256];
+    nx_pool *p = NULL;
+    CHECK(nx_pool_new(3, &p, err, sizeof err) == NX_OK);
+    if (!p) return;
+    static const int64_t cases[][2] = {{INT64_MAX, (int64_t)1 << 40}, {INT64_MAX - 1, (int64_t)1 << 62}, {2, INT64_MAX},
+                                       {INT64_MAX, INT64_MAX}, {INT64_MAX, 1}};
+    range_log *l = malloc(sizeof *l);
+    for (size_t c = 0; l && c < sizeof cases / sizeof cases[0]; c++) {
+        atomic_store(&l->n, 0);
+        nx_pool_run(p, log_range, l, cases[c][0], cases[c][1]);
+        int n = atomic_load(&l->n);
+        CHECKF(n >= 1 && n <= 4096, "case %zu: %d calls", c, n);
+        if (n < 1 || n > 4096) continue;
+        qsort(l->r, (size_t)n, sizeof l->r[0], by_start);
+        int64_t at = 0;   /* the ranges tile [0, n) in order */
+        for (int k = 0; k < n && at >= 0; k++) at = l->r[k][0] == at && l->r[k][1] > at ? l->r[k][1] : -1;
+        CHECKF(at == cases[c][0], "case %zu (n %lld, grain %lld): ranges do not tile [0, n)", c, (long long)cases[c][0],
+               (long long)cases[c][1]);
+    }
+    free(l);
+    nx_pool_free(p);
+}
+
+/* A job's fn that calls nx_pool_run would wait on itself (only when the
+ * inner job has more than one part: small tests would pass); the pool stops
+ * the process with a message instead. */
+static nx_pool *nested_pool;
+
+static void nest(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)ctx, (void)i0, (void)i1, (void)tid;
+    nx_pool_run(nested_pool, log_range, NULL, 0, 1);   /* even an empty inner job */
+}
+
+static void a_nested_call_stops_with_a_message(void) {
+    for (int outer = 1; outer <= 1000; outer += 999) {   /* a one-part job and a many-part one */
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            freopen("/dev/null", "w", stderr);
+            char err[256];
+            if (nx_pool_new(2, &nested_pool, err, sizeof err) != NX_OK) _exit(3);
+            nx_pool_run(nested_pool, nest, NULL, outer, 1);
+            _exit(0);
+        }
+        int st = 0;
+        CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+        CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "outer n %d: status %#x", outer, st);
+    }
+}
+
 static const nx_test tests[] = {
     {"default_size_is_one_per_physical_core", "nx_pool_new(0): 1 .. online CPUs threads; more than 256 refused",
      default_size_is_one_per_physical_core},
@@ -300,6 +370,10 @@ static const nx_test tests[] = {
      jobs_do_not_wait_for_a_worker_that_has_not_joined},
     {"each_thread_streams_through_its_own_share", "2 threads, n = 1000, grain 4: first ranges at 0 and 500, second ones where the first ended",
      each_thread_streams_through_its_own_share},
+    {"huge_ranges_and_grains_do_not_overflow", "n and grain up to INT64_MAX: the ranges tile [0, n), none wraps negative",
+     huge_ranges_and_grains_do_not_overflow},
+    {"a_nested_call_stops_with_a_message", "nx_pool_run inside a job's fn (one part or many): SIGABRT, not a hang",
+     a_nested_call_stops_with_a_message},
     {"sleeping_threads_are_woken",
      "2 threads, 20 jobs after 5 ms idle: the sleeping worker joins each, the caller sleeps until it leaves",
      sleeping_threads_are_woken},
