@@ -882,7 +882,8 @@ typedef struct {
     int port;                  /* 0: any free port (see nx_server_port)         */
     const char *api_key;       /* non-NULL: every /v1/ path, /tokenize,
                                   /detokenize and /metrics need
-                                  "Authorization: Bearer KEY" (else 401)       */
+                                  "Authorization: Bearer KEY" (else 401);
+                                  "" is refused (NX_EINVAL)                    */
     const char *model_name;    /* the id /v1/models lists (default "nextn")     */
     size_t max_body;           /* request body limit in bytes (default 4 MiB)   */
     int max_connections;       /* default 64                                    */

@@ -329,6 +329,10 @@ static void free_server(nx_server *s) {
 
 nx_status nx_server_start(const nx_server_opts *opts, nx_server **out, char *err, size_t errlen) {
     *out = NULL;
+    /* "" would let in "Authorization: Bearer " with no token: a key meant
+     * and lost (an unset shell variable), not a server meant to be open */
+    if (opts && opts->api_key && !*opts->api_key)
+        return nx_fail(err, errlen, NX_EINVAL, "server: api_key is empty (NULL serves without a key)");
     if (!opts || !opts->engine || !opts->tokenizer) return nx_fail(err, errlen, NX_EINVAL, "server: an engine and a tokenizer are required");
     nx_server *s = calloc(1, sizeof *s);
     if (!s) return nx_fail(err, errlen, NX_ENOMEM, "server: out of memory");

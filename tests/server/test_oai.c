@@ -1091,7 +1091,17 @@ static void error_json_has_message_type_param_and_code(void) {
     json_decref(j);
 }
 
+/* An empty API key is refused at start: it would let in "Authorization:
+ * Bearer " with no token (a key that was meant and lost, not an open server). */
+static void an_empty_api_key_is_refused(void) {
+    char err[256] = "";
+    nx_server *s = (nx_server *)&err;   /* must come back NULL */
+    nx_server_opts o = {.api_key = ""};
+    CHECKF(nx_server_start(&o, &s, err, sizeof err) == NX_EINVAL && !s && strstr(err, "api_key is empty"), "'%s'", err);
+}
+
 static const nx_test tests[] = {
+    {"an_empty_api_key_is_refused", "nx_server_start with api_key \"\": NX_EINVAL naming it, no server", an_empty_api_key_is_refused},
     {"chat_request_keeps_messages_and_reads_every_field", "content-part arrays kept as sent; sampling, seed -1 as u64",
      chat_request_keeps_messages_and_reads_every_field},
     {"absent_fields_take_openai_defaults", "temperature 1, top_p 1, max_tokens -1, enable_thinking -1; top_k -1 is off",
