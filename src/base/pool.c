@@ -127,9 +127,9 @@ struct nx_pool {
     pthread_mutex_t run_lock;     /* one multi-part job at a time (see pool.h)  */
     pthread_cond_t wake, done;
     atomic_uint_fast64_t generation;
-    /* The current job's gate: the job's tag (generation, truncated) in the
-     * high 31 bits, GATE_CLOSED, and in the low 32 bits the workers inside
-     * it. See gate_enter. */
+    /* The current job's gate: the job's tag (the generation's low 54 bits)
+     * in the high bits, GATE_CLOSED, and in the low 9 bits the workers
+     * inside it. See gate_enter. */
     atomic_uint_fast64_t gate;
     atomic_int stop;
     atomic_int sleepers;          /* workers asleep on wake (or about to be)   */
@@ -159,9 +159,15 @@ static void spin_adapt(nx_pool *p, spin_budget *b) {
 #endif
 }
 
-#define GATE_CLOSED ((uint64_t)1 << 32)
-#define GATE_INSIDE 0xffffffffu
-static uint64_t gate_tag(uint64_t generation) { return (generation & 0x7fffffffu) << 33; }
+/* The count of workers inside needs 9 bits (at most 255 workers); the rest
+ * of the word tags the job, so that a worker that read an old generation
+ * and was preempted cannot take a later job's gate for its own -- with 54
+ * bits that takes 2^54 jobs in between, where 31 bits took 2^31 (hours). */
+#define GATE_INSIDE_BITS 9
+_Static_assert(POOL_MAX_THREADS <= (1 << GATE_INSIDE_BITS) - 1, "the gate counts every worker");
+#define GATE_INSIDE (((uint64_t)1 << GATE_INSIDE_BITS) - 1)
+#define GATE_CLOSED ((uint64_t)1 << GATE_INSIDE_BITS)
+static uint64_t gate_tag(uint64_t generation) { return generation << (GATE_INSIDE_BITS + 1); }
 
 /* Joins job `generation` if it is still the current one and still open:
  * 1 (the worker is then counted inside until gate_leave), else 0 (the
