@@ -169,16 +169,18 @@ static const char *declared_type(const json_t *tools, const char *name, const ch
     return NULL;
 }
 
-/* 1 if JSON value j is of JSON Schema type `type` ("integer" takes any
- * number: 3.0 is an integer in JSON Schema); null passes for every type, as
- * a model writes it for an argument it leaves unset. */
+/* 1 if JSON value j (may be NULL) is of JSON Schema type `type` ("integer"
+ * takes any number: 3.0 is an integer in JSON Schema; null passes, as a
+ * model writes it for an argument it leaves unset), 0 if not, -1 for a type
+ * not read back as JSON. */
 static int of_type(const json_t *j, const char *type) {
-    if (json_is_null(j)) return 1;
-    if (!strcmp(type, "number") || !strcmp(type, "integer")) return json_is_number(j);
-    if (!strcmp(type, "boolean")) return json_is_boolean(j);
-    if (!strcmp(type, "object")) return json_is_object(j);
-    if (!strcmp(type, "array")) return json_is_array(j);
-    return 0;
+    int fits;
+    if (!strcmp(type, "number") || !strcmp(type, "integer")) fits = json_is_number(j);
+    else if (!strcmp(type, "boolean")) fits = json_is_boolean(j);
+    else if (!strcmp(type, "object")) fits = json_is_object(j);
+    else if (!strcmp(type, "array")) fits = json_is_array(j);
+    else return -1;   /* a type not read back as JSON ("string", or one this does not know) */
+    return fits || json_is_null(j);
 }
 
 /* A parameter value. The template writes every value as text (objects and
@@ -196,9 +198,8 @@ static json_t *param_value(const char *v, size_t n, const char *type) {
         (strncasecmp(v, "true", n) == 0 || strncasecmp(v, "false", n) == 0))
         return json_boolean(n == 4);
     json_t *j = json_loadb(v, n, JSON_DECODE_ANY, NULL);
-    int known = type && (!strcmp(type, "number") || !strcmp(type, "integer") || !strcmp(type, "boolean") ||
-                         !strcmp(type, "object") || !strcmp(type, "array"));
-    if (j && (known ? of_type(j, type) : !json_is_string(j))) return j;
+    const int fits = type ? of_type(j, type) : -1;
+    if (j && (fits >= 0 ? fits : !json_is_string(j))) return j;
     json_decref(j);
     return json_stringn(v, n);
 }
