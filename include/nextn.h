@@ -561,6 +561,11 @@ nx_status nx_spec_absorb(nx_spec *s, const int32_t *tokens, int n, char *err, si
  * stays FRESH. */
 nx_status nx_spec_save(const nx_spec *s, const char *path, char *err, size_t errlen);
 nx_status nx_spec_load(nx_spec *s, const char *path, char *err, size_t errlen);
+/* Whether nx_spec_save could write path now, without touching path: the
+ * same link target and refusals, and a file made (and removed) beside the
+ * target, as the save makes one. For a program to refuse a path before the
+ * work whose result it would lose. */
+nx_status nx_spec_save_check(const char *path, char *err, size_t errlen);
 /* The same checkpoint in memory: nx_spec_snapshot returns the file's bytes
  * in *blob (the caller frees with nx_free), nx_spec_restore reads them back
  * with the checks and errors of nx_spec_load ("snapshot" names the source). */

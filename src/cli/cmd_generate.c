@@ -4,8 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli.h"
 
@@ -267,24 +265,11 @@ done:
 }
 
 /* Refuses a --save-state path the save could not write before the model
- * loads and the tokens are made, not after. nx_spec_save writes a file of
- * its own beside the path and renames it over the path, so one such file is
- * made (and removed) here; the path itself is not touched, as it may be the
- * --load-state file. A symbolic link is left to the save, which writes
- * beside the link's target. 0, or 1 after printing the error. */
+ * loads and the tokens are made, not after (the path itself is not touched:
+ * it may be the --load-state file). 0, or 1 after printing the error. */
 static int check_save_state(const char *path) {
-    struct stat sb;
-    if (lstat(path, &sb) == 0) {
-        if (S_ISLNK(sb.st_mode)) return 0;
-        if (!S_ISREG(sb.st_mode)) return cli_fail("%s: not a regular file; a checkpoint is not written over it", path);
-    }
-    char probe[4096];
-    if (snprintf(probe, sizeof probe, "%s.XXXXXX", path) >= (int)sizeof probe) return 0;   /* the save says why */
-    const int fd = mkstemp(probe);
-    if (fd < 0) return cli_fail("%s: cannot write the checkpoint: %s", path, strerror(errno));
-    close(fd);
-    remove(probe);
-    return 0;
+    char err[1024];
+    return nx_spec_save_check(path, err, sizeof err) ? cli_fail("%s", err) : 0;
 }
 
 /* Loads the drafter --mtp asks for: NULL with *rc = 0 when MTP is off or

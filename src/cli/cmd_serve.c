@@ -1,12 +1,15 @@
 /* cmd_serve.c — `nextn serve`: the OpenAI-compatible HTTP server. Loads the
  * model, its MTP head, the tokenizer and chat template, starts the engine and
  * the server, and waits for SIGINT / SIGTERM to shut both down cleanly. */
+#include <errno.h>
 #include <libgen.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -118,12 +121,29 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
     return 0;
 }
 
+/* Refuses a --port-file the server could not write before the model loads
+ * (minutes, for a big one), not after: an existing file (or device) must be
+ * writable; for a new one, a file is made and removed beside it. 0, or 1
+ * after printing the error. */
+static int check_port_file(const char *path) {
+    if (access(path, F_OK) == 0)
+        return access(path, W_OK) == 0 ? 0 : cli_fail("%s: cannot write the port: %s", path, strerror(errno));
+    char probe[4096];
+    if (snprintf(probe, sizeof probe, "%s.XXXXXX", path) >= (int)sizeof probe) return cli_fail("%s: the path is too long", path);
+    const int fd = mkstemp(probe);
+    if (fd < 0) return cli_fail("%s: cannot write the port: %s", path, strerror(errno));
+    close(fd);
+    remove(probe);
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv) {
     cli_model_opts mo = {cli_default_model(), {0}};
     serve_opts o = {"127.0.0.1", NULL, NULL, NULL, NULL, NULL, NULL, CLI_MTP_DEFAULT, NX_DRAFTS_ADAPTIVE, 8080, 4, 64, 4096, 64, 1024, 8192, 0,
                      CLI_DRAFT_HEAD_BITS, CLI_DRAFT_SCREEN, 4 << 20};
     int rc = parse(argc, argv, &mo, &o);
     if (rc) return rc < 0 ? 0 : rc;
+    if (o.port_file && check_port_file(o.port_file)) return 1;
 
     /* SIGINT / SIGTERM are taken by sigwait below; blocked before any thread
      * starts, so every thread inherits the mask and none is interrupted */

@@ -161,6 +161,21 @@ static nx_status save_target(const char *path, char target[PATH_MAX], struct sta
     return NX_OK;
 }
 
+nx_status nx_spec_save_check(const char *path, char *err, size_t errlen) {
+    char target[PATH_MAX], probe[PATH_MAX + 16];
+    struct stat sb;
+    int exists;
+    const nx_status st = save_target(path, target, &sb, &exists, err, errlen);
+    if (st) return st;
+    /* the save's own step: a file made beside the target (removed at once) */
+    snprintf(probe, sizeof probe, "%s.XXXXXX", target);
+    const int fd = mkstemp(probe);
+    if (fd < 0) return nx_fail(err, errlen, NX_EIO, "%s: cannot write the checkpoint: %s", path, strerror(errno));
+    close(fd);
+    remove(probe);
+    return NX_OK;
+}
+
 nx_status nx_spec_save(const nx_spec *s, const char *path, char *err, size_t errlen) {
     void *blob;
     size_t len;

@@ -231,9 +231,9 @@ static void bad_use_exits_2_with_one_line(void) {
         {"serve -m x --mtp none", 2, "--mtp wants on, off or a drafter directory"},
         /* an empty key would let a request with an empty bearer token in */
         {"serve -m x --api-key ''", 2, "--api-key wants a non-empty key"},
-        /* a port file that cannot be written: the error alone, no "serving"
-         * line before it for a server that then exits */
-        {"serve -m '" GOLDEN "/hf' -t 1 --port 0 --port-file /nonexistent/port", 1, "/nonexistent/port: cannot write the port"},
+        /* a port file that cannot be written: refused before the model
+         * loads (-m x is never read), with no "serving" line */
+        {"serve -m x -t 1 --port 0 --port-file /nonexistent/port", 1, "/nonexistent/port: cannot write the port"},
         {"generate -m '" GOLDEN "/hf' --prompt-ids 1 --mtp '" NX_TEST_DATA "'", 1, NX_TEST_DATA "/config.json"},
         {"generate -m '" GOLDEN "/hf' --load-state /nonexistent.state", 1, "/nonexistent.state"},
         /* a state that could not be saved is refused before the model loads
@@ -579,19 +579,29 @@ static void state_saved_in_one_process_continues_in_another(void) {
     json_decref(saved), json_decref(more);
 }
 
-/* A save that fails after generating (here through a link to a missing
- * directory, which the early check leaves to the save) reports the error
- * after the text's line has ended, so the message starts a line of its own
- * on a terminal. */
+/* A link to a missing directory is refused before generating, as the path
+ * itself would be (the save writes beside the link's target). A save that
+ * fails after generating (here at its write: a file size limit of 512 bytes
+ * the text fits in and the checkpoint does not) reports the error after the
+ * text's line has ended, so the message starts a line of its own on a
+ * terminal. */
 static void a_failed_save_ends_the_texts_line(void) {
     snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-save-fails"));
     char args[2048];
     CHECK(nx_test_system("ln -s /nonexistent/x '%s/link'", out_dir) == 0);
-    snprintf(args, sizeof args, "generate -m '" GOLDEN "/hf' --prompt-ids 8129,872,198 -n 3 --save-state '%s/link'", out_dir);
-    const int rc = nextn(args);
+    snprintf(args, sizeof args, "generate -m x --prompt-ids 1 --save-state '%s/link'", out_dir);
+    int rc = nextn(args);
     char *out = captured("stdout"), *err = captured("stderr");
+    CHECKF(rc == 1 && strstr(err, "link: cannot write the checkpoint") && !*out, "rc %d, stdout '%s', stderr '%s'", rc, out, err);
+    free(out), free(err);
+
+    /* SIGXFSZ ignored, so the write past the limit fails with EFBIG */
+    rc = nx_test_system("trap '' XFSZ; ulimit -f 1; exec '%s' generate -m '" GOLDEN "/hf' --prompt-ids 8129,872,198 -n 3 "
+                        "--save-state '%s/state' > '%s/stdout' 2> '%s/stderr'",
+                        NX_NEXTN_BIN, out_dir, out_dir, out_dir);
+    out = captured("stdout"), err = captured("stderr");
     const size_t ol = strlen(out);
-    CHECKF(rc == 1 && strstr(err, "link: cannot write the checkpoint"), "rc %d, stderr '%s'", rc, err);
+    CHECKF(rc == 1 && strstr(err, "state: cannot write the checkpoint: File too large"), "rc %d, stderr '%s'", rc, err);
     CHECKF(ol > 1 && out[ol - 1] == '\n', "stdout '%s' does not end its line", out);
     free(out), free(err);
 }
@@ -797,7 +807,7 @@ static const nx_test tests[] = {
      "--save-state then --load-state in a new process equals one run; with --chat the prompt is the next turn",
      state_saved_in_one_process_continues_in_another},
     {"logits_mtp_out_matches_llamacpp", "logits --mtp-out writes the head's teacher-forced logits, matching llama.cpp", logits_mtp_out_matches_llamacpp},
-    {"a_failed_save_ends_the_texts_line", "--save-state failing after generating: exit 1, the text's line ended first",
+    {"a_failed_save_ends_the_texts_line", "--save-state through a link to nowhere refused first; failing after generating: exit 1, the text's line ended first",
      a_failed_save_ends_the_texts_line},
     {"generate_makes_64_tokens_by_default", "no -n: 64 tokens, as the help says", generate_makes_64_tokens_by_default},
     {"ignore_eos_runs_past_the_models_eos", "--ignore-eos with the eos forced: -n tokens, plain and drafted; without it one",

@@ -145,7 +145,16 @@ static void foreign_and_damaged_checkpoints_are_refused(void) {
     snprintf(real, sizeof real, "%s/real.ckpt", dir);
     remove(link), remove(real);
     CHECK(symlink("real.ckpt", link) == 0);
+    /* the check sees what the save will: the link's target, not made here */
+    CHECKF(nx_spec_save_check(link, err, sizeof err) == NX_OK && lstat(real, &(struct stat){0}) != 0, "%s", err);
+    CHECKF(nx_spec_save_check(dir, err, sizeof err) == NX_EINVAL && strstr(err, "not a regular file"), "%s", err);
     CHECKF(nx_spec_save(s, link, err, sizeof err) == NX_OK, "%s", err);
+    char nowhere[1300];
+    snprintf(nowhere, sizeof nowhere, "%s/nowhere.ckpt", dir);
+    remove(nowhere);
+    CHECK(symlink("/nonexistent/x.ckpt", nowhere) == 0);
+    CHECKF(nx_spec_save_check(nowhere, err, sizeof err) == NX_EIO && strstr(err, "nowhere.ckpt: cannot write the checkpoint"),
+           "%s", err);
     struct stat sb;
     CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode) && stat(real, &sb) == 0 && S_ISREG(sb.st_mode));
     CHECK(nx_spec_checkpoint_tokens(real) == 7);
