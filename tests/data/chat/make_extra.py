@@ -204,6 +204,24 @@ case("gen-false-think-false", [user("q")], gen=False, think=False)
 case("gen-true-think-true", [system("s"), user("q")], think=True)
 # Raw JSON text: json.loads keeps a repeated key's first position and last value.
 case("duplicate-keys", '[{"content": "first", "role": "user", "content": "last"}]')
+# Python semantics the renderers copy: iterating a string yields its characters;
+# numbers and bools are not iterable; 0 and 0.0 are false; an attribute of a
+# float, a dict's item called as a method, a dict added to a str.
+case("tool-calls-string", [user("q"), asst("x", tool_calls="ab")])
+case("tool-calls-int", [user("q"), asst("x", tool_calls=5)])
+case("tool-calls-zero", [user("q"), asst("x", tool_calls=0)])
+case("tool-calls-float", [user("q"), asst("x", tool_calls=1.5)])
+case("tool-calls-float-zero", [user("q"), asst("x", tool_calls=0.0)])
+case("tool-calls-true", [user("q"), asst("x", tool_calls=True)])
+case("tool-call-is-float", [user("q"), asst("", tool_calls=[1.5])])
+case("tools-string", [user("q")], "ab")
+case("tools-int", [user("q")], 7)
+case("user-content-dict-startswith", [user("q"), asst("a"), user({"startswith": "x"})])
+case("system-dict-with-tools", [system({"a": 1}), user("q")], [WEATHER])
+case("tool-content-repr-astral", [user("q"), asst("", tool_calls=[call("f", {})]),
+                                  tool(["\U000e0001 \U0001f600", {"k": False}])])
+# Raw JSON text: escapes json.loads reads (upper-case hex, 3-byte, surrogate pair, \/).
+case("escapes", '[{"role": "user", "content": "\\u4E2D\\u6587 a\\/b \\uD83D\\uDE00 \\u00E9 \\u00e9"}]')
 case("long-conversation", [system("sys")] + sum(([user("u%d" % k), asst("a%d" % k, reasoning_content="r%d" % k)]
                                                   for k in range(20)), []) + [user("last")])
 
