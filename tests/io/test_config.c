@@ -123,6 +123,19 @@ static void bad_values_name_the_field(void) {
         {"\"mtp_num_hidden_layers\":1", "\"mtp_num_hidden_layers\":1,\"hidden_act\":\"gelu\"", "gelu"},
         {"\"mtp_num_hidden_layers\":1", "\"mtp_num_hidden_layers\":1,\"attention_bias\":true", "attention_bias"},
         {"\"mtp_num_hidden_layers\":1", "\"mtp_num_hidden_layers\":1,\"output_gate_type\":\"sigmoid\"", "output_gate_type"},
+        {"\"rope_theta\":10000000", "\"rope_theta\":0", "rope_theta must be positive"},
+        {"\"rope_theta\":10000000", "\"rope_theta\":-10000", "rope_theta must be positive"},
+        {"\"rms_norm_eps\":1e-6", "\"rms_norm_eps\":0", "rms_norm_eps 0 must be in (0, 1]"},
+        {"\"rms_norm_eps\":1e-6", "\"rms_norm_eps\":1.5", "rms_norm_eps 1.5 must be in (0, 1]"},
+        {"\"full_attention_interval\":4", "\"full_attention_interval\":0", "text_config.full_attention_interval = 0"},
+        {"\"full_attention_interval\":4",
+         "\"layer_types\":[\"full_attention\",\"linear_attention\",\"sliding_attention\",\"linear_attention\","
+         "\"linear_attention\",\"full_attention\",\"linear_attention\",\"linear_attention\"]",
+         "text_config.layer_types[2] = 'sliding_attention'"},
+        {"\"full_attention_interval\":4", "\"layer_types\":[0,1,2,3,4,5,6,7]", "layer_types[0] = '(not a string)'"},
+        /* a GDN state of 4 x 65536 x 65536 floats is a malformed config, refused before any allocation */
+        {"\"linear_key_head_dim\":16,\"linear_value_head_dim\":8", "\"linear_key_head_dim\":65536,\"linear_value_head_dim\":65536",
+         "linear_key_head_dim = 17179869184 is too large"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         cfg_model c;
@@ -135,6 +148,8 @@ static void bad_values_name_the_field(void) {
     CHECK(parse("{\"model_type\": ", &c, err) == NX_EFORMAT && strstr(err, "invalid JSON"));
     CHECK(parse("[1,2]", &c, err) == NX_EFORMAT && strstr(err, "not a JSON object"));
     CHECK(parse("{}", &c, err) == NX_EFORMAT && strstr(err, "model_type is missing"));
+    CHECK(parse("{\"model_type\":\"qwen3_5\",\"text_config\":[1]}", &c, err) == NX_EFORMAT &&
+          strstr(err, "text_config must be an object"));
 }
 
 /* config.h's documented defaults and limits at their edges: a config that
@@ -191,6 +206,9 @@ static void generation_config_adds_eos_ids(void) {
     CHECK(c.n_eos == 2 && c.eos_ids[0] == 999 && c.eos_ids[1] == 998);
     nx_test_write_file(path, "{oops", 5);
     CHECK(cfg_load_dir(dir, &c, err, sizeof err) == NX_EFORMAT && strstr(err, "generation_config.json"));
+    nx_test_write_file(path, "[998]", 5);
+    CHECKF(cfg_load_dir(dir, &c, err, sizeof err) == NX_EFORMAT && strstr(err, "generation_config.json: not a JSON object"),
+           "%s", err);
     CHECK(cfg_load_dir("/nonexistent", &c, err, sizeof err) == NX_EIO && strstr(err, "/nonexistent/config.json"));
 }
 
