@@ -509,6 +509,10 @@ typedef struct {
     const char *value;  /* JSON for that path; NULL deletes it */
 } bad_case;
 
+/* pre_tokenizer Sequence steps for the cases below */
+#define BL "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}"
+#define SPLIT "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Isolated\"}"
+
 static const bad_case BAD_CASES[] = {
     {"missing model", NX_EFORMAT, "model is missing", "model", NULL},
     {"model.type WordPiece", NX_EUNSUPPORTED, "model.type \"WordPiece\"", "model.type", "\"WordPiece\""},
@@ -543,6 +547,20 @@ static const bad_case BAD_CASES[] = {
     {"added token flag not a boolean", NX_EFORMAT, "added_tokens[2].lstrip is not a boolean",
      "added_tokens.2.lstrip", "\"yes\""},
     {"top level not an object", NX_EFORMAT, "not a JSON object", "", "[1, 2, 3]"},
+    {"model with neither type nor merges", NX_EUNSUPPORTED, "model has no type and no merges", "model",
+     "{\"vocab\": {\"a\": 0}}"},
+    {"WordPiece-style subword prefix", NX_EUNSUPPORTED, "model.continuing_subword_prefix is not supported",
+     "model.continuing_subword_prefix", "\"##\""},
+    {"end-of-word suffix", NX_EUNSUPPORTED, "model.end_of_word_suffix is not supported", "model.end_of_word_suffix",
+     "\"</w>\""},
+    {"unk_token not a string", NX_EFORMAT, "model.unk_token is not a string", "model.unk_token", "5"},
+    {"Split pattern of unknown kind", NX_EFORMAT, "pre_tokenizer.pretokenizers[0].pattern is neither", "pre_tokenizer",
+     "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Glob\": \"a*\"}, "
+     "\"behavior\": \"Isolated\"}, " BL "]}"},
+    {"Sequence without ByteLevel", NX_EUNSUPPORTED, "no ByteLevel step", "pre_tokenizer",
+     "{\"type\": \"Sequence\", \"pretokenizers\": [" SPLIT "]}"},
+    {"more split stages than NX_TOK_MAX_STAGES", NX_EUNSUPPORTED, "pretokenizers[4].pattern.Regex: more than 4 split stages", "pre_tokenizer",
+     "{\"type\": \"Sequence\", \"pretokenizers\": [" SPLIT ", " SPLIT ", " SPLIT ", " SPLIT ", " SPLIT ", " BL "]}"},
     {"not JSON", NX_EFORMAT, "not valid JSON", NULL, "{\"model\": {\"type\": \"BPE\", "},
 };
 
@@ -719,6 +737,33 @@ static void test_invalid_utf8_input_is_einval_naming_the_offset(void) {
         CHECKF(nx_utf8_check(cases[i].s, strlen(cases[i].s)) == cases[i].off, "case %zu: nx_utf8_check", i);
     }
     CHECK(nx_utf8_check("h\xC3\xA9llo", 6) == 6 && nx_utf8_check(NULL, 0) == 0);
+}
+
+/* Misuse of nx_tokenize / nx_detokenize is NX_EINVAL naming the call, and the
+ * outputs are left alone. */
+static void test_api_misuse_is_einval(void) {
+    nx_tokenizer *t = qwen3();
+    if (!t) return;
+    char err[512];
+    int32_t *ids = (int32_t *)&err;
+    int n = -7;
+    CHECK(nx_tokenize(NULL, "a", 1, NX_SPECIAL_PARSE, &ids, &n, err, sizeof err) == NX_EINVAL && strstr(err, "nx_tokenize"));
+    CHECK(nx_tokenize(t, NULL, 3, NX_SPECIAL_PARSE, &ids, &n, err, sizeof err) == NX_EINVAL);
+    CHECK(nx_tokenize(t, "a", 1, NX_SPECIAL_PARSE, NULL, &n, err, sizeof err) == NX_EINVAL);
+    CHECK(nx_tokenize(t, "a", 1, NX_SPECIAL_PARSE, &ids, NULL, err, sizeof err) == NX_EINVAL);
+    CHECKF(nx_tokenize(t, "a", 1, (nx_special_mode)7, &ids, &n, err, sizeof err) == NX_EINVAL &&
+           strstr(err, "unknown special-token mode 7"), "%s", err);
+    CHECK(ids == (int32_t *)&err && n == -7);
+    /* NULL text of length 0 is the empty text */
+    CHECK(nx_tokenize(t, NULL, 0, NX_SPECIAL_PARSE, &ids, &n, err, sizeof err) == NX_OK && n == 0 && ids == NULL);
+    const int32_t one = 'a';
+    char *text = (char *)&err;
+    size_t len = 99;
+    CHECK(nx_detokenize(NULL, &one, 1, 0, &text, &len, err, sizeof err) == NX_EINVAL && strstr(err, "nx_detokenize"));
+    CHECK(nx_detokenize(t, NULL, 1, 0, &text, &len, err, sizeof err) == NX_EINVAL);
+    CHECK(nx_detokenize(t, &one, -1, 0, &text, &len, err, sizeof err) == NX_EINVAL);
+    CHECK(nx_detokenize(t, &one, 1, 0, NULL, &len, err, sizeof err) == NX_EINVAL);
+    CHECK(text == (char *)&err && len == 99);
 }
 
 /* A run of one letter is ONE piece under the Qwen regex: the merge loop must
@@ -1171,6 +1216,8 @@ static const nx_test tests[] = {
      test_chat_template_list_form_and_jinja_file},
     {"invalid_utf8_input_is_einval_naming_the_offset", "bad UTF-8 in, NX_EINVAL with the byte offset out",
      test_invalid_utf8_input_is_einval_naming_the_offset},
+    {"api_misuse_is_einval", "NULL tokenizer, text or outputs, a bad mode or count: NX_EINVAL, outputs untouched",
+     test_api_misuse_is_einval},
     {"one_megabyte_runs_encode_and_decode_fast", "1 MB of one character: well under a second each way",
      test_one_megabyte_runs_encode_and_decode_fast},
     {"one_tokenizer_serves_several_threads", "4 threads, one tokenizer and cache, HF's ids",
