@@ -3,6 +3,9 @@
  * and exit codes with one-line errors for bad use. */
 #include "test.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <ctype.h>
@@ -277,6 +280,24 @@ static void bad_use_exits_2_with_one_line(void) {
         {"quantize -m x -o y --mode mxfp4 --group-size 64", 2, "--mode mxfp4 takes bits 4 and group size 32"},
         {"quantize -m x -o y --bits 4 --group-size 16", 2, "--group-size 16 is nvfp4's"},
         {"quantize -m '" GOLDEN "/hf' -o '" GOLDEN "/hf/config.json' --bits 4", 1, "exists and is not a directory"},
+        {"quantize -m x -o y --bits 4 --group-size 48", 2, "quantize: --group-size wants 16 (nvfp4), 32, 64 or 128, got '48'"},
+        /* each command names an option it does not know, and its own --help */
+        {"quantize -m x -o y --bits 4 --bogus 1", 2, "quantize: unknown option '--bogus' (see nextn quantize --help)"},
+        {"serve -m x --bogus 1", 2, "serve: unknown option '--bogus' (see nextn serve --help)"},
+        {"logits -m x --bogus 1", 2, "logits: unknown option '--bogus'"},
+        {"perplexity -m x --bogus 1", 2, "perplexity: unknown option '--bogus'"},
+        {"tokenize -m x --bogus 1", 2, "tokenize: unknown option '--bogus'"},
+        {"detokenize -m x --bogus 1", 2, "detokenize: unknown option '--bogus'"},
+        {"chat-template -m x --bogus 1", 2, "chat-template: unknown option '--bogus'"},
+        {"chat-template --messages m.json --thinking maybe", 2, "chat-template: --thinking wants on or off, got 'maybe'"},
+        {"logits -m x --tokens 1,2", 2, "logits: give at least one of --out, --hidden-out, --prenorm-out, --mtp-out"},
+        {"serve -m x --parallel 0", 2, "--parallel wants an integer in 1..64, got '0'"},
+        {"serve -m x --max-body 10", 2, "--max-body wants an integer in 1024..1073741824, got '10'"},
+        {"serve -m x --draft-policy sometimes", 2, "--draft-policy wants adaptive or always, got 'sometimes'"},
+        {"serve -m x --draft-head-bits 7", 2, "--draft-head-bits wants auto, 0, 2, 3, 4, 5, 6 or 8, got '7'"},
+        {"serve -m x --draft-screen some", 2, "--draft-screen wants auto, off or a number of rows, got 'some'"},
+        {"generate -m x --prompt-ids 1 --draft-vocab 0", 2, "--draft-vocab wants a positive integer, got '0'"},
+        {"generate -m x --prompt-ids 1 --draft-pick best", 2, "--draft-pick wants argmax or sample, got 'best'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int rc = nextn(cases[i].args);
@@ -785,10 +806,80 @@ static void output_that_cannot_be_written_fails(void) {
     }
 }
 
+/* `nextn serve ARGS` must exit 1 with `want` on stderr. A server that
+ * started instead is stopped by timeout(1) after 60 s: a failure, not a hang. */
+static void expect_serve_fails(const char *args, const char *want) {
+    const int rc = nx_test_system("timeout 60 '%s' %s > '%s/stdout' 2> '%s/stderr'", NX_NEXTN_BIN, args, out_dir, out_dir);
+    char *err = captured("stderr");
+    CHECKF(rc == 1 && strstr(err, want), "nextn %s -> %d, stderr '%s'", args, rc, err);
+    free(err);
+}
+
+/* An address the server cannot bind, or a port another socket listens on:
+ * serve exits 1 naming the address (after the model loads), not a server
+ * that never answers. */
+static void serve_fails_where_it_cannot_listen(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-port"));
+    expect_serve_fails("serve -m '" GOLDEN "/hf' -t 1 --mtp off --host not-an-address --port 0",
+                       "server: cannot listen on not-an-address:0 (an IPv4 address and a port 0-65535)");
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 1) == 0 &&
+          getsockname(fd, (struct sockaddr *)&a, &alen) == 0);
+    const int port = ntohs(a.sin_port);
+    char args[1200], want[128];
+    snprintf(args, sizeof args, "serve -m '%s/hf' -t 1 --mtp off --port %d", GOLDEN, port);
+    snprintf(want, sizeof want, "server: cannot listen on 127.0.0.1:%d (in use, or not permitted)", port);
+    expect_serve_fails(args, want);
+    close(fd);
+}
+
+/* A checkpoint whose tokenizer files carry no chat template: --chat says so
+ * and names --chat-template; a --chat-template that cannot be read is named. */
+static void chat_without_a_template_names_the_fix(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-notmpl"));
+    char dir[1100], path[1200];
+    snprintf(dir, sizeof dir, "%s/model", out_dir);
+    CHECK(nx_test_system("mkdir '%s' && for f in config.json generation_config.json model.safetensors tokenizer.json; do "
+                         "ln -s '%s/hf/'$f '%s/'$f; done",
+                         dir, GOLDEN, dir) == 0);
+    json_error_t je;
+    json_t *tc = json_load_file(GOLDEN "/hf/tokenizer_config.json", 0, &je);
+    CHECK(tc && json_object_del(tc, "chat_template") == 0);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    CHECK(tc && json_dump_file(tc, path, 0) == 0);
+    json_decref(tc);
+    char args[3000], want[1300];
+    snprintf(args, sizeof args, "generate -m '%s' -p hi -n 1 -t 1 --chat", dir);
+    snprintf(want, sizeof want, "%s: the tokenizer files have no chat_template; pass --chat-template FILE", dir);
+    int rc = nextn(args);
+    char *err = captured("stderr");
+    CHECKF(rc == 1 && strstr(err, want), "nextn %s -> %d, stderr '%s'", args, rc, err);
+    free(err);
+    snprintf(args, sizeof args, "generate -m '%s' -p hi -n 1 -t 1 --chat --chat-template '%s/none.jinja'", dir, out_dir);
+    snprintf(want, sizeof want, "%s/none.jinja: cannot read the chat template", out_dir);
+    rc = nextn(args);
+    err = captured("stderr");
+    CHECKF(rc == 1 && strstr(err, want), "nextn %s -> %d, stderr '%s'", args, rc, err);
+    free(err);
+    /* the fix it names works: the same model with the template given as a file */
+    snprintf(args, sizeof args, "generate -m '%s' -p hi -n 1 -t 1 --chat --chat-template '%s/chat/Qwen3.5-4B.jinja'", dir,
+             NX_TEST_DATA);
+    rc = nextn(args);
+    err = captured("stderr");
+    CHECKF(rc == 0, "nextn %s -> %d, stderr '%s'", args, rc, err);
+    free(err);
+}
+
 static const nx_test tests[] = {
     {"a_file_of_dash_is_standard_input", "tokenize -f - of a piped text = --text", a_file_of_dash_is_standard_input},
     {"invalid_utf8_names_the_texts_source", "a prompt or text that is not UTF-8: exit 1 naming the file, stdin, -p or --text "
      "and the byte", invalid_utf8_names_the_texts_source},
+    {"serve_fails_where_it_cannot_listen", "serve on a bad address or a port in use: exit 1 naming the address",
+     serve_fails_where_it_cannot_listen},
+    {"chat_without_a_template_names_the_fix", "--chat without a chat_template names --chat-template; an unreadable one is named",
+     chat_without_a_template_names_the_fix},
     {"output_that_cannot_be_written_fails", "tokenize, generate (text and --json), inspect > /dev/full: exit 1 with a message",
      output_that_cannot_be_written_fails},
     {"generate_defaults_to_the_bundled_model", "no -m: models/default, text in, readable text out, MTP stats",
