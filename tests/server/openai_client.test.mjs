@@ -83,6 +83,26 @@ async function raw(method, url, body, headers = {}) {
   return { status: r.status, text, json, headers: r.headers };
 }
 
+// POSTs body pieces with Transfer-Encoding: chunked (fetch sends a string with
+// a Content-Length); resolves to the response's head and body text.
+function chunked(url, pieces) {
+  return new Promise((resolve, reject) => {
+    let data = '';
+    const sock = net.connect({ port: server.port, host: '127.0.0.1' }, () => {
+      sock.write(`POST ${url} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\n` +
+        'Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n');
+      for (const p of pieces) sock.write(`${Buffer.byteLength(p).toString(16)}\r\n${p}\r\n`);
+      sock.end('0\r\n\r\n');
+    });
+    sock.on('data', (d) => { data += d; });
+    sock.on('error', (e) => (data ? null : reject(e))); // a reset after the answer still leaves the answer
+    sock.on('close', () => {
+      const at = data.indexOf('\r\n\r\n');
+      resolve({ head: data.slice(0, at), body: data.slice(at + 4) });
+    });
+  });
+}
+
 async function metrics() {
   const r = await raw('GET', '/metrics');
   const m = {};
@@ -719,6 +739,20 @@ test('malformed requests get OpenAI-style 4xx errors', async () => {
   assert.ok(refused && refused.status === 400 && refused.param === 'response_format', `got ${refused}`);
   const big = await chat({ messages: [user('x'.repeat(70000))] });
   assert.equal(big.status, 413);
+  // a chunked body (no Content-Length) is measured as it arrives: its pieces are
+  // joined, and past --max-body it is refused all the same
+  const joined = await chunked('/tokenize', ['{"prompt": "And God', ' said"}']);
+  assert.match(joined.head, /^HTTP\/1\.1 200 /, joined.head);
+  assert.equal(JSON.parse(joined.body).count, (await raw('POST', '/tokenize', '{"prompt": "And God said"}')).json.count);
+  const bigChunked = await chunked('/v1/chat/completions', [`{"messages": [{"role": "user", "content": "${'x'.repeat(40000)}`,
+    `${'x'.repeat(40000)}"}]}`]);
+  assert.match(bigChunked.head, /^HTTP\/1\.1 413 /, bigChunked.head);
+  assert.match(JSON.parse(bigChunked.body).error.message, /request body exceeds 65536 bytes/);
+  // a completion prompt with no text has nothing to continue
+  const empty = await raw('POST', '/v1/completions', JSON.stringify({ prompt: '', max_tokens: 1 }));
+  assert.equal(empty.status, 400, empty.text);
+  assert.match(empty.json.error.message, /the prompt is empty/);
+  assert.equal(empty.json.error.param, 'prompt');
   // libmicrohttpd's own complaints (here a broken chunked body) are log lines like the
   // server's, with a time, not raw text on stderr
   const logAt = server.log.length;
