@@ -344,6 +344,22 @@ static void absorbed_pieces_and_memory_snapshots_continue_exactly(void) {
     int nd;
     CHECK(nx_spec_draft(s, 2, dr, &nd, err, sizeof err) == NX_OK);
     CHECK(nx_spec_absorb(s, prompt, 2, err, sizeof err) == NX_ESTATE);
+    /* a snapshot restores only into a fresh session, as a file does */
+    void *blob = NULL;
+    size_t len = 0;
+    nx_spec *used = session(m, d, 2);
+    CHECK(nx_spec_absorb(used, prompt, 6, err, sizeof err) == NX_OK);
+    CHECKF(nx_spec_snapshot(used, &blob, &len, err, sizeof err) == NX_OK, "%s", err);
+    CHECKF(nx_spec_restore(used, blob, len, err, sizeof err) == NX_ESTATE && strstr(err, "only into a fresh session"), "%s", err);
+    nx_free(blob);
+    nx_spec_free(used);
+    /* a fresh session takes no more tokens than its context holds */
+    nx_spec *small = session_ctx(m, d, 2, 8);
+    static const int32_t nine[9] = {11, 42, 7, 300, 5, 9, 17, 250, 3};
+    CHECKF(nx_spec_absorb(small, nine, 9, err, sizeof err) == NX_ERANGE && strstr(err, "9 tokens exceed a context of 8"),
+           "%s", err);
+    CHECKF(nx_spec_absorb(small, nine, 8, err, sizeof err) == NX_OK, "%s", err);
+    nx_spec_free(small);
     nx_spec_free(s);
     nx_drafter_free(d);
     nx_model_free(m);
@@ -521,7 +537,7 @@ static const nx_test tests[] = {
      "another model or drafter, damaged or truncated files, a flipped header bit, used sessions: refused",
      foreign_and_damaged_checkpoints_are_refused},
     {"absorbed_pieces_and_memory_snapshots_continue_exactly",
-     "prompt absorbed in pieces, snapshot in memory, restored, extended: equals one prefill; damaged blobs refused",
+     "prompt absorbed in pieces, snapshot in memory, restored, extended: equals one prefill; damaged blobs, a restore into a used session and more tokens than the context refused",
      absorbed_pieces_and_memory_snapshots_continue_exactly},
 };
 

@@ -236,6 +236,29 @@ static void drafter_dir_errors_name_the_problem(void) {
     expect_error(m, write_drafter("err_vocab_type", src, cfg, "", NULL, 0), NX_EFORMAT,
                  (const char *[]){"text_config.vocab_size must be an integer"}, 1, "vocab_size a string");
 
+    cfg = read_config(src);
+    json_object_del(cfg, "text_config");
+    expect_error(m, write_drafter("err_no_text", src, cfg, "", NULL, 0), NX_EFORMAT,
+                 (const char *[]){"text_config is missing"}, 1, "text_config missing");
+
+    cfg = read_config(src);
+    json_object_set_new(json_object_get(cfg, "text_config"), "model_type", json_string("llama"));
+    expect_error(m, write_drafter("err_text_type", src, cfg, "", NULL, 0), NX_EUNSUPPORTED,
+                 (const char *[]){"drafter for a llama model, but the target is Qwen3.5"}, 1, "text model_type llama");
+
+    cfg = read_config(src);
+    json_object_set_new(json_object_get(cfg, "text_config"), "vocab_size", json_integer(7));
+    expect_error(m, write_drafter("err_vocab", src, cfg, "", NULL, 0), NX_EINVAL,
+                 (const char *[]){"drafter vocab_size 7 != target", "different checkpoint"}, 2, "vocab_size 7");
+
+    cfg = read_config(src);
+    json_object_set_new(cfg, "quantization", json_pack("{s:s,s:i,s:i}", "mode", "int3", "bits", 3, "group_size", 64));
+    expect_error(m, write_drafter("err_qmode", src, cfg, "", NULL, 0), NX_EUNSUPPORTED,
+                 (const char *[]){"quantization mode 'int3' is not supported"}, 1, "quantization mode int3");
+
+    expect_error(m, write_drafter("err_no_fc", src, read_config(src), "", "fc.weight", 0), NX_EFORMAT,
+                 (const char *[]){"no fc.weight or mtp.fc.weight", "not an MTP drafter"}, 2, "fc.weight missing");
+
     const char *k_norm = "layers.0.self_attn.k_norm.weight";
     expect_error(m, write_drafter("err_missing", src, read_config(src), "", k_norm, 0), NX_EFORMAT,
                  (const char *[]){k_norm, "missing"}, 2, "k_norm missing");
@@ -343,7 +366,8 @@ static const nx_test tests[] = {
     {"a_double_shifted_drafter_is_caught", "shifted values under raw mtp. keys get +1 again: the logits differ",
      a_double_shifted_drafter_is_caught},
     {"drafter_dir_errors_name_the_problem",
-     "wrong model_type, hidden_size, a missing or mis-shaped tensor, dedicated embeddings: status and message",
+     "wrong model_type, text model, hidden_size, vocab_size or quantization mode, no text_config, a missing or mis-shaped tensor, "
+     "no fc.weight, dedicated embeddings: status and message",
      drafter_dir_errors_name_the_problem},
     {"speculative_decoding_with_a_separate_drafter_equals_plain",
      "greedy K = 2, 100 tokens: ids equal plain decoding and the inline head's run",
