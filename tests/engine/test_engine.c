@@ -321,6 +321,20 @@ static void bad_submissions_are_refused(void) {
     o.accept = NX_ACCEPT_GREEDY, o.draft_pick = (nx_draft_pick)9;
     CHECKF(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_EINVAL && !r && strstr(err, "request: draft pick 9"), "%s", err);
     o.draft_pick = NX_DRAFT_PICK_ARGMAX;
+    /* a request holds at most 16 stop ids (it copies them) */
+    int32_t stops[17];
+    for (int i = 0; i < 17; i++) stops[i] = 100 + i;
+    o.stop_ids = stops, o.n_stop = 17;
+    CHECKF(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_EINVAL && !r && strstr(err, "request: 17 stop ids (at most 16)"),
+           "%s", err);
+    o.n_stop = -1;
+    CHECK(nx_engine_submit(e, &o, &r, err, sizeof err) == NX_EINVAL && !r && strstr(err, "stop ids"));
+    o.stop_ids = NULL, o.n_stop = 0;
+    /* and an engine at most 64 rows */
+    nx_engine *wide = (nx_engine *)&err;
+    nx_engine_opts eo = {.parallel = 65};
+    CHECKF(nx_engine_new(m, NULL, &eo, &wide, err, sizeof err) == NX_EINVAL && !wide && strstr(err, "parallel 65 (at most 64)"),
+           "%s", err);
     /* a request that ends in its prefill round leaves no row counted as
      * prefilling once the engine is idle */
     nx_request *one = submit(e, p, 8, 0, 1, 0, 0);
@@ -788,7 +802,7 @@ static const nx_test tests[] = {
     {"cancelled_waiting_requests_leave_the_queue",
      "16 queued requests (a 17th refused busy) freed while the one row is busy: the queue empties at once",
      cancelled_waiting_requests_leave_the_queue},
-    {"bad_submissions_are_refused", "empty or too long prompts, bad ids, a full queue: refused with the right status",
+    {"bad_submissions_are_refused", "empty or too long prompts, bad ids, 17 stop ids, 65 rows, a full queue: refused with the right status",
      bad_submissions_are_refused},
     {"prefix_cache_resumes_exactly", "turn 2 resumes from turn 1's checkpoint (RAM, and disk after a restart): same output",
      prefix_cache_resumes_exactly},
