@@ -1104,6 +1104,56 @@ static void input_logprobs_score_every_input_token(void) {
     nx_model_free(m);
 }
 
+/* While plain decoding, the drafter's entries are deferred and only the newest
+ * SPEC_MAX_DEFER kept, the oldest half dropped at a time (spec.c invariant 2):
+ * after each of 150 one-token rounds (past two drops) the entries are those
+ * of the last n_defer positions p, each with token hist[p+1] and the target's
+ * hidden of position p, bit for bit as one forward over the sequence gives. */
+static void plain_rounds_keep_the_newest_deferred_entries(void) {
+    nx_model *m = nx_test_model(TORCH("torchref-mini-a") "/hf", 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    enum { ROUNDS = 150, CTX = 200 };
+    const int H = nx_model_get_info(m)->hidden_size;
+    const int prenorm = nx_drafter_hidden_prenorm(d);
+    float *hid = malloc((size_t)CTX * H * sizeof *hid);
+    char err[512];
+    nx_spec *s = NULL;
+    nx_spec_opts o = {.draft = 2, .accept = NX_ACCEPT_GREEDY, .sampling = nx_sampling_default()};
+    CHECKF(nx_spec_new(m, d, CTX, &o, &s, err, sizeof err) == NX_OK, "%s", err);
+    int32_t p[6] = {11, 42, 7, 300, 5, 9}, out[ROUNDS + 1];
+    CHECK(s && nx_spec_prefill(s, p, 6, &out[0], err, sizeof err) == NX_OK);
+    int max_defer = 0, drops = 0, checked = 0;
+    for (int i = 1, got; s && i <= ROUNDS; i++) {
+        const int before = s->n_defer;
+        if (nx_spec_step(s, 1, &out[i], &got, err, sizeof err) != NX_OK || got != 1) {
+            CHECKF(0, "round %d: %s", i, err);
+            break;
+        }
+        drops += s->n_defer < before;
+        if (s->n_defer > max_defer) max_defer = s->n_defer;
+        if (i % 10 && s->n_defer != SPEC_MAX_DEFER / 2 + 1) continue;   /* every 10th round, and each drop */
+        nx_state *t = NULL;
+        nx_forward_out fo = {.hidden = prenorm ? NULL : hid, .prenorm = prenorm ? hid : NULL, .all_hidden = 1};
+        CHECK(nx_state_new(m, CTX, &t, err, sizeof err) == NX_OK && nx_forward(m, t, s->hist, s->n, &fo, err, sizeof err) == NX_OK);
+        nx_state_free(t);
+        for (int k = 0; k < s->n_defer; k++) {
+            const int pos = s->n - s->n_defer + k;
+            CHECKF(s->defer_tok[k] == s->hist[pos + 1], "round %d: deferred entry %d has token %d, not hist[%d] = %d", i, k,
+                   s->defer_tok[k], pos + 1, s->hist[pos + 1]);
+            CHECKF(memcmp(s->defer_h + (size_t)k * H, hid + (size_t)pos * H, (size_t)H * sizeof *hid) == 0,
+                   "round %d: deferred entry %d is not the hidden of position %d", i, k, pos);
+        }
+        checked++;
+    }
+    CHECKF(max_defer == SPEC_MAX_DEFER && drops >= 2 && checked > 2, "at most %d deferred, %d drops, %d checks", max_defer,
+           drops, checked);
+    nx_spec_free(s);
+    free(hid);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 static void protocol_misuse_is_an_error(void) {
     nx_model *m = nx_test_model(TORCH("torchref-mini-a") "/hf", 2);
     nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
@@ -1395,6 +1445,9 @@ static const nx_test tests[] = {
      "nx_spec_renew through 5 option sets (buffers kept and anew, mid-round): a new session's ids, stats, logprobs; "
      "bad options refused, closed NX_ESTATE",
      renew_starts_over_as_a_new_session},
+    {"plain_rounds_keep_the_newest_deferred_entries",
+     "150 one-token rounds: the deferred entries are the newest positions' tokens and hiddens, the oldest half dropped at 64",
+     plain_rounds_keep_the_newest_deferred_entries},
     {"protocol_misuse_is_an_error", "draft before prefill, twice, commit without verify, after close: NX_ESTATE", protocol_misuse_is_an_error},
     {"session_limits_hold_at_their_edges",
      "draft, stop ids, top_logprobs at their limits and one past; prefill, extend, absorb and verify at the context's "
