@@ -703,6 +703,10 @@ static void malformed_small_float_checkpoints_are_clear_errors(void) {
     CHECK(nx_test_system("cp '%s'/* '%s'/", nv, work) == 0);
     rewrite_tensors(nv, work, NULL, NULL, "language_model.model.layers.1.mlp.up_proj.global_scale");
     expect_error(work, "layers.1.mlp.up_proj.global_scale");
+    /* a small-float weight stored as floats beside its U8 scales */
+    CHECK(nx_test_system("cp '%s'/* '%s'/", mx, work) == 0);
+    retype_tensor(mx, work, "language_model.model.layers.1.mlp.up_proj.weight", NX_DT_F32, NULL);
+    expect_error(work, "'language_model.model.layers.1.mlp.up_proj.weight' and 'language_model.model.layers.1.mlp.up_proj.scales' must be U32");
     /* block FP8: a matrix without its factors, another block size */
     snprintf(fp8, sizeof fp8, "%s", nx_test_tmpdir("quant-fp8-bad"));
     snprintf(f32, sizeof f32, "%s", nx_test_tmpdir("quant-fp8-bad-f32"));
@@ -766,6 +770,31 @@ static void malformed_quantization_is_a_clear_error(void) {
     retype_tensor(base, work, "language_model.model.layers.1.mlp.up_proj.scales", NX_DT_U8,
                   "language_model.model.layers.1.mlp.up_proj.biases");
     expect_error(work, "and with no 'language_model.model.layers.1.mlp.up_proj.biases' no affine one");
+    /* a tensor that is never quantized stored as U32 or as integers; a
+     * quantized weight stored as floats beside its scales; biases in another
+     * dtype than their scales */
+    const char *norm = "language_model.model.layers.0.input_layernorm.weight";
+    retype_tensor(base, work, norm, NX_DT_U32, NULL);
+    expect_error(work, "'language_model.model.layers.0.input_layernorm.weight' is U32 (MLX-quantized?) but this tensor cannot be quantized");
+    retype_tensor(base, work, norm, NX_DT_I32, NULL);
+    expect_error(work, "'language_model.model.layers.0.input_layernorm.weight' has dtype I32 (expected F32, BF16 or F16)");
+    retype_tensor(base, work, "language_model.model.layers.1.mlp.up_proj.weight", NX_DT_F32, NULL);
+    expect_error(work, "'language_model.model.layers.1.mlp.up_proj.weight' has scales, so it must be U32");
+    {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/model.safetensors", base);
+        st_set *st = NULL;
+        CHECK(st_open_file(path, &st, err, sizeof err) == NX_OK);
+        const st_tensor *sc = st ? st_find(st, "language_model.model.layers.1.mlp.up_proj.scales") : NULL;
+        CHECK(sc != NULL);
+        const nx_dtype other = sc && sc->dtype == NX_DT_BF16 ? NX_DT_F16 : NX_DT_BF16;
+        char want[200];
+        snprintf(want, sizeof want, "'language_model.model.layers.1.mlp.up_proj.biases' is %s but 'language_model.model.layers.1.mlp.up_proj.scales' is %s",
+                 nx_dtype_name(other), sc ? nx_dtype_name(sc->dtype) : "?");
+        st_close(st);
+        retype_tensor(base, work, "language_model.model.layers.1.mlp.up_proj.biases", other, NULL);
+        expect_error(work, want);
+    }
     /* a non-finite weight in the input */
     snprintf(nan_dir, sizeof nan_dir, "%s", nx_test_tmpdir("quant-nan"));
     snprintf(nan_out, sizeof nan_out, "%s", nx_test_tmpdir("quant-nan-out"));
