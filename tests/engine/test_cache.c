@@ -201,6 +201,44 @@ static void a_blob_larger_than_ram_stays_on_disk(void) {
     pcache_free(c);
 }
 
+static int write_failures;
+static void log_write_failure(void *ctx, const char *line) {
+    (void)ctx;
+    write_failures += strstr(line, "prefix cache: cannot write") != NULL;
+}
+
+/* A cache directory that cannot be made or is a file is refused at start.
+ * One that goes away later costs the disk copies only: a blob that fits the
+ * RAM tier is kept there, one larger is dropped, each failure logged. */
+static void an_unusable_cache_directory_is_refused_or_logged(void) {
+    char dir[1100], file[1200], err[512];
+    snprintf(dir, sizeof dir, "%s", nx_test_tmpdir("pcache-unit-gone"));
+    snprintf(file, sizeof file, "%s/a-file", dir);
+    CHECK(nx_test_write_file(file, "x", 1) == 0);
+    pcache *c = (pcache *)&err;
+    CHECKF(pcache_new(2000, file, 0, 14, NULL, NULL, &c, err, sizeof err) == NX_EIO && !c && strstr(err, "a-file: not a directory"),
+           "%s", err);
+    snprintf(file, sizeof file, "%s/no/such/dir", dir);
+    CHECKF(pcache_new(2000, file, 0, 14, NULL, NULL, &c, err, sizeof err) == NX_EIO && !c &&
+               strstr(err, "no/such/dir: cannot create the cache directory"),
+           "%s", err);
+    snprintf(file, sizeof file, "%s/cache", dir);
+    write_failures = 0;
+    CHECK(pcache_new(2000, file, 0, 14, log_write_failure, NULL, &c, err, sizeof err) == NX_OK);
+    CHECK(rmdir(file) == 0);
+    pcache_put(c, seq, 3, blob_of(900, 3), 900);
+    pcache_put(c, seq, 6, blob_of(5000, 6), 5000);
+    pcache_stats st = pcache_get_stats(c);
+    CHECKF(write_failures == 2 && st.entries == 1 && st.ram_entries == 1 && st.disk_bytes == 0,
+           "%d failures logged, %lld entries, %lld in RAM, %lld bytes on disk", write_failures, (long long)st.entries,
+           (long long)st.ram_entries, (long long)st.disk_bytes);
+    void *b = NULL;
+    size_t len = 0;
+    CHECK(pcache_lookup(c, seq, 10, 2, &b, &len) == 3 && len == 900 && ((unsigned char *)b)[899] == 3);
+    nx_free(b);
+    pcache_free(c);
+}
+
 static const nx_test tests[] = {
     {"the_longest_prefix_wins", "entries that begin the prompt, the longest first; min_len; same key replaced",
      the_longest_prefix_wins},
@@ -212,6 +250,9 @@ static const nx_test tests[] = {
      the_order_of_use_survives_a_restart},
     {"a_blob_larger_than_ram_stays_on_disk", "a checkpoint larger than the RAM tier evicts nothing from it",
      a_blob_larger_than_ram_stays_on_disk},
+    {"an_unusable_cache_directory_is_refused_or_logged",
+     "a file or an uncreatable path refused at start; a directory gone later: logged, RAM keeps what fits",
+     an_unusable_cache_directory_is_refused_or_logged},
 };
 
 NX_TEST_MAIN(tests)
