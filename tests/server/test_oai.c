@@ -331,6 +331,9 @@ static void invalid_requests_get_400_naming_the_field(void) {
         {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
             "\"parameters\":[]}}]}",
          "tools[0].function.parameters must be an object", "tools"},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+            "\"description\":[\"two\",\"parts\"]}}]}",
+         "tools[0].function.description must be a string", "tools"},
         {1, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"hi\"}]}", "messages[0].role must be system, developer",
          "messages"},
         {1, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"describe\"},"
