@@ -835,21 +835,59 @@ static void serve_fails_where_it_cannot_listen(void) {
     close(fd);
 }
 
+/* out_dir/model: the tiny checkpoint's files linked, but `file` (a JSON
+ * file of it) written from `edited` (taken); returns the static path. */
+static const char *edited_copy(const char *file, json_t *edited) {
+    static char dir[1100];
+    char path[1200];
+    snprintf(dir, sizeof dir, "%s/model", out_dir);
+    CHECK(nx_test_system("mkdir '%s' && for f in config.json generation_config.json model.safetensors tokenizer.json "
+                         "tokenizer_config.json; do ln -s '%s/hf/'$f '%s/'$f; done && rm '%s/%s'",
+                         dir, GOLDEN, dir, dir, file) == 0);
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    CHECK(edited && json_dump_file(edited, path, 0) == 0);
+    json_decref(edited);
+    return dir;
+}
+
+/* A model whose context is 16 tokens: perplexity's default window shrinks to
+ * it (the same figures as --ctx 16), and a --ctx asked for beyond it is a
+ * usage error naming both. */
+static void perplexity_windows_fit_the_models_context(void) {
+    snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-ppl-ctx"));
+    json_error_t je;
+    json_t *cfg = json_load_file(GOLDEN "/hf/config.json", 0, &je);
+    json_t *tc = json_object_get(cfg, "text_config");
+    CHECK(cfg && json_object_set_new(tc ? tc : cfg, "max_position_embeddings", json_integer(16)) == 0);
+    const char *dir = edited_copy("config.json", cfg);
+    char ids[200] = "", args[1400];
+    for (int i = 10; i <= 50; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i > 10 ? "," : "", i);
+    char *figures[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args, "perplexity -m '%s' -t 1 --ids %s%s", dir, ids, k ? " --ctx 16" : "");
+        CHECKF(nextn(args) == 0, "nextn %s", args);
+        char *out = captured("stdout"), *cut = strstr(out, "windows of up to ");
+        if (cut && (cut = strchr(cut, ';'))) *cut = 0;   /* the figures, not the timing */
+        figures[k] = out;
+    }
+    CHECKF(strstr(figures[0], "in 3 windows of up to 16") && strcmp(figures[0], figures[1]) == 0,
+           "default: '%s', --ctx 16: '%s'", figures[0], figures[1]);
+    free(figures[0]), free(figures[1]);
+    snprintf(args, sizeof args, "perplexity -m '%s' -t 1 --ids %s --ctx 17", dir, ids);
+    const int rc = nextn(args);
+    char *err = captured("stderr");
+    CHECKF(rc == 2 && strstr(err, "perplexity: --ctx 17 exceeds the model's context of 16 tokens"), "-> %d, '%s'", rc, err);
+    free(err);
+}
+
 /* A checkpoint whose tokenizer files carry no chat template: --chat says so
  * and names --chat-template; a --chat-template that cannot be read is named. */
 static void chat_without_a_template_names_the_fix(void) {
     snprintf(out_dir, sizeof out_dir, "%s", nx_test_tmpdir("cli-notmpl"));
-    char dir[1100], path[1200];
-    snprintf(dir, sizeof dir, "%s/model", out_dir);
-    CHECK(nx_test_system("mkdir '%s' && for f in config.json generation_config.json model.safetensors tokenizer.json; do "
-                         "ln -s '%s/hf/'$f '%s/'$f; done",
-                         dir, GOLDEN, dir) == 0);
     json_error_t je;
     json_t *tc = json_load_file(GOLDEN "/hf/tokenizer_config.json", 0, &je);
     CHECK(tc && json_object_del(tc, "chat_template") == 0);
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    CHECK(tc && json_dump_file(tc, path, 0) == 0);
-    json_decref(tc);
+    const char *dir = edited_copy("tokenizer_config.json", tc);
     char args[3000], want[1300];
     snprintf(args, sizeof args, "generate -m '%s' -p hi -n 1 -t 1 --chat", dir);
     snprintf(want, sizeof want, "%s: the tokenizer files have no chat_template; pass --chat-template FILE", dir);
@@ -876,6 +914,8 @@ static const nx_test tests[] = {
     {"a_file_of_dash_is_standard_input", "tokenize -f - of a piped text = --text", a_file_of_dash_is_standard_input},
     {"invalid_utf8_names_the_texts_source", "a prompt or text that is not UTF-8: exit 1 naming the file, stdin, -p or --text "
      "and the byte", invalid_utf8_names_the_texts_source},
+    {"perplexity_windows_fit_the_models_context", "a 16-token model: the default window shrinks to 16; --ctx 17 is a usage error",
+     perplexity_windows_fit_the_models_context},
     {"serve_fails_where_it_cannot_listen", "serve on a bad address or a port in use: exit 1 naming the address",
      serve_fails_where_it_cannot_listen},
     {"chat_without_a_template_names_the_fix", "--chat without a chat_template names --chat-template; an unreadable one is named",
