@@ -903,6 +903,25 @@ static void test_merge_loops_agree(void) {
     fallbacks = 0;
     CHECKF(merge_loops_disagree(s, "ab", 300, 400, 99, &fallbacks) == 0, "non-monotone merges");
     CHECKF(fallbacks > 0, "the buckets never gave up on a non-monotone list");
+    /* nx_tokenize itself: a word longer than NX_TOK_SMALL_WORD symbols takes
+     * the buckets and, where they give up, the heap from the word's original
+     * symbols; the ids must be the scan's */
+    uint64_t seed = 4242;
+    int bad = 0;
+    for (int iter = 0; iter < 60; iter++) {
+        enum { MAXW = NX_TOK_SMALL_WORD + 300 };
+        char text[MAXW + 1], err[512];
+        int32_t want[MAXW], rank[MAXW], nid[MAXW], *ids = NULL;
+        const int n = NX_TOK_SMALL_WORD + 1 + (int)(rng_next(&seed) % 300);
+        for (int i = 0; i < n; i++) text[i] = "ab"[rng_next(&seed) % 2], want[i] = s->byte_sym[(uint8_t)text[i]];
+        text[n] = 0;
+        const int k = nx_tok_merge_scan(s, want, n, rank, nid);
+        int nids = 0;
+        CHECKF(nx_tokenize(s, text, (size_t)n, NX_SPECIAL_NONE, &ids, &nids, err, sizeof err) == NX_OK, "%s", err);
+        bad += nids != k || memcmp(ids, want, (size_t)k * sizeof *ids) != 0;
+        nx_free(ids);
+    }
+    CHECKF(bad == 0, "nx_tokenize differs from the scan on %d of 60 long words", bad);
     nx_tokenizer_free(s);
 }
 
