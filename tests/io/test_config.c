@@ -313,6 +313,18 @@ static void quantization_modes_and_block_fp8(void) {
           !cfg_quant_defaulted(c, "m.c"));
     CHECKF(parse(with_block("\"quantization\":{\"bits\":8,\"group_size\":32}"), c, err) == NX_OK, "%s", err);
     CHECK(!cfg_quant_defaulted(c, "m.x"));
+    /* a module path fills cfg_quant_override.path to its last byte; one more is refused */
+    char longest[sizeof c->q_overrides[0].path + 1], block[512];
+    memset(longest, 'm', sizeof longest - 2);
+    longest[sizeof longest - 2] = 0;
+    snprintf(block, sizeof block, "\"quantization\":{\"bits\":4,\"%s\":{\"bits\":8}}", longest);
+    CHECKF(parse(with_block(block), c, err) == NX_OK, "%s", err);
+    CHECK(cfg_quant_for(c, longest, &mode, &bits, &group) && bits == 8);
+    longest[sizeof longest - 2] = 'm', longest[sizeof longest - 1] = 0;
+    snprintf(block, sizeof block, "\"quantization\":{\"bits\":4,\"%s\":{\"bits\":8}}", longest);
+    CHECKF(parse(with_block(block), c, err) == NX_EFORMAT && strstr(err, "quantization: module path 'mmm") &&
+               strstr(err, "...' is too long"),
+           "%s", err);
     free(c);
 }
 
