@@ -758,6 +758,17 @@ typedef struct {
 } nx_engine_stats;
 void nx_engine_get_stats(nx_engine *e, nx_engine_stats *out);
 
+/* ---- Output files ------------------------------------------------------ */
+
+/* Whether fopen(path, "w") could succeed now, checked without touching
+ * path: an existing file (or device, not a directory) must be writable;
+ * otherwise a file is made, and removed at once, where path would be
+ * created (for a symbolic link, at the file it points to, which need not
+ * exist yet). NX_EIO naming path and the reason. For a program to refuse an
+ * output path before the work it would come after (a server's port file
+ * once it listens); a checkpoint's path has nx_spec_save_check. */
+nx_status nx_write_check(const char *path, char *err, size_t errlen);
+
 /* ---- Memory returned by the library ------------------------------------ */
 
 /* Frees a buffer a library call returned to the caller (token id arrays,

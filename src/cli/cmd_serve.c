@@ -121,29 +121,16 @@ static int parse(int argc, char **argv, cli_model_opts *mo, serve_opts *o) {
     return 0;
 }
 
-/* Refuses a --port-file the server could not write before the model loads
- * (minutes, for a big one), not after: an existing file (or device) must be
- * writable; for a new one, a file is made and removed beside it. 0, or 1
- * after printing the error. */
-static int check_port_file(const char *path) {
-    if (access(path, F_OK) == 0)
-        return access(path, W_OK) == 0 ? 0 : cli_fail("%s: cannot write the port: %s", path, strerror(errno));
-    char probe[4096];
-    if (snprintf(probe, sizeof probe, "%s.XXXXXX", path) >= (int)sizeof probe) return cli_fail("%s: the path is too long", path);
-    const int fd = mkstemp(probe);
-    if (fd < 0) return cli_fail("%s: cannot write the port: %s", path, strerror(errno));
-    close(fd);
-    remove(probe);
-    return 0;
-}
-
 int cmd_serve(int argc, char **argv) {
     cli_model_opts mo = {cli_default_model(), {0}};
     serve_opts o = {"127.0.0.1", NULL, NULL, NULL, NULL, NULL, NULL, CLI_MTP_DEFAULT, NX_DRAFTS_ADAPTIVE, 8080, 4, 64, 4096, 64, 1024, 8192, 0,
                      CLI_DRAFT_HEAD_BITS, CLI_DRAFT_SCREEN, 4 << 20};
     int rc = parse(argc, argv, &mo, &o);
     if (rc) return rc < 0 ? 0 : rc;
-    if (o.port_file && check_port_file(o.port_file)) return 1;
+    /* a port file the server could not write is refused before the model
+     * loads (minutes, for a big one), not after */
+    char err[1024];
+    if (o.port_file && nx_write_check(o.port_file, err, sizeof err)) return cli_fail("--port-file %s", err);
 
     /* SIGINT / SIGTERM are taken by sigwait below; blocked before any thread
      * starts, so every thread inherits the mask and none is interrupted */
@@ -154,7 +141,6 @@ int cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN); /* a client that hangs up is an error return, not a death */
 
-    char err[1024];
     nx_model *m = cli_load_model(&mo);
     nx_drafter *d = NULL;
     nx_tokenizer *tok = NULL;

@@ -17,6 +17,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "base/path.h"
 #include "spec/checkpoint.h"
 #include "spec/spec.h"
 
@@ -143,18 +144,8 @@ nx_status nx_spec_snapshot(const nx_spec *cs, void **blob, size_t *len, char *er
  * device, a directory) is refused rather than replaced. */
 static nx_status save_target(const char *path, char target[PATH_MAX], struct stat *sb, int *exists, char *err,
                              size_t errlen) {
-    if (lstat(path, sb) == 0 && S_ISLNK(sb->st_mode)) {
-        if (!realpath(path, target)) {
-            char link[PATH_MAX];
-            const ssize_t n = readlink(path, link, sizeof link - 1);
-            const char *slash = strrchr(path, '/');
-            const int dir = slash && n > 0 && link[0] != '/' ? (int)(slash - path + 1) : 0;
-            if (n <= 0 || snprintf(target, PATH_MAX, "%.*s%.*s", dir, path, (int)n, link) >= PATH_MAX)
-                return nx_fail(err, errlen, NX_EIO, "%s: cannot follow the link", path);
-        }
-    } else if (snprintf(target, PATH_MAX, "%s", path) >= PATH_MAX) {
-        return nx_fail(err, errlen, NX_EINVAL, "%s: the path is too long", path);
-    }
+    const nx_status st = nx_path_target(path, target, err, errlen);
+    if (st) return st;
     *exists = stat(target, sb) == 0;
     if (*exists && !S_ISREG(sb->st_mode))
         return nx_fail(err, errlen, NX_EINVAL, "%s: not a regular file; a checkpoint is not written over it", path);
@@ -162,17 +153,14 @@ static nx_status save_target(const char *path, char target[PATH_MAX], struct sta
 }
 
 nx_status nx_spec_save_check(const char *path, char *err, size_t errlen) {
-    char target[PATH_MAX], probe[PATH_MAX + 16];
+    char target[PATH_MAX];
     struct stat sb;
     int exists;
     const nx_status st = save_target(path, target, &sb, &exists, err, errlen);
     if (st) return st;
     /* the save's own step: a file made beside the target (removed at once) */
-    snprintf(probe, sizeof probe, "%s.XXXXXX", target);
-    const int fd = mkstemp(probe);
-    if (fd < 0) return nx_fail(err, errlen, NX_EIO, "%s: cannot write the checkpoint: %s", path, strerror(errno));
-    close(fd);
-    remove(probe);
+    const int why = nx_path_probe(target);
+    if (why) return nx_fail(err, errlen, NX_EIO, "%s: cannot write the checkpoint: %s", path, strerror(why));
     return NX_OK;
 }
 

@@ -236,7 +236,7 @@ static void bad_use_exits_2_with_one_line(void) {
         {"serve -m x --api-key ''", 2, "--api-key wants a non-empty key"},
         /* a port file that cannot be written: refused before the model
          * loads (-m x is never read), with no "serving" line */
-        {"serve -m x -t 1 --port 0 --port-file /nonexistent/port", 1, "/nonexistent/port: cannot write the port"},
+        {"serve -m x -t 1 --port 0 --port-file /nonexistent/port", 1, "--port-file /nonexistent/port: cannot write: No such file or directory"},
         {"generate -m '" GOLDEN "/hf' --prompt-ids 1 --mtp '" NX_TEST_DATA "'", 1, NX_TEST_DATA "/config.json"},
         {"generate -m '" GOLDEN "/hf' --load-state /nonexistent.state", 1, "/nonexistent.state"},
         /* a state that could not be saved is refused before the model loads
