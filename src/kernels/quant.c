@@ -742,7 +742,8 @@ static inline int qx_wide_tiles(int q4_pairs, int T, int64_t cols) {
  * slower at T = 1 on the 4B q8 fixture's 9216-column matrices. */
 #define QX_AVX2_Q4_ROWS 24                         /* as measured: rows of 1024 columns, 576 bytes */
 #define QX_AVX2_Q4_REACH (QX_AVX2_Q4_ROWS * 576)
-static inline int64_t qx_prefetch_rows_avx2(int bits, int packed, size_t row_bytes, int wide) {
+static inline int64_t qx_prefetch_rows_avx2(int bits, int packed, size_t row_bytes, int T) {
+    const int wide = T > KN_QXBLOCK;
     if (row_bytes == 0) return 0;   /* 0 columns: nothing to fetch */
     if (bits == 8 && packed && !wide) return (int64_t)(4096 / row_bytes) + 1;
     if (bits == 8 || wide) return 0;
@@ -751,13 +752,26 @@ static inline int64_t qx_prefetch_rows_avx2(int bits, int packed, size_t row_byt
 }
 
 /* AVX-VNNI runs the AVX2 copy's loops: AVX2's reach (not measured apart). */
-static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_bytes, int wide) {
-    return qx_prefetch_rows_avx2(bits, packed, row_bytes, wide);
+static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_bytes, int T) {
+    return qx_prefetch_rows_avx2(bits, packed, row_bytes, T);
 }
 
-static inline int64_t qx_prefetch_rows_avx512vnni(int bits, int packed, size_t row_bytes, int wide) {
+/* A plain step's (T = 1) packed 4-bit pairs reach 8 KB, the rest 4 KB. On
+ * the Zen 5 VM (2 threads, both reaches in turn in one process): every step
+ * matrix and the LM head of the 0.8B q4 fixture (bench-linear) T = 1
+ * 0.89-0.94x the time at 8 KB (five runs; 10 KB 0.92-0.99x, 16 KB
+ * 0.96-1.02x), T = 2 level, T = 3 / 4 1.02-1.05x slower; q8's packed rows
+ * level at T = 1 and 1.04-1.05x slower at T = 4. Whole q4 steps after a
+ * 512-token prompt (150 pairs, paired medians): 0.950-0.978x, six runs
+ * (the same harness with 4 KB both ways: 0.994x, 1.000x). In a fast phase
+ * the same products ran at 0.53-0.79x a plain read of their bytes, so a
+ * step waits on its loads; why a verify's products (four activation rows,
+ * more integer work a line) lose with the longer reach was not measured. */
+static inline int64_t qx_prefetch_rows_avx512vnni(int bits, int packed, size_t row_bytes, int T) {
+    const int wide = T > KN_QXBLOCK;
     if ((bits == 8 && !wide && !packed) || row_bytes == 0) return 0;   /* 0 columns: nothing to fetch */
-    const int64_t rows = (int64_t)(4096 / row_bytes) + (wide ? 2 : 1);
+    const size_t reach = bits == 4 && packed && T == 1 ? 8192 : 4096;
+    const int64_t rows = (int64_t)(reach / row_bytes) + (wide ? 2 : 1);
     return bits == 4 && packed && rows < 2 ? 2 : rows;   /* a pair's rows: past its partner */
 }
 
