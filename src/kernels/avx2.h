@@ -77,6 +77,24 @@ KN_AVX2_INLINE void kn_prefetch_step_avx2(const char **cursor, int lines) {
     *cursor += 64 * lines;
 }
 
+/* A cursor that fetches each line twice: into L2 `far` bytes past `at`
+ * (0: not at all), and into L1 when the cursor itself reaches it. */
+typedef struct {
+    const char *at;
+    size_t far;
+} kn_cursor2;
+
+/* kn_prefetch_step_avx2 for a kn_cursor2: the `lines` lines at c->at into
+ * L1 and, where c->far, the lines c->far bytes on into L2; then c->at moves
+ * past them. */
+KN_AVX2_INLINE void kn_prefetch_step2_avx2(kn_cursor2 *c, int lines) {
+    for (int i = 0; i < lines; i++) {
+        _mm_prefetch(c->at + 64 * i, _MM_HINT_T0);
+        if (c->far) _mm_prefetch(c->at + c->far + 64 * i, _MM_HINT_T1);
+    }
+    c->at += 64 * lines;
+}
+
 /* A kernel's prefetch ahead of its own loads, in address order (the dense
  * products, matmul.c): each step fetches as many bytes as it consumes, at
  * `at` bytes from base, a fixed distance ahead of its loads, and moves `at`

@@ -756,21 +756,33 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
     return qx_prefetch_rows_avx2(bits, packed, row_bytes, T);
 }
 
-/* A plain step's (T = 1) packed 4-bit pairs reach 8 KB, the rest 4 KB. On
- * the Zen 5 VM (2 threads, both reaches in turn in one process): every step
- * matrix and the LM head of the 0.8B q4 fixture (bench-linear) T = 1
- * 0.89-0.94x the time at 8 KB (five runs; 10 KB 0.92-0.99x, 16 KB
- * 0.96-1.02x), T = 2 level, T = 3 / 4 1.02-1.05x slower; q8's packed rows
- * level at T = 1 and 1.04-1.05x slower at T = 4. Whole q4 steps after a
- * 512-token prompt (150 pairs, paired medians): 0.950-0.978x, six runs
- * (the same harness with 4 KB both ways: 0.994x, 1.000x). In a fast phase
- * the same products ran at 0.53-0.79x a plain read of their bytes, so a
- * step waits on its loads; why a verify's products (four activation rows,
- * more integer work a line) lose with the longer reach was not measured. */
+/* A step's or a verify's packed 4-bit pairs (dot_lanes_q4_pair) fetch in
+ * two reaches: each line QX_Q4_FAR_BYTES past the L1 cursor into L2, then
+ * into L1 2 KB ahead of the loads (T = 1-3) or 4 KB (T = 4); the rest take
+ * one reach of 4 KB into L1. On the Zen 5 VM (2 threads, the ways in turn in
+ * one process, paired medians; every step matrix and the LM head of the
+ * 0.8B q4 fixture, bench-linear), against one 4 KB reach: T = 1 2 KB + 32
+ * KB 0.85-0.87x the time of an 8 KB reach alone, which ran 0.89-0.94x the
+ * 4 KB (16 KB alone 0.96-1.02x, 4 KB + 32 KB 0.89x, 2 KB + 16 / 24 / 64 KB
+ * 0.98 / 0.85 / 0.89x); T = 2 2 KB + 32 KB 0.90x; T = 3 0.84-0.96x (4 KB +
+ * 32 KB 0.89-0.99x); T = 4 4 KB + 32 KB 0.88-0.96x (2 KB + 32 KB
+ * 0.91-1.03x). Whole q4 steps after a 512-token prompt (150 pairs): 2 KB +
+ * 32 KB against 8 KB alone 0.931-0.940x, three runs (8 KB against itself
+ * 1.003x); 8 KB alone against 4 KB 0.950-0.978x, six runs; in a slow
+ * phase 2 KB + 32 KB against 4 KB 0.83x. MTP rounds (K = 3, greedy, the
+ * two ways by round in ABBA order, 400-600 rounds a run): rounds 0.93-0.96x
+ * the time in five runs, 0.99-1.04x in three of a slow phase (its verify
+ * 1.02-1.07x there, 0.93-0.96x in the others). The L2 hint
+ * (T1) and T2 measured alike. In fast phases these products ran at
+ * 0.53-0.79x a plain read of their bytes: a step waits on its loads, and
+ * the hardware prefetcher alone does not reach far enough. q8's packed
+ * rows kept one 4 KB reach: 8 KB ran level at T = 1, 1.04-1.05x at T = 4
+ * (a far reach for them was not tried). */
+#define QX_Q4_FAR_BYTES 32768
 static inline int64_t qx_prefetch_rows_avx512vnni(int bits, int packed, size_t row_bytes, int T) {
     const int wide = T > KN_QXBLOCK;
     if ((bits == 8 && !wide && !packed) || row_bytes == 0) return 0;   /* 0 columns: nothing to fetch */
-    const size_t reach = bits == 4 && packed && T == 1 ? 8192 : 4096;
+    const size_t reach = bits == 4 && packed && T < 4 ? 2048 : 4096;
     const int64_t rows = (int64_t)(reach / row_bytes) + (wide ? 2 : 1);
     return bits == 4 && packed && rows < 2 ? 2 : rows;   /* a pair's rows: past its partner */
 }
