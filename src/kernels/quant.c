@@ -756,8 +756,9 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
     return qx_prefetch_rows_avx2(bits, packed, row_bytes, T);
 }
 
-/* A step's or a verify's packed 4-bit pairs (dot_lanes_q4_pair) fetch in
- * two reaches: each line QX_Q4_FAR_BYTES past the L1 cursor into L2, then
+/* A step's or a verify's 4-bit rows fetch in two reaches; with AVX-512
+ * VNNI, packed pairs (dot_lanes_q4_pair): each line QX_Q4_FAR_BYTES past
+ * the L1 cursor into L2, then
  * into L1 2 KB ahead of the loads (T = 1-3) or 4 KB (T = 4); the rest take
  * one reach of 4 KB into L1. On the Zen 5 VM (2 threads, the ways in turn in
  * one process, paired medians; every step matrix and the LM head of the
@@ -776,9 +777,28 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
  * (T1) and T2 measured alike. In fast phases these products ran at
  * 0.53-0.79x a plain read of their bytes: a step waits on its loads, and
  * the hardware prefetcher alone does not reach far enough. q8's packed
- * rows kept one 4 KB reach: 8 KB ran level at T = 1, 1.04-1.05x at T = 4
- * (a far reach for them was not tried). */
+ * rows kept one 4 KB reach: 8 KB ran level at T = 1, 1.04-1.05x at T = 4;
+ * a far reach of 16-64 KB for them 0.99-1.00x at T = 1: not kept.
+ * AVX2's 4-bit rows (and AVX-VNNI's, the same loops, not measured apart)
+ * take the far reach as well, a row at a time beside their 24-row one
+ * (qx_rows_loop): with `NEXTN_BENCH_KERNELS=avx2`, T = 1 0.90-0.97x (five
+ * runs), T = 2 0.92x, T = 4 0.93-0.96x. */
 #define QX_Q4_FAR_BYTES 32768
+
+/* The far reach of a step's or a verify's rows (above): bytes past the
+ * L1 reach fetched into L2, 0 for none. */
+static inline size_t qx_prefetch_far_avx2(int bits, int packed, int T) {
+    (void)packed;
+    return bits == 4 && T <= KN_QXBLOCK ? QX_Q4_FAR_BYTES : 0;
+}
+
+static inline size_t qx_prefetch_far_avxvnni(int bits, int packed, int T) {
+    return qx_prefetch_far_avx2(bits, packed, T);
+}
+
+static inline size_t qx_prefetch_far_avx512vnni(int bits, int packed, int T) {
+    return bits == 4 && packed && T <= KN_QXBLOCK ? QX_Q4_FAR_BYTES : 0;
+}
 static inline int64_t qx_prefetch_rows_avx512vnni(int bits, int packed, size_t row_bytes, int T) {
     const int wide = T > KN_QXBLOCK;
     if ((bits == 8 && !wide && !packed) || row_bytes == 0) return 0;   /* 0 columns: nothing to fetch */
