@@ -832,6 +832,23 @@ KN_AVX2_INLINE __m256i unpack32_u8_avx2(const unsigned char *codes, int bits, in
         const __m128i lo = _mm_and_si128(raw, m), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
         return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
     }
+    if (bits == 6 && i + 32 < n) {
+        /* Each 3 bytes (4 codes, little endian) into a dword, then its four
+         * 6-bit fields v[6k, 6k + 6) shifted to bytes k: 12 operations where
+         * the general path below takes about 25. It loads 4 bytes past the
+         * block's 24, which the row's next block holds. The products of
+         * every 6-bit step matrix and the head of the 0.8B fixture (2
+         * threads, both ways in turn in one process): 0.85-0.86x the time
+         * at T = 1 and 4. */
+        const __m256i raw = _mm256_loadu2_m128i((const __m128i *)(const void *)(p + 12), (const __m128i *)(const void *)p);
+        const __m256i v = _mm256_shuffle_epi8(raw, _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1, 0, 1,
+                                                                    2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1));
+        const __m256i c0 = _mm256_and_si256(v, _mm256_set1_epi32(0x3f));
+        const __m256i c1 = _mm256_and_si256(_mm256_slli_epi32(v, 2), _mm256_set1_epi32(0x3f00));
+        const __m256i c2 = _mm256_and_si256(_mm256_slli_epi32(v, 4), _mm256_set1_epi32(0x3f0000));
+        const __m256i c3 = _mm256_and_si256(_mm256_slli_epi32(v, 6), _mm256_set1_epi32(0x3f000000));
+        return _mm256_or_si256(_mm256_or_si256(c0, c1), _mm256_or_si256(c2, c3));
+    }
     const __m256i a = unpack8_avx2(p, bits, 0), b = unpack8_avx2(p + bits, bits, 0);
     const __m256i c = unpack8_avx2(p + 2 * bits, bits, 0), d = unpack8_avx2(p + 3 * bits, bits, i + 32 == n);
     /* dwords [a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7] -> element order */
