@@ -822,6 +822,36 @@ KN_AVX2_INLINE void qx_prefetch_row(affine_row a, size_t cb, size_t sb, int to_l
     kn_prefetch_lines_avx2(a.bi, sb, to_l2);
 }
 
+/* The 32 codes of 5 or 6 bits at p (4 bits bytes) as unsigned bytes in
+ * element order. It reads 16 bytes at p and at p + 2 bits, past the
+ * block's 4 bits bytes, so a caller passes any block but a row's last.
+ * Each 8 codes (bits
+ * bytes) make two dwords of 4 codes: codes 0-3 from the group's first 3
+ * bytes, codes 4-7 from the 3 bytes that hold bit 4 bits on, shifted down by
+ * its place in its byte (4 for 5 bits); then field k of a dword, bits
+ * [k bits, (k + 1) bits), moves to byte k by a shift of k (8 - bits).
+ * 12-13 operations where the unpack8 path takes about 25. The products of
+ * every step matrix and the head of the 0.8B fixture (2 threads, both ways
+ * in turn in one process, T = 1 / 4): 6-bit 0.85-0.89 / 0.86-0.88x the
+ * time, 5-bit 0.91 / 0.92x. 3-bit codes ran 1.13-1.14x slower this way
+ * than by unpack8's one 32-bit load and shift for 8 codes: they keep it. */
+KN_AVX2_INLINE __m256i unpack32_odd_avx2(const unsigned char *p, int bits) {
+    const int hi = 4 * bits / 8, sh = 4 * bits % 8;   /* where codes 4-7 start: byte, bit */
+    const __m256i raw = _mm256_loadu2_m128i((const __m128i *)(const void *)(p + 2 * bits), (const __m128i *)(const void *)p);
+    const char b0 = 0, b1 = (char)bits, h0 = (char)hi, h1 = (char)(bits + hi);
+    const __m256i pick = _mm256_setr_epi8(b0, b0 + 1, b0 + 2, -1, h0, h0 + 1, h0 + 2, -1, b1, b1 + 1, b1 + 2, -1, h1, h1 + 1, h1 + 2,
+                                          -1, b0, b0 + 1, b0 + 2, -1, h0, h0 + 1, h0 + 2, -1, b1, b1 + 1, b1 + 2, -1, h1, h1 + 1,
+                                          h1 + 2, -1);
+    __m256i v = _mm256_shuffle_epi8(raw, pick);
+    if (sh) v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, sh, 0, sh, 0, sh, 0, sh));
+    const int f = 8 - bits, m = (1 << bits) - 1;
+    const __m256i c0 = _mm256_and_si256(v, _mm256_set1_epi32(m));
+    const __m256i c1 = _mm256_and_si256(_mm256_slli_epi32(v, f), _mm256_set1_epi32(m << 8));
+    const __m256i c2 = _mm256_and_si256(_mm256_slli_epi32(v, 2 * f), _mm256_set1_epi32(m << 16));
+    const __m256i c3 = _mm256_and_si256(_mm256_slli_epi32(v, 3 * f), _mm256_set1_epi32(m << 24));
+    return _mm256_or_si256(_mm256_or_si256(c0, c1), _mm256_or_si256(c2, c3));
+}
+
 /* The 32 codes of the block from element i (a multiple of 32) of a row of n,
  * as unsigned bytes in element order. bits is a constant after inlining. */
 KN_AVX2_INLINE __m256i unpack32_u8_avx2(const unsigned char *codes, int bits, int64_t i, int64_t n) {
@@ -832,23 +862,7 @@ KN_AVX2_INLINE __m256i unpack32_u8_avx2(const unsigned char *codes, int bits, in
         const __m128i lo = _mm_and_si128(raw, m), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
         return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
     }
-    if (bits == 6 && i + 32 < n) {
-        /* Each 3 bytes (4 codes, little endian) into a dword, then its four
-         * 6-bit fields v[6k, 6k + 6) shifted to bytes k: 12 operations where
-         * the general path below takes about 25. It loads 4 bytes past the
-         * block's 24, which the row's next block holds. The products of
-         * every 6-bit step matrix and the head of the 0.8B fixture (2
-         * threads, both ways in turn in one process): 0.85-0.86x the time
-         * at T = 1 and 4. */
-        const __m256i raw = _mm256_loadu2_m128i((const __m128i *)(const void *)(p + 12), (const __m128i *)(const void *)p);
-        const __m256i v = _mm256_shuffle_epi8(raw, _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1, 0, 1,
-                                                                    2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1));
-        const __m256i c0 = _mm256_and_si256(v, _mm256_set1_epi32(0x3f));
-        const __m256i c1 = _mm256_and_si256(_mm256_slli_epi32(v, 2), _mm256_set1_epi32(0x3f00));
-        const __m256i c2 = _mm256_and_si256(_mm256_slli_epi32(v, 4), _mm256_set1_epi32(0x3f0000));
-        const __m256i c3 = _mm256_and_si256(_mm256_slli_epi32(v, 6), _mm256_set1_epi32(0x3f000000));
-        return _mm256_or_si256(_mm256_or_si256(c0, c1), _mm256_or_si256(c2, c3));
-    }
+    if ((bits == 5 || bits == 6) && i + 32 < n) return unpack32_odd_avx2(p, bits);
     const __m256i a = unpack8_avx2(p, bits, 0), b = unpack8_avx2(p + bits, bits, 0);
     const __m256i c = unpack8_avx2(p + 2 * bits, bits, 0), d = unpack8_avx2(p + 3 * bits, bits, i + 32 == n);
     /* dwords [a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7] -> element order */
