@@ -758,9 +758,8 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
 
 /* A step's or a verify's 4-bit rows fetch in two reaches; with AVX-512
  * VNNI, packed pairs (dot_lanes_q4_pair): each line QX_Q4_FAR_BYTES past
- * the L1 cursor into L2, then
- * into L1 2 KB ahead of the loads (T = 1-3) or 4 KB (T = 4); the rest take
- * one reach of 4 KB into L1. On the Zen 5 VM (2 threads, the ways in turn in
+ * the L1 cursor into L2, then into L1 2 KB ahead of the loads (T = 1-3) or
+ * 4 KB (T = 4); the rest take one reach of 4 KB into L1. On the Zen 5 VM (2 threads, the ways in turn in
  * one process, paired medians; every step matrix and the LM head of the
  * 0.8B q4 fixture, bench-linear), against one 4 KB reach: T = 1 2 KB + 32
  * KB 0.85-0.87x the time of an 8 KB reach alone, which ran 0.89-0.94x the
@@ -799,6 +798,7 @@ static inline size_t qx_prefetch_far_avxvnni(int bits, int packed, int T) {
 static inline size_t qx_prefetch_far_avx512vnni(int bits, int packed, int T) {
     return bits == 4 && packed && T <= KN_QXBLOCK ? QX_Q4_FAR_BYTES : 0;
 }
+
 static inline int64_t qx_prefetch_rows_avx512vnni(int bits, int packed, size_t row_bytes, int T) {
     const int wide = T > KN_QXBLOCK;
     if ((bits == 8 && !wide && !packed) || row_bytes == 0) return 0;   /* 0 columns: nothing to fetch */
@@ -825,10 +825,10 @@ KN_AVX2_INLINE void qx_prefetch_row(affine_row a, size_t cb, size_t sb, int to_l
 /* The 32 codes of 5 or 6 bits at p (4 bits bytes) as unsigned bytes in
  * element order. It reads 16 bytes at p and at p + 2 bits, past the
  * block's 4 bits bytes, so a caller passes any block but a row's last.
- * Each 8 codes (bits
- * bytes) make two dwords of 4 codes: codes 0-3 from the group's first 3
- * bytes, codes 4-7 from the 3 bytes that hold bit 4 bits on, shifted down by
- * its place in its byte (4 for 5 bits); then field k of a dword, bits
+ * Each 8 codes (bits bytes) make two dwords of 4 codes: codes 0-3 from the
+ * group's first 3 bytes, codes 4-7 from the 3 bytes that hold bit 4 bits
+ * on, shifted down by its place in its byte (4 for 5 bits); then field k of
+ * a dword, bits
  * [k bits, (k + 1) bits), moves to byte k by a shift of k (8 - bits).
  * 12-13 operations where the unpack8 path takes about 25. The products of
  * every step matrix and the head of the 0.8B fixture (2 threads, both ways
