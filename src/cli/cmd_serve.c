@@ -1,7 +1,6 @@
 /* cmd_serve.c — `nextn serve`: the OpenAI-compatible HTTP server. Loads the
  * model, its MTP head, the tokenizer and chat template, starts the engine and
  * the server, and waits for SIGINT / SIGTERM to shut both down cleanly. */
-#include <errno.h>
 #include <libgen.h>
 #include <pthread.h>
 #include <signal.h>
@@ -9,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "cli.h"
 
