@@ -874,6 +874,8 @@ typedef struct {
     void (*affine_quantize_row)(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
                                 void *scales, void *biases);
     void (*affine_row_f32)(const kn_mat *w, int64_t row, float *out);
+    void (*lanes_planes_chunk)(const unsigned char *codes, int bits, int64_t group, int64_t g8, int64_t cnt, int sb,
+                               unsigned char *dst);
     void (*fp_row_f32)(const kn_mat *w, int64_t row, float *out);
     void (*sketch_scores)(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y, int64_t r0, int64_t r1);
     kn_sketch_layout sketch_layout;   /* the layout sketch_scores takes fastest */
@@ -895,7 +897,7 @@ static const kn_impl kn_impl_scalar = {
     .sum_exp_f32 = kn_sum_exp_f32_ref, .exp_sum_f32 = kn_exp_sum_f32_ref,
     .attn_scores = kn_attn_scores_ref, .attn_values = kn_attn_values_ref, .quantize_x = kn_quantize_x_ref,
     .matmul_qx_rows = kn_matmul_qx_rows_ref, .fp_qx_rows = kn_fp_matmul_qx_rows_ref,
-    .affine_quantize_row = kn_affine_quantize_row_ref,
+    .affine_quantize_row = kn_affine_quantize_row_ref, .lanes_planes_chunk = kn_lanes_planes_chunk_ref,
     .affine_row_f32 = kn_affine_row_f32_ref, .fp_row_f32 = kn_fp_row_f32_ref, .sketch_scores = kn_sketch_scores_ref,
     .sketch_layout = KN_SKETCH_ROWS,
     .top_k_collect = kn_top_k_collect_ref,
@@ -914,6 +916,7 @@ static const kn_impl kn_impl_scalar = {
     .exp_sum_f32 = kn_exp_sum_f32_avx2,                                                                              \
     .quantize_x = kn_quantize_x_avx2,                                                                                \
     .affine_quantize_row = kn_affine_quantize_row_avx2, .affine_row_f32 = kn_affine_row_f32_avx2,                   \
+    .lanes_planes_chunk = kn_lanes_planes_chunk_avx2,                                                                \
     .fp_row_f32 = kn_fp_row_f32_avx2, .sketch_scores = kn_sketch_scores_avx2,                                      \
     .sketch_layout = KN_SKETCH_BLOCKS, .top_k_collect = kn_top_k_collect_ref,                                        \
     .gated_delta_steps = kn_gated_delta_steps_rows, .gated_delta_replay = kn_gated_delta_replay_avx2,              \
@@ -939,7 +942,7 @@ static const kn_impl kn_impl_avx512vnni = {
     .sum_exp_f32 = kn_sum_exp_f32_avx512, .exp_sum_f32 = kn_exp_sum_f32_avx512,
     .attn_scores = kn_attn_scores_avx512, .attn_values = kn_attn_values_avx512, .quantize_x = kn_quantize_x_avx2,
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .fp_qx_rows = kn_fp_matmul_qx_rows_avx512vnni,
-    .affine_quantize_row = kn_affine_quantize_row_avx2,
+    .affine_quantize_row = kn_affine_quantize_row_avx2, .lanes_planes_chunk = kn_lanes_planes_chunk_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2,
     .sketch_scores = kn_sketch_scores_avx512vnni, .sketch_layout = KN_SKETCH_ROWS,
     .top_k_collect = kn_top_k_collect_avx512vnni,
@@ -1101,6 +1104,11 @@ void kn_matmul_qx_gathered(const kn_mat *w, const kn_qx *qx, const int32_t *idx,
 void kn_affine_row_f32(const kn_mat *w, int64_t row, float *out) { active()->affine_row_f32(w, row, out); }
 
 void kn_fp_row_f32(const kn_mat *w, int64_t row, float *out) { active()->fp_row_f32(w, row, out); }
+
+void kn_lanes_planes_chunk(const unsigned char *codes, int bits, int64_t group, int64_t g8, int64_t cnt, int sb,
+                           unsigned char *dst) {
+    active()->lanes_planes_chunk(codes, bits, group, g8, cnt, sb, dst);
+}
 
 void kn_affine_quantize_row(const float *w, int64_t cols, int bits, int group, nx_dtype sdtype, uint32_t *codes,
                             void *scales, void *biases) {

@@ -298,6 +298,67 @@ void kn_lanes_pack4_block(const unsigned char *codes, int64_t group, int64_t g8,
             memcpy(dst + b / 32 * 256 + b % 32 / 4 * 32 + 4 * j, codes + (g8 + j) * group / 2 + b, 4);
 }
 
+/* The 8 codes of `bits` bits whose stream starts at byte p, code i in byte
+ * i. bits is a constant after inlining. */
+static inline uint64_t spread8(const unsigned char *p, int bits) {
+    uint64_t u = 0, r = 0;
+    memcpy(&u, p, (size_t)bits);
+    for (int i = 0; i < 8; i++) r |= (u >> (i * bits) & ((1u << bits) - 1)) << (8 * i);
+    return r;
+}
+
+/* Each byte of lo's and hi's fields (8 values below 4 in each, elements 0-7
+ * and 8-15 of 16) at quant.h's places within one word of bit planes: byte m
+ * = f(2m) | f(8 + 2m) << 2 | f(2m + 1) << 4 | f(9 + 2m) << 6. */
+static inline uint32_t fields_word(uint64_t lo, uint64_t hi) {
+    return even_bytes(lo) | even_bytes(hi) << 2 | even_bytes(lo >> 8) << 4 | even_bytes(hi >> 8) << 6;
+}
+
+/* kn_lanes_planes_chunk for a constant width: per 16 codes of a group, their
+ * words of each plane (quant.h) assembled from bytes, 8 codes at a time. */
+static inline void planes_chunk_bits(const unsigned char *codes, int bits, int64_t group, int64_t g8, int64_t cnt,
+                                     int sb, unsigned char *dst) {
+    unsigned char *two = dst + (bits >= 4 ? 256 : 0), *one = two + (bits & 2 ? 128 : 0);
+    const int at2 = bits >= 4 ? 4 : bits == 3 ? 1 : 0, at1 = bits == 5 ? 4 : 0;   /* where each field sits */
+    const uint64_t m4 = 0x0f0f0f0f0f0f0f0fu, m2 = 0x0303030303030303u, m1 = 0x0101010101010101u;
+    memset(dst, 0, (size_t)(64 * bits));
+    for (int64_t j = 0; j < cnt; j++)
+        for (int k = 0; k < 4; k++) {   /* elements 64 sb + 16k .. + 15 of group g8 + j */
+            const unsigned char *p = codes + ((g8 + j) * group + 64 * sb + 16 * k) / 8 * bits;
+            const uint64_t lo = spread8(p, bits), hi = spread8(p + bits, bits);
+            uint32_t w;
+            if (bits >= 4) {   /* nibbles: elements 2m and 2m + 1 in byte m, 8 elements a word */
+                w = even_bytes(lo & m4) | even_bytes(lo >> 8 & m4) << 4;
+                memcpy(dst + 64 * k + 4 * j, &w, 4);
+                w = even_bytes(hi & m4) | even_bytes(hi >> 8 & m4) << 4;
+                memcpy(dst + 64 * k + 32 + 4 * j, &w, 4);
+            }
+            if (bits & 2) {
+                w = fields_word(lo >> at2 & m2, hi >> at2 & m2);
+                memcpy(two + 32 * k + 4 * j, &w, 4);
+            }
+            if (bits & 1) {   /* groups j and j + 4 share bytes: bit j / 4 of each pair of bits */
+                uint32_t o;
+                memcpy(&o, one + 16 * k + 4 * (j % 4), 4);
+                o |= fields_word(lo >> at1 & m1, hi >> at1 & m1) << (j / 4);
+                memcpy(one + 16 * k + 4 * (j % 4), &o, 4);
+            }
+        }
+}
+
+void kn_lanes_planes_chunk_ref(const unsigned char *codes, int bits, int64_t group, int64_t g8, int64_t cnt, int sb,
+                               unsigned char *dst) {
+    assert(0 < cnt && cnt <= QX_BLOCK_GROUPS && 64 * sb < group);
+    switch (bits) {   /* each width its own constant shifts */
+    case 2: planes_chunk_bits(codes, 2, group, g8, cnt, sb, dst); break;
+    case 3: planes_chunk_bits(codes, 3, group, g8, cnt, sb, dst); break;
+    case 4: planes_chunk_bits(codes, 4, group, g8, cnt, sb, dst); break;
+    case 5: planes_chunk_bits(codes, 5, group, g8, cnt, sb, dst); break;
+    case 6: planes_chunk_bits(codes, 6, group, g8, cnt, sb, dst); break;
+    default: assert(!"bit planes are for 2 to 6 bits");
+    }
+}
+
 void kn_lanes_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1) {
     assert(kn_qx_lanes(w) && (w->fp || kn_affine_valid(w)) && dst != NULL && 0 <= r0 && r0 <= r1 && r1 <= w->rows);
     const int bits = kn_lanes_bits(w), group = kn_qx_group(w);
@@ -313,6 +374,11 @@ void kn_lanes_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1) {
             unsigned char *block = out + g8 * chunk;
             if (bits == 4) {
                 kn_lanes_pack4_block(src, group, g8, cnt, block);
+                continue;
+            }
+            if (bits != 8) {   /* bit planes, chunk by chunk */
+                for (int sb = 0; sb < group / 64; sb++)
+                    kn_lanes_planes_chunk(src, bits, group, g8, cnt, sb, block + 64 * bits * sb);
                 continue;
             }
             for (int64_t j = 0; j < cnt; j++)   /* each code byte at its activation's place (kn_lanes_offset) */
@@ -692,9 +758,9 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  * q4 0.96x. Tiles of 64 / 256 / 512 KB: T = 32 0.74 / 0.75 / 0.76x at 4B
  * (128 KB: 0.72-0.75x). The AVX2 and AVX-VNNI copies, about half as fast
  * there, ran level with tiles (0.99-1.02x at 1024 and 3584 columns, 0.99x
- * over the 4B shape at T = 32): they keep row by row. The other widths
- * (q5/q6 at 8-9 G weights/s) are bound by their unpacking and were not
- * measured. */
+ * over the 4B shape at T = 32): they keep row by row. The bit-plane widths
+ * (2, 3, 5 and 6 bits, lanes since the fifty-third session) take the same
+ * tiles, not measured apart. */
 #define QX_PAIR_TILE_X_BYTES (32 * 1024)
 static inline int qx_wide_tiles(int q4_pairs, int T, int64_t cols) {
     return kn_qx_tiled(T, cols) && (!q4_pairs || cols > 2048 || (int64_t)T * cols > QX_PAIR_TILE_X_BYTES);
@@ -1056,6 +1122,59 @@ KN_AVX2_INLINE __m256 load8_sd_avx2(const void *p, nx_dtype dt, int64_t g, int64
         return kn_load8_avx2(tmp, dt, 0);
     }
     return kn_load8_avx2(src, dt, 0);
+}
+
+/* kn_lanes_planes_chunk_ref's bytes with vectors, for a constant width:
+ * each group's 64 codes unpacked to bytes (unpack32_u8_avx2), moved to
+ * their activations' places (lanes8_chunk_avx2: the 16 vectors U_n of
+ * quant.h), and each plane built from those by planes_step's operations
+ * run backwards. The scalar twin spent 2-3 ns a code, which made the
+ * 0.8B-shape 6-bit fixture load in 0.76 s against 0.15 s at 4 bits. */
+KN_AVX2_INLINE void planes_chunk_bits_avx2(const unsigned char *codes, int bits, int64_t group, int64_t g8,
+                                           int64_t cnt, int sb, unsigned char *dst) {
+    unsigned char tmp[QX_BLOCK_GROUPS * 64] __attribute__((aligned(32)));   /* group j's 64 codes at 64 j */
+    const int64_t end = (g8 + cnt) * group;   /* no code read past the last group's */
+    for (int64_t j = 0; j < cnt; j++) {
+        const int64_t i = (g8 + j) * group + 64 * sb;
+        _mm256_store_si256((__m256i *)(void *)(tmp + 64 * j), unpack32_u8_avx2(codes, bits, i, end));
+        _mm256_store_si256((__m256i *)(void *)(tmp + 64 * j + 32), unpack32_u8_avx2(codes, bits, i + 32, end));
+    }
+    __m256i u[16];
+    lanes8_chunk_avx2(tmp, 64, cnt, 0, u);
+    unsigned char *two = dst + (bits >= 4 ? 256 : 0), *one = two + (bits & 2 ? 128 : 0);
+    const int at2 = bits >= 4 ? 4 : bits == 3 ? 1 : 0, at1 = bits == 5 ? 4 : 0;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+    if (bits >= 4)   /* word m: U_(m/2)*4+m%2 in the low nibbles, U_(m/2)*4+2+m%2 in the high ones */
+        for (int m = 0; m < 8; m++) {
+            const __m256i lo = _mm256_and_si256(u[m / 2 * 4 + m % 2], m4);
+            const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(u[m / 2 * 4 + 2 + m % 2], m4), 4);
+            _mm256_storeu_si256((__m256i *)(void *)(dst + 32 * m), _mm256_or_si256(lo, hi));
+        }
+    for (int p = 0; p < 4; p++) {
+        __m256i f2 = _mm256_setzero_si256(), f1 = _mm256_setzero_si256();
+        for (int f = 0; f < 4; f++) {   /* U_4p+f's fields at bits 2f */
+            if (bits & 2) f2 = _mm256_or_si256(f2, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u[4 * p + f], at2), m2), 2 * f));
+            if (bits & 1) f1 = _mm256_or_si256(f1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u[4 * p + f], at1), m1), 2 * f));
+        }
+        if (bits & 2) _mm256_storeu_si256((__m256i *)(void *)(two + 32 * p), f2);
+        if (bits & 1) {   /* the high 16 bytes' bits one place up, into the low 16 */
+            const __m128i o = _mm_or_si128(_mm256_castsi256_si128(f1), _mm_slli_epi16(_mm256_extracti128_si256(f1, 1), 1));
+            _mm_storeu_si128((__m128i *)(void *)(one + 16 * p), o);
+        }
+    }
+}
+
+KN_AVX2 void kn_lanes_planes_chunk_avx2(const unsigned char *codes, int bits, int64_t group, int64_t g8, int64_t cnt,
+                                        int sb, unsigned char *dst) {
+    assert(0 < cnt && cnt <= QX_BLOCK_GROUPS && 64 * sb < group);
+    switch (bits) {
+    case 2: planes_chunk_bits_avx2(codes, 2, group, g8, cnt, sb, dst); break;
+    case 3: planes_chunk_bits_avx2(codes, 3, group, g8, cnt, sb, dst); break;
+    case 4: planes_chunk_bits_avx2(codes, 4, group, g8, cnt, sb, dst); break;
+    case 5: planes_chunk_bits_avx2(codes, 5, group, g8, cnt, sb, dst); break;
+    case 6: planes_chunk_bits_avx2(codes, 6, group, g8, cnt, sb, dst); break;
+    default: assert(!"bit planes are for 2 to 6 bits");
+    }
 }
 
 #define QX_ISA avx2

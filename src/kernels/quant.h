@@ -125,10 +125,9 @@ void kn_affine_matmul_rows_avx2(const kn_mat *w, const float *x, int64_t ldx, in
  *     acc[j]  = fma((float)I_j, d[t][g] * sc_g, acc[j])   for j = 0..7
  *     bl[g % 8] = fma(c_g, s[t][g], bl[g % 8])
  *   y = comb(acc) + comb(bl), comb(a) = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
- * except for 4- and 8-bit weights in groups of 64 or 128 ("lanes": 4-bit
- * ones hold element 2m in byte m's low nibble and 2m + 1 in its high one,
- * 8-bit ones one element a byte), where each group is one of 16 f32 lanes
- * acc[0..15], starting at 0, which also take the bias terms:
+ * except for weights in groups of 64 or 128 ("lanes", every bit width),
+ * where each group is one of 16 f32 lanes acc[0..15], starting at 0, which
+ * also take the bias terms:
  *   for each group g in order:
  *     I_g     = sum of u[c] * xq[c] over the whole group (exact, and exact
  *               as f32: |I_g| <= 128 * 128 * 127 < 2^24)
@@ -194,13 +193,16 @@ typedef struct {
  * 1.09x the time in L2 with it, q8 at T = 1 1.33x (bench/RESULTS.md). */
 #define KN_QX_GROUP_PAD 16
 
-/* 1 if weights of this bit width and group size are lanes (above): one
- * group per int32 lane, the activations stored in their own order. */
-static inline int kn_affine_lanes(int bits, int64_t group) { return (bits == 4 || bits == 8) && group >= 64; }
+/* 1 if affine weights of this group size are lanes (above): one group per
+ * int32 lane, the activations stored in their own order. Every bit width:
+ * 4 and 8 bits since the eighth session; 2, 3, 5 and 6 bits since the
+ * fifty-third, when their packed rows took bit planes (below) and their
+ * products stopped being bound by unpacking a bit stream (bench/RESULTS.md). */
+static inline int kn_affine_lanes(int64_t group) { return group >= 64; }
 /* 1 if w's int8 products take lanes: affine lanes, mxfp4, and nvfp4 rows
  * of whole groups of 32 (fpq.h). */
 static inline int kn_qx_lanes(const kn_mat *w) {
-    if (!w->fp) return kn_affine_lanes(w->bits, w->group);
+    if (!w->fp) return kn_affine_lanes(w->group);
     return w->fp == KN_FP_MXFP4 || (w->fp == KN_FP_NVFP4 && w->cols % 32 == 0);
 }
 /* The group of the activations w's int8 products take (kn_qx.group): the
@@ -231,10 +233,25 @@ static inline int64_t kn_qx_pos(const kn_qx *qx, int64_t g, int64_t c) {
  * 64k + 8i .. 64k + 8i + 7, two a byte), i.e. element c in the low (even c)
  * or high nibble of byte (c / 64) * 256 + (c % 64 / 8) * 32 + 4j + (c % 8) /
  * 2, so that 64 bytes' low nibbles, then their high ones, meet the
- * activations' order. A row's last block is padded with zero
- * groups to 8, so its codes take kn_lanes_packed_code_bytes = ceil(G / 8) *
- * group * bits bytes; full 4-bit blocks sit at the same offsets as in the
- * codes. Then the row's G scales and its G biases as stored (sdtype), and
+ * activations' order. Other widths, in bit planes: per 64-element chunk
+ * of the block (64 * bits bytes, one chunk after another), with U_n[b] the
+ * code whose activation is byte 32n + b of the chunk's 512 (n < 16, b <
+ * 32), each code split into fields (6 bits: its low nibble and its top 2
+ * bits; 5: low nibble and bit 4; 3: bit 0 and bits 1-2; 2: its 2 bits),
+ *   nibbles, 256 bytes: byte (n / 4) * 64 + (n % 2) * 32 + b, the low
+ *     nibble for even n / 2, the high one for odd (the 4-bit layout);
+ *   2-bit fields, 128 bytes: byte (n / 4) * 32 + b, bits 2 (n % 4) + 0..1;
+ *   1-bit fields, 64 bytes: byte (n / 4) * 16 + b % 16, bit 2 (n % 4) + b /
+ *     16;
+ * in that order, the planes a width has. So the 64 activation bytes
+ * [U_4p | U_4p+1] and the next 64 [U_4p+2 | U_4p+3] take 64 bytes of
+ * nibbles (as 4 bits do), 32 bytes of 2-bit fields and 16 of 1-bit fields,
+ * each broadcast across a 512-bit vector and shifted by a constant per
+ * 128-bit lane: a few shifts, masks and ORs per 128 codes, where the codes
+ * as stored (a bit stream) take a shuffle and shifts per 32.
+ * A row's last block is padded with zero groups to 8, so its codes take
+ * kn_lanes_packed_code_bytes = ceil(G / 8) * group * bits bytes; full 4-bit
+ * blocks sit at the same offsets as in the codes. Then the row's G scales and its G biases as stored (sdtype), and
  * zeros to a multiple of 64 bytes: kn_lanes_packed_row_bytes. mxfp4 and
  * nvfp4 rows (fpq.h) pack their 4-bit codes the same way in groups of 32
  * (4 vectors a block, element c of group j in byte (c / 8) * 32 + 4j + (c %
@@ -259,6 +276,20 @@ static inline int64_t kn_lanes_packed_row_bytes(const kn_mat *w) {
  * (group g's at codes + g * group / 2), as a packed row holds their block:
  * 4 * group bytes at dst, a missing group's bytes 0. */
 void kn_lanes_pack4_block(const unsigned char *codes, int64_t group, int64_t g8, int64_t cnt, unsigned char *dst);
+/* The chunk's 64 * bits bytes of bit planes (above) from its codes as
+ * stored: chunk sb (elements 64 sb .. 64 sb + 63) of groups g8 .. g8 + cnt
+ * - 1 (cnt <= 8) of a row of bits-bit codes at codes, bits 2, 3, 4, 5 or 6
+ * (kn_lanes_pack's for 2, 3, 5 and 6 bits; the int8 products make them so
+ * for rows that were not packed). */
+void kn_lanes_planes_chunk(const unsigned char *codes, int bits, int64_t group, int64_t g8, int64_t cnt, int sb,
+                           unsigned char *dst);
+/* Its twins (the active set's, as every kernel): the same bytes. */
+void kn_lanes_planes_chunk_ref(const unsigned char *codes, int bits, int64_t group, int64_t g8, int64_t cnt, int sb,
+                               unsigned char *dst);
+#if defined(__x86_64__) || defined(__i386__)
+void kn_lanes_planes_chunk_avx2(const unsigned char *codes, int bits, int64_t group, int64_t g8, int64_t cnt, int sb,
+                                unsigned char *dst);
+#endif
 /* Bytes kn_lanes_pack writes for all of w's rows (0 unless lanes). */
 size_t kn_lanes_packed_bytes(const kn_mat *w);
 /* Writes rows r0 .. r1 - 1 of w's packed codes to dst (kn_lanes_packed_bytes

@@ -62,7 +62,7 @@ nx_status mdl_pack_mats(nx_pool *pool, mdl_owned *owned, const st_set *st, kn_ma
     if (total == 0) return NX_OK;
     char *buf = nx_alloc_aligned(total);
     if (!buf || !owned_add(owned, buf))
-        return nx_fail(err, errlen, NX_ENOMEM, "out of memory for %zu MB of packed 4- and 8-bit codes", total >> 20);
+        return nx_fail(err, errlen, NX_ENOMEM, "out of memory for %zu MB of packed codes", total >> 20);
     for (int i = 0; i < n; i++) {
         const size_t bytes = kn_lanes_packed_bytes(mats[i]);
         if (!bytes) continue;

@@ -967,12 +967,14 @@ static void test_gathered_rows_equal_the_rows_in_place(void) {
 /* The largest codes against the largest activations, where the int16 sums
  * come closest to overflowing: 8-bit codes 0 and 255 (q - 128 = -128 and 127:
  * a pair sum of 32512 with the sign trick; in lanes, VNNI's int32 sums of
- * the codes as they are, up to 255 * 127 * 128, less 128 S), and the int16 group sums of
- * 6-bit codes in groups of 64 (2 * 63 * 127 * 2 = 32004) and of 5-bit codes
- * in groups of 128 (31496; 6-bit in 128 would not fit and must take the
- * int32 path), and 4-bit nibbles, whose AVX2 int16 sums add 8 steps of
- * 2 * 15 * 127 (30480) over 8 groups at once: 1152 columns, a full block of
- * 8 groups and a partial one (8 bits: also in lanes). All codes at their maximum against xq = 127.
+ * the codes as they are, up to 255 * 127 * 128, less 128 S); in lanes
+ * (groups of 64 and 128), the AVX2 int16 sums of each group's pair sums
+ * over 8 steps of 4-bit nibbles (8 * 2 * 15 * 127 = 30480) and over 16, 16,
+ * 4 and 2 steps of the bit planes of 2, 3, 5 and 6 bits (6 bits: 2 * 2 * 63
+ * * 127 = 32004); in groups of 32 (no lanes) a group's int16 sums of 6-bit
+ * codes (2 * 63 * 127 = 16002). Rows of 128 columns (a partial block of
+ * groups) and of 1152 (a full block of 8 and a partial one). All codes at
+ * their maximum against xq = 127.
  * Every result must be the exact sum; a NaN activation gives NaN. The three
  * activation rows run twice: alone (T = 3, one weight row a pass) and
  * repeated (T = 6, a wide pass: weight rows in pairs where the set has them,
@@ -981,7 +983,8 @@ static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(vo
     enum { NMAX = 1152, rows = 3 };
     static const struct { int bits, group, n; } cases[] = {{8, 64, 128},  {8, 128, 128}, {8, 64, 1152}, {8, 128, 1152},
                                                           {6, 64, 128},  {6, 128, 128}, {5, 128, 128}, {4, 128, 1152},
-                                                          {4, 64, 1152}, {3, 128, 128}};
+                                                          {4, 64, 1152}, {3, 128, 128}, {6, 128, 1152}, {5, 64, 1152},
+                                                          {3, 64, 1152}, {2, 128, 1152}, {6, 32, 128}};
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const int bits = cases[ci].bits, group = cases[ci].group, n = cases[ci].n;
         const unsigned top = (1u << bits) - 1;
@@ -1027,7 +1030,8 @@ static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(vo
     kn_init(0);
 }
 
-/* kn_lanes_pack by quant.h's words, read back one code at a time: element
+/* kn_lanes_pack by quant.h's words, read back one code at a time (2, 3, 5
+ * and 6 bits from their planes, plane_code above): element
  * e of group g (block g / 8, lane j = g % 8) of row r is, for 4 bits, the low
  * (even e) or high nibble of byte (g / 8) * 4 * group + (e / 64) * 256 + (e %
  * 64 / 8) * 32 + 4j + (e % 8) / 2 of packed row r, for 8 bits byte (g / 8) *
@@ -1037,13 +1041,36 @@ static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(vo
  * row's scales and then biases follow the codes as stored, then zeros.
  * Groups of 64 and 128, rows of 1, 8, 9, 16, 17, 25 and 33 groups, 16-bit
  * and f32 scales, and a row range packed in two calls. */
+/* The code of element e of group g from a packed row pr of bit planes
+ * (quant.h): chunk e / 64 of block g / 8 takes 64 * bits bytes; within it
+ * the element's activation is byte o = 32n + b of 512, and its fields lie in
+ * the nibbles (256 bytes), the 2-bit fields (128) and the 1-bit ones (64)
+ * that the width has, in that order. */
+static unsigned plane_code(const unsigned char *pr, int bits, int64_t group, int64_t g, int64_t e) {
+    const int64_t c = e % 64, j = g % 8;
+    const int64_t o = c / 16 * 128 + c % 2 * 64 + c % 16 / 8 * 32 + 4 * j + c % 8 / 2, n = o / 32, b = o % 32;
+    const unsigned char *pc = pr + g / 8 * group * bits + e / 64 * 64 * bits;
+    const unsigned char *two = pc + (bits >= 4 ? 256 : 0), *one = two + (bits & 2 ? 128 : 0);
+    const unsigned nib = pc[n / 4 * 64 + n % 2 * 32 + b] >> (n / 2 % 2 * 4) & 15u;
+    const unsigned f2 = two[n / 4 * 32 + b] >> (2 * (n % 4)) & 3u;
+    const unsigned f1 = one[n / 4 * 16 + b % 16] >> (2 * (n % 4) + b / 16) & 1u;
+    switch (bits) {
+    case 2: return f2;
+    case 3: return f1 | f2 << 1;
+    case 5: return nib | f1 << 4;
+    default: return nib | f2 << 4;   /* 6 */
+    }
+}
+
 static void test_packed_rows_follow_the_documented_order(void) {
     static const int64_t gprs[] = {1, 8, 9, 16, 17, 25, 33};
     nx_test_rng r = {0x9AC4ED0DE5ULL};
-    for (int bits = 4; bits <= 8; bits += 4)   /* 4- and 8-bit lanes */
+    static const int widths[] = {4, 8, 2, 3, 5, 6};
+    for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++)
         for (int group = 64; group <= 128; group *= 2)
             for (size_t k = 0; k < sizeof gprs / sizeof *gprs; k++) {
                 const nx_dtype sdt = k % 2 ? NX_DT_F32 : NX_DT_BF16;
+                const int bits = widths[wi];
                 const int64_t rows = 5, G = gprs[k], n = group * G, codes = (G + 7) / 8 * bits * group;
                 const int64_t sb = G * (int64_t)nx_dtype_size(sdt), prow = (codes + 2 * sb + 63) / 64 * 64;
                 qmat q = make_affine(&r, rows, n, bits, group, sdt, WEIGHT_SIGMA);
@@ -1053,6 +1080,15 @@ static void test_packed_rows_follow_the_documented_order(void) {
                 memset(p, 0xAB, (size_t)(rows * prow));   /* every byte must be written */
                 kn_lanes_pack(&q.m, p, 0, 2);
                 kn_lanes_pack(&q.m, p, 2, rows);
+                if (bits != 4 && bits != 8) {   /* the bit planes' twins: the scalar one's bytes */
+                    unsigned char *ps = malloc((size_t)(rows * prow));
+                    kn_select(KN_ISA_SCALAR);
+                    kn_lanes_pack(&q.m, ps, 0, rows);
+                    kn_init(0);
+                    CHECKF(memcmp(p, ps, (size_t)(rows * prow)) == 0, "q%d g%d, %lld groups: %s planes != scalar",
+                           bits, group, (long long)G, kn_impl_name());
+                    free(ps);
+                }
                 int bad = 0, bad_sd = 0, bad_pad = 0;
                 for (int64_t row = 0; row < rows; row++) {
                     unsigned char *pr = p + row * prow;
@@ -1063,7 +1099,8 @@ static void test_packed_rows_follow_the_documented_order(void) {
                                                 e % 16 / 8 * 32 + 4 * (g % 8) + e % 8 / 2;
                             const int64_t at =
                                 g / 8 * 4 * group + e / 64 * 256 + e % 64 / 8 * 32 + 4 * (g % 8) + e % 8 / 2;
-                            const unsigned got = bits == 8 ? pr[at8] : e % 2 ? pr[at] >> 4 : pr[at] & 15u;
+                            unsigned got = bits == 8 ? pr[at8] : e % 2 ? pr[at] >> 4 : pr[at] & 15u;
+                            if (bits != 4 && bits != 8) got = plane_code(pr, bits, group, g, e);
                             bad += got != (g < G ? naive_code(&q.m, row, g * group + e) : 0u);
                         }
                     bad_sd += memcmp(pr + codes, (const char *)q.m.scales + row * sb, (size_t)sb) != 0;
@@ -1078,7 +1115,7 @@ static void test_packed_rows_follow_the_documented_order(void) {
             }
     CHECK(kn_lanes_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 4, .group = 32}) == 0);
     CHECK(kn_lanes_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 8, .group = 32}) == 0);
-    CHECK(kn_lanes_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 6, .group = 64}) == 0);
+    CHECK(kn_lanes_packed_bytes(&(kn_mat){.dtype = NX_DT_U32, .rows = 3, .cols = 64, .bits = 6, .group = 32}) == 0);
 }
 
 /* The int8 product with nothing to do, in every kernel set: zero columns
@@ -1156,7 +1193,7 @@ static const nx_test tests[] = {
      "tiled wide passes equal the reference bit for bit, also from an odd row",
      test_int8_wide_passes_in_tiles_match_the_reference},
     {"packed_rows_follow_the_documented_order",
-     "kn_lanes_pack: every 4- and 8-bit code where quant.h says, padding groups 0, scales and biases after the codes; other widths and groups of 32 pack nothing",
+     "kn_lanes_pack: every code where quant.h says (4 and 8 bits, and the bit planes of 2, 3, 5 and 6), padding groups 0, scales and biases after the codes; groups of 32 pack nothing",
      test_packed_rows_follow_the_documented_order},
     {"int8_matmul_with_no_columns_rows_or_tokens", "every kernel set: 0 columns give 0, T = 0 or r0 = r1 writes nothing",
      test_int8_matmul_with_no_columns_rows_or_tokens},
@@ -1166,7 +1203,7 @@ static const nx_test tests[] = {
      "scalar set or for q3",
      test_gathered_rows_equal_the_rows_in_place},
     {"int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates",
-     "q8 0/255, q6 g64, q5/q4/q3 g128 at their largest sums against xq = 127: exact in every kernel set; a NaN activation gives NaN",
+     "q8 0/255, every width in lanes (groups of 64 and 128), q6 g32, at their largest sums against xq = 127: exact in every kernel set; a NaN activation gives NaN",
      test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates},
 };
 
