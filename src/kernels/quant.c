@@ -847,7 +847,13 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
  * AVX2's 4-bit rows (and AVX-VNNI's, the same loops, not measured apart)
  * take the far reach as well, a row at a time beside their 24-row one
  * (qx_rows_loop): with `NEXTN_BENCH_KERNELS=avx2`, T = 1 0.90-0.97x (five
- * runs), T = 2 0.92x, T = 4 0.93-0.96x. */
+ * runs), T = 2 0.92x, T = 4 0.93-0.96x.
+ * The bit-plane widths' packed rows (single rows, with AVX-512 VNNI) take
+ * the far reach beside their 4 KB one, a row at a time: whole steps of the
+ * 6-bit fixture after a 512-token prompt (120 pairs a run) T = 1
+ * 0.91-1.05x, median of six runs 1.00x; T = 4 0.95x (two runs); 5-bit T = 1
+ * 1.00x, T = 4 0.91x. Their near reach at 2 KB for T < 4: 0.98-0.99x, not
+ * kept. */
 #define QX_Q4_FAR_BYTES 32768
 
 /* The far reach of a step's or a verify's rows (above): bytes past the
@@ -862,7 +868,7 @@ static inline size_t qx_prefetch_far_avxvnni(int bits, int packed, int T) {
 }
 
 static inline size_t qx_prefetch_far_avx512vnni(int bits, int packed, int T) {
-    return bits == 4 && packed && T <= KN_QXBLOCK ? QX_Q4_FAR_BYTES : 0;
+    return bits != 8 && packed && T <= KN_QXBLOCK ? QX_Q4_FAR_BYTES : 0;
 }
 
 static inline int64_t qx_prefetch_rows_avx512vnni(int bits, int packed, size_t row_bytes, int T) {
