@@ -251,8 +251,9 @@ static inline int64_t kn_qx_pos(const kn_qx *qx, int64_t g, int64_t c) {
  * as stored (a bit stream) take a shuffle and shifts per 32.
  * A row's last block is padded with zero groups to 8, so its codes take
  * kn_lanes_packed_code_bytes = ceil(G / 8) * group * bits bytes; full 4-bit
- * blocks sit at the same offsets as in the codes. Then the row's G scales and its G biases as stored (sdtype), and
- * zeros to a multiple of 64 bytes: kn_lanes_packed_row_bytes. mxfp4 and
+ * blocks sit at the same offsets as in the codes. Then the row's G scales
+ * and its G biases as stored (sdtype), and zeros to a multiple of 64 bytes:
+ * kn_lanes_packed_row_bytes. mxfp4 and
  * nvfp4 rows (fpq.h) pack their 4-bit codes the same way in groups of 32
  * (4 vectors a block, element c of group j in byte (c / 8) * 32 + 4j + (c %
  * 8) / 2), then their scale bytes (cols / 32 or cols / 16) and no biases;
@@ -279,8 +280,7 @@ void kn_lanes_pack4_block(const unsigned char *codes, int64_t group, int64_t g8,
 /* The chunk's 64 * bits bytes of bit planes (above) from its codes as
  * stored: chunk sb (elements 64 sb .. 64 sb + 63) of groups g8 .. g8 + cnt
  * - 1 (cnt <= 8) of a row of bits-bit codes at codes, bits 2, 3, 4, 5 or 6
- * (kn_lanes_pack's for 2, 3, 5 and 6 bits; the int8 products make them so
- * for rows that were not packed). */
+ * (kn_lanes_pack's chunks for 2, 3, 5 and 6 bits). */
 void kn_lanes_planes_chunk(const unsigned char *codes, int bits, int64_t group, int64_t g8, int64_t cnt, int sb,
                            unsigned char *dst);
 /* Its twins (the active set's, as every kernel): the same bytes. */
