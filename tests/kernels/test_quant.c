@@ -925,11 +925,11 @@ static void test_int8_wide_passes_in_tiles_match_the_reference(void) {
 }
 
 /* Products over gathered rows (kn_matmul_qx_gathered, the screened draft
- * head's) give the bits of the rows in place for 4- and 8-bit lanes, groups
- * of 64 and 128, every scale type, 3 and 17 groups a row (1088 columns:
- * rows past 512 bytes), 70 rows, every SIMD set on packed rows and both
- * tunings; nothing gathers without packed rows, on the scalar set, or for
- * widths and groups that pack nothing (gathered.h). */
+ * head's) give the bits of the rows in place for 4-, 8- and 3-bit lanes (3
+ * bits in bit planes), groups of 64 and 128, every scale type, 3 and 17
+ * groups a row (1088 columns: rows past 512 bytes), 70 rows, every SIMD
+ * set on packed rows and both tunings; nothing gathers without packed rows,
+ * on the scalar set, or in groups of 32, which pack nothing (gathered.h). */
 static void test_gathered_rows_equal_the_rows_in_place(void) {
     enum { ROWS = 70 };
     static const int lanes_bits[] = {4, 8, 3}, gprs[] = {3, 17};
@@ -1030,17 +1030,6 @@ static void test_int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates(vo
     kn_init(0);
 }
 
-/* kn_lanes_pack by quant.h's words, read back one code at a time (2, 3, 5
- * and 6 bits from their planes, plane_code above): element
- * e of group g (block g / 8, lane j = g % 8) of row r is, for 4 bits, the low
- * (even e) or high nibble of byte (g / 8) * 4 * group + (e / 64) * 256 + (e %
- * 64 / 8) * 32 + 4j + (e % 8) / 2 of packed row r, for 8 bits byte (g / 8) *
- * 8 * group + (e / 64) * 512 + (e % 64 / 16) * 128 + (e % 2) * 64 + (e % 16
- * / 8) * 32 + 4j + (e % 8) / 2, rows kn_lanes_packed_row_bytes (a multiple
- * of 64) apart; the padding groups of a last partial block are 0; the
- * row's scales and then biases follow the codes as stored, then zeros.
- * Groups of 64 and 128, rows of 1, 8, 9, 16, 17, 25 and 33 groups, 16-bit
- * and f32 scales, and a row range packed in two calls. */
 /* The code of element e of group g from a packed row pr of bit planes
  * (quant.h): chunk e / 64 of block g / 8 takes 64 * bits bytes; within it
  * the element's activation is byte o = 32n + b of 512, and its fields lie in
@@ -1062,6 +1051,18 @@ static unsigned plane_code(const unsigned char *pr, int bits, int64_t group, int
     }
 }
 
+/* kn_lanes_pack by quant.h's words, read back one code at a time (2, 3, 5
+ * and 6 bits from their planes, plane_code above): element
+ * e of group g (block g / 8, lane j = g % 8) of row r is, for 4 bits, the low
+ * (even e) or high nibble of byte (g / 8) * 4 * group + (e / 64) * 256 + (e %
+ * 64 / 8) * 32 + 4j + (e % 8) / 2 of packed row r, for 8 bits byte (g / 8) *
+ * 8 * group + (e / 64) * 512 + (e % 64 / 16) * 128 + (e % 2) * 64 + (e % 16
+ * / 8) * 32 + 4j + (e % 8) / 2, rows kn_lanes_packed_row_bytes (a multiple
+ * of 64) apart; the padding groups of a last partial block are 0; the
+ * row's scales and then biases follow the codes as stored, then zeros.
+ * Groups of 64 and 128, rows of 1, 8, 9, 16, 17, 25 and 33 groups, 16-bit
+ * and f32 scales, and a row range packed in two calls; the bit planes of the
+ * active set's packer are the scalar one's bytes. */
 static void test_packed_rows_follow_the_documented_order(void) {
     static const int64_t gprs[] = {1, 8, 9, 16, 17, 25, 33};
     nx_test_rng r = {0x9AC4ED0DE5ULL};
@@ -1199,8 +1200,8 @@ static const nx_test tests[] = {
      test_int8_matmul_with_no_columns_rows_or_tokens},
     {"gathered_rows_equal_the_rows_in_place",
      "kn_matmul_qx_gathered: runs of 1-37 rows (apart, descending, repeated, first and last) equal the rows in "
-     "place bit for bit, q4 and q8 lanes, every SIMD set on packed rows; no gather without packed rows, on the "
-     "scalar set or for q3",
+     "place bit for bit, q4, q8 and q3 lanes, every SIMD set on packed rows; no gather without packed rows, on the "
+     "scalar set or in groups of 32",
      test_gathered_rows_equal_the_rows_in_place},
     {"int8_matmul_extreme_codes_do_not_saturate_and_nan_propagates",
      "q8 0/255, every width in lanes (groups of 64 and 128), q6 g32, at their largest sums against xq = 127: exact in every kernel set; a NaN activation gives NaN",
