@@ -1100,8 +1100,10 @@ static void test_packed_rows_follow_the_documented_order(void) {
                                                 e % 16 / 8 * 32 + 4 * (g % 8) + e % 8 / 2;
                             const int64_t at =
                                 g / 8 * 4 * group + e / 64 * 256 + e % 64 / 8 * 32 + 4 * (g % 8) + e % 8 / 2;
-                            unsigned got = bits == 8 ? pr[at8] : e % 2 ? pr[at] >> 4 : pr[at] & 15u;
-                            if (bits != 4 && bits != 8) got = plane_code(pr, bits, group, g, e);
+                            const unsigned got = bits == 8   ? pr[at8]
+                                                 : bits != 4 ? plane_code(pr, bits, group, g, e)
+                                                 : e % 2     ? pr[at] >> 4
+                                                             : pr[at] & 15u;
                             bad += got != (g < G ? naive_code(&q.m, row, g * group + e) : 0u);
                         }
                     bad_sd += memcmp(pr + codes, (const char *)q.m.scales + row * sb, (size_t)sb) != 0;
