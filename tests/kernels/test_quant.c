@@ -1040,9 +1040,10 @@ static unsigned plane_code(const unsigned char *pr, int bits, int64_t group, int
     const int64_t o = c / 16 * 128 + c % 2 * 64 + c % 16 / 8 * 32 + 4 * j + c % 8 / 2, n = o / 32, b = o % 32;
     const unsigned char *pc = pr + g / 8 * group * bits + e / 64 * 64 * bits;
     const unsigned char *two = pc + (bits >= 4 ? 256 : 0), *one = two + (bits & 2 ? 128 : 0);
-    const unsigned nib = pc[n / 4 * 64 + n % 2 * 32 + b] >> (n / 2 % 2 * 4) & 15u;
-    const unsigned f2 = two[n / 4 * 32 + b] >> (2 * (n % 4)) & 3u;
-    const unsigned f1 = one[n / 4 * 16 + b % 16] >> (2 * (n % 4) + b / 16) & 1u;
+    /* each plane read only where the width has it (the chunk ends there) */
+    const unsigned nib = bits >= 4 ? pc[n / 4 * 64 + n % 2 * 32 + b] >> (n / 2 % 2 * 4) & 15u : 0;
+    const unsigned f2 = bits & 2 ? two[n / 4 * 32 + b] >> (2 * (n % 4)) & 3u : 0;
+    const unsigned f1 = bits & 1 ? one[n / 4 * 16 + b % 16] >> (2 * (n % 4) + b / 16) & 1u : 0;
     switch (bits) {
     case 2: return f2;
     case 3: return f1 | f2 << 1;
