@@ -318,8 +318,8 @@ static inline uint32_t fields_word(uint64_t lo, uint64_t hi) {
  * words of each plane (quant.h) assembled from bytes, 8 codes at a time. */
 static inline void planes_chunk_bits(const unsigned char *codes, int bits, int64_t group, int64_t g8, int64_t cnt,
                                      int sb, unsigned char *dst) {
-    unsigned char *two = dst + (bits >= 4 ? 256 : 0), *one = two + (bits & 2 ? 128 : 0);
-    const int at2 = bits >= 4 ? 4 : bits == 3 ? 1 : 0, at1 = bits == 5 ? 4 : 0;   /* where each field sits */
+    unsigned char *two = dst + kn_plane2_offset(bits), *one = dst + kn_plane1_offset(bits);
+    const int at2 = kn_plane2_at(bits), at1 = kn_plane1_at(bits);
     const uint64_t m4 = 0x0f0f0f0f0f0f0f0fu, m2 = 0x0303030303030303u, m1 = 0x0101010101010101u;
     memset(dst, 0, (size_t)(64 * bits));
     for (int64_t j = 0; j < cnt; j++)
@@ -346,17 +346,25 @@ static inline void planes_chunk_bits(const unsigned char *codes, int bits, int64
         }
 }
 
+/* A kn_lanes_planes_chunk twin's body: its width's function, the width a
+ * constant so that each has its own constant shifts (the parameters by
+ * their names in kn_lanes_planes_chunk). */
+#define PLANES_CHUNK_BY_WIDTH(chunk_bits)                                 \
+    do {                                                                  \
+        assert(0 < cnt && cnt <= QX_BLOCK_GROUPS && 64 * sb < group);     \
+        switch (bits) {                                                   \
+        case 2: chunk_bits(codes, 2, group, g8, cnt, sb, dst); break;     \
+        case 3: chunk_bits(codes, 3, group, g8, cnt, sb, dst); break;     \
+        case 4: chunk_bits(codes, 4, group, g8, cnt, sb, dst); break;     \
+        case 5: chunk_bits(codes, 5, group, g8, cnt, sb, dst); break;     \
+        case 6: chunk_bits(codes, 6, group, g8, cnt, sb, dst); break;     \
+        default: assert(!"bit planes are for 2 to 6 bits");              \
+        }                                                                 \
+    } while (0)
+
 void kn_lanes_planes_chunk_ref(const unsigned char *codes, int bits, int64_t group, int64_t g8, int64_t cnt, int sb,
                                unsigned char *dst) {
-    assert(0 < cnt && cnt <= QX_BLOCK_GROUPS && 64 * sb < group);
-    switch (bits) {   /* each width its own constant shifts */
-    case 2: planes_chunk_bits(codes, 2, group, g8, cnt, sb, dst); break;
-    case 3: planes_chunk_bits(codes, 3, group, g8, cnt, sb, dst); break;
-    case 4: planes_chunk_bits(codes, 4, group, g8, cnt, sb, dst); break;
-    case 5: planes_chunk_bits(codes, 5, group, g8, cnt, sb, dst); break;
-    case 6: planes_chunk_bits(codes, 6, group, g8, cnt, sb, dst); break;
-    default: assert(!"bit planes are for 2 to 6 bits");
-    }
+    PLANES_CHUNK_BY_WIDTH(planes_chunk_bits);
 }
 
 void kn_lanes_pack(const kn_mat *w, void *dst, int64_t r0, int64_t r1) {
@@ -1148,8 +1156,8 @@ KN_AVX2_INLINE void planes_chunk_bits_avx2(const unsigned char *codes, int bits,
     }
     __m256i u[16];
     lanes8_chunk_avx2(tmp, 64, cnt, 0, u);
-    unsigned char *two = dst + (bits >= 4 ? 256 : 0), *one = two + (bits & 2 ? 128 : 0);
-    const int at2 = bits >= 4 ? 4 : bits == 3 ? 1 : 0, at1 = bits == 5 ? 4 : 0;
+    unsigned char *two = dst + kn_plane2_offset(bits), *one = dst + kn_plane1_offset(bits);
+    const int at2 = kn_plane2_at(bits), at1 = kn_plane1_at(bits);
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
     if (bits >= 4)   /* word m: U_(m/2)*4+m%2 in the low nibbles, U_(m/2)*4+2+m%2 in the high ones */
         for (int m = 0; m < 8; m++) {
@@ -1173,15 +1181,7 @@ KN_AVX2_INLINE void planes_chunk_bits_avx2(const unsigned char *codes, int bits,
 
 KN_AVX2 void kn_lanes_planes_chunk_avx2(const unsigned char *codes, int bits, int64_t group, int64_t g8, int64_t cnt,
                                         int sb, unsigned char *dst) {
-    assert(0 < cnt && cnt <= QX_BLOCK_GROUPS && 64 * sb < group);
-    switch (bits) {
-    case 2: planes_chunk_bits_avx2(codes, 2, group, g8, cnt, sb, dst); break;
-    case 3: planes_chunk_bits_avx2(codes, 3, group, g8, cnt, sb, dst); break;
-    case 4: planes_chunk_bits_avx2(codes, 4, group, g8, cnt, sb, dst); break;
-    case 5: planes_chunk_bits_avx2(codes, 5, group, g8, cnt, sb, dst); break;
-    case 6: planes_chunk_bits_avx2(codes, 6, group, g8, cnt, sb, dst); break;
-    default: assert(!"bit planes are for 2 to 6 bits");
-    }
+    PLANES_CHUNK_BY_WIDTH(planes_chunk_bits_avx2);
 }
 
 #define QX_ISA avx2

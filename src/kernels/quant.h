@@ -262,6 +262,14 @@ static inline int64_t kn_qx_pos(const kn_qx *qx, int64_t g, int64_t c) {
  * into memory it owns and sets kn_mat.packed; a product is bit-identical
  * with or without. */
 static inline int kn_lanes_bits(const kn_mat *w) { return w->fp ? 4 : w->bits; }
+/* Bit planes (above) of a bits-bit code: where a chunk's 2-bit and 1-bit
+ * planes start, and at which bit of the code each plane's field sits (6
+ * bits: 2-bit at 4; 5: 1-bit at 4; 3: 1-bit at 0, 2-bit at 1; 2: 2-bit at
+ * 0). The packers and the products all take them from here. */
+static inline int kn_plane2_offset(int bits) { return bits >= 4 ? 256 : 0; }
+static inline int kn_plane1_offset(int bits) { return kn_plane2_offset(bits) + (bits & 2 ? 128 : 0); }
+static inline int kn_plane2_at(int bits) { return bits >= 4 ? 4 : bits == 3 ? 1 : 0; }
+static inline int kn_plane1_at(int bits) { return bits == 5 ? 4 : 0; }
 static inline int64_t kn_lanes_scale_row_bytes(const kn_mat *w) {
     return w->fp ? w->cols / w->group : kn_affine_sd_row_bytes(w);
 }
