@@ -831,7 +831,7 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
 }
 
 /* A step's or a verify's 4-bit rows fetch in two reaches; with AVX-512
- * VNNI, packed pairs (dot_lanes_q4_pair): each line QX_Q4_FAR_BYTES past
+ * VNNI, packed pairs (dot_lanes_q4_pair): each line QX_FAR_BYTES past
  * the L1 cursor into L2, then into L1 2 KB ahead of the loads (T = 1-3) or
  * 4 KB (T = 4); the rest take one reach of 4 KB into L1. On the Zen 5 VM (2 threads, the ways in turn in
  * one process, paired medians; every step matrix and the LM head of the
@@ -850,8 +850,8 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
  * (T1) and T2 measured alike. In fast phases these products ran at
  * 0.53-0.79x a plain read of their bytes: a step waits on its loads, and
  * the hardware prefetcher alone does not reach far enough. q8's packed
- * rows kept one 4 KB reach: 8 KB ran level at T = 1, 1.04-1.05x at T = 4;
- * a far reach of 16-64 KB for them 0.99-1.00x at T = 1: not kept.
+ * rows keep a 4 KB near reach (8 KB ran level at T = 1, 1.04-1.05x at T =
+ * 4) and take the far one (below).
  * AVX2's 4-bit rows (and AVX-VNNI's, the same loops, not measured apart)
  * take the far reach as well, a row at a time beside their 24-row one
  * (qx_rows_loop): with `NEXTN_BENCH_KERNELS=avx2`, T = 1 0.90-0.97x (five
@@ -861,14 +861,27 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
  * 6-bit fixture after a 512-token prompt (120 pairs a run) T = 1
  * 0.91-1.05x, median of six runs 1.00x; T = 4 0.95x (two runs); 5-bit T = 1
  * 1.00x, T = 4 0.91x. Their near reach at 2 KB for T < 4: 0.98-0.99x, not
- * kept. */
-#define QX_Q4_FAR_BYTES 32768
+ * kept.
+ * Packed 8-bit rows with AVX-512 VNNI take it too, a row at a time beside
+ * their line-a-step one (fifty-fourth session; the fifty-second measured
+ * 16-64 KB level in a trial whose code is gone: this loop's q8 branch skips
+ * the general rows' far reach, so qx_prefetch_far alone reaches no q8 row,
+ * which may be what it measured). Every step
+ * matrix and the head of the q8 fixture, a probe of the read bandwidth
+ * before each pair (both ways in turn in one process, paired medians): T
+ * = 1 0.72-0.73x the time where the probe read above 45 GB/s, 0.88-0.91x
+ * below (16 KB / 64 KB / 128 KB: 0.72 / 0.73 / 0.77x in fast phases; 16 KB
+ * against 32 KB level); T = 4 0.71x, T = 2 0.77x fast, 0.94x slow; whole
+ * steps after a 512-token prompt T = 1 0.75x and 0.89x (two runs, 120
+ * pairs), T = 4 0.84x. AVX2's q8 rows (a line per two steps) ran 1.06x
+ * slower with it at T = 1, level at T = 4 (a slow phase): not there. */
+#define QX_FAR_BYTES 32768
 
 /* The far reach of a step's or a verify's rows (above): bytes past the
  * L1 reach fetched into L2, 0 for none. */
 static inline size_t qx_prefetch_far_avx2(int bits, int packed, int T) {
     (void)packed;
-    return bits == 4 && T <= KN_QXBLOCK ? QX_Q4_FAR_BYTES : 0;
+    return bits == 4 && T <= KN_QXBLOCK ? QX_FAR_BYTES : 0;
 }
 
 static inline size_t qx_prefetch_far_avxvnni(int bits, int packed, int T) {
@@ -876,7 +889,7 @@ static inline size_t qx_prefetch_far_avxvnni(int bits, int packed, int T) {
 }
 
 static inline size_t qx_prefetch_far_avx512vnni(int bits, int packed, int T) {
-    return bits != 8 && packed && T <= KN_QXBLOCK ? QX_Q4_FAR_BYTES : 0;
+    return packed && T <= KN_QXBLOCK ? QX_FAR_BYTES : 0;
 }
 
 static inline int64_t qx_prefetch_rows_avx512vnni(int bits, int packed, size_t row_bytes, int T) {
