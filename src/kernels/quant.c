@@ -831,7 +831,7 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
 }
 
 /* A step's or a verify's 4-bit rows fetch in two reaches; with AVX-512
- * VNNI, packed pairs (dot_lanes_q4_pair): each line QX_FAR_BYTES past
+ * VNNI, packed pairs (dot_lanes_q4_pair): each line KN_FAR_BYTES past
  * the L1 cursor into L2, then into L1 2 KB ahead of the loads (T = 1-3) or
  * 4 KB (T = 4); the rest take one reach of 4 KB into L1. On the Zen 5 VM (2 threads, the ways in turn in
  * one process, paired medians; every step matrix and the LM head of the
@@ -875,13 +875,12 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
  * steps after a 512-token prompt T = 1 0.75x and 0.89x (two runs, 120
  * pairs), T = 4 0.84x. AVX2's q8 rows (a line per two steps) ran 1.06x
  * slower with it at T = 1, level at T = 4 (a slow phase): not there. */
-#define QX_FAR_BYTES 32768
 
 /* The far reach of a step's or a verify's rows (above): bytes past the
  * L1 reach fetched into L2, 0 for none. */
 static inline size_t qx_prefetch_far_avx2(int bits, int packed, int T) {
     (void)packed;
-    return bits == 4 && T <= KN_QXBLOCK ? QX_FAR_BYTES : 0;
+    return bits == 4 && T <= KN_QXBLOCK ? KN_FAR_BYTES : 0;
 }
 
 static inline size_t qx_prefetch_far_avxvnni(int bits, int packed, int T) {
@@ -889,7 +888,7 @@ static inline size_t qx_prefetch_far_avxvnni(int bits, int packed, int T) {
 }
 
 static inline size_t qx_prefetch_far_avx512vnni(int bits, int packed, int T) {
-    return packed && T <= KN_QXBLOCK ? QX_FAR_BYTES : 0;
+    return packed && T <= KN_QXBLOCK ? KN_FAR_BYTES : 0;
 }
 
 static inline int64_t qx_prefetch_rows_avx512vnni(int bits, int packed, size_t row_bytes, int T) {
