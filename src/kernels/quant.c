@@ -862,25 +862,27 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
  * 0.91-1.05x, median of six runs 1.00x; T = 4 0.95x (two runs); 5-bit T = 1
  * 1.00x, T = 4 0.91x. Their near reach at 2 KB for T < 4: 0.98-0.99x, not
  * kept.
- * Packed 8-bit rows with AVX-512 VNNI take it too, a row at a time beside
- * their line-a-step one (fifty-fourth session; the fifty-second measured
- * 16-64 KB level in a trial whose code is gone: this loop's q8 branch skips
- * the general rows' far reach, so qx_prefetch_far alone reaches no q8 row,
- * which may be what it measured). Every step
- * matrix and the head of the q8 fixture, a probe of the read bandwidth
- * before each pair (both ways in turn in one process, paired medians): T
- * = 1 0.72-0.73x the time where the probe read above 45 GB/s, 0.88-0.91x
+ * Packed 8-bit rows take it too, a row at a time beside their line-a-step
+ * one (fifty-fourth session; the fifty-second measured 16-64 KB level in a
+ * trial whose code is gone: this loop's q8 branch skips the general rows'
+ * far reach, so qx_prefetch_far alone reaches no q8 row, which may be what
+ * it measured). Every step matrix and the head of the q8 fixture, a probe
+ * of the read bandwidth before each pair (both ways in turn in one
+ * process, paired medians): T = 1 0.72-0.73x the time where the probe read above 45 GB/s, 0.88-0.91x
  * below (16 KB / 64 KB / 128 KB: 0.72 / 0.73 / 0.77x in fast phases; 16 KB
  * against 32 KB level); T = 4 0.71x, T = 2 0.77x fast, 0.94x slow; whole
  * steps after a 512-token prompt T = 1 0.75x and 0.89x (two runs, 120
- * pairs), T = 4 0.84x. AVX2's q8 rows (a line per two steps) ran 1.06x
- * slower with it at T = 1, level at T = 4 (a slow phase): not there. */
+ * pairs), T = 4 0.84x; the same with a probe before each pair: T = 1
+ * 0.87x (0.75x fast, 0.88x slow), T = 4 0.71x. AVX2's packed q8 rows (a
+ * line per two steps) take it too: whole steps T = 1 0.95 / 0.91 / 0.91x
+ * (0.91-0.93x fast, 0.97-1.03x slow), T = 4 1.006x, level (there AVX2's q8
+ * products are bound by their arithmetic); bench-linear's products alone
+ * had run 1.06x slower with it in a slow phase. */
 
 /* The far reach of a step's or a verify's rows (above): bytes past the
  * L1 reach fetched into L2, 0 for none. */
 static inline size_t qx_prefetch_far_avx2(int bits, int packed, int T) {
-    (void)packed;
-    return bits == 4 && T <= KN_QXBLOCK ? KN_FAR_BYTES : 0;
+    return (bits == 4 || (bits == 8 && packed)) && T <= KN_QXBLOCK ? KN_FAR_BYTES : 0;
 }
 
 static inline size_t qx_prefetch_far_avxvnni(int bits, int packed, int T) {
