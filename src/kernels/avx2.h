@@ -77,6 +77,15 @@ KN_AVX2_INLINE void kn_prefetch_step_avx2(const char **cursor, int lines) {
     *cursor += 64 * lines;
 }
 
+/* The far reach of a product's prefetch in a step or a verify (T <= 4
+ * activation rows): besides the lines it fetches into L1 a few KB ahead of
+ * its loads, it fetches the lines KN_FAR_BYTES further on into L2. In this
+ * VM's fast memory phases the hardware prefetcher alone kept a product's
+ * read at 0.6-0.8x a plain read of the same bytes. Which products take it,
+ * and what it measured: quant.c (affine), fpq_qx.inc (mxfp4, nvfp4),
+ * matmul.c (KN_DENSE_AHEAD_BYTES: dense verifies). */
+#define KN_FAR_BYTES 32768
+
 /* A cursor that fetches each line twice: into L2 `far` bytes past `at`
  * (0: not at all), and into L1 when the cursor itself reaches it. */
 typedef struct {
@@ -107,15 +116,19 @@ KN_AVX2_INLINE void kn_prefetch_step2_avx2(kn_cursor2 *c, int lines) {
 typedef struct {
     const char *base;
     size_t at, end;
+    size_t far;   /* where not 0, the lines this many bytes past at go into L2 too */
 } kn_ahead;
 
-/* One step's fetches: the lines that hold at, at + 64, ... below at + bytes,
- * then at += bytes (the next step starts with the line that holds the new
- * at, so no line the cursor passes over goes unfetched). bytes is a
- * constant after inlining. */
+/* One step's fetches: the lines that hold at, at + 64, ... below at + bytes
+ * into L1 (and those far bytes on into L2), then at += bytes (the next
+ * step starts with the line that holds the new at, so no line the cursor
+ * passes over goes unfetched). Nothing at or past end. bytes is a constant
+ * after inlining. */
 KN_AVX2_INLINE void kn_ahead_step_avx2(kn_ahead *a, size_t bytes) {
-    for (size_t b = 0; b < bytes; b += 64)
+    for (size_t b = 0; b < bytes; b += 64) {
         if (a->at + b < a->end) _mm_prefetch(a->base + a->at + b, _MM_HINT_T0);
+        if (a->far && a->at + a->far + b < a->end) _mm_prefetch(a->base + a->at + a->far + b, _MM_HINT_T1);
+    }
     a->at += bytes;
 }
 

@@ -377,7 +377,16 @@ KN_AVX2_INLINE void dot_tile_avx2(const void *w, size_t row_bytes, int rw, nx_dt
  * reads each row as one stream that the hardware prefetcher follows: the
  * same prefetch there ran 0.87-0.89x the time in a slow phase of
  * bench-linear but 0.97-1.05x in a fast one, and 1.09-1.16x in greedy
- * plain sessions, so a step has none. */
+ * plain sessions, so a step has none.
+ * Each line the cursor fetches into L1, it also fetches the line
+ * KN_FAR_BYTES on into L2 (avx2.h; fifty-fourth session). bf16 fixture,
+ * whole forwards after a 512-token prompt, both ways in turn in one process
+ * with a read-bandwidth probe before each pair (paired medians, 40-60
+ * pairs): AVX-512 T = 2 / 4 / 8 0.80 / 0.64 / 0.79x the time (T = 4 0.64x
+ * in fast phases and in slow ones; a reach of 24 or 56 KB 0.64x, 8 KB
+ * level with 24), AVX2 T = 4 0.81x; bench-linear's products at T = 16
+ * 0.89x. A step took no far reach either: there bench-linear's products ran
+ * 0.73x the time, but whole steps 1.08-1.14x. */
 #define KN_DENSE_AHEAD_BYTES 8192
 
 /* The prefetch cursor (kn_ahead) of a row or a tile of w whose rows end
@@ -386,7 +395,7 @@ KN_AVX2_INLINE void dot_tile_avx2(const void *w, size_t row_bytes, int rw, nx_dt
  * first one fetched), one that fetches nothing. */
 static inline kn_ahead dense_ahead(const kn_mat *w, size_t row_bytes, int64_t next, int fetch) {
     const size_t end = fetch ? (size_t)w->rows * row_bytes : 0;
-    return (kn_ahead){w->data, (size_t)next * row_bytes + KN_DENSE_AHEAD_BYTES, end};
+    return (kn_ahead){w->data, (size_t)next * row_bytes + KN_DENSE_AHEAD_BYTES, end, KN_FAR_BYTES};
 }
 
 /* Tile height for nt activation rows (2, 3 or 4: dot_tile_avx2's shapes). */

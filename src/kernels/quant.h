@@ -324,14 +324,6 @@ static inline int64_t kn_qx_tile_rows(size_t row_bytes, int wrows) {
     return rows > wrows ? rows : wrows;
 }
 
-/* The far reach of a step's or a verify's int8 product (T <= 4): besides
- * the lines each row fetches into L1 a few KB ahead of its loads, the row
- * KN_FAR_BYTES further on is fetched into L2. In this VM's fast memory
- * phases the hardware prefetcher alone kept a product's read at 0.6-0.8x a
- * plain read of the same bytes. Which rows take it, and what it measured:
- * quant.c (affine) and fpq_qx.inc (mxfp4, nvfp4). */
-#define KN_FAR_BYTES 32768
-
 /* Bytes of buffer a kn_qx of T rows of cols needs for any group size
  * (padding included). */
 size_t kn_qx_bytes(int T, int64_t cols);
