@@ -877,12 +877,16 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
  * line per two steps) take it too: whole steps T = 1 0.95 / 0.91 / 0.91x
  * (0.91-0.93x fast, 0.97-1.03x slow), T = 4 1.006x, level (there AVX2's q8
  * products are bound by their arithmetic); bench-linear's products alone
- * had run 1.06x slower with it in a slow phase. */
+ * had run 1.06x slower with it in a slow phase. So do AVX2's bit-plane
+ * rows (the same probed whole steps): 6-bit T = 1 1.005x (slow) and 0.94x
+ * (fast), T = 4 0.85x; 5-bit T = 1 0.89x; 3-bit 0.98x. Rows in groups of
+ * 32 (not lanes, codes and scales apart) ran slower with it: q4 g32 with
+ * VNNI T = 1 1.08x, T = 4 1.04x; they keep one reach. */
 
 /* The far reach of a step's or a verify's rows (above): bytes past the
  * L1 reach fetched into L2, 0 for none. */
 static inline size_t qx_prefetch_far_avx2(int bits, int packed, int T) {
-    return (bits == 4 || (bits == 8 && packed)) && T <= KN_QXBLOCK ? KN_FAR_BYTES : 0;
+    return (bits == 4 || packed) && T <= KN_QXBLOCK ? KN_FAR_BYTES : 0;
 }
 
 static inline size_t qx_prefetch_far_avxvnni(int bits, int packed, int T) {
