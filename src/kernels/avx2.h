@@ -77,9 +77,11 @@ KN_AVX2_INLINE void kn_prefetch_step_avx2(const char **cursor, int lines) {
     *cursor += 64 * lines;
 }
 
-/* The far reach of a product's prefetch in a step or a verify (T <= 4
- * activation rows): besides the lines it fetches into L1 a few KB ahead of
- * its loads, it fetches the lines KN_FAR_BYTES further on into L2. In this
+/* The far reach of a product's prefetch (the int8 products' steps and
+ * verifies, T <= 4 activation rows; the dense products' first block of
+ * activation rows from T = 2 on): besides the lines it fetches into L1 a
+ * few KB ahead of its loads, it fetches the lines KN_FAR_BYTES further on
+ * into L2. In this
  * VM's fast memory phases the hardware prefetcher alone kept a product's
  * read at 0.6-0.8x a plain read of the same bytes. Which products take it,
  * and what it measured: quant.c (affine), fpq_qx.inc (mxfp4, nvfp4),

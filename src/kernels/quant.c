@@ -868,9 +868,10 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
  * far reach, so qx_prefetch_far alone reaches no q8 row, which may be what
  * it measured). Every step matrix and the head of the q8 fixture, a probe
  * of the read bandwidth before each pair (both ways in turn in one
- * process, paired medians): T = 1 0.72-0.73x the time where the probe read above 45 GB/s, 0.88-0.91x
- * below (16 KB / 64 KB / 128 KB: 0.72 / 0.73 / 0.77x in fast phases; 16 KB
- * against 32 KB level); T = 4 0.71x, T = 2 0.77x fast, 0.94x slow; whole
+ * process, paired medians): T = 1 0.72-0.73x the time where the probe
+ * read above 45 GB/s, 0.88-0.91x below (16 KB / 64 KB / 128 KB: 0.72 /
+ * 0.73 / 0.77x in fast phases; 16 KB against 32 KB level); T = 4 0.71x,
+ * T = 2 0.77x fast, 0.94x slow; whole
  * steps after a 512-token prompt T = 1 0.75x and 0.89x (two runs, 120
  * pairs), T = 4 0.84x; the same with a probe before each pair: T = 1
  * 0.87x (0.75x fast, 0.88x slow), T = 4 0.71x. AVX2's packed q8 rows (a
