@@ -88,6 +88,12 @@ KN_AVX2_INLINE void kn_prefetch_step_avx2(const char **cursor, int lines) {
  * matmul.c (KN_DENSE_AHEAD_BYTES: dense verifies). */
 #define KN_FAR_BYTES 32768
 
+/* far bytes counted in whole rows of row_bytes, rounded up (0 where either
+ * is 0): how many rows past its L1 reach a row-at-a-time product fetches. */
+static inline int64_t kn_far_rows(size_t far, size_t row_bytes) {
+    return far && row_bytes ? (int64_t)((far + row_bytes - 1) / row_bytes) : 0;
+}
+
 /* A cursor that fetches each line twice: into L2 `far` bytes past `at`
  * (0: not at all), and into L1 when the cursor itself reaches it. */
 typedef struct {
@@ -118,18 +124,17 @@ KN_AVX2_INLINE void kn_prefetch_step2_avx2(kn_cursor2 *c, int lines) {
 typedef struct {
     const char *base;
     size_t at, end;
-    size_t far;   /* where not 0, the lines this many bytes past at go into L2 too */
 } kn_ahead;
 
 /* One step's fetches: the lines that hold at, at + 64, ... below at + bytes
- * into L1 (and those far bytes on into L2), then at += bytes (the next
+ * into L1 and those KN_FAR_BYTES on into L2, then at += bytes (the next
  * step starts with the line that holds the new at, so no line the cursor
  * passes over goes unfetched). Nothing at or past end. bytes is a constant
  * after inlining. */
 KN_AVX2_INLINE void kn_ahead_step_avx2(kn_ahead *a, size_t bytes) {
     for (size_t b = 0; b < bytes; b += 64) {
         if (a->at + b < a->end) _mm_prefetch(a->base + a->at + b, _MM_HINT_T0);
-        if (a->far && a->at + a->far + b < a->end) _mm_prefetch(a->base + a->at + a->far + b, _MM_HINT_T1);
+        if (a->at + KN_FAR_BYTES + b < a->end) _mm_prefetch(a->base + a->at + KN_FAR_BYTES + b, _MM_HINT_T1);
     }
     a->at += bytes;
 }

@@ -395,7 +395,7 @@ KN_AVX2_INLINE void dot_tile_avx2(const void *w, size_t row_bytes, int rw, nx_dt
  * first one fetched), one that fetches nothing. */
 static inline kn_ahead dense_ahead(const kn_mat *w, size_t row_bytes, int64_t next, int fetch) {
     const size_t end = fetch ? (size_t)w->rows * row_bytes : 0;
-    return (kn_ahead){w->data, (size_t)next * row_bytes + KN_DENSE_AHEAD_BYTES, end, KN_FAR_BYTES};
+    return (kn_ahead){w->data, (size_t)next * row_bytes + KN_DENSE_AHEAD_BYTES, end};
 }
 
 /* Tile height for nt activation rows (2, 3 or 4: dot_tile_avx2's shapes). */
