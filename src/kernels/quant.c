@@ -882,7 +882,12 @@ static inline int64_t qx_prefetch_rows_avxvnni(int bits, int packed, size_t row_
  * rows (the same probed whole steps): 6-bit T = 1 1.005x (slow) and 0.94x
  * (fast), T = 4 0.85x; 5-bit T = 1 0.89x; 3-bit 0.98x. Rows in groups of
  * 32 (not lanes, codes and scales apart) ran slower with it: q4 g32 with
- * VNNI T = 1 1.08x, T = 4 1.04x; they keep one reach. */
+ * VNNI T = 1 1.08x, T = 4 1.04x; they keep one reach.
+ * Since the fifty-fifth session packed 8-bit rows fetch their far reach a
+ * line a step beside the near one (kn_cursor2), as the 4-bit pairs do,
+ * where their line-a-step cursor runs; with AVX-512 VNNI a step (T = 1)
+ * takes the loop's row prefetches instead (qx_rows_loop says what each
+ * measured). */
 
 /* The far reach of a step's or a verify's rows (above): bytes past the
  * L1 reach fetched into L2, 0 for none. */
