@@ -70,13 +70,6 @@ KN_AVX2_INLINE void kn_prefetch_lines_avx2(const void *p, size_t bytes, int to_l
     }
 }
 
-/* Prefetches the `lines` lines from *cursor into L1 and moves it past them:
- * a kernel's step fetching a row ahead in address order (quant_qx.inc). */
-KN_AVX2_INLINE void kn_prefetch_step_avx2(const char **cursor, int lines) {
-    for (int i = 0; i < lines; i++) _mm_prefetch(*cursor + 64 * i, _MM_HINT_T0);
-    *cursor += 64 * lines;
-}
-
 /* The far reach of a product's prefetch (the int8 products' steps and
  * verifies, T <= 4 activation rows; the dense products' first block of
  * activation rows from T = 2 on): besides the lines it fetches into L1 a
@@ -101,15 +94,22 @@ typedef struct {
     size_t far;
 } kn_cursor2;
 
-/* kn_prefetch_step_avx2 for a kn_cursor2: the `lines` lines at c->at into
- * L1 and, where c->far, the lines c->far bytes on into L2; then c->at moves
- * past them. */
+/* A kernel's step fetching a row ahead in address order (quant_qx.inc):
+ * the `lines` lines at c->at into L1 and, where c->far, the lines c->far
+ * bytes on into L2; then c->at moves past them. */
 KN_AVX2_INLINE void kn_prefetch_step2_avx2(kn_cursor2 *c, int lines) {
     for (int i = 0; i < lines; i++) {
         _mm_prefetch(c->at + 64 * i, _MM_HINT_T0);
         if (c->far) _mm_prefetch(c->at + c->far + 64 * i, _MM_HINT_T1);
     }
     c->at += 64 * lines;
+}
+
+/* The rest of a cursor's row once its steps are done: the lines from c->at
+ * below end into L1, and (where c->far) the same lines c->far on into L2. */
+KN_AVX2_INLINE void kn_prefetch_rest2_avx2(const kn_cursor2 *c, const char *end) {
+    kn_prefetch_lines_avx2(c->at, (size_t)(end - c->at), 0);
+    if (c->far) kn_prefetch_lines_avx2(c->at + c->far, (size_t)(end - c->at), 1);
 }
 
 /* A kernel's prefetch ahead of its own loads, in address order (the dense
@@ -119,7 +119,7 @@ KN_AVX2_INLINE void kn_prefetch_step2_avx2(kn_cursor2 *c, int lines) {
  * its rows: the pool's next claim usually starts where this one ends). The
  * fetches keep the loads' pace, a line or two a step, where fetching a
  * chunk's lines at once ran slower (KN_DENSE_AHEAD_BYTES). The int8
- * products' cursor (kn_prefetch_step_avx2) is the same idea in whole lines
+ * products' cursor (kn_prefetch_step2_avx2) is the same idea in whole lines
  * without the bound, which their callers check once a row or row pair. */
 typedef struct {
     const char *base;
