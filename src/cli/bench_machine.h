@@ -24,12 +24,14 @@ typedef struct {
     double best_s;        /* seconds of the best pass                                    */
     size_t bytes;         /* bandwidth: bytes read per pass; FMA: 0                      */
     int threads, passes;
-    const char *impl;     /* "avx2" or "scalar" (a static string)                        */
+    const char *impl;     /* "avx2, plain and prefetched" or "scalar" (static)          */
 } bench_probe;
 
 /* Reads a buffer of `bytes` (rounded down to whole 4 KiB pages per thread,
  * at least one; give 256 MiB or more to measure DRAM, not cache) with `threads`
- * threads, each summing its own contiguous slice, best of `passes`. The
+ * threads, each summing its own contiguous slice, best of `passes`; with
+ * AVX2 the passes alternate plain loads and loads fetched 4 KiB ahead into
+ * L2 (as the kernels fetch their weights), the first pass plain. The
  * buffer is allocated, written once (so every page is really backed, not the
  * shared zero page) and freed before this returns. Returns 0, or -1 with a
  * message in err (allocation or thread creation failed). */
