@@ -259,7 +259,8 @@ static inline size_t dense_size(nx_dtype dt) { return dt == NX_DT_F32 ? 4 : 2; }
 
 /* y[t * ldy] = dot(w[0..n), x[t * ldx ..]) for t < nt (1 <= nt <= KN_TBLOCK),
  * each in the layout above; for nt > 1 each 32-column step also fetches
- * its bytes' worth ahead (kn_ahead; a step, nt = 1, fetches nothing: see
+ * its bytes' worth ahead (kn_ahead; nothing where ahead.end is 0: later
+ * blocks of activation rows, and a step unless kn_tuning's step_ahead, see
  * KN_DENSE_AHEAD_BYTES). nt and dt are constants after inlining. */
 KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, int64_t ldx, int nt,
                                   int64_t n, float *y, int64_t ldy, kn_ahead ahead) {
@@ -269,7 +270,7 @@ KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, in
     const int64_t n32 = n & ~(int64_t)31, n8 = n & ~(int64_t)7;
     int64_t i = 0;
     for (; i < n32; i += 32) {
-        if (nt > 1) kn_ahead_step_avx2(&ahead, 32 * dense_size(dt));
+        if (ahead.end) kn_ahead_step_avx2(&ahead, 32 * dense_size(dt));
         __m256 w0 = kn_load8_avx2(w, dt, i);
         KN_FMA_ROWS(0, w0, i);
         __m256 w1 = kn_load8_avx2(w, dt, i + 8);
@@ -377,7 +378,8 @@ KN_AVX2_INLINE void dot_tile_avx2(const void *w, size_t row_bytes, int rw, nx_dt
  * reads each row as one stream that the hardware prefetcher follows: the
  * same prefetch there ran 0.87-0.89x the time in a slow phase of
  * bench-linear but 0.97-1.05x in a fast one, and 1.09-1.16x in greedy
- * plain sessions, so a step has none.
+ * plain sessions, so a step has none there; on Intel CPUs, where plain
+ * loads leave a core's stream short, it does (kn_tuning's step_ahead).
  * Each line the cursor fetches into L1, it also fetches the line
  * KN_FAR_BYTES on into L2 (avx2.h; fifty-fourth session). bf16 fixture,
  * whole forwards after a 512-token prompt, both ways in turn in one process
@@ -392,7 +394,8 @@ KN_AVX2_INLINE void dot_tile_avx2(const void *w, size_t row_bytes, int rw, nx_dt
 /* The prefetch cursor (kn_ahead) of a row or a tile of w whose rows end
  * before row `next`: KN_DENSE_AHEAD_BYTES past the rows it reads at once;
  * where fetch is 0 (a later block of activation rows, over the rows the
- * first one fetched), one that fetches nothing. */
+ * first one fetched; a step without kn_tuning's step_ahead), one that
+ * fetches nothing. */
 static inline kn_ahead dense_ahead(const kn_mat *w, size_t row_bytes, int64_t next, int fetch) {
     const size_t end = fetch ? (size_t)w->rows * row_bytes : 0;
     return (kn_ahead){w->data, (size_t)next * row_bytes + KN_DENSE_AHEAD_BYTES, end};
@@ -448,9 +451,10 @@ KN_AVX2_INLINE void matmul_rows_fmt_avx2(const kn_mat *w, nx_dtype dt, const flo
                 t += nt;
             }
         }
+    const int fetch = T > 1 || kn_tuning_active().step_ahead;   /* a step: where the CPU's tuning says */
     for (; r < r1; r++) {
         const void *wr = (const char *)w->data + (size_t)r * row_bytes;
-        kn_ahead ah = dense_ahead(w, row_bytes, r + 1, 1);
+        kn_ahead ah = dense_ahead(w, row_bytes, r + 1, fetch);
         int t = 0;
         for (; t + KN_TBLOCK <= T; t += KN_TBLOCK, ah.end = 0)   /* the first block prefetches */
             dot_rows_avx2(wr, dt, x + (int64_t)t * ldx, ldx, KN_TBLOCK, n, y + (int64_t)t * ldy + r, ldy, ah);
@@ -691,7 +695,7 @@ KN_VNNI_INLINE void dot_rows_avx512(const void *w, nx_dtype dt, const float *x, 
     const int64_t n32 = n & ~(int64_t)31, n8 = n & ~(int64_t)7;
     int64_t i = 0;
     for (; i < n32; i += 32) {
-        if (nt > 1) kn_ahead_step_avx2(&ahead, 32 * dense_size(dt));
+        if (ahead.end) kn_ahead_step_avx2(&ahead, 32 * dense_size(dt));
         const __m512 w01 = load16_avx512(w, dt, i, 0), w23 = load16_avx512(w, dt, i + 16, 0);
         _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
             const float *xt = x + (int64_t)t * ldx + i;
@@ -810,9 +814,10 @@ KN_VNNI_INLINE void matmul_rows_fmt_avx512(const kn_mat *w, nx_dtype dt, const f
                 }
             }
         }
+    const int fetch = T > 1 || kn_tuning_active().step_ahead;   /* a step: where the CPU's tuning says */
     for (; r < r1; r++) {
         const void *wr = (const char *)w->data + (size_t)r * row_bytes;
-        kn_ahead ah = dense_ahead(w, row_bytes, r + 1, 1);
+        kn_ahead ah = dense_ahead(w, row_bytes, r + 1, fetch);
         for (int t = 0; t < T; t += KN_TBLOCK_512, ah.end = 0) {   /* the first block prefetches */
             const float *xt = x + (int64_t)t * ldx;
             float *yt = y + (int64_t)t * ldy + r;
@@ -960,7 +965,8 @@ static const kn_impl kn_impl_avx512vnni = {
 #endif
 
 static _Atomic(const kn_impl *) kn_active = &kn_impl_scalar;
-static _Atomic int kn_wide_l1;   /* kn_tuning.wide_l1 */
+static _Atomic int kn_wide_l1;     /* kn_tuning.wide_l1 */
+static _Atomic int kn_step_ahead;  /* kn_tuning.step_ahead */
 
 /* The active table; relaxed: it only changes between model loads, and each
  * table is constant. */
@@ -997,6 +1003,12 @@ static int kn_cpu_is_amd_zen5(void) {
     const unsigned base = (a >> 8) & 0xf, ext = (a >> 20) & 0xff;
     return base == 0xf && base + ext >= 0x1a;
 }
+
+/* CPUID leaf 0's vendor: "GenuineIntel". */
+static int kn_cpu_is_intel(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;
+}
 #endif
 
 kn_isa kn_isa_available(kn_isa max) {
@@ -1018,17 +1030,25 @@ kn_isa kn_select(kn_isa max) {
     else if (isa == KN_ISA_AVX2) pick = &kn_impl_avx2;
 #endif
     atomic_store_explicit(&kn_active, pick, memory_order_relaxed);   /* one store: never a set in between */
-    int wide_l1 = 0;
+    int wide_l1 = 0, step_ahead = 0;
 #if KN_HAVE_X86
     wide_l1 = isa == KN_ISA_AVX512VNNI && kn_cpu_is_amd_zen5();
+    step_ahead = isa >= KN_ISA_AVX2 && kn_cpu_is_intel();
 #endif
     atomic_store_explicit(&kn_wide_l1, wide_l1, memory_order_relaxed);
+    atomic_store_explicit(&kn_step_ahead, step_ahead, memory_order_relaxed);
     return kn_isa_active();
 }
 
-kn_tuning kn_tuning_active(void) { return (kn_tuning){atomic_load_explicit(&kn_wide_l1, memory_order_relaxed)}; }
+kn_tuning kn_tuning_active(void) {
+    return (kn_tuning){atomic_load_explicit(&kn_wide_l1, memory_order_relaxed),
+                       atomic_load_explicit(&kn_step_ahead, memory_order_relaxed)};
+}
 
-void kn_tuning_set(kn_tuning t) { atomic_store_explicit(&kn_wide_l1, t.wide_l1 != 0, memory_order_relaxed); }
+void kn_tuning_set(kn_tuning t) {
+    atomic_store_explicit(&kn_wide_l1, t.wide_l1 != 0, memory_order_relaxed);
+    atomic_store_explicit(&kn_step_ahead, t.step_ahead != 0, memory_order_relaxed);
+}
 
 kn_isa kn_isa_active(void) {
 #if KN_HAVE_X86

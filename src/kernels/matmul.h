@@ -99,9 +99,17 @@ const char *kn_impl_name(void);
  *     rollback 0.91x at T = 5 and 0.94x at T = 8 (q8 0.98-0.99x, 512-token
  *     prefills level), both ways in turn in one process; a Zen 4 VM
  *     preferred L2 for wide passes and a Sapphire Rapids VM one pass of 5
- *     (bench/RESULTS.md, twenty-fourth session). */
+ *     (bench/RESULTS.md, twenty-fourth session).
+ *   step_ahead: dense products of one activation row (a decode step) fetch
+ *     ahead of their loads as those of more rows do (kn_ahead, matmul.c's
+ *     KN_DENSE_AHEAD_BYTES). Chosen for Intel CPUs: on an Emerald Rapids
+ *     VM (2 threads, whole bf16 steps after a 512-token prompt, both ways in
+ *     turn in one process) 0.63x the time with AVX-512, 0.61x with AVX2,
+ *     where a core's own misses bound a stream of plain loads; on the Zen 5
+ *     VM the same fetches made whole steps 1.08-1.16x slower. */
 typedef struct {
     int wide_l1;
+    int step_ahead;
 } kn_tuning;
 kn_tuning kn_tuning_active(void);
 /* Replaces the tuning kn_select chose until the next kn_select (tests, benchmarks). */

@@ -99,8 +99,16 @@ static void test_init_selects_avx2_or_scalar_and_force_reference_wins(void) {
     vnni = has && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 #endif
+    int intel = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    intel = __get_cpuid(0, &a, &b, &c, &d) && memcmp(&b, "Genu", 4) == 0 && memcmp(&d, "ineI", 4) == 0 &&
+            memcmp(&c, "ntel", 4) == 0;
+#endif
     const kn_isa below_vex = has ? KN_ISA_AVX2 : KN_ISA_SCALAR, below_512 = vex_vnni ? KN_ISA_AVXVNNI : below_vex;
     CHECKF(on == has, "kn_init(0) = %d but the CPU %s AVX2+FMA+F16C", on, has ? "has" : "lacks");
+    /* a SIMD set on an Intel CPU fetches ahead in dense steps (matmul.h) */
+    CHECKF(kn_tuning_active().step_ahead == (has && intel), "step_ahead %d on %s CPU", kn_tuning_active().step_ahead,
+           intel ? "an Intel" : "a non-Intel");
     CHECKF(strcmp(kn_impl_name(), vnni ? "avx512vnni" : vex_vnni ? "avxvnni" : has ? "avx2" : "scalar") == 0,
            "kn_init(0) chose %s", kn_impl_name());
     /* kn_select caps the set: never above its argument, never above the CPU
@@ -111,6 +119,7 @@ static void test_init_selects_avx2_or_scalar_and_force_reference_wins(void) {
     CHECK(strcmp(kn_impl_name(), vex_vnni ? "avxvnni" : has ? "avx2" : "scalar") == 0);
     CHECK(kn_select(KN_ISA_AVX512VNNI) == (vnni ? KN_ISA_AVX512VNNI : below_512));
     CHECK(kn_select(KN_ISA_SCALAR) == KN_ISA_SCALAR && kn_isa_active() == KN_ISA_SCALAR);
+    CHECK(!kn_tuning_active().step_ahead && !kn_tuning_active().wide_l1);
     /* kn_isa_available tells what kn_select would choose and selects nothing */
     CHECK(kn_isa_available(KN_ISA_AVX512VNNI) == (vnni ? KN_ISA_AVX512VNNI : below_512));
     CHECK(kn_isa_available(KN_ISA_AVXVNNI) == below_512);
@@ -643,7 +652,44 @@ static void test_public_kernels_follow_force_reference(void) {
     free((void *)w.data);
 }
 
+/* kn_tuning's step_ahead only decides whether a dense step (T = 1) fetches
+ * ahead of its loads: the same bits either way, in every SIMD set, every
+ * format and length, whole matrices and row ranges (a range's cursor stops
+ * at the matrix's end, not at the range's). */
+static void test_dense_steps_fetch_ahead_or_not_alike(void) {
+    enum { ROWS = 61 };
+    static const kn_isa sets[] = {KN_ISA_AVX512VNNI, KN_ISA_AVX2};
+    nx_test_rng r = {0xBB67AE8584CAA73BULL};
+    float ya[ROWS], yb[ROWS];
+    int ran = 0;
+    for (int si = 0; si < 2; si++) {
+        if (kn_select(sets[si]) != sets[si]) continue;
+        ran++;
+        for (int f = 0; f < 3; f++)
+            for (int li = 0; li < N_LENGTHS; li++) {
+                const int64_t n = lengths[li];
+                kn_mat w = make_weights(&r, formats[f], ROWS, n);
+                float *x = make_acts(&r, n);
+                for (int ahead = 0; ahead < 2; ahead++) {
+                    kn_tuning_set((kn_tuning){.step_ahead = ahead});
+                    float *y = ahead ? yb : ya;
+                    kn_matmul_rows(&w, x, n, 1, y, ROWS, 0, 17);
+                    kn_matmul_rows(&w, x, n, 1, y, ROWS, 17, ROWS);
+                }
+                CHECKF(memcmp(ya, yb, sizeof ya) == 0, "%s %s n=%lld: a step with and without step_ahead differ",
+                       kn_impl_name(), nx_dtype_name(formats[f]), (long long)n);
+                free((void *)w.data);
+                free(x);
+            }
+    }
+    if (!ran) fprintf(stderr, "  note: this CPU has no SIMD set; the step_ahead check did not run\n");
+    kn_init(0);
+}
+
 static const nx_test tests[] = {
+    {"dense_steps_fetch_ahead_or_not_alike",
+     "kn_tuning.step_ahead on or off: the same bits for dense steps, every SIMD set, format and length",
+     test_dense_steps_fetch_ahead_or_not_alike},
     {"dense_simd_sets_agree_bit_for_bit", "avx2 and avx512vnni dense products: same bits, every format and length, T = 1..11",
      test_dense_simd_sets_agree_bit_for_bit},
     {"strided_rows_equal_a_packed_copy", "kn_mat.ld > cols: same bits as a packed copy, every format and kernel set, rows and tiles",
@@ -655,7 +701,7 @@ static const nx_test tests[] = {
      "kn_matmul_rows (tiles) == one row a call, bit for bit: every set and format, T 1-6",
      test_tiled_rows_equal_single_rows},
     {"init_selects_avx2_or_scalar_and_force_reference_wins",
-     "kn_init picks avx512vnni / avxvnni / avx2 exactly when the CPU has them; kn_select caps the set, kn_isa_available says so without selecting; force_reference picks scalar",
+     "kn_init picks avx512vnni / avxvnni / avx2 exactly when the CPU has them, and step_ahead on Intel; kn_select caps the set, kn_isa_available says so without selecting; force_reference picks scalar",
      test_init_selects_avx2_or_scalar_and_force_reference_wins},
     {"matmul_ref_computes_a_hand_checked_product", "a 3x2 product with exact values, every format, both twins",
      test_matmul_ref_computes_a_hand_checked_product},
