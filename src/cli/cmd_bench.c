@@ -75,12 +75,15 @@ static const char *bench_help =
 #define BENCH_VERIFY_T 8                     /* verify cost is measured for T = 1..8         */
 #define BENCH_VERIFY_ROUNDS 5                /* interleaved rounds per --repeat             */
 /* Bandwidth probe buffer: 256 MiB, or 16 MiB per thread, or the weight bytes
- * one decode step reads, whichever is most. The probe should read what a step
- * reads: a last-level cache holds as large a share of one as of the other (a
- * 260 MB L3 held part of a 256 MiB probe and of a q4 step's 424 MB, and the
- * step then ran at 124% of the smaller probe's roofline). */
+ * one decode step reads up to 1 GiB, whichever is most. The probe should read
+ * what a step reads: a last-level cache holds as large a share of one as of
+ * the other (a 260 MB L3 held part of a 256 MiB probe and of a q4 step's 424
+ * MB, and the step then ran at 124% of the smaller probe's roofline). Past
+ * 1 GiB a cache holds little of either, and a bigger buffer would only
+ * crowd a large model's pages out of memory. */
 #define BENCH_BW_BYTES ((size_t)256 << 20)
 #define BENCH_BW_BYTES_PER_THREAD ((size_t)16 << 20)
+#define BENCH_BW_BYTES_STEP_MAX ((size_t)1 << 30)
 #define BENCH_PROBE_PASSES 6                 /* even: the read probe alternates two loops   */
 #define BENCH_WARMUP_TOKENS 16
 #define BENCH_TURN 16                        /* tokens between the marks of the sessions' turns */
@@ -694,7 +697,9 @@ int cmd_bench(int argc, char **argv) {
     res.force_scalar = mo.load.force_reference || mo.load.kernels == NX_KERNELS_SCALAR;   /* the probes follow */
     res.bw_bytes = (size_t)res.threads * BENCH_BW_BYTES_PER_THREAD;
     if (res.bw_bytes < BENCH_BW_BYTES) res.bw_bytes = BENCH_BW_BYTES;
-    if (nx_model_get_info(m)->decode_bytes > (int64_t)res.bw_bytes) res.bw_bytes = (size_t)nx_model_get_info(m)->decode_bytes;
+    const int64_t step_bytes = nx_model_get_info(m)->decode_bytes;
+    const size_t step_probe = step_bytes > (int64_t)BENCH_BW_BYTES_STEP_MAX ? BENCH_BW_BYTES_STEP_MAX : (size_t)step_bytes;
+    if (step_bytes > 0 && step_probe > res.bw_bytes) res.bw_bytes = step_probe;
     /* one pass: this probe only checks the buffer can be had (its rate is
      * not used; each repeat is probed again after its sessions) */
     if (bench_read_bandwidth(res.bw_bytes, res.threads, 1, res.force_scalar, &res.bw, err, sizeof err) ||

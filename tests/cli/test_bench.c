@@ -76,6 +76,14 @@ static void bench_json_reports_every_figure(void) {
     double want = 100.0 * num(j, "decode_tok_s") * num(j, "decode_bytes") / 1e9 / num(j, "bandwidth_gbs");
     CHECKF(fabs(pct - want) <= 1e-4 * want, "roofline_pct %g, decode / bandwidth give %g", pct, want);
     double bw = num(j, "bandwidth_gbs");
+    /* the probe reads at least 256 MiB and at least a step's weights (this
+     * model's are far fewer), alternating its two loops where AVX2 runs */
+    const double buf = num(j, "bandwidth_buffer_bytes");
+    CHECKF(buf >= 256.0 * 1024 * 1024 - 2 * 4096 && buf >= num(j, "decode_bytes"), "bandwidth_buffer_bytes %g", buf);
+    const json_t *impl = json_object_get(j, "probe_impl");
+    CHECKF(json_is_string(impl) && (strcmp(json_string_value(impl), "avx2, plain and prefetched") == 0 ||
+                                    strcmp(json_string_value(impl), "scalar") == 0),
+           "probe_impl %s", json_is_string(impl) ? json_string_value(impl) : "(not a string)");
     CHECKF(fabs(num(j, "roofline_tok_s") * num(j, "decode_bytes") / 1e9 - bw) <= 1e-4 * bw, "roofline_tok_s %g",
            num(j, "roofline_tok_s"));
     /* with the state: the decode's 16 steps attend to 33 .. 48 positions */
