@@ -152,9 +152,9 @@ static uint64_t sum_words_scalar(const uint64_t *p, size_t n) {
  * each step first asks for the two lines `ahead` bytes on into L2. */
 __attribute__((target("avx2"))) static inline uint64_t sum_words_avx2_ahead(const uint64_t *p, size_t n, size_t ahead) {
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    size_t far = ahead && n * sizeof *p > ahead ? n - ahead / sizeof *p : 0; /* no fetch past the slice */
+    const size_t fetch_end = ahead && n * sizeof *p > ahead ? n - ahead / sizeof *p : 0; /* none past the slice */
     for (size_t i = 0; i < n; i += 16) {
-        if (i < far) {
+        if (i < fetch_end) {
             _mm_prefetch((const char *)(p + i) + ahead, _MM_HINT_T1);
             _mm_prefetch((const char *)(p + i) + ahead + 64, _MM_HINT_T1);
         }

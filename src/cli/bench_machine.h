@@ -28,7 +28,8 @@ typedef struct {
 } bench_probe;
 
 /* Reads a buffer of `bytes` (rounded down to whole 4 KiB pages per thread,
- * at least one; give 256 MiB or more to measure DRAM, not cache) with `threads`
+ * at least one; give 256 MiB or more to measure DRAM rather than cache, or
+ * as many bytes as the workload compared with it reads) with `threads`
  * threads, each summing its own contiguous slice, best of `passes`; with
  * AVX2 the passes alternate plain loads and loads fetched 4 KiB ahead into
  * L2 (as the kernels fetch their weights), the first pass plain. The

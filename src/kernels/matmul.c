@@ -258,9 +258,9 @@ KN_AVX2_INLINE float finish_avx2(const __m256 acc[4], const void *w, nx_dtype dt
 static inline size_t dense_size(nx_dtype dt) { return dt == NX_DT_F32 ? 4 : 2; }
 
 /* y[t * ldy] = dot(w[0..n), x[t * ldx ..]) for t < nt (1 <= nt <= KN_TBLOCK),
- * each in the layout above; for nt > 1 each 32-column step also fetches
- * its bytes' worth ahead (kn_ahead; nothing where ahead.end is 0: later
- * blocks of activation rows, and a step unless kn_tuning's step_ahead, see
+ * each in the layout above; each 32-column step also fetches its bytes'
+ * worth ahead (kn_ahead; nothing where ahead.end is 0: later blocks of
+ * activation rows, and a step unless kn_tuning's step_ahead, see
  * KN_DENSE_AHEAD_BYTES). nt and dt are constants after inlining. */
 KN_AVX2_INLINE void dot_rows_avx2(const void *w, nx_dtype dt, const float *x, int64_t ldx, int nt,
                                   int64_t n, float *y, int64_t ldy, kn_ahead ahead) {
