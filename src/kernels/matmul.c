@@ -401,6 +401,11 @@ static inline kn_ahead dense_ahead(const kn_mat *w, size_t row_bytes, int64_t ne
     return (kn_ahead){w->data, (size_t)next * row_bytes + KN_DENSE_AHEAD_BYTES, end};
 }
 
+/* Whether the rows a product of T activation rows runs one by one fetch
+ * ahead (their first block): always from 2 rows, a step (T = 1) where the
+ * CPU's tuning says (kn_tuning's step_ahead). */
+static inline int dense_rows_fetch(int T) { return T > 1 || kn_tuning_active().step_ahead; }
+
 /* Tile height for nt activation rows (2, 3 or 4: dot_tile_avx2's shapes). */
 static inline int tile_rows(int nt) { return nt == 4 ? 2 : nt == 3 ? 3 : 4; }
 
@@ -451,7 +456,7 @@ KN_AVX2_INLINE void matmul_rows_fmt_avx2(const kn_mat *w, nx_dtype dt, const flo
                 t += nt;
             }
         }
-    const int fetch = T > 1 || kn_tuning_active().step_ahead;   /* a step: where the CPU's tuning says */
+    const int fetch = dense_rows_fetch(T);
     for (; r < r1; r++) {
         const void *wr = (const char *)w->data + (size_t)r * row_bytes;
         kn_ahead ah = dense_ahead(w, row_bytes, r + 1, fetch);
@@ -814,7 +819,7 @@ KN_VNNI_INLINE void matmul_rows_fmt_avx512(const kn_mat *w, nx_dtype dt, const f
                 }
             }
         }
-    const int fetch = T > 1 || kn_tuning_active().step_ahead;   /* a step: where the CPU's tuning says */
+    const int fetch = dense_rows_fetch(T);
     for (; r < r1; r++) {
         const void *wr = (const char *)w->data + (size_t)r * row_bytes;
         kn_ahead ah = dense_ahead(w, row_bytes, r + 1, fetch);
