@@ -7,8 +7,9 @@
  *
  * The 0.8B shape's attention: 6 layers x 2 KV heads of 4 query heads each,
  * head dim 256, caches head by head (as nx_state holds them: model.h's mdl_kv),
- * each call kn_attention on ONE thread, for the T tokens after CTX - T cached ones. Before each step a 64 MB
- * buffer is read, as a step's weights would, so the caches come from DRAM.
+ * each call kn_attention on ONE thread, for the T tokens after CTX - T cached ones. Before each step a buffer
+ * twice the L3 (at least 64 MB: bench_flush_bytes) is read, as a step's weights would, so the caches come
+ * from DRAM.
  * Prints the median step time. NEXTN_BENCH_KERNELS=avx2 (or scalar,
  * avxvnni, avx512vnni) times an older kernel set; NEXTN_BENCH_KV=f16 a cache of f16
  * rows (nx_load_opts.kv_cache). Do not run it while a build runs. */
@@ -37,7 +38,7 @@ int main(int argc, char **argv) {
     const size_t es = dt == NX_DT_F16 ? 2 : 4;
     /* heads cap positions apart, whole K tiles (model.h's mdl_kv) */
     const int64_t cap = kn_k_cap(ctx);
-    const size_t kvn = (size_t)cap * NKV * HD, flush_n = (size_t)64 << 20;
+    const size_t kvn = (size_t)cap * NKV * HD, flush_n = bench_flush_bytes();
     void *k[LAYERS], *v[LAYERS];
     float *q = malloc((size_t)T * G * HD * sizeof *q), *out = malloc((size_t)T * G * HD * sizeof *out);
     float *scores = malloc((size_t)T * G * (size_t)ctx * sizeof *scores);

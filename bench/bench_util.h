@@ -1,9 +1,10 @@
-/* bench_util.h — the median and the kernel choice the benchmark programs share (the clock: base/clock.h). */
+/* bench_util.h — the median, the kernel choice and the cache flush the benchmark programs share (the clock: base/clock.h). */
 #ifndef NX_BENCH_UTIL_H
 #define NX_BENCH_UTIL_H
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "model/model.h"
@@ -18,6 +19,21 @@ static inline int bench_cmp_double(const void *a, const void *b) {
 static inline double bench_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
     return v[n / 2];
+}
+
+/* Bytes a benchmark reads between its timed runs so that what they read
+ * comes from DRAM, as a step's caches do after the step's weights went
+ * through: twice the last-level cache (sysconf), and at least 64 MB. A
+ * fixed 64 MB left the caches in a 260 MB L3 (a Xeon VM): bench-attention
+ * timed them from there, 0.72 ms a step at 576 positions against 1.21 ms
+ * from DRAM, which is what a model's step (~0.09 ms a head there) sees. */
+static inline size_t bench_flush_bytes(void) {
+    long l3 = -1;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    const size_t floor = (size_t)64 << 20;
+    return l3 > 0 && 2 * (size_t)l3 > floor ? 2 * (size_t)l3 : floor;
 }
 
 /* The kernel set named by NEXTN_BENCH_KERNELS (auto, avx512vnni, avx2 or
