@@ -154,21 +154,51 @@ void kn_attn_values_ref(float *out, int64_t ldo, int64_t ldo_t, const float *p, 
 }
 
 #if KN_HAVE_X86
+/* A one-token value pass's fetch of the runs ahead (values_heads_*): the V
+ * rows from the run after [t0, ...) up to pf_end, a line a step in address
+ * order, into L2; none where pf_end is 0. At f32 a pass over a run of hd
+ * columns takes as many steps as the next run has lines. Against each step
+ * fetching its own block (line) of the row KN_ATTN_VRUN ahead, the next
+ * run's lines in the order the pass reads them (1 KB apart): with the cache
+ * from DRAM (bench-attention's flush past the L3, one thread, the Xeon VM)
+ * the value sums of 12 heads took 0.58-0.60 against 0.64-0.67 ms at 576
+ * positions and 3.84-3.97 against 4.33-4.50 ms at 4096 (the whole
+ * attention 1.18 against 1.20 ms, 7.7 against 8.1 ms); whole steps after a
+ * 4096-token prompt, both ways in turn in one process: q4 0.983x the time
+ * (twice), q8 0.988x; after 512 level (1.001x). Two runs ahead ran as the
+ * old way. (Asking for all of a row's lines at once in the first block's
+ * pass, 1024 requests in a few hundred cycles, had left most of them
+ * undone: bench-attention 3000, 9.6-11.4 -> 6.6 ms, an earlier VM.) */
+typedef struct {
+    const char *at, *end;
+} vrun_fetch;
+
+static vrun_fetch vrun_fetch_from(const void *v, nx_dtype dt, int64_t kv_stride, int64_t t0, int64_t pf_end) {
+    const int64_t from = t0 + KN_ATTN_VRUN < pf_end ? t0 + KN_ATTN_VRUN : pf_end;
+    vrun_fetch f = {NULL, NULL};
+    if (pf_end) f.at = kv_at(v, dt, from * kv_stride), f.end = kv_at(v, dt, pf_end * kv_stride);
+    return f;
+}
+
+KN_AVX2_INLINE void vrun_fetch_step(vrun_fetch *f) {
+    if (f->at < f->end) {
+        _mm_prefetch(f->at, _MM_HINT_T1);
+        f->at += 64;
+    }
+}
+
 /* Columns in blocks of 16 (two vectors) for up to 4 heads at a time: the 8
  * sums stay in registers while the positions [t0, t1) of a run pass, and
  * each v_t block is loaded once for the heads; between runs the sums wait in
  * out (exact: they are f32 either way). While below pf_end (a one-token
  * step; a block reads each run first, see above KN_ATTN_PF_TILES), each step also
- * prefetches its block (one cache line) of the row KN_ATTN_VRUN ahead: the
- * next run's, spread one line a step over the whole pass. (Asking for all of
- * a row's lines at once in the first block's pass, 1024 requests in a few
- * hundred cycles, left most of them undone: bench-attention 3000 with the
- * cache head by head, 9.6-11.4 -> 6.6 ms.) The columns past the last whole
- * block go to the scalar twin. */
+ * fetches a line of the runs ahead (vrun_fetch). The columns past the last
+ * whole block go to the scalar twin. */
 KN_AVX2_INLINE void values_heads_avx2(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const void *v,
                                       nx_dtype dt, int64_t kv_stride, int64_t t0, int64_t t1, int64_t hd,
                                       int64_t pf_end) {
     const int64_t h16 = hd & ~(int64_t)15;
+    vrun_fetch ahead = vrun_fetch_from(v, dt, kv_stride, t0, pf_end);
     for (int64_t d = 0; d < h16; d += 16) {
         __m256 acc[4][2];
         for (int h = 0; h < G; h++) {
@@ -178,8 +208,7 @@ KN_AVX2_INLINE void values_heads_avx2(float *out, int64_t ldo, const float *p, i
         }
         for (int64_t t = t0; t < t1; t++) {
             const void *vt = kv_at(v, dt, t * kv_stride + d);
-            if (t + KN_ATTN_VRUN < pf_end)
-                _mm_prefetch((const char *)kv_at(vt, dt, KN_ATTN_VRUN * kv_stride), _MM_HINT_T1);
+            vrun_fetch_step(&ahead);
             const __m256 v0 = kn_load8_avx2(vt, dt, 0), v1 = kn_load8_avx2(vt, dt, 8);
             for (int h = 0; h < G; h++) {
                 const __m256 a = _mm256_broadcast_ss(p + (int64_t)h * ldp + t);
@@ -210,13 +239,13 @@ KN_VNNI_INLINE void values_heads_avx512(float *out, int64_t ldo, const float *p,
                                         nx_dtype dt, int64_t kv_stride, int64_t t0, int64_t t1, int64_t hd,
                                         int64_t pf_end) {
     const int64_t h16 = hd & ~(int64_t)15;
+    vrun_fetch ahead = vrun_fetch_from(v, dt, kv_stride, t0, pf_end);
     for (int64_t d = 0; d < h16; d += 16) {
         __m512 acc[4];
         for (int h = 0; h < G; h++) acc[h] = t0 ? _mm512_loadu_ps(out + (int64_t)h * ldo + d) : _mm512_setzero_ps();
         for (int64_t t = t0; t < t1; t++) {
             const void *vt = kv_at(v, dt, t * kv_stride + d);
-            if (t + KN_ATTN_VRUN < pf_end)
-                _mm_prefetch((const char *)kv_at(vt, dt, KN_ATTN_VRUN * kv_stride), _MM_HINT_T1);
+            vrun_fetch_step(&ahead);
             const __m512 v0 = kv_load16_avx512(vt, dt);
             for (int h = 0; h < G; h++)
                 acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(_mm512_set1_ps(p[(int64_t)h * ldp + t]), v0));
