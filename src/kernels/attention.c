@@ -16,17 +16,21 @@
  * in L2 while every row of the block passes over them. */
 #define KN_ATTN_VRUN 64
 
-/* The value sums of a block of several tokens first read each run of V
- * (KN_ATTN_VRUN rows), one load a cache line (independent loads: many lines
- * in flight), then compute on them from cache: on this 2-core VM one thread
- * streams 30-47 GB/s with plain loads but 14-16 GB/s when every loaded
- * vector feeds FMAs and L1 loads, and software prefetch a few dozen rows
- * ahead did not change that. In the pipeline the attention jobs of MTP
- * rounds took 0.79-0.84x the time of prefetching rows ahead (q4 and q8,
- * 512-token prompts, 6 runs of alternating blocks of rounds). Prefetching
- * the next run a line a row instead, with K's tiles prefetched (below): q4
- * 0.8B forwards of 4 tokens after 2048 positions 0.983-0.990x the time, a
- * loss against K's prefetch alone (0.96x): the touch stays.
+/* The value sums of a block of several tokens first read the block's first
+ * run of V (KN_ATTN_VRUN rows), one load a cache line (independent loads:
+ * many lines in flight), then compute on it from cache; the first token's
+ * pass over each run fetches the next run into L2 in address order, a line
+ * a step (vrun_fetch), as a one-token pass does. Before, every run was read
+ * first so: on an earlier 2-core VM one thread streamed 30-47 GB/s with
+ * plain loads but 14-16 GB/s when every loaded vector fed FMAs and L1
+ * loads, and prefetching rows ahead (each step its own line of a row ahead,
+ * not in address order) lost to it (MTP rounds' attention 0.79-0.84x the
+ * time with it). Against that, on the Xeon VM with the cache from DRAM
+ * (bench-attention's flush past the L3, one thread, 12 heads; the value
+ * sums already one fused multiply-add a step): T = 4 at 576 positions
+ * 1.14-1.15 -> 0.74-0.75 ms, at 4096 7.17-7.19 -> 4.86-4.89 ms; T = 2 0.90-0.94
+ * -> 0.64-0.70, T = 8 1.63-1.85 -> 1.29, T = 32 4.9-5.2 -> 4.6-4.9; the AVX2
+ * set (token by token) T = 4 1.44 -> 1.22 ms and 9.8-10.8 -> 8.8-8.9 ms.
  *
  * The score pass feeds each loaded vector of K to a fused multiply-add of
  * every row of the block, and there prefetching KN_ATTN_PF_TILES tiles ahead,
@@ -122,8 +126,13 @@ void kn_attention(const kn_attn_block *b, float *scores) {
                    b->hd);
 }
 
+/* o[i] = fmaf(a, x[i], o[i]) for i < n: the value sums' one operation. */
+static void fma_row(float *o, float a, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) o[i] = fmaf(a, x[i], o[i]);
+}
+
 /* Adds p_t v_t for t in [t0, t1) to G rows of n columns (zeroed first when
- * t0 is 0): kn_axpy_f32_ref on each row v_t, f16 rows widened first. */
+ * t0 is 0): fma_row on each row v_t, f16 rows widened first. */
 static void values_cols_ref(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const void *v, nx_dtype dt,
                             int64_t kv_stride, int64_t t0, int64_t t1, int64_t n) {
     enum { PIECE = 64 };
@@ -134,14 +143,14 @@ static void values_cols_ref(float *out, int64_t ldo, const float *p, int64_t ldp
         for (int64_t t = t0; t < t1; t++) {
             const float a = p[(int64_t)h * ldp + t];
             if (dt == NX_DT_F32) {
-                kn_axpy_f32_ref(o, a, kv_at(v, dt, t * kv_stride), n);
+                fma_row(o, a, kv_at(v, dt, t * kv_stride), n);
                 continue;
             }
             const uint16_t *vt = kv_at(v, dt, t * kv_stride);
             for (int64_t i0 = 0; i0 < n; i0 += PIECE) {
                 const int64_t m = min64(PIECE, n - i0);
                 for (int64_t i = 0; i < m; i++) wide[i] = nx_f16_to_f32(vt[i0 + i]);
-                kn_axpy_f32_ref(o + i0, a, wide, m);
+                fma_row(o + i0, a, wide, m);
             }
         }
     }
@@ -168,7 +177,8 @@ void kn_attn_values_ref(float *out, int64_t ldo, int64_t ldo_t, const float *p, 
  * (twice), q8 0.988x; after 512 level (1.001x). Two runs ahead ran as the
  * old way. (Asking for all of a row's lines at once in the first block's
  * pass, 1024 requests in a few hundred cycles, had left most of them
- * undone: bench-attention 3000, 9.6-11.4 -> 6.6 ms, an earlier VM.) */
+ * undone: bench-attention 3000, 9.6-11.4 -> 6.6 ms, an earlier VM.) A
+ * block of tokens fetches the same way (above KN_ATTN_PF_TILES). */
 typedef struct {
     const char *at, *end;
 } vrun_fetch;
@@ -212,8 +222,8 @@ KN_AVX2_INLINE void values_heads_avx2(float *out, int64_t ldo, const float *p, i
             const __m256 v0 = kn_load8_avx2(vt, dt, 0), v1 = kn_load8_avx2(vt, dt, 8);
             for (int h = 0; h < G; h++) {
                 const __m256 a = _mm256_broadcast_ss(p + (int64_t)h * ldp + t);
-                acc[h][0] = _mm256_add_ps(acc[h][0], _mm256_mul_ps(a, v0));
-                acc[h][1] = _mm256_add_ps(acc[h][1], _mm256_mul_ps(a, v1));
+                acc[h][0] = _mm256_fmadd_ps(a, v0, acc[h][0]);
+                acc[h][1] = _mm256_fmadd_ps(a, v1, acc[h][1]);
             }
         }
         for (int h = 0; h < G; h++) {
@@ -231,7 +241,7 @@ KN_VNNI_INLINE __m512 kv_load16_avx512(const void *v, nx_dtype dt) {
 }
 
 /* The AVX2 steps on 16-lane vectors (the avx512vnni set): one vector of 16
- * columns a head instead of two, the same mul and add per element, so the
+ * columns a head instead of two, the same fused multiply-add per element, so the
  * same bits, in half the operations. At T = 4 the value sums were as much
  * of a step as the scores; bench-attention, one thread, T = 4: 600
  * positions 1.84 -> 1.75 ms, 3000 positions 9.3-9.8 -> 8.8-9.0 ms. */
@@ -248,7 +258,7 @@ KN_VNNI_INLINE void values_heads_avx512(float *out, int64_t ldo, const float *p,
             vrun_fetch_step(&ahead);
             const __m512 v0 = kv_load16_avx512(vt, dt);
             for (int h = 0; h < G; h++)
-                acc[h] = _mm512_add_ps(acc[h], _mm512_mul_ps(_mm512_set1_ps(p[(int64_t)h * ldp + t]), v0));
+                acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(p[(int64_t)h * ldp + t]), v0, acc[h]);
         }
         for (int h = 0; h < G; h++) _mm512_storeu_ps(out + (int64_t)h * ldo + d, acc[h]);
     }
@@ -261,11 +271,12 @@ KN_VNNI_INLINE void values_heads_avx512(float *out, int64_t ldo, const float *p,
  * ntok rows, whose sums stay in registers, and the rows' weights p_t are
  * first gathered position by position (pt) so that the loop reads them from
  * one base. Row (j, h) is p + (j * 4 + h) * ldp against out + j * ldo_t + h
- * * ldo; each sees the same mul and add per element, in order of t, as on
+ * * ldo; each sees the same fused multiply-add per element, in order of t, as on
  * its own. */
 KN_VNNI_INLINE void values_tokens_avx512(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int ntok,
                                          const void *v, nx_dtype dt, int64_t kv_stride, int64_t t0, int64_t t1,
-                                         int64_t hd) {
+                                         int64_t hd, int64_t pf_end) {
+    vrun_fetch ahead = vrun_fetch_from(v, dt, kv_stride, t0, pf_end);
     const int R = 4 * ntok;
     float pt[KN_ATTN_VRUN][16];
     assert(t1 - t0 <= KN_ATTN_VRUN);
@@ -279,10 +290,11 @@ KN_VNNI_INLINE void values_tokens_avx512(float *out, int64_t ldo, int64_t ldo_t,
             acc[r] = t0 ? _mm512_loadu_ps(o) : _mm512_setzero_ps();
         }
         for (int64_t t = t0; t < t1; t++) {
+            vrun_fetch_step(&ahead);
             const __m512 v0 = kv_load16_avx512(kv_at(v, dt, t * kv_stride + d), dt);
             const float *w = pt[t - t0];
             _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)
-                acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_set1_ps(w[r]), v0));
+                acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(w[r]), v0, acc[r]);
         }
         _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)
             _mm512_storeu_ps(out + r / 4 * ldo_t + r % 4 * ldo + d, acc[r]);
@@ -301,13 +313,13 @@ KN_VNNI_INLINE void values_tokens_avx512(float *out, int64_t ldo, int64_t ldo_t,
         const int64_t n_all = n0 + T;                                                                               \
         for (int64_t t0 = 0; t0 < n_all; t0 += KN_ATTN_VRUN) {                                                      \
             const int64_t t1 = min64(t0 + KN_ATTN_VRUN, n_all);                                                     \
-            if (T > 1) touch_rows(v, DT, kv_stride, t0, t1, hd);   /* a block's run read first (above) */          \
+            if (T > 1 && t0 == 0) touch_rows(v, DT, kv_stride, t0, t1, hd);   /* a block's first run read first (above) */          \
             for (int j = 0; j < T; j++) {                                                                           \
                 const int64_t e = min64(t1, n0 + j + 1);                                                            \
                 if (e <= t0) continue;                                                                              \
                 const float *pj = p + (int64_t)j * G * ldp;                                                         \
                 float *oj = out + j * ldo_t;                                                                        \
-                int64_t pf = T == 1 ? n_all : 0; /* a step's first heads fetch the next run */                     \
+                int64_t pf = j == 0 ? n_all : 0; /* the first token's first heads fetch the next run */                     \
                 int h = 0;                                                                                          \
                 for (; h + 4 <= G; h += 4, pf = 0)                                                                  \
                     HEADS(oj + h * ldo, ldo, pj + h * ldp, ldp, 4, v, DT, kv_stride, t0, e, hd, pf);                \
@@ -343,7 +355,7 @@ KN_VNNI_INLINE void values_avx512(float *out, int64_t ldo, int64_t ldo_t, const 
     const int64_t n_all = n0 + T;
     for (int64_t t0 = 0; t0 < n_all; t0 += KN_ATTN_VRUN) {
         const int64_t t1 = min64(t0 + KN_ATTN_VRUN, n_all);
-        touch_rows(v, dt, kv_stride, t0, t1, hd);   /* a block's run read first (see above KN_ATTN_PF_TILES) */
+        if (t0 == 0) touch_rows(v, dt, kv_stride, t0, t1, hd);   /* a block's first run read first (above) */
         for (int j0 = 0; j0 < T; j0 += 4) {
             const int ntok = T - j0 < 4 ? T - j0 : 4;
             /* [t0, shared): the run's positions every token of the group sees */
@@ -351,9 +363,9 @@ KN_VNNI_INLINE void values_avx512(float *out, int64_t ldo, int64_t ldo_t, const 
             float *oj = out + j0 * ldo_t;
             const float *pj = p + (int64_t)j0 * 4 * ldp;
             switch (shared > t0 ? ntok : 0) {
-            case 4: values_tokens_avx512(oj, ldo, ldo_t, pj, ldp, 4, v, dt, kv_stride, t0, shared, hd); break;
-            case 3: values_tokens_avx512(oj, ldo, ldo_t, pj, ldp, 3, v, dt, kv_stride, t0, shared, hd); break;
-            case 2: values_tokens_avx512(oj, ldo, ldo_t, pj, ldp, 2, v, dt, kv_stride, t0, shared, hd); break;
+            case 4: values_tokens_avx512(oj, ldo, ldo_t, pj, ldp, 4, v, dt, kv_stride, t0, shared, hd, j0 == 0 ? n_all : 0); break;
+            case 3: values_tokens_avx512(oj, ldo, ldo_t, pj, ldp, 3, v, dt, kv_stride, t0, shared, hd, j0 == 0 ? n_all : 0); break;
+            case 2: values_tokens_avx512(oj, ldo, ldo_t, pj, ldp, 2, v, dt, kv_stride, t0, shared, hd, j0 == 0 ? n_all : 0); break;
             case 1: values_heads_avx512(oj, ldo, pj, ldp, 4, v, dt, kv_stride, t0, shared, hd, 0); break;
             default: break;   /* none of the group sees this run's positions */
             }

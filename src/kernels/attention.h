@@ -11,8 +11,8 @@
  * vector holds one element of KN_KTILE rows and a score is a chain of fused
  * multiply-adds down the lanes, with no sum across a vector.
  * Per row: scores = (q . k_t) * scale (kn_attn_scores' sums), kn_softmax_f32,
- * then out = sum_t p_t v_t accumulated in order of t, one multiply and one
- * add per element (kn_axpy_f32's operations). The rows share each loaded k_t
+ * then out = sum_t p_t v_t accumulated in order of t, one fused
+ * multiply-add per element (fmaf). The rows share each loaded k_t
  * and v_t (one pass over the cache per block, not one per token), but a
  * row's result depends only on its query and the rows it sees, so a verify
  * block and single-token steps agree bit for bit. */
@@ -74,9 +74,12 @@ void kn_attn_scores_avx512(float *s, int64_t lds, const float *q, int64_t ldq, i
 
 /* out row (j, h) = sum over t <= n0 + j of p[(j * G + h) * ldp + t] * v_t,
  * for j < T, h < G, each column starting from 0 and adding the products in
- * order of t (multiply, then add: no fused multiply-add), so every twin
- * gives kn_axpy_f32's bits on the rows widened to f32, whatever T and
- * vector width. v's rows are of vdt (NX_DT_F32 or NX_DT_F16). */
+ * order of t, each a fused multiply-add (fmaf(p_t, v_t[i], out[i])), so
+ * every twin gives the same bits on the rows widened to f32, whatever T
+ * and vector width. (A multiply and an add a step until the fifty-seventh
+ * session: the fused form halves the arithmetic of a block's pass, which
+ * bounds it from T = 2 on; bench/RESULTS.md.) v's rows are of vdt
+ * (NX_DT_F32 or NX_DT_F16). */
 void kn_attn_values(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,
                     const void *v, nx_dtype vdt, int64_t kv_stride, int64_t hd);
 void kn_attn_values_ref(float *out, int64_t ldo, int64_t ldo_t, const float *p, int64_t ldp, int G, int T, int64_t n0,

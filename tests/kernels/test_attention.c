@@ -81,6 +81,36 @@ static void test_value_sum_twins_agree_bit_for_bit(void) {
     kn_init(0);
 }
 
+/* A value sum is one fused multiply-add a position (attention.h), in every
+ * set and at every T: with p = (1, a) over v rows (-1, a), a = 1 + 2^-12,
+ * the sum is fmaf(a, a, -1) = 2^-11 + 2^-24 exactly, where a multiply and
+ * an add would give 2^-11 (a * a rounds to 1 + 2^-11). Rows past the two
+ * (p and v 0) add zeros. 16 columns (whole vectors) and 17 (a scalar tail),
+ * 4 heads, blocks of 1-5 tokens. */
+static void test_value_sum_is_one_fused_multiply_add_a_position(void) {
+    const float a = 1.0f + 0x1p-12f, want = 0x1p-11f + 0x1p-24f;
+    static const kn_isa sets[] = {KN_ISA_SCALAR, KN_ISA_AVX2, KN_ISA_AVX512VNNI};
+    CHECK(a * a == 1.0f + 0x1p-11f);   /* the two-rounding sum this rules out */
+    for (int64_t hd = 16; hd <= 17; hd++)
+        for (int T = 1; T <= 5; T++) {
+            const int G = 4;
+            const int64_t n0 = 1, n = n0 + T, ldp = n;
+            float *v = calloc((size_t)(n * hd), sizeof *v), *p = calloc((size_t)(T * G * ldp), sizeof *p);
+            float *y = malloc((size_t)(T * G * hd) * sizeof *y);
+            for (int64_t i = 0; i < hd; i++) v[i] = -1.0f, v[hd + i] = a;
+            for (int r = 0; r < T * G; r++) p[r * ldp] = 1.0f, p[r * ldp + 1] = a;
+            for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
+                if (kn_select(sets[si]) != sets[si]) continue;
+                kn_attn_values(y, hd, G * hd, p, ldp, G, T, n0, v, NX_DT_F32, hd, hd);
+                int bad = 0;
+                for (int64_t i = 0; i < T * G * hd; i++) bad += y[i] != want;
+                CHECKF(bad == 0, "%s hd=%lld T=%d: %d sums are not fmaf(a, a, -1)", kn_impl_name(), (long long)hd, T, bad);
+            }
+            free(v), free(p), free(y);
+        }
+    kn_init(0);
+}
+
 /* The K tiles of n rows of hd elements (row t at x + t * ld), of f32 and, with
  * f16 set, of f16: the values f16 rows hold written back into x first. */
 static void *k_tiles(float *x, int64_t ld, int64_t n, int64_t hd, int f16) {
@@ -258,6 +288,10 @@ static const nx_test tests[] = {
      "kn_attn_values of every kernel set == its scalar twin, f32 and f16 rows (== the f32 rows of their values): odd head sizes, "
      "1-6 heads, blocks of 1-9 tokens, strides",
      test_value_sum_twins_agree_bit_for_bit},
+    {"value_sum_is_one_fused_multiply_add_a_position",
+     "p (1, a) over v rows (-1, a), a = 1 + 2^-12: every set's sum is fmaf(a, a, -1) exactly, not a multiply then "
+     "an add; 16 and 17 columns, 4 heads, 1-5 tokens",
+     test_value_sum_is_one_fused_multiply_add_a_position},
     {"score_twins_agree_bit_for_bit",
      "kn_attn_scores of every set == its scalar twin (one fused multiply-add chain a score), f32 and f16 K tiles "
      "(== the f32 tiles of their values): odd head sizes, two passes over d, 1-9 tokens, 1-8 heads, only the "
