@@ -543,12 +543,20 @@ KN_VNNI_INLINE void scores_rows16_avx512(float *s, int64_t lds, const float *qt,
 
 /* The AVX-512 set's rows of a tile: up to 8 rows and another tile to go,
  * both tiles at once; else the tile for groups of up to 16 rows, those no
- * row of which sees it skipped. */
+ * row of which sees it skipped. Either way the steps fetch the tiles the
+ * next call takes: pf (KN_ATTN_PF_TILES) ahead of a pair, one tile ahead
+ * of a single tile. One tile ahead for a verify's 16 rows (4 tokens x 4
+ * heads) against two, the cache from DRAM (bench-attention's flush past
+ * the L3, one thread, 12 heads, the Xeon VM): scores of 4 tokens 0.82 /
+ * 0.82 against 0.89 / 0.96 ms at 576 positions, 5.2 / 5.4 against 5.6 /
+ * 5.9 ms at 4096; for a step's pairs one tile ahead ran 1.06x slower
+ * (0.56 against 0.53 ms). The AVX2 set's 4 tokens ran alike both ways
+ * (1.27-1.34 ms: their arithmetic bounds them), and keep two. */
 KN_VNNI_INLINE int scores_tile_avx512(float *s, int64_t lds, const float *qt, int r0, int nr, int G, int64_t n0,
                                       int64_t t0, const void *kt, int64_t tile, int64_t n_end, nx_dtype dt,
                                       int64_t nd, int64_t pf, int resume) {
 #define KN_SCORES_AVX512(n, nt) \
-    case n: scores_rows16_avx512(sg, lds, qg, n, nt, r0 + g, G, n0, t0, kt, tile, dt, nd, pf, resume); break;
+    case n: scores_rows16_avx512(sg, lds, qg, n, nt, r0 + g, G, n0, t0, kt, tile, dt, nd, nt == 2 ? pf : tile, resume); break;
     if (nr <= 8 && t0 + KN_KTILE < n_end) {
         float *sg = s;
         const float *qg = qt;
