@@ -1,4 +1,5 @@
-/* bench_util.h — the median, the kernel choice and the cache flush the benchmark programs share (the clock: base/clock.h). */
+/* bench_util.h — the median, the kernel choice and the cache flush the benchmark programs share
+ * (the clock: base/clock.h). */
 #ifndef NX_BENCH_UTIL_H
 #define NX_BENCH_UTIL_H
 

@@ -171,8 +171,7 @@ void kn_attn_values_ref(float *out, int64_t ldo, int64_t ldo_t, const float *p, 
  * run's lines in the order the pass reads them (1 KB apart): with the cache
  * from DRAM (bench-attention's flush past the L3, one thread, the Xeon VM)
  * the value sums of 12 heads took 0.58-0.60 against 0.64-0.67 ms at 576
- * positions and 3.84-3.97 against 4.33-4.50 ms at 4096 (the whole
- * attention 1.18 against 1.20 ms, 7.7 against 8.1 ms); whole steps after a
+ * positions and 3.84-3.97 against 4.33-4.50 ms at 4096; whole steps after a
  * 4096-token prompt, both ways in turn in one process: q4 0.983x the time
  * (twice), q8 0.988x; after 512 level (1.001x). Two runs ahead ran as the
  * old way. (Asking for all of a row's lines at once in the first block's
@@ -200,10 +199,10 @@ KN_AVX2_INLINE void vrun_fetch_step(vrun_fetch *f) {
 /* Columns in blocks of 16 (two vectors) for up to 4 heads at a time: the 8
  * sums stay in registers while the positions [t0, t1) of a run pass, and
  * each v_t block is loaded once for the heads; between runs the sums wait in
- * out (exact: they are f32 either way). While below pf_end (a one-token
- * step; a block reads each run first, see above KN_ATTN_PF_TILES), each step also
- * fetches a line of the runs ahead (vrun_fetch). The columns past the last
- * whole block go to the scalar twin. */
+ * out (exact: they are f32 either way). While below pf_end (a step's first
+ * heads, or a block's first token's), each step also fetches a line of the
+ * runs ahead (vrun_fetch). The columns past the last whole block go to the
+ * scalar twin. */
 KN_AVX2_INLINE void values_heads_avx2(float *out, int64_t ldo, const float *p, int64_t ldp, int G, const void *v,
                                       nx_dtype dt, int64_t kv_stride, int64_t t0, int64_t t1, int64_t hd,
                                       int64_t pf_end) {
@@ -313,13 +312,13 @@ KN_VNNI_INLINE void values_tokens_avx512(float *out, int64_t ldo, int64_t ldo_t,
         const int64_t n_all = n0 + T;                                                                               \
         for (int64_t t0 = 0; t0 < n_all; t0 += KN_ATTN_VRUN) {                                                      \
             const int64_t t1 = min64(t0 + KN_ATTN_VRUN, n_all);                                                     \
-            if (T > 1 && t0 == 0) touch_rows(v, DT, kv_stride, t0, t1, hd);   /* a block's first run read first (above) */          \
+            if (T > 1 && t0 == 0) touch_rows(v, DT, kv_stride, t0, t1, hd); /* a block's first run read first */    \
             for (int j = 0; j < T; j++) {                                                                           \
                 const int64_t e = min64(t1, n0 + j + 1);                                                            \
                 if (e <= t0) continue;                                                                              \
                 const float *pj = p + (int64_t)j * G * ldp;                                                         \
                 float *oj = out + j * ldo_t;                                                                        \
-                int64_t pf = j == 0 ? n_all : 0; /* the first token's first heads fetch the next run */                     \
+                int64_t pf = j == 0 ? n_all : 0; /* the first token's first heads fetch the next run */            \
                 int h = 0;                                                                                          \
                 for (; h + 4 <= G; h += 4, pf = 0)                                                                  \
                     HEADS(oj + h * ldo, ldo, pj + h * ldp, ldp, 4, v, DT, kv_stride, t0, e, hd, pf);                \
@@ -362,10 +361,11 @@ KN_VNNI_INLINE void values_avx512(float *out, int64_t ldo, int64_t ldo_t, const 
             const int64_t shared = n0 + j0 + 1 < t0 ? t0 : min64(t1, n0 + j0 + 1);
             float *oj = out + j0 * ldo_t;
             const float *pj = p + (int64_t)j0 * 4 * ldp;
+            const int64_t pf = j0 == 0 ? n_all : 0;   /* the first group's pass fetches the next run */
             switch (shared > t0 ? ntok : 0) {
-            case 4: values_tokens_avx512(oj, ldo, ldo_t, pj, ldp, 4, v, dt, kv_stride, t0, shared, hd, j0 == 0 ? n_all : 0); break;
-            case 3: values_tokens_avx512(oj, ldo, ldo_t, pj, ldp, 3, v, dt, kv_stride, t0, shared, hd, j0 == 0 ? n_all : 0); break;
-            case 2: values_tokens_avx512(oj, ldo, ldo_t, pj, ldp, 2, v, dt, kv_stride, t0, shared, hd, j0 == 0 ? n_all : 0); break;
+            case 4: values_tokens_avx512(oj, ldo, ldo_t, pj, ldp, 4, v, dt, kv_stride, t0, shared, hd, pf); break;
+            case 3: values_tokens_avx512(oj, ldo, ldo_t, pj, ldp, 3, v, dt, kv_stride, t0, shared, hd, pf); break;
+            case 2: values_tokens_avx512(oj, ldo, ldo_t, pj, ldp, 2, v, dt, kv_stride, t0, shared, hd, pf); break;
             case 1: values_heads_avx512(oj, ldo, pj, ldp, 4, v, dt, kv_stride, t0, shared, hd, 0); break;
             default: break;   /* none of the group sees this run's positions */
             }
@@ -556,7 +556,9 @@ KN_VNNI_INLINE int scores_tile_avx512(float *s, int64_t lds, const float *qt, in
                                       int64_t t0, const void *kt, int64_t tile, int64_t n_end, nx_dtype dt,
                                       int64_t nd, int64_t pf, int resume) {
 #define KN_SCORES_AVX512(n, nt) \
-    case n: scores_rows16_avx512(sg, lds, qg, n, nt, r0 + g, G, n0, t0, kt, tile, dt, nd, nt == 2 ? pf : tile, resume); break;
+    case n:                                                                                                         \
+        scores_rows16_avx512(sg, lds, qg, n, nt, r0 + g, G, n0, t0, kt, tile, dt, nd, nt == 2 ? pf : tile, resume); \
+        break;
     if (nr <= 8 && t0 + KN_KTILE < n_end) {
         float *sg = s;
         const float *qg = qt;

@@ -2,7 +2,8 @@
  * score pass's twins and the value sum's agree bit for bit, each row of a
  * block (token, head) equals that row alone (so sharing a KV head's loads
  * across heads and tokens changes nothing), and the result follows softmax
- * attention written out in double;
+ * attention written out in double; a value sum is one fused multiply-add
+ * a position;
  * a cache of f16 rows gives the bits of the f32 cache holding the same
  * values, and rows are stored in it rounded and saturated. */
 #include <math.h>
@@ -104,7 +105,8 @@ static void test_value_sum_is_one_fused_multiply_add_a_position(void) {
                 kn_attn_values(y, hd, G * hd, p, ldp, G, T, n0, v, NX_DT_F32, hd, hd);
                 int bad = 0;
                 for (int64_t i = 0; i < T * G * hd; i++) bad += y[i] != want;
-                CHECKF(bad == 0, "%s hd=%lld T=%d: %d sums are not fmaf(a, a, -1)", kn_impl_name(), (long long)hd, T, bad);
+                CHECKF(bad == 0, "%s hd=%lld T=%d: %d sums are not fmaf(a, a, -1)", kn_impl_name(), (long long)hd, T,
+                       bad);
             }
             free(v), free(p), free(y);
         }
