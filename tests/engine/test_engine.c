@@ -61,6 +61,21 @@ static int drain(nx_request *r, int32_t *out, int cap, nx_finish *fin) {
     return n;
 }
 
+/* The engine's figures once no row is active or prefilling and `finished`
+ * requests have ended, `cancelled` of them cancelled (-1: any count), or
+ * after WAIT_STEPS polls. The engine counts a row's end after the round
+ * that ended it, which can come after the row's reader has drained it. */
+static nx_engine_stats stats_when_idle(nx_engine *e, int64_t finished, int64_t cancelled) {
+    nx_engine_stats st;
+    for (int i = 0; i < WAIT_STEPS; i++) {
+        nx_engine_get_stats(e, &st);
+        if (st.active == 0 && st.prefilling == 0 && (finished < 0 || st.finished == finished) &&
+            (cancelled < 0 || st.cancelled == cancelled))
+            break;
+        usleep(10000);
+    }
+    return st;
+}
 /* The output the same request gives through a plain speculative session. */
 static int reference(nx_model *m, nx_drafter *d, const int32_t *prompt, int n, int max_tokens, float temp, uint64_t seed,
                      int32_t *out) {
@@ -100,12 +115,7 @@ static void rows_in_company_with(nx_draft_policy pol) {
         CHECK(info.prompt_tokens == lens[i] && info.completion_tokens == n && info.ttft_s > 0 && info.total_s >= info.ttft_s);
         nx_request_free(rq[i]);
     }
-    nx_engine_stats st;
-    for (int i = 0; i < WAIT_STEPS; i++) {   /* the last row's end is counted after its round */
-        nx_engine_get_stats(e, &st);
-        if (st.finished == R && st.active == 0) break;
-        usleep(10000);
-    }
+    nx_engine_stats st = stats_when_idle(e, R, -1);
     CHECK(st.requests == R && st.finished == R && st.errors == 0 && st.active == 0 && st.queued == 0);
     CHECK(st.drafted > 0 && st.accepted > 0 && st.accepted <= st.drafted && st.generated_tokens > 0);
     CHECKF(st.row_rounds > st.sched_rounds, "rows never ran together (%lld row rounds in %lld rounds)",
@@ -185,14 +195,7 @@ static void cancelling_frees_the_row_and_others_go_on(void) {
     CHECKF(fin == NX_FINISH_CANCELLED, "finish %d", fin);
     int nb = drain(b, out, 64, &fin), nr = reference(m, d, p2, 9, 20, 0, 0, ref);
     CHECK(nb == nr && memcmp(out, ref, (size_t)nb * sizeof *ref) == 0);
-    /* the engine counts a row's end after the round that ended it, which
-     * can be after its reader has drained it: wait for the figures */
-    nx_engine_stats st;
-    for (int i = 0; i < WAIT_STEPS; i++) {
-        nx_engine_get_stats(e, &st);
-        if (st.cancelled == 1 && st.active == 0) break;
-        usleep(10000);
-    }
+    nx_engine_stats st = stats_when_idle(e, -1, 1);
     CHECKF(st.cancelled == 1 && st.active == 0, "cancelled %lld, active %d", (long long)st.cancelled, st.active);
     /* a request freed by its caller mid-stream is cancelled too */
     nx_request *c = submit(e, p1, 12, 0, 0, 0, 0);
@@ -200,11 +203,7 @@ static void cancelling_frees_the_row_and_others_go_on(void) {
     nx_request_free(c);
     nx_request_free(a);
     nx_request_free(b);
-    for (int i = 0; i < WAIT_STEPS; i++) {
-        nx_engine_get_stats(e, &st);
-        if (st.cancelled == 2) break;
-        usleep(10000);
-    }
+    st = stats_when_idle(e, -1, 2);
     CHECKF(st.cancelled == 2 && st.active == 0, "cancelled %lld, active %d", (long long)st.cancelled, st.active);
     /* requests left running when the engine goes end cancelled and stay readable */
     nx_request *left = submit(e, p1, 12, 0, 0, 0, 0);
@@ -352,12 +351,7 @@ static void bad_submissions_are_refused(void) {
     nx_finish fin;
     CHECK(drain(one, out, 4, &fin) == 1 && fin == NX_FINISH_LENGTH);
     nx_request_free(one);
-    nx_engine_stats idle;
-    for (int i = 0; i < WAIT_STEPS; i++) {
-        nx_engine_get_stats(e, &idle);
-        if (idle.finished == 1 && idle.active == 0 && idle.prefilling == 0) break;
-        usleep(10000);
-    }
+    const nx_engine_stats idle = stats_when_idle(e, 1, -1);
     CHECKF(idle.finished == 1 && idle.active == 0 && idle.prefilling == 0, "finished %lld, active %d, prefilling %d",
            (long long)idle.finished, idle.active, idle.prefilling);
     /* the queue holds 16: the 18th waiting request is refused (one row runs) */
