@@ -948,8 +948,8 @@ static const kn_impl kn_impl_avxvnni = {.name = "avxvnni", KN_AVX2_SHARED,
                                         .matmul_qx_rows = kn_matmul_qx_rows_avxvnni,
                                         .fp_qx_rows = kn_fp_matmul_qx_rows_avxvnni};
 #undef KN_AVX2_SHARED
-/* The AVX2 set with the int8 product and the sketch scores on vpdpbusd
- * (quant_qx.inc, sketch.c), and the dense row-by-row products, the gated
+/* The AVX2 set with the int8 product on vpdpbusd (quant_qx.inc), the
+ * sketch scores' nibble look-ups on 64-byte vectors (sketch.c), and the dense row-by-row products, the gated
  * delta step, the attention scores and value sums, the SiLU and the softmax
  * weights' sums (act.c) on 16-lane vectors. */
 static const kn_impl kn_impl_avx512vnni = {
@@ -963,7 +963,7 @@ static const kn_impl kn_impl_avx512vnni = {
     .matmul_qx_rows = kn_matmul_qx_rows_avx512vnni, .fp_qx_rows = kn_fp_matmul_qx_rows_avx512vnni,
     .affine_quantize_row = kn_affine_quantize_row_avx2, .lanes_planes_chunk = kn_lanes_planes_chunk_avx2,
     .affine_row_f32 = kn_affine_row_f32_avx2, .fp_row_f32 = kn_fp_row_f32_avx2,
-    .sketch_scores = kn_sketch_scores_avx512vnni, .sketch_layout = KN_SKETCH_ROWS,
+    .sketch_scores = kn_sketch_scores_avx512vnni, .sketch_layout = KN_SKETCH_BLOCKS,
     .top_k_collect = kn_top_k_collect_avx512vnni,
     .gated_delta_steps = kn_gated_delta_steps_avx512, .gated_delta_replay = kn_gated_delta_replay_avx512,
     .conv_silu = kn_conv_silu_avx512};

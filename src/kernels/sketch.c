@@ -3,9 +3,8 @@
  * The score kernel's twins: scalar C (the definition, either layout), AVX2
  * (rows: each 32-bit half-word spread to 32 bytes of 0/1 by a shuffle, an
  * and and a min, then maddubs against the activations; blocks: nibble
- * look-ups), and AVX-512 (rows: popcounts of the row's words against the
- * activations' bit planes, or each 64-bit word a mask register for a masked
- * move and a vpdpbusd; blocks: AVX2's). Each computes the same integer P_r,
+ * look-ups), and AVX-512 (rows: AVX2's; blocks: the same look-ups 16
+ * columns of 32 rows a 512-bit step). Each computes the same integer P_r,
  * so the results are the same bits. */
 #include "kernels/sketch.h"
 
@@ -269,6 +268,25 @@ KN_AVX2_INLINE void block_chunk(__m256i acc[4], const uint8_t *p, const uint8_t 
     acc[3] = _mm256_add_epi32(acc[3], _mm256_cvtepu16_epi32(_mm256_extracti128_si256(hi, 1)));
 }
 
+/* y[r] for the rows r of block b in [r0, r1) from the block's 32 values
+ * 2P - S: sketch_score's two f32 products, 8 lanes at a time for a block
+ * wholly in the range. */
+KN_AVX2_INLINE void block_scores(const kn_sketch *s, const int32_t t[KN_SKETCH_BLOCK_ROWS], float d, float *y,
+                                 int64_t b, int64_t r0, int64_t r1) {
+    enum { R = KN_SKETCH_BLOCK_ROWS };
+    if (b * R >= r0 && (b + 1) * R <= r1) {
+        const __m256 d8 = _mm256_set1_ps(d);
+        for (int i = 0; i < R; i += 8) {
+            const __m256 sd = _mm256_mul_ps(_mm256_loadu_ps(s->scale + b * R + i), d8);
+            const __m256 v = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(const void *)(t + i)));
+            _mm256_storeu_ps(y + b * R + i, _mm256_mul_ps(v, sd));
+        }
+        return;
+    }
+    for (int64_t r = b * R > r0 ? b * R : r0; r < (b + 1) * R && r < r1; r++)
+        y[r] = (float)t[r - b * R] * (s->scale[r] * d);
+}
+
 /* The blocks layout: a block's 32 rows at once, their sums less the tables'
  * bias, then sketch_score's operations lane by lane (2P - S exact in int32,
  * the same two f32 products). A block only partly in [r0, r1) is scored
@@ -280,7 +298,6 @@ static KN_AVX2 void sketch_scores_blocks_avx2(const kn_sketch *s, const int8_t *
     const int64_t ahead = SKETCH_PREFETCH_BYTES / block_bytes > 1 ? SKETCH_PREFETCH_BYTES / block_bytes : 1;
     const uint8_t *tab = (const uint8_t *)xq + cols;
     const __m256i bias = _mm256_set1_epi32(KN_SKETCH_TABLE_BIAS * (int32_t)(cols / 4)), sum8 = _mm256_set1_epi32(sum);
-    const __m256 d8 = _mm256_set1_ps(d);
     const int64_t b1 = r0 < r1 ? (r1 + R - 1) / R : 0;   /* an empty range: no block (xq, y may be NULL) */
     for (int64_t b = r0 / R; b < b1; b++) {
         const uint8_t *p = s->blocks + b * block_bytes;
@@ -289,22 +306,12 @@ static KN_AVX2 void sketch_scores_blocks_avx2(const kn_sketch *s, const int8_t *
         for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_si256();
         for (int64_t c0 = 0; c0 < cols; c0 += SKETCH_BLOCK_CHUNK)
             block_chunk(acc, p, tab, c0, c0 + SKETCH_BLOCK_CHUNK < cols ? c0 + SKETCH_BLOCK_CHUNK : cols);
-        __m256i two_p_s[4];
+        int32_t t[R];
         for (int i = 0; i < 4; i++) {
             const __m256i P = _mm256_sub_epi32(acc[i], bias);
-            two_p_s[i] = _mm256_sub_epi32(_mm256_add_epi32(P, P), sum8);
+            _mm256_storeu_si256((__m256i *)(void *)(t + 8 * i), _mm256_sub_epi32(_mm256_add_epi32(P, P), sum8));
         }
-        if (b * R >= r0 && (b + 1) * R <= r1) {
-            for (int i = 0; i < 4; i++) {
-                const __m256 sd = _mm256_mul_ps(_mm256_loadu_ps(s->scale + b * R + 8 * i), d8);
-                _mm256_storeu_ps(y + b * R + 8 * i, _mm256_mul_ps(_mm256_cvtepi32_ps(two_p_s[i]), sd));
-            }
-            continue;
-        }
-        int32_t t[R];
-        for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(void *)(t + 8 * i), two_p_s[i]);
-        for (int64_t r = b * R > r0 ? b * R : r0; r < (b + 1) * R && r < r1; r++)
-            y[r] = (float)t[r - b * R] * (s->scale[r] * d);
+        block_scores(s, t, d, y, b, r0, r1);
     }
 }
 
@@ -315,158 +322,109 @@ KN_AVX2 void kn_sketch_scores_avx2(const kn_sketch *s, const int8_t *xq, float d
     else sketch_scores_rows_avx2(s, xq, d, sum, y, r0, r1);
 }
 
-#define SKETCH_ROWS 4
+/* Columns a 512-bit blocks pass builds its look-up tables for on the stack
+ * (64 bytes for every 8 columns); a wider sketch takes the AVX2 pass. */
+#define SKETCH_WIDE_COLS 8192
+/* How far ahead a 512-bit blocks pass asks for its bytes, two lines a step
+ * (half a block of 1024 columns). Without those requests a pass from L3 ran
+ * ~1.2x slower (one thread, the Xeon VM); 2, 4 and 8 KB ahead were within
+ * the noise of each other. */
+#define SKETCH_WIDE_AHEAD 2048
 
-/* Each 64-bit word a mask register: one masked move and one vpdpbusd per 64
- * weights, SKETCH_ROWS rows at a time (four independent sums hide
- * vpdpbusd's latency). */
-static KN_VNNI void sketch_scores_masks_avx512(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y,
-                                               int64_t r0, int64_t r1) {
-    const int64_t W = s->cols / 64, ahead = sketch_ahead(W, SKETCH_ROWS);
-    const __m512i one8 = _mm512_set1_epi8(1);
-    int64_t r = r0;
-    for (; r + SKETCH_ROWS <= r1; r += SKETCH_ROWS) {
-        const uint64_t *b = s->bits + r * W;
-        sketch_prefetch_rows(s, r + ahead, SKETCH_ROWS, r1);
-        __m512i acc[SKETCH_ROWS];
-        for (int i = 0; i < SKETCH_ROWS; i++) acc[i] = _mm512_setzero_si512();
-        for (int64_t j = 0; j < W; j++) {
-            const __m512i xv = _mm512_load_si512((const void *)(xq + j * 64));
-            for (int i = 0; i < SKETCH_ROWS; i++)
-                acc[i] = _mm512_dpbusd_epi32(acc[i], _mm512_maskz_mov_epi8(_cvtu64_mask64(b[i * W + j]), one8), xv);
+/* The nibble tables of columns [c, c + 16) as zt[c / 8] (low nibbles) and
+ * zt[c / 8 + 1] (high nibbles), for a 64-byte load of a block's bytes for
+ * those columns: its 128-bit lanes 0 and 1 hold columns c .. c+7 of rows
+ * 0-15 and 16-31, lanes 2 and 3 columns c+8 .. c+15, and vpshufb looks up
+ * within each lane, so each lane gets its columns' table. */
+static KN_VNNI void wide_tables(const uint8_t *tab, int64_t cols, __m512i *zt) {
+    for (int64_t c = 0; c < cols; c += 16) {
+        const __m512i t = _mm512_loadu_si512((const void *)(tab + 4 * c));   /* tables c/4 .. c/4 + 3 */
+        zt[c / 8] = _mm512_shuffle_i64x2(t, t, _MM_SHUFFLE(2, 2, 0, 0));
+        zt[c / 8 + 1] = _mm512_shuffle_i64x2(t, t, _MM_SHUFFLE(3, 3, 1, 1));
+    }
+}
+
+/* acc[0..2) (rows 0-15 and 16-31 of the block at p, int32) += the table
+ * entries their bits pick over columns [c0, c1), at most a chunk: as
+ * block_chunk, 32 columns a step, each 128-bit lane's 16 rows in 16-bit
+ * lanes (the even rows' sums recovered as there), then the two lanes that
+ * hold the same rows for other columns added (below 2^16: two lanes of at
+ * most 128 steps of 224). While p + 4 c is below pf_end, each step asks for
+ * the two lines pf_dist bytes ahead. */
+KN_VNNI_INLINE void wide_chunk(__m512i acc[2], const uint8_t *p, const __m512i *zt, int64_t c0, int64_t c1,
+                               int64_t pf_dist, const uint8_t *pf_end) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i lanes = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
+    for (int64_t c = c0; c < c1; c += 32) {
+        const uint8_t *q = p + 4 * c;
+        const __m512i v0 = _mm512_load_si512((const void *)q), v1 = _mm512_load_si512((const void *)(q + 64));
+        if (q + pf_dist < pf_end) {
+            _mm_prefetch((const char *)(q + pf_dist), _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + pf_dist + 64), _MM_HINT_T0);
         }
-        for (int i = 0; i < SKETCH_ROWS; i++)
-            y[r + i] = sketch_score(_mm512_reduce_add_epi32(acc[i]), sum, s->scale[r + i], d);
+        const int64_t k = c / 8;
+        /* each byte's low and high nibble, in its lane's two tables */
+        const __m512i l0 = _mm512_and_si512(v0, m4), h0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4);
+        const __m512i l1 = _mm512_and_si512(v1, m4), h1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4);
+        const __m512i e0 = _mm512_add_epi8(_mm512_shuffle_epi8(zt[k], l0), _mm512_shuffle_epi8(zt[k + 1], h0));
+        const __m512i e1 = _mm512_add_epi8(_mm512_shuffle_epi8(zt[k + 2], l1), _mm512_shuffle_epi8(zt[k + 3], h1));
+        const __m512i e = _mm512_add_epi8(e0, e1);
+        lanes = _mm512_add_epi16(lanes, e);
+        odd = _mm512_add_epi16(odd, _mm512_srli_epi16(e, 8));
     }
-    for (; r < r1; r++) {
-        const uint64_t *b = s->bits + r * W;
-        __m512i acc = _mm512_setzero_si512();
-        for (int64_t j = 0; j < W; j++)
-            acc = _mm512_dpbusd_epi32(acc, _mm512_maskz_mov_epi8(_cvtu64_mask64(b[j]), one8),
-                                      _mm512_load_si512((const void *)(xq + j * 64)));
-        y[r] = sketch_score(_mm512_reduce_add_epi32(acc), sum, s->scale[r], d);
-    }
+    __m512i even = _mm512_sub_epi16(lanes, _mm512_slli_epi16(odd, 8));
+    even = _mm512_add_epi16(even, _mm512_shuffle_i64x2(even, even, _MM_SHUFFLE(1, 0, 3, 2)));
+    odd = _mm512_add_epi16(odd, _mm512_shuffle_i64x2(odd, odd, _MM_SHUFFLE(1, 0, 3, 2)));
+    /* lane 0: rows 0-7 (lo), 8-15 (hi); lane 1: rows 16-23, 24-31 */
+    const __m512i lo = _mm512_unpacklo_epi16(even, odd), hi = _mm512_unpackhi_epi16(even, odd);
+    const __m512i rows = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi);
+    acc[0] = _mm512_add_epi32(acc[0], _mm512_cvtepu16_epi32(_mm512_castsi512_si256(rows)));
+    acc[1] = _mm512_add_epi32(acc[1], _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(rows, 1)));
 }
 
-/* Rows up to this many words take the bit planes (their planes: 4 KB). */
-#define SKETCH_PLANE_WORDS 128
-
-/* By bit planes: xq_c = sum_{p < B-1} 2^p bit_p(xq_c) - 2^(B-1) bit_{B-1}(xq_c)
- * (two's complement, B = KN_SKETCH_XBITS), so P = sum_p (+-2^p) popcount(row
- * & plane p): per 512 weights one load, then an and, a popcount and an add
- * for each plane (B = 4: 13 operations against the masks' 24). On the
- * 2-core Zen 4 VM, one thread, rows of 1024: 2048 rows in L2 0.015 -> 0.008
- * ms, 248k rows (the 0.8B shape's LM head) from DRAM 1.9-2.1 -> 1.44 ms.
- * The whole vectors load unmasked: with masked loads the DRAM pass took
- * 8.8 ms. */
-/* The avx512vnni set's target and VPOPCNTQ. */
-#define KN_VPOPCNT_ISA "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vpopcntdq"
-#define KN_VPOPCNT __attribute__((target(KN_VPOPCNT_ISA)))
-#define KN_VPOPCNT_INLINE static inline __attribute__((always_inline, target(KN_VPOPCNT_ISA)))
-
-/* acc[p] += popcount(sk & plane p's vector v), for every plane. */
-KN_VPOPCNT_INLINE void plane_counts(__m512i *acc, __m512i sk, uint64_t plane[][SKETCH_PLANE_WORDS], int64_t v) {
-    for (int p = 0; p < KN_SKETCH_XBITS; p++) {
-        const __m512i pv = _mm512_load_si512((const void *)(plane[p] + 8 * v));
-        acc[p] = _mm512_add_epi64(acc[p], _mm512_popcnt_epi64(_mm512_and_si512(sk, pv)));
+/* The blocks layout on 512-bit vectors: sketch_scores_blocks_avx2's sums
+ * (the same integers, so the same bits) with a 64-byte load covering 16
+ * columns of a block's 32 rows, so a step is half the operations. Against
+ * the rows layout's VPOPCNTQ bit planes it replaced (one thread, 1024
+ * columns, ns a row): 2.6 against 4.5 in L2, 4.2-4.4 against 5.0-5.3 from
+ * L3; MTP sessions at K = 3 on the q4 fixture, both in turn in one process
+ * (two runs of 30-40 blocks of 12 rounds): round time 0.991-0.992x (paired
+ * medians), draft 0.93-0.95x, tokens a second 1.019x. */
+static KN_VNNI void sketch_scores_blocks_avx512(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y,
+                                                int64_t r0, int64_t r1) {
+    enum { R = KN_SKETCH_BLOCK_ROWS };
+    const int64_t cols = s->cols, block_bytes = R * cols / 8;
+    if (cols > SKETCH_WIDE_COLS) {
+        sketch_scores_blocks_avx2(s, xq, d, sum, y, r0, r1);
+        return;
     }
-}
-
-/* The row's P in 8 int64 lanes (their sum): the planes' popcounts, the top
- * plane's weighted -2^(B-1), the others +2^p. */
-KN_VPOPCNT_INLINE __m512i plane_row(const uint64_t *b, int64_t V, __mmask8 tail, uint64_t plane[][SKETCH_PLANE_WORDS]) {
-    __m512i acc[KN_SKETCH_XBITS];
-    for (int p = 0; p < KN_SKETCH_XBITS; p++) acc[p] = _mm512_setzero_si512();
-    for (int64_t v = 0; v < V; v++) plane_counts(acc, _mm512_loadu_si512((const void *)(b + 8 * v)), plane, v);
-    if (tail) plane_counts(acc, _mm512_maskz_loadu_epi64(tail, b + 8 * V), plane, V);   /* nothing past the row */
-    __m512i t = _mm512_slli_epi64(acc[KN_SKETCH_XBITS - 1], KN_SKETCH_XBITS - 1);
-    t = _mm512_sub_epi64(_mm512_setzero_si512(), t);
-    for (int p = 0; p < KN_SKETCH_XBITS - 1; p++) t = _mm512_add_epi64(t, _mm512_slli_epi64(acc[p], (unsigned)p));
-    return t;
-}
-
-/* Lane i = the sum of t[i]'s 8 lanes: pairs of vectors added within 128-bit
- * chunks, then chunks gathered and added twice (integer sums: any order is
- * exact). */
-KN_VPOPCNT_INLINE __m512i hsum8_epi64(const __m512i t[8]) {
-    __m512i p[4], s[2];
-    for (int i = 0; i < 4; i++)   /* chunk k: t[2i]'s and t[2i+1]'s lanes 2k + 2k+1 */
-        p[i] = _mm512_add_epi64(_mm512_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
-                                _mm512_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
-    for (int i = 0; i < 2; i++)   /* chunks 0-1: t[4i], t[4i+1]'s halves; 2-3: t[4i+2], t[4i+3]'s */
-        s[i] = _mm512_add_epi64(_mm512_shuffle_i64x2(p[2 * i], p[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                _mm512_shuffle_i64x2(p[2 * i], p[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm512_add_epi64(_mm512_shuffle_i64x2(s[0], s[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                            _mm512_shuffle_i64x2(s[0], s[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-/* Rows [r0, r1) of a sketch of W = 8 V words a row plus tail's words: rows
- * 8 at a time (each row's lanes, then one transposing sum for the 8 and
- * their scores as vectors: sketch_score's operations lane by lane, 2P - S
- * exact in int32, then the same two f32 products), the rest one by one. V
- * and tail are constants where the caller names them (see below). */
-KN_VPOPCNT_INLINE void planes_rows(const kn_sketch *s, int64_t V, __mmask8 tail, uint64_t plane[][SKETCH_PLANE_WORDS],
-                                   int32_t sum, float d, float *y, int64_t r0, int64_t r1) {
-    const int64_t W = s->cols / 64, ahead = sketch_ahead(W, 8);
-    const __m512i sum8 = _mm512_set1_epi64(sum);
-    const __m256 d8 = _mm256_set1_ps(d);
-    int64_t r = r0;
-    for (; r + 8 <= r1; r += 8) {
-        sketch_prefetch_rows(s, r + ahead, 8, r1);
-        __m512i t[8];
-        for (int i = 0; i < 8; i++) t[i] = plane_row(s->bits + (r + i) * W, V, tail, plane);
-        const __m512i P = hsum8_epi64(t);
-        const __m256i two_p_s = _mm512_cvtepi64_epi32(_mm512_sub_epi64(_mm512_add_epi64(P, P), sum8));
-        const __m256 sd = _mm256_mul_ps(_mm256_loadu_ps(s->scale + r), d8);
-        _mm256_storeu_ps(y + r, _mm256_mul_ps(_mm256_cvtepi32_ps(two_p_s), sd));
-    }
-    for (; r < r1; r++)
-        y[r] = sketch_score((int32_t)_mm512_reduce_add_epi64(plane_row(s->bits + r * W, V, tail, plane)), sum, s->scale[r],
-                            d);
-}
-
-/* The word loop's count is a constant for the hidden sizes of the Qwen3.5
- * family (1024 .. 5120 columns, whole vectors of words), where the compiler
- * then unrolls it; other sizes take the loop as it is. Measured on the 2-core
- * Sapphire Rapids VM, one thread, 1024 columns, ns a row in L2 / from DRAM:
- * rows one at a time (a horizontal sum, a move to a general register and a
- * scalar finish each: a chain that bounded the pass) 12.5-14.3 / 15.0-15.4;
- * 8 rows a block with the count at run time 11.5-13.5 / 16.1-17.2; as a
- * constant 8.0-8.1 / 12.1-13.6, where the pass is DRAM's (9.5-10.6 GB/s a thread).
- * MTP sessions at K = 3 (q4 and q8 fixtures, 2 threads, both ways in turn
- * in one process): draft 0.84-0.88x, commit 0.88-0.91x the time a round,
- * tokens a second 1.02-1.04x. */
-static KN_VPOPCNT void sketch_scores_planes_avx512(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y,
-                                                   int64_t r0, int64_t r1) {
-    const int64_t W = s->cols / 64, V = W / 8;
-    const __mmask8 tail = (__mmask8)((1u << (W % 8)) - 1);   /* a row's last words past whole vectors */
-    uint64_t plane[KN_SKETCH_XBITS][SKETCH_PLANE_WORDS] __attribute__((aligned(64)));
-    for (int64_t j = 0; j < (W + 7) / 8 * 8; j++) {   /* zeros after the row: the tail's vector reads them */
-        const __m512i v = j < W ? _mm512_load_si512((const void *)(xq + 64 * j)) : _mm512_setzero_si512();
-        for (int p = 0; p < KN_SKETCH_XBITS; p++)
-            plane[p][j] = _cvtmask64_u64(_mm512_test_epi8_mask(v, _mm512_set1_epi8((char)(1 << p))));
-    }
-    switch (tail ? 0 : V) {
-    case 2: planes_rows(s, 2, 0, plane, sum, d, y, r0, r1); break;
-    case 4: planes_rows(s, 4, 0, plane, sum, d, y, r0, r1); break;
-    case 5: planes_rows(s, 5, 0, plane, sum, d, y, r0, r1); break;
-    case 6: planes_rows(s, 6, 0, plane, sum, d, y, r0, r1); break;
-    case 8: planes_rows(s, 8, 0, plane, sum, d, y, r0, r1); break;
-    case 10: planes_rows(s, 10, 0, plane, sum, d, y, r0, r1); break;
-    default: planes_rows(s, V, tail, plane, sum, d, y, r0, r1); break;
+    __m512i zt[SKETCH_WIDE_COLS / 8];
+    if (r0 < r1) wide_tables((const uint8_t *)xq + cols, cols, zt);
+    const __m512i bias = _mm512_set1_epi32(KN_SKETCH_TABLE_BIAS * (int32_t)(cols / 4)), sum16 = _mm512_set1_epi32(sum);
+    const int64_t b0 = r0 / R, b1 = r0 < r1 ? (r1 + R - 1) / R : 0;   /* an empty range: no block */
+    const uint8_t *const pf_end = s->blocks + b1 * block_bytes;
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *p = s->blocks + b * block_bytes;
+        __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+        for (int64_t c0 = 0; c0 < cols; c0 += SKETCH_BLOCK_CHUNK) {
+            const int64_t c1 = c0 + SKETCH_BLOCK_CHUNK < cols ? c0 + SKETCH_BLOCK_CHUNK : cols;
+            wide_chunk(acc, p, zt, c0, c1, SKETCH_WIDE_AHEAD, pf_end);
+        }
+        int32_t t[R];
+        for (int i = 0; i < 2; i++) {
+            const __m512i P = _mm512_sub_epi32(acc[i], bias);
+            _mm512_storeu_si512((void *)(t + 16 * i), _mm512_sub_epi32(_mm512_add_epi32(P, P), sum16));
+        }
+        block_scores(s, t, d, y, b, r0, r1);
     }
 }
 
-/* The planes where the CPU has VPOPCNTQ (not every AVX-512 VNNI one does:
- * Cascade Lake lacks it) and the row fits them; else the masks. Both give
- * the exact P. */
+/* The blocks on 512-bit vectors; rows as the AVX2 set scores them. */
 KN_VNNI void kn_sketch_scores_avx512vnni(const kn_sketch *s, const int8_t *xq, float d, int32_t sum, float *y,
                                          int64_t r0, int64_t r1) {
     assert_scores_args(s, xq, y, r0, r1);
-    if (s->layout == KN_SKETCH_BLOCKS) sketch_scores_blocks_avx2(s, xq, d, sum, y, r0, r1);
-    else if (s->cols / 64 <= SKETCH_PLANE_WORDS && __builtin_cpu_supports("avx512vpopcntdq"))
-        sketch_scores_planes_avx512(s, xq, d, sum, y, r0, r1);
-    else sketch_scores_masks_avx512(s, xq, d, sum, y, r0, r1);
+    if (s->layout == KN_SKETCH_BLOCKS) sketch_scores_blocks_avx512(s, xq, d, sum, y, r0, r1);
+    else sketch_scores_rows_avx2(s, xq, d, sum, y, r0, r1);
 }
 #endif
 

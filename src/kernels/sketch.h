@@ -25,15 +25,17 @@
  * per weight), chosen at kn_sketch_bind (kn_sketch_layout_preferred: the
  * active kernel set's):
  * - KN_SKETCH_ROWS: [rows][cols / 64] uint64 words, bit c % 64 of word
- *   c / 64. The AVX-512 set counts a row's bits against the activations' bit
- *   planes with VPOPCNTQ.
+ *   c / 64: the scalar set's.
  * - KN_SKETCH_BLOCKS: blocks of 32 rows, [rows / 32 rounded up][cols / 8][32]
  *   bytes: byte i of a block's k-th 32 holds row 32 b + i's bits for columns
- *   8k .. 8k+7 (bit q: column 8k + q). AVX2 has no vector popcount, and
- *   spreading a row's bits to bytes took ~7 operations per 32 weights; here
- *   each nibble of 32 rows indexes a 16-entry table of the activations'
- *   partial sums (kn_sketch_quantize_x's tables) in one vpshufb, about 1
- *   operation per 32 weights' worth of one row. */
+ *   8k .. 8k+7 (bit q: column 8k + q): the SIMD sets'. Spreading a row's
+ *   bits to bytes took ~7 AVX2 operations per 32 weights; here each nibble
+ *   of 32 rows (AVX-512: of 32 rows for two bytes' columns) indexes a
+ *   16-entry table of the activations' partial sums (kn_sketch_quantize_x's
+ *   tables) in one vpshufb, about 1 operation per 32 weights' worth of one
+ *   row (AVX-512: per 64). It also ran 1.7x faster in L2 than counting a
+ *   rows-layout row's bits against the activations' bit planes with
+ *   AVX-512's VPOPCNTQ (sketch.c). */
 #ifndef NX_KERNELS_SKETCH_H
 #define NX_KERNELS_SKETCH_H
 
@@ -42,11 +44,11 @@
 
 #include "base/pool.h"
 
-/* Bits of the sketch's activations: 4 (values -7 .. 7), so the AVX-512
- * scores take one and + popcount per 512 weights and bit (no more than the
- * sketch's own 1 bit of a weight is worth: on the 0.8B-shape fixture drafts
- * were accepted as often as with 8 bits, 52-55%; with 3 bits 1-3 points
- * less). */
+/* Bits of the sketch's activations: 4 (values -7 .. 7), so a nibble
+ * table's entries (four values plus the bias) fit a byte and four of them
+ * add within a byte lane (no more than the sketch's own 1 bit of a weight is
+ * worth: on the 0.8B-shape fixture drafts were accepted as often as with 8
+ * bits, 52-55%; with 3 bits 1-3 points less). */
 #define KN_SKETCH_XBITS 4
 #define KN_SKETCH_XMAX ((1 << (KN_SKETCH_XBITS - 1)) - 1)
 

@@ -423,8 +423,8 @@ typedef struct {
 static void screen_rows(void *ctx, int64_t r0, int64_t r1, int tid) {
     const screen_job *j = ctx;
     /* one activation row reuses nothing across rows: the whole range in one
-     * call, which sets up the row's activations (the popcount kernel's bit
-     * planes) once instead of once a block */
+     * call, which sets up the row's activations (the 512-bit kernel's
+     * look-up tables) once instead of once a block */
     const int64_t step = j->T == 1 ? r1 - r0 : SCREEN_BLOCK;
     for (int64_t b0 = r0; b0 < r1; b0 += step) {
         const int64_t b1 = b0 + step < r1 ? b0 + step : r1;

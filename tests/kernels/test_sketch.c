@@ -57,9 +57,10 @@ static float definition(const float *w, int64_t cols, const int8_t *xq, float d,
 }
 
 static void scores_equal_the_definition_in_every_kernel_set(void) {
-    /* rows past 8 and 16: the AVX-512 blocks of 8 rows and their tails, at
-     * every width that kernel names (1024 .. 5120 columns) and others (whole
-     * vectors of words or not, fewer than 8 words) */
+    /* rows past 8, 16 and 32 (blocks of 32 rows and their tails), the
+     * hidden sizes of the family (1024 .. 5120 columns) and others: fewer than
+     * 8 words, one and two of the blocks' 4096-column chunks (8192, 4160),
+     * and past the 512-bit blocks pass's 8192 (64 * 130: AVX2's pass) */
     static const int64_t shapes[][2] = {{1, 64},    {3, 128},   {4, 192},   {5, 960},   {13, 1088}, {7, 8192},
                                         {9, 64 * 130}, {21, 1024}, {18, 2048}, {17, 2560}, {16, 3072}, {10, 4096},
                                         {11, 5120}, {19, 640},  {9, 192},   {9, 512},   {9, 8192},  {70, 1024},
