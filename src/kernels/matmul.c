@@ -948,10 +948,10 @@ static const kn_impl kn_impl_avxvnni = {.name = "avxvnni", KN_AVX2_SHARED,
                                         .matmul_qx_rows = kn_matmul_qx_rows_avxvnni,
                                         .fp_qx_rows = kn_fp_matmul_qx_rows_avxvnni};
 #undef KN_AVX2_SHARED
-/* The AVX2 set with the int8 product on vpdpbusd (quant_qx.inc), the
- * sketch scores' nibble look-ups on 64-byte vectors (sketch.c), and the dense row-by-row products, the gated
- * delta step, the attention scores and value sums, the SiLU and the softmax
- * weights' sums (act.c) on 16-lane vectors. */
+/* The AVX2 set with the int8 product on vpdpbusd (quant_qx.inc), and the
+ * sketch scores' nibble look-ups (sketch.c), the dense row-by-row products,
+ * the gated delta step, the attention scores and value sums, the SiLU and
+ * the softmax weights' sums (act.c) on 512-bit vectors. */
 static const kn_impl kn_impl_avx512vnni = {
     .name = "avx512vnni", .matmul_rows = matmul_rows_avx512,
     .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2, .scale_f32 = scale_f32_avx2, .argmax_f32 = argmax_f32_avx2,
