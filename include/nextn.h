@@ -406,11 +406,12 @@ nx_status nx_drafter_teacher_forced(const nx_drafter *d, const int32_t *tokens, 
  * emits the accepted drafts plus one token from the target, rolls the target
  * back past the rest (KV trim, Gated DeltaNet state: the state from before
  * the block, with the kept tokens' recurrence steps replayed from inputs the
- * verify kept) and rebuilds the drafter entries of the accepted tokens from the
- * target's verified hiddens. verify straight from READY is a plain decoding
- * step (K = 0). A call in the wrong state is NX_ESTATE and changes nothing; a
- * failure inside verify or commit leaves the session in a sticky error state
- * (every later call returns that error). nx_spec_step runs one whole round. */
+ * verify kept, as the next forward reads it) and rebuilds the drafter
+ * entries of the accepted tokens from the target's verified hiddens. verify
+ * straight from READY is a plain decoding step (K = 0). A call in the wrong
+ * state is NX_ESTATE and changes nothing; a failure inside verify or commit
+ * leaves the session in a sticky error state (every later call returns that
+ * error). nx_spec_step runs one whole round. */
 typedef struct nx_spec nx_spec;
 
 typedef enum {

@@ -66,6 +66,8 @@ static void forward_chunk(const nx_model *m, mdl_scratch *sc, const chunk_part *
             segs[i].recurrent = L->is_full ? NULL : s->recurrent[l];
             segs[i].recurrent_out = !L->is_full && rec ? s->rb.prior[l] : NULL;
             segs[i].replay = !L->is_full && rec ? s->rb.replay[l] : NULL;
+            segs[i].n_kept = L->is_full ? 0 : s->rb.pending;   /* a rollback's kept updates, not yet applied */
+            segs[i].kept = segs[i].n_kept ? s->rb.kept[l] : NULL;
             assert(L->is_full || !rec || segs[i].conv_log);   /* T <= max_block always fits the log */
         }
         if (L->is_full) {
@@ -84,7 +86,10 @@ static void forward_chunk(const nx_model *m, mdl_scratch *sc, const chunk_part *
         }
     }
     for (int t = 0; t < T; t++) kn_rmsnorm(sc->hfinal + t * H, sc->x + t * H, m->final_norm, H, (float)c->rms_norm_eps);
-    for (int i = 0; i < np; i++) parts[i].s->pos += parts[i].T;
+    for (int i = 0; i < np; i++) {
+        parts[i].s->pos += parts[i].T;
+        parts[i].s->rb.pending = 0;   /* every GDN layer applied them */
+    }
 }
 
 static nx_status check_call(const nx_model *m, const nx_state *s, const int32_t *tokens, int n, char *err, size_t errlen) {
@@ -186,6 +191,12 @@ nx_status mdl_forward_batch(const nx_model *m, const mdl_batch_item *items, int 
     return NX_OK;
 }
 
+void mdl_state_settle(nx_state *s) {
+    if (s->rb.pending == 0) return;
+    mdl_gdn_replay(s->m, s, s->rb.pending);
+    s->rb.pending = 0;
+}
+
 nx_status mdl_rollback_to(nx_state *s, int keep, char *err, size_t errlen) {
     mdl_rollback *rb = &s->rb;
     if (rb->T == 0) return nx_fail(err, errlen, NX_ESTATE, "rollback: no verify block recorded");
@@ -202,7 +213,14 @@ nx_status mdl_rollback_to(nx_state *s, int keep, char *err, size_t errlen) {
             /* conv state after token keep-1: T - keep rows down the block's log */
             s->conv_state[l] -= (size_t)(rb->T - keep) * CD;
         }
-        mdl_gdn_replay(s->m, s, keep);   /* the recurrent state after token keep - 1 */
+        /* the recurrent state after token keep - 1: the kept tokens' updates
+         * wait for the next forward's recurrence, which reads and writes
+         * each head's state anyway (mdl_rollback); the next verify records
+         * into the other half */
+        float **kept = rb->kept;
+        rb->kept = rb->replay;
+        rb->replay = kept;
+        rb->pending = keep;
     }
     s->pos = rb->pos + keep;
     rb->T = 0;

@@ -400,6 +400,20 @@ static void conv_channels(void *ctx, int64_t c0, int64_t c1, int tid) {
             memcpy(g->replay + t * RW + (k0 - KD), out + t * CD + k0, (size_t)(k1 - k0) * sizeof(float));
 }
 
+/* Value head jh's state S (key head kh) advanced by the state updates of
+ * the first n tokens of a record (rows: mdl_replay_row floats each, as a
+ * verify wrote them): kn_gated_delta_replay with their k, delta and alpha.
+ * next: the head to fetch ahead while this one runs, or NULL. */
+static void replay_head(const cfg_model *c, float *S, const float *next, const float *rows, int n, int64_t kh,
+                        int64_t jh) {
+    const int Dk = c->linear_k_dim, Dv = c->linear_v_dim;
+    const int64_t KD = cfg_key_dim(c), VD = cfg_value_dim(c), RW = mdl_replay_row(c);
+    float alpha[MDL_CHUNK];
+    assert(n <= MDL_CHUNK);
+    for (int i = 0; i < n; i++) alpha[i] = rows[i * RW + KD + VD + jh];
+    kn_gated_delta_replay(S, next, n, rows + kh * Dk, rows + KD + jh * Dv, RW, alpha, Dk, Dv);
+}
+
 /* One index per (segment, value head): that head's recurrence over the
  * segment's tokens in order (kn_gated_delta_steps: the state read once and
  * written once), then the gated RMSNorm of each output. Heads and
@@ -444,6 +458,7 @@ static void delta_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
                                     o0, VD, sg->replay ? sg->replay + KD + jh * Dv : NULL, RW};
         const int record = sg->recurrent_out != NULL;
         float *S = sg->recurrent + jh * head;
+        if (sg->n_kept) replay_head(c, S, NULL, sg->kept, sg->n_kept, kh, jh);   /* a rollback's (mdl_rollback) */
         const float *next = NULL;   /* the head this thread steps next */
         if (ij + 1 < j1) next = g->segs[(ij + 1) / Hv].recurrent + (ij + 1) % Hv * head;
         kn_gated_delta_steps(record ? sg->recurrent_out + jh * head : S, S, next, &tk, Dk, Dv, record);
@@ -472,20 +487,16 @@ static void replay_heads(void *ctx, int64_t j0, int64_t j1, int tid) {
     const replay_job *j = ctx;
     const cfg_model *c = &j->m->cfg;
     const mdl_rollback *rb = &j->s->rb;
-    const int Hv = c->linear_v_heads, Dk = c->linear_k_dim, Dv = c->linear_v_dim, r = c->linear_v_heads / c->linear_k_heads;
-    const int64_t KD = cfg_key_dim(c), VD = cfg_value_dim(c), RW = mdl_replay_row(c), head = (int64_t)Dv * Dk;
+    const int Hv = c->linear_v_heads, r = c->linear_v_heads / c->linear_k_heads;
+    const int64_t head = (int64_t)c->linear_v_dim * c->linear_k_dim;
     assert(j->keep <= MDL_CHUNK);
     for (int64_t ij = j0; ij < j1; ij++) {
         const int l = (int)(ij / Hv), jh = (int)(ij % Hv);
         if (c->layer_full[l]) continue;
-        float *S = j->s->recurrent[l] + jh * head;
-        const float *row = rb->replay[l];
-        float alpha[MDL_CHUNK];
-        for (int i = 0; i < j->keep; i++) alpha[i] = row[i * RW + KD + VD + jh];
         int64_t n = ij + 1;   /* the head this thread replays next: past the attention layers */
         while (n < j1 && c->layer_full[n / Hv]) n += Hv - n % Hv;
-        kn_gated_delta_replay(S, n < j1 ? j->s->recurrent[n / Hv] + n % Hv * head : NULL, j->keep, row + (jh / r) * Dk,
-                              row + KD + jh * Dv, RW, alpha, Dk, Dv);
+        replay_head(c, j->s->recurrent[l] + jh * head, n < j1 ? j->s->recurrent[n / Hv] + n % Hv * head : NULL,
+                    rb->kept[l], j->keep, jh / r, jh);
     }
 }
 

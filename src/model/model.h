@@ -143,8 +143,9 @@ void mdl_scratch_free(mdl_scratch *sc);
  * block (spec §4, option 2, replay). The verify writes each layer's state
  * after the block to a buffer of its own and keeps the state from before it
  * in prior, with each token's k, delta and alpha; a rollback takes prior back
- * and applies the kept tokens' state updates again (the deltas the verify
- * recorded: no dot products). Why not a snapshot per token (option
+ * and the kept tokens' state updates are applied again (the deltas the
+ * verify recorded: no dot products), by the next forward (pending below).
+ * Why not a snapshot per token (option
  * 1): each is 18 MB a layer stack at the 0.8B shape, written on every verify
  * (and read for ownership first), while a replay reads and writes one state
  * stack, and only when a draft was rejected. Measured on the 0.8B shape at
@@ -158,6 +159,19 @@ typedef struct {
     float **prior;                /* [Hv][Dv][Dk] the state before the block; the
                                      spare buffer a verify writes to otherwise */
     float **replay;               /* [max_block][mdl_replay_row] recurrence record */
+    /* A rollback to keep < T tokens leaves the kept tokens' updates of each
+     * GDN layer's state to the next forward, whose recurrence job applies
+     * them to each head it is about to read (mdl_seg.kept), so that the
+     * state is read and written once instead of once more for a replay of
+     * its own; mdl_state_settle applies them at once for other readers.
+     * kept is the other half of the replay records: the rollback exchanges
+     * the two, so the next verify records into the one not pending. Against
+     * a replay at the rollback (MTP sessions at K = 3 on the q4 fixture,
+     * both ways in turn in one process, 40 and 60 blocks of 12 rounds):
+     * commit 2.58 -> 2.08 and 2.44 -> 1.93 ms a round, verify level (24.7
+     * -> 24.9, 24.2 -> 24.1 ms), tokens a second 1.009x and 1.024x. */
+    float **kept;                 /* [max_block][mdl_replay_row] a rolled-back record */
+    int pending;                  /* its first `pending` tokens not yet applied */
     /* The conv log: [log_rows][CD] pre-conv rows where the conv state lives
      * while a record can be made. A forward appends its rows after the
      * state's Kc-1 (moving those to the front first when the rest would not
@@ -169,7 +183,7 @@ typedef struct {
      * time (bench/RESULTS.md). */
     float **conv_log;             /* [log_rows][CD]                             */
     int log_rows;                 /* 2 (Kc-1 + max_block)                       */
-    void *block;                  /* prior, replay and the log of every layer  */
+    void *block;                  /* prior, both records and the log of every layer */
 } mdl_rollback;
 
 struct nx_state {
@@ -269,6 +283,11 @@ typedef struct {
     float *recurrent_out;               /* [Hv][Dv][Dk]                          */
     float *replay;                      /* [T][mdl_replay_row]: each token's
                                            k | delta | alpha                     */
+    const float *kept;                  /* a rollback's record whose first
+                                           n_kept tokens' updates recurrent does
+                                           not hold yet: applied to each head
+                                           before its steps (NULL: none)         */
+    int n_kept;
     float *conv_log;                    /* NULL: the new conv state replaces
                                            conv_state in place; else Kc-1+T rows,
                                            conv_state itself or rows below it in
@@ -301,11 +320,12 @@ void mdl_gdn_segs(const nx_model *m, const mdl_layer *L, mdl_scratch *sc, const 
  * step computed it) | alpha (Hv), so that a replay redoes each kept step's
  * update of the state (kn_gated_delta_replay) without its dot products. */
 int64_t mdl_replay_row(const cfg_model *c);
-/* Applies the state updates of the first keep tokens of s's recorded block
- * again to every Gated DeltaNet layer's recurrent state, which must hold the
- * state from before the block: the state after token keep - 1, bit for bit
- * the one the verify computed (the same updates from the same state with
- * the deltas the verify computed). Heads of all layers split over the pool. */
+/* Applies the state updates of the first keep tokens of the rolled-back
+ * record (rb.kept) again to every Gated DeltaNet layer's recurrent state,
+ * which must hold the state from before the block: the state after token
+ * keep - 1, bit for bit the one the verify computed (the same updates from
+ * the same state with the deltas the verify computed). Heads of all layers
+ * split over the pool. */
 void mdl_gdn_replay(const nx_model *m, nx_state *s, int keep);
 
 /* ---- verify and rollback (forward.c), used by the speculative decoder ---- */
@@ -341,11 +361,15 @@ nx_status mdl_forward_batch(const nx_model *m, const mdl_batch_item *items, int 
  * attention KV is trimmed, every GDN layer's recurrent and conv state is set
  * to its state after token keep-1. Bit-identical to having run only those
  * tokens. NX_ESTATE without a record. Consumes the record. With keep < T the
- * recurrent state's buffer is exchanged with rb.prior's and the kept tokens
- * replayed (mdl_gdn_replay): pointers taken earlier into s->recurrent[l] no
- * longer name the state (nor do they after a verify, which exchanges them
- * too). */
+ * recurrent state's buffer is exchanged with rb.prior's and the kept tokens'
+ * updates are left to the next forward (rb.pending; mdl_state_settle):
+ * pointers taken earlier into s->recurrent[l] no longer name the state (nor
+ * do they after a verify, which exchanges them too). */
 nx_status mdl_rollback_to(nx_state *s, int keep, char *err, size_t errlen);
+/* Applies the kept tokens' updates a rollback left pending (mdl_rollback),
+ * for a reader of s->recurrent other than a forward (a snapshot). A no-op
+ * when none are pending. */
+void mdl_state_settle(nx_state *s);
 
 /* The kernel set (kernels/matmul.h) nx_kernels k asks for; 0 if k is one of
  * the enum's values, else NX_EINVAL. */

@@ -117,6 +117,7 @@ static void free_rollback(nx_state *s) {
     nx_free_aligned(rb->block);
     nx_free(rb->prior);
     nx_free(rb->replay);
+    nx_free(rb->kept);
     nx_free(rb->conv_log);
     memset(rb, 0, sizeof *rb);
 }
@@ -135,9 +136,10 @@ static size_t rollback_layout(nx_state *s, char *base) {
         if (base) {
             rb->prior[l] = (float *)(void *)(base + at);
             rb->replay[l] = (float *)(void *)(base + at + rec);
-            rb->conv_log[l] = (float *)(void *)(base + at + rec + replay);
+            rb->kept[l] = (float *)(void *)(base + at + rec + replay);
+            rb->conv_log[l] = (float *)(void *)(base + at + rec + 2 * replay);
         }
-        at += rec + replay + log;
+        at += rec + 2 * replay + log;
     }
     return at;
 }
@@ -172,6 +174,7 @@ nx_status mdl_state_enable_rollback(nx_state *s, int max_block, char *err, size_
     if (s->rb.T > 0)
         return nx_fail(err, errlen, NX_ESTATE, "rollback record: a verify of %d tokens is pending (roll back first)",
                        s->rb.T);
+    mdl_state_settle(s);   /* before the kept records go */
     states_home(s);
     free_rollback(s);
     const cfg_model *c = &s->m->cfg;
@@ -180,6 +183,7 @@ nx_status mdl_state_enable_rollback(nx_state *s, int max_block, char *err, size_
     rb->log_rows = 2 * (c->conv_kernel - 1 + max_block);   /* room for blocks and steps between moves */
     int ok = (rb->prior = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
              (rb->replay = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
+             (rb->kept = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
              (rb->conv_log = nx_calloc((size_t)c->n_layers, sizeof(float *))) &&
              (rb->block = nx_alloc_aligned(rollback_layout(s, NULL)));
     if (!ok) {
@@ -219,6 +223,7 @@ void nx_state_reset(nx_state *s) {
     }
     s->pos = 0;
     s->rb.T = 0;
+    s->rb.pending = 0;   /* the zeroed state is whole */
 }
 
 int nx_state_pos(const nx_state *s) { return s->pos; }

@@ -112,11 +112,12 @@ static void header_of(const nx_spec *s, ckpt_header *h) {
 }
 
 nx_status nx_spec_snapshot(const nx_spec *cs, void **blob, size_t *len, char *err, size_t errlen) {
-    nx_spec *s = (nx_spec *)cs; /* parts_of hands out pointers; nothing is written */
+    nx_spec *s = (nx_spec *)cs; /* parts_of hands out pointers; nothing of the session's meaning is written */
     *blob = NULL;
     *len = 0;
     if (s->state != SPEC_READY)
         return nx_fail(err, errlen, NX_ESTATE, "snapshot: the session is not at a committed boundary (state %d)", s->state);
+    mdl_state_settle(s->target);   /* the recurrent state as it stands: a rollback's updates applied */
     ckpt_part parts[4 * CFG_MAX_LAYERS + 8];
     int np = parts_of(s, parts, (int)(sizeof parts / sizeof *parts));
     ckpt_header h;
@@ -263,6 +264,7 @@ static nx_status restore(nx_spec *s, const unsigned char *blob, size_t len, cons
         return nx_fail(err, errlen, NX_EFORMAT, "%s: the checkpoint's contents do not fit this model", name);
     }
     s->target->pos = h.n;
+    s->target->rb.pending = 0;   /* the loaded state is whole */
     s->d1 = h.d1;
     /* the saved draft came from the saving drafter's head; this one may
      * draft over another vocabulary (--draft-vocab) or through a screen, so

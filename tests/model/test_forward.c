@@ -293,6 +293,47 @@ static void rollback_equals_plain_decoding_of_the_kept_tokens(void) {
     nx_model_free(m);
 }
 
+/* A rollback leaves the kept tokens' updates to the next forward
+ * (mdl_rollback's pending); mdl_state_settle applies them at once: every
+ * GDN layer's recurrent state then equals, byte for byte, the state of plain
+ * decoding of the kept tokens, and a second settle or the next forward
+ * applies nothing more. */
+static void a_settled_rollback_holds_the_kept_tokens_state(void) {
+    nx_model *m = nx_test_model(golden_dir, 2);
+    if (!m) return;
+    char err[512];
+    const cfg_model *c = &m->cfg;
+    const size_t V = (size_t)c->vocab_size, rec = (size_t)c->linear_v_heads * c->linear_v_dim * c->linear_k_dim;
+    enum { P = 13, B = 4 };
+    int32_t seq[P + B + 1];
+    nx_test_tokens(seq, P + B + 1, (int)V, 29);
+    float *got = malloc(V * 4), *want = malloc(V * 4);
+    for (int keep = 1; keep < B; keep++) {
+        nx_state *s = NULL, *p = NULL;
+        CHECK(nx_state_new(m, 64, &s, err, sizeof err) == NX_OK && nx_state_new(m, 64, &p, err, sizeof err) == NX_OK);
+        CHECK(mdl_state_enable_rollback(s, B, err, sizeof err) == NX_OK);
+        CHECK(nx_forward(m, s, seq, P, NULL, err, sizeof err) == NX_OK);
+        CHECK(mdl_forward_verify(m, s, seq + P, B, NULL, err, sizeof err) == NX_OK);
+        CHECK(mdl_rollback_to(s, keep, err, sizeof err) == NX_OK);
+        CHECK(s->rb.pending == keep);
+        mdl_state_settle(s);
+        mdl_state_settle(s);
+        CHECK(s->rb.pending == 0);
+        CHECK(nx_forward(m, p, seq, P + keep, NULL, err, sizeof err) == NX_OK);
+        int same = 1;
+        for (int l = 0; l < c->n_layers; l++)
+            if (!c->layer_full[l]) same &= memcmp(s->recurrent[l], p->recurrent[l], rec * sizeof(float)) == 0;
+        CHECKF(same, "keep %d of %d: the settled recurrent state differs from plain decoding's", keep, B);
+        nx_forward_out go = {.logits = got}, wo = {.logits = want};
+        CHECK(nx_forward(m, s, seq + P + B, 1, &go, err, sizeof err) == NX_OK &&
+              nx_forward(m, p, seq + P + B, 1, &wo, err, sizeof err) == NX_OK);
+        CHECKF(memcmp(got, want, V * 4) == 0, "keep %d of %d: the step after a settle differs", keep, B);
+        nx_state_free(s), nx_state_free(p);
+    }
+    free(got), free(want);
+    nx_model_free(m);
+}
+
 /* Rounds on one state, as a session runs them: verify a block, keep a
  * prefix (1, all, 2, all, 4, 1 of 5 tokens), once a plain token between
  * rounds, and once the record grown (to 7 tokens) while the states a
@@ -528,6 +569,10 @@ static const nx_test tests[] = {
      "one call, single steps and verify-sized blocks give bit-identical rows (f32 and f16 KV)",
      any_split_is_bit_identical},
     {"rollback_equals_plain_decoding_of_the_kept_tokens", "after a verify block, rollback to any prefix decodes bit-identically", rollback_equals_plain_decoding_of_the_kept_tokens},
+    {"a_settled_rollback_holds_the_kept_tokens_state",
+     "rollback to 1-3 of 4, settled (twice): each GDN layer's recurrent state equals plain decoding's byte for byte, "
+     "and so does the next step's logits",
+     a_settled_rollback_holds_the_kept_tokens_state},
     {"batched_blocks_equal_each_sequence_alone",
      "3 sequences' blocks in one forward: rows, hiddens and later states equal each alone (f32 and f16 KV)",
      batched_blocks_equal_each_sequence_alone},

@@ -291,6 +291,53 @@ out:
     nx_model_free(m);
 }
 
+/* Snapshots taken right after a round that rejected a draft (a rollback
+ * whose kept updates the recurrent state does not hold until the next
+ * forward: mdl_rollback) restore into sessions that go on as an
+ * uninterrupted session does, and so does the session snapshotted. */
+static void snapshots_after_a_rejection_continue_exactly(void) {
+    nx_model *m = nx_test_model(COPY, 2);
+    nx_drafter *d = m ? nx_test_drafter(m, 0) : NULL;
+    if (!d) return;
+    enum { N = 170, MORE = 20 };
+    char err[512];
+    int32_t ref[N + 8], a[N + 8], b[N + 8];
+    nx_spec *s = session(m, d, 3);
+    CHECK(nx_spec_prefill(s, prompt, 6, &ref[0], err, sizeof err) == NX_OK);
+    run_to(s, ref, 1, N);
+    nx_spec_free(s);
+    int taken = 0, n = 1;
+    s = session(m, d, 3);
+    CHECK(nx_spec_prefill(s, prompt, 6, &a[0], err, sizeof err) == NX_OK);
+    while (n < N - MORE - 8) {
+        const nx_spec_stats before = *nx_spec_get_stats(s);
+        int got;
+        if (nx_spec_step(s, 8, a + n, &got, err, sizeof err) != NX_OK) {
+            CHECKF(0, "%s", err);
+            break;
+        }
+        n += got;
+        const nx_spec_stats *after = nx_spec_get_stats(s);
+        if (taken == 3 || after->accepted - before.accepted == after->drafted - before.drafted) continue;
+        void *blob = NULL;   /* a rejection in this round: snapshot now */
+        size_t len = 0;
+        CHECKF(nx_spec_snapshot(s, &blob, &len, err, sizeof err) == NX_OK, "%s", err);
+        nx_spec *r = session(m, d, 3);
+        CHECKF(blob && nx_spec_restore(r, blob, len, err, sizeof err) == NX_OK, "%s", err);
+        run_to(r, b, n, n + MORE);
+        CHECKF(memcmp(ref + n, b + n, MORE * sizeof *b) == 0, "restored after the rejection at token %d: diverges", n);
+        nx_spec_free(r);
+        nx_free(blob);
+        taken++;
+    }
+    run_to(s, a, n, N);
+    CHECKF(memcmp(ref, a, N * sizeof *a) == 0, "the session snapshotted after rejections diverges");
+    CHECKF(taken == 3, "%d rounds with a rejection in %d tokens (3 wanted)", taken, N);
+    nx_spec_free(s);
+    nx_drafter_free(d);
+    nx_model_free(m);
+}
+
 /* A prompt read in pieces with nx_spec_absorb, snapshotted in memory at a
  * piece boundary and restored elsewhere, continues exactly like the prompt
  * prefilled at once (the server's chunked prefill and prefix cache). */
@@ -536,6 +583,10 @@ static const nx_test tests[] = {
     {"foreign_and_damaged_checkpoints_are_refused",
      "another model or drafter, damaged or truncated files, a flipped header bit, used sessions: refused",
      foreign_and_damaged_checkpoints_are_refused},
+    {"snapshots_after_a_rejection_continue_exactly",
+     "K 3: a snapshot right after each of three rounds that rejected a draft restores into a session that goes on "
+     "20 tokens as an uninterrupted one; so does the session snapshotted",
+     snapshots_after_a_rejection_continue_exactly},
     {"absorbed_pieces_and_memory_snapshots_continue_exactly",
      "prompt absorbed in pieces, snapshot in memory, restored, extended: equals one prefill; damaged blobs, a restore into a used session and more tokens than the context refused",
      absorbed_pieces_and_memory_snapshots_continue_exactly},
