@@ -569,7 +569,11 @@ nx_status nx_spec_load(nx_spec *s, const char *path, char *err, size_t errlen);
 nx_status nx_spec_save_check(const char *path, char *err, size_t errlen);
 /* The same checkpoint in memory: nx_spec_snapshot returns the file's bytes
  * in *blob (the caller frees with nx_free), nx_spec_restore reads them back
- * with the checks and errors of nx_spec_load ("snapshot" names the source). */
+ * with the checks and errors of nx_spec_load ("snapshot" names the source).
+ * Saving and snapshotting change nothing the session means, but they may
+ * finish work the last commit left for the next forward (the kept tokens'
+ * state updates) on the model's threads: like every call on a session,
+ * one at a time. */
 nx_status nx_spec_snapshot(const nx_spec *s, void **blob, size_t *len, char *err, size_t errlen);
 nx_status nx_spec_restore(nx_spec *s, const void *blob, size_t len, char *err, size_t errlen);
 /* Tokens a checkpoint file holds (to size the session that loads it), or -1
