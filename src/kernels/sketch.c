@@ -350,17 +350,17 @@ static KN_VNNI void wide_tables(const uint8_t *tab, int64_t cols, __m512i *zt) {
  * lanes (the even rows' sums recovered as there), then the two lanes that
  * hold the same rows for other columns added (below 2^16: two lanes of at
  * most 128 steps of 224). While p + 4 c is below pf_end, each step asks for
- * the two lines pf_dist bytes ahead. */
+ * the two lines SKETCH_WIDE_AHEAD bytes ahead. */
 KN_VNNI_INLINE void wide_chunk(__m512i acc[2], const uint8_t *p, const __m512i *zt, int64_t c0, int64_t c1,
-                               int64_t pf_dist, const uint8_t *pf_end) {
+                               const uint8_t *pf_end) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     __m512i lanes = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
     for (int64_t c = c0; c < c1; c += 32) {
         const uint8_t *q = p + 4 * c;
         const __m512i v0 = _mm512_load_si512((const void *)q), v1 = _mm512_load_si512((const void *)(q + 64));
-        if (q + pf_dist < pf_end) {
-            _mm_prefetch((const char *)(q + pf_dist), _MM_HINT_T0);
-            _mm_prefetch((const char *)(q + pf_dist + 64), _MM_HINT_T0);
+        if (q + SKETCH_WIDE_AHEAD < pf_end) {
+            _mm_prefetch((const char *)(q + SKETCH_WIDE_AHEAD), _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + SKETCH_WIDE_AHEAD + 64), _MM_HINT_T0);
         }
         const int64_t k = c / 8;
         /* each byte's low and high nibble, in its lane's two tables */
@@ -408,7 +408,7 @@ static KN_VNNI void sketch_scores_blocks_avx512(const kn_sketch *s, const int8_t
         __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
         for (int64_t c0 = 0; c0 < cols; c0 += SKETCH_BLOCK_CHUNK) {
             const int64_t c1 = c0 + SKETCH_BLOCK_CHUNK < cols ? c0 + SKETCH_BLOCK_CHUNK : cols;
-            wide_chunk(acc, p, zt, c0, c1, SKETCH_WIDE_AHEAD, pf_end);
+            wide_chunk(acc, p, zt, c0, c1, pf_end);
         }
         int32_t t[R];
         for (int i = 0; i < 2; i++) {
